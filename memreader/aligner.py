@@ -1,0 +1,168 @@
+"""Align ``head[MASK]tail`` chunk markers to exact spans that tile the document.
+
+Rules (SPEC §2): markers are matched literally (no regex, so no escaping accidents), each search
+starts after the previous boundary (monotonic, so a repeated head cannot jump backwards), a fuzzy
+match with a score threshold is the fallback, text between a tail and the next head goes to a
+neighbour, and a marker that cannot be placed at all is merged into the chunk before it. The
+result always tiles the document; nothing is invented and no LLM is asked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from rapidfuzz import fuzz
+
+
+@dataclass
+class Alignment:
+    """Spans that tile the document, which markers each span absorbed, and a coverage report."""
+
+    spans: list[tuple[int, int]]
+    groups: list[list[int]]
+    methods: list[str]
+    report: dict = field(default_factory=dict)
+
+
+def _ends_with_at(doc: str, tail: str, end: int) -> bool:
+    return bool(tail) and end >= len(tail) and doc.startswith(tail, end - len(tail))
+
+
+def _find_junction(doc: str, tail: str, head: str, lower: int) -> int:
+    """Smallest head start ``p >= lower`` where ``tail``, optional whitespace and ``head`` meet; -1 if none.
+
+    Markers are stripped by the parser, so whitespace between two chunks is allowed here and
+    goes to the earlier chunk (the boundary is where the next head starts).
+    """
+    if not head or not tail:
+        return -1
+    pat = re.compile(re.escape(tail) + r"(\s*)" + re.escape(head))
+    pos = max(0, lower - len(tail) - 64)
+    while True:
+        m = pat.search(doc, pos)
+        if m is None:
+            return -1
+        p = m.start(1) + len(m.group(1))
+        if p >= lower:
+            return p
+        pos = m.start() + 1
+
+
+def _find_tail_end(doc: str, tail: str, search_from: int, lower: int) -> int:
+    """Smallest end position ``>= lower`` of ``tail`` searched from ``search_from``; -1 if none."""
+    if not tail:
+        return -1
+    idx = doc.find(tail, search_from)
+    while idx >= 0:
+        if idx + len(tail) >= lower:
+            return idx + len(tail)
+        idx = doc.find(tail, idx + 1)
+    return -1
+
+
+def _fuzzy(doc: str, needle: str, lo: int, window: int, threshold: float) -> tuple[int, float]:
+    """Best fuzzy start of ``needle`` in ``doc[lo:lo+window]`` (start, score) or (-1, score)."""
+    if len(needle) < 3 or lo >= len(doc):
+        return -1, 0.0
+    hay = doc[lo : lo + window]
+    res = fuzz.partial_ratio_alignment(needle, hay, score_cutoff=threshold)
+    if res is None:
+        return -1, 0.0
+    return lo + res.dest_start, float(res.score)
+
+
+def align_markers(
+    document: str,
+    markers: list[tuple[str, str]],
+    fuzzy_threshold: float = 85.0,
+    fuzzy_window: int = 20000,
+) -> Alignment:
+    """Turn ``(head, tail)`` markers into tiling spans of ``document``.
+
+    ``fuzzy_threshold`` is rapidfuzz's 0-100 partial-ratio score a fuzzy head/tail must reach;
+    ``fuzzy_window`` bounds the characters searched after the previous boundary.
+    """
+    n_doc = len(document)
+    if n_doc == 0 or not markers:
+        report = {"markers": len(markers), "chunks": 0, "merged": len(markers), "coverage_exact": 1.0 if n_doc == 0 else 0.0}
+        if n_doc and not markers:
+            # Nothing to align against: one chunk, loudly marked as such.
+            return Alignment([(0, n_doc)], [[]], ["whole-document"], {**report, "chunks": 1})
+        return Alignment([], [], [], report)
+
+    head0 = markers[0][0]
+    lead = document.find(head0) if head0 else -1
+    start_method = "exact" if lead == 0 else ("forced" if lead < 0 else "exact+leading-gap")
+    gap_chars = max(lead, 0)
+
+    boundaries = [0]
+    groups: list[list[int]] = [[0]]
+    methods = [start_method]
+    cur_head_end = (lead + len(head0)) if lead >= 0 else 0
+    cur_tail = markers[0][1]
+    fuzzy_chars_at: list[int] = []
+    for j in range(1, len(markers)):
+        head, tail = markers[j]
+        prev = boundaries[-1]
+        lower = max(prev + 1, cur_head_end)
+        p = _find_junction(document, cur_tail, head, lower)
+        method = "junction"
+        if p < 0:
+            hp = document.find(head, lower) if head else -1
+            te = _find_tail_end(document, cur_tail, prev, lower)
+            if hp >= 0 and te >= 0 and te <= hp and not document[te:hp].strip():
+                p, method = hp, "head"  # only whitespace between: it stays with the earlier chunk
+            elif hp >= 0 or te >= 0:
+                # Disagreement: take the earlier position, so a head repeated far ahead cannot
+                # swallow the text in between; the gap is reported.
+                p = min(x for x in (hp, te) if x >= 0)
+                method = "head" if p == hp else "tail"
+                if hp >= 0 and te >= 0:
+                    gap_chars += abs(hp - te)
+        if p < 0:
+            hp, hs = _fuzzy(document, head, lower, fuzzy_window, fuzzy_threshold)
+            tp, ts = _fuzzy(document, cur_tail, prev, fuzzy_window, fuzzy_threshold)
+            te = tp + len(cur_tail) if tp >= 0 else -1
+            cands = [(hs, hp, "fuzzy-head"), (ts, te, "fuzzy-tail")]
+            cands = [c for c in cands if c[1] >= lower]
+            if cands:
+                _, p, method = max(cands)
+        if p >= 0 and method in ("tail", "fuzzy-tail"):
+            while p < n_doc and document[p].isspace():
+                p += 1  # same convention as a junction: whitespace after a tail stays with it
+        if p < 0 or p >= n_doc:
+            groups[-1].append(j)  # cannot place this marker: its scenario joins the previous chunk
+            cur_tail = tail or cur_tail
+            continue
+        boundaries.append(p)
+        groups.append([j])
+        methods.append(method)
+        if method.startswith("fuzzy"):
+            fuzzy_chars_at.append(len(boundaries) - 1)
+        cur_head_end = p + len(head) if document.startswith(head, p) else p + 1
+        cur_tail = tail
+
+    tail_end = _find_tail_end(document, cur_tail, boundaries[-1], boundaries[-1] + 1)
+    if tail_end >= 0:
+        gap_chars += n_doc - tail_end
+    spans = [(b, boundaries[i + 1] if i + 1 < len(boundaries) else n_doc) for i, b in enumerate(boundaries)]
+    exact_ends = set()
+    for i, m in enumerate(methods):
+        if m in ("junction", "head", "tail", "exact"):
+            exact_ends.add(i)
+    exact_chars = 0
+    for i, (s, e) in enumerate(spans):
+        start_ok = i in exact_ends
+        end_ok = (i + 1 in exact_ends) if i + 1 < len(spans) else tail_end == n_doc
+        if start_ok and end_ok:
+            exact_chars += e - s
+    report = {
+        "markers": len(markers),
+        "chunks": len(spans),
+        "merged": len(markers) - len(spans),
+        "methods": {m: methods.count(m) for m in sorted(set(methods))},
+        "gap_chars": gap_chars,
+        "coverage_exact": round(exact_chars / n_doc, 6),
+    }
+    return Alignment(spans, groups, methods, report)

@@ -1,0 +1,127 @@
+"""Stage configs: dataclasses filled from YAML, then overridden by ``--set key=value`` flags.
+
+Every field carries ``metadata={"help": ...}``; :func:`load_config` collects *all* problems
+(unknown keys, wrong types) before failing, so one run shows every mistake in a config file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or override is wrong; the message lists every problem."""
+
+
+def field(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:  # noqa: A002
+    """A dataclass field with a help text (mutable defaults go through ``default_factory``)."""
+    if isinstance(default, (list, dict)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kw)
+    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+
+
+def _coerce(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        return _coerce(value, non_none[0], key, problems) if len(non_none) == 1 else value
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        problems.append(f"{key}: expected true/false, got {value!r}")
+        return value
+    if annotation in (int, float):
+        try:
+            if annotation is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return annotation(value)
+        except (TypeError, ValueError):
+            problems.append(f"{key}: expected {annotation.__name__}, got {value!r}")
+            return value
+    if annotation is str:
+        return value if isinstance(value, str) else str(value)
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = yaml.safe_load(value) if value.strip().startswith("[") else [v for v in value.split(",") if v]
+        if not isinstance(value, (list, tuple)):
+            problems.append(f"{key}: expected a list, got {value!r}")
+            return value
+        inner = args[0] if args else Any
+        return [_coerce(v, inner, key, problems) if inner is not Any else v for v in value]
+    if origin is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping, got {value!r}")
+        return value
+    return value
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key=value (e.g. --set max_new_tokens=256)")
+    key, raw = item.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Build ``cls`` from a YAML file and ``key=value`` overrides, reporting every problem at once."""
+    data: dict[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; pass an existing YAML (see configs/)")
+        where = str(path)
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of field: value")
+        data.update(loaded)
+    for item in overrides or []:
+        key, value = _parse_override(item)
+        data[key] = value
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    problems = [
+        f"unknown key {k!r} (valid keys: {', '.join(sorted(fields))})" for k in data if k not in fields
+    ]
+    kwargs = {k: _coerce(v, hints[k], k, problems) for k, v in data.items() if k in fields}
+    missing = [
+        n for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    problems += [f"missing required key {n!r}: {fields[n].metadata.get('help', '')}" for n in missing]
+    if problems:
+        raise ConfigError(f"config {where} for {cls.__name__}:\n  - " + "\n  - ".join(problems))
+    cfg = cls(**kwargs)
+    check = getattr(cfg, "check", None)
+    if callable(check):
+        extra = check()
+        if extra:
+            raise ConfigError(f"config {where} for {cls.__name__}:\n  - " + "\n  - ".join(extra))
+    return cfg
+
+
+def describe_config(cls: type) -> str:
+    """A help text listing every field, its default and its help (for ``--help``)."""
+    lines = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)"
+        )
+        lines.append(f"  {f.name} = {default!r}\n      {f.metadata.get('help', '')}")
+    return "config keys (set in YAML or with --set key=value):\n" + "\n".join(lines)

