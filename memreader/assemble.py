@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from memreader.aligner import align_markers
-from memreader.parser import ParseError, ParsedOutput, parse_output
+from memreader.parser import ParsedOutput, ParseError, parse_output
 from memreader.schema import DocumentMemory, Scenario
 
 log = logging.getLogger(__name__)

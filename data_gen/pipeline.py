@@ -1,0 +1,231 @@
+"""Teacher-side data generation: outline → extraction → (reverse CoM) → memories + SFT records.
+
+    memreader gen --config configs/data_gen/smollm2_local.yaml
+    python -m data_gen.pipeline --config configs/data_gen/openai_teacher.yaml --set input=corpus.jsonl
+
+One outline pass and one extraction pass per document (multi-path sampling and evaluator scoring
+build on this later), parse + align into a validated :class:`DocumentMemory`, then export SFT
+records in TRL's conversational prompt-completion format (loss on the completion only). Every
+teacher call goes through a SQLite cache keyed by template version, model, sampling parameters and
+the messages, so a rerun or a resumed crash repeats no call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from data_gen.cache import ReplyCache, cache_key
+from data_gen.sft_export import sft_record, write_sft_splits
+from data_gen.teacher import GenerationParams, make_teacher
+from memreader.assemble import memory_from_output
+from memreader.config import field, load_config
+from memreader.corpus import read_corpus
+from memreader.markup import render_memory
+from memreader.parser import ParseError
+from memreader.paths import run_dir, write_json, write_resolved_config
+from memreader.prompts import detect_lang, render
+from memreader.schema import DocumentMemory, write_memories
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GenConfig:
+    """Settings of one data-generation run."""
+
+    input: str = field("", help="corpus JSONL, one {'id','text'} per line")
+    id_field: str = field("id", help="name of the id field in the corpus")
+    text_field: str = field("text", help="name of the text field in the corpus")
+    limit: int = field(0, help="only the first N documents (0 = all)")
+    run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
+    teacher: str = field("local", help="teacher backend: 'local' (in-process transformers) or 'openai'")
+    model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
+    base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL / OPENAI_BASE_URL)")
+    max_concurrency: int = field(8, help="parallel requests to an OpenAI-compatible teacher")
+    batch_size: int = field(4, help="documents per generate call for the local teacher")
+    temperature: float = field(0.7, help="sampling temperature (paper: 0.7)")
+    top_p: float = field(0.8, help="nucleus sampling (paper: 0.8)")
+    max_new_tokens: int = field(768, help="token budget of the extraction reply")
+    outline_max_new_tokens: int = field(160, help="token budget of the outline reply")
+    seed: int = field(0, help="sampling seed (part of the cache key)")
+    min_parts: int = field(2, help="fewest outline topics asked for")
+    max_parts: int = field(6, help="most outline topics asked for")
+    reverse_com: bool = field(True, help="ask the teacher for the reasoning path (CoM) behind each memory")
+    com_max_new_tokens: int = field(256, help="token budget of the reverse-CoM reply")
+    head_chars: int = field(12, help="characters before [MASK] in SFT targets")
+    tail_chars: int = field(12, help="characters after [MASK] in SFT targets")
+    val_fraction: float = field(0.1, help="share of documents held out for validation (at least one when >0)")
+    split_seed: int = field(13, help="seed of the train/validation split")
+
+    def check(self) -> list[str]:
+        """Problems a config file can have beyond types."""
+        problems = []
+        if not self.input:
+            problems.append("input: give a corpus JSONL path (input=...)")
+        if self.teacher not in ("local", "openai"):
+            problems.append(f"teacher: {self.teacher!r} is not 'local' or 'openai'")
+        if not 0 <= self.val_fraction < 1:
+            problems.append(f"val_fraction: {self.val_fraction} must be in [0, 1)")
+        if self.min_parts < 1 or self.max_parts < self.min_parts:
+            problems.append(f"min_parts/max_parts: need 1 <= min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
+        return problems
+
+
+class CachedTeacher:
+    """A teacher whose every reply is stored in a :class:`ReplyCache` as soon as it arrives."""
+
+    def __init__(self, teacher: Any, cache: ReplyCache, model: str, chunk: int) -> None:
+        self.teacher, self.cache, self.model, self.chunk = teacher, cache, model, max(1, chunk)
+        self.calls = 0
+
+    def generate(self, template_id: str, batch: list[list[dict[str, str]]], params: GenerationParams, desc: str) -> list[str]:
+        """Replies for ``batch`` in order; cached ones are not asked again."""
+        keys = [cache_key(template_id, self.model, asdict(params), msgs) for msgs in batch]
+        replies: list[str | None] = [self.cache.get(k) for k in keys]
+        todo = [i for i, r in enumerate(replies) if r is None]
+        for start in range(0, len(todo), self.chunk):
+            group = todo[start : start + self.chunk]
+            outs = self.teacher.generate_many([batch[i] for i in group], params, progress_desc=desc)
+            for i, out in zip(group, outs, strict=True):
+                self.cache.put(keys[i], out)
+                replies[i] = out
+            self.calls += len(group)
+        return [r for r in replies if r is not None]
+
+
+def _outline_lines(reply: str) -> list[str]:
+    """Outline topics from an outline reply; tolerant of a missing tag."""
+    text = reply
+    if "<outline>" in reply:
+        text = reply.split("<outline>", 1)[1].split("</outline>", 1)[0]
+    lines = [ln.strip(" -*•\t") for ln in text.splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("<")]
+
+
+def generate(cfg: GenConfig) -> dict[str, Any]:
+    """Run the pipeline; returns the manifest (also written to the run folder)."""
+    out_dir = run_dir(cfg.run, "gen")
+    write_resolved_config(out_dir, cfg)
+    docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
+    if cfg.teacher == "openai":
+        backend = make_teacher("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency)
+        chunk = cfg.max_concurrency
+    else:
+        backend = make_teacher("local", model_name=cfg.model, batch_size=cfg.batch_size)
+        chunk = cfg.batch_size
+    cache = ReplyCache(out_dir / "teacher_cache.sqlite")
+    teacher = CachedTeacher(backend, cache, cfg.model, chunk)
+    t0 = time.perf_counter()
+
+    outline_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.outline_max_new_tokens, seed=cfg.seed)
+    extract_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=cfg.seed)
+    langs = [detect_lang(d.text) for d in docs]
+    templates: dict[str, str] = {}
+
+    outline_msgs = []
+    for doc, lang in zip(docs, langs, strict=True):
+        msgs, tpl = render("teacher_outline", lang, document=doc.text, min_parts=cfg.min_parts, max_parts=cfg.max_parts)
+        templates[tpl.id] = tpl.version
+        outline_msgs.append((tpl.id, msgs))
+    outlines = [_outline_lines(r) for r in _by_template(teacher, outline_msgs, outline_params, "outline")]
+
+    extract_msgs = []
+    for doc, lang, outline in zip(docs, langs, outlines, strict=True):
+        msgs, tpl = render("teacher_extraction", lang, document=doc.text, outline="\n".join(outline) or "-")
+        templates[tpl.id] = tpl.version
+        extract_msgs.append((tpl.id, msgs))
+    replies = _by_template(teacher, extract_msgs, extract_params, "extraction")
+
+    memories: list[DocumentMemory] = []
+    failures: list[dict[str, str]] = []
+    for doc, reply, (template_id, _) in zip(docs, replies, extract_msgs, strict=True):
+        meta = {"model": cfg.model, "prompt": template_id, "candidate": 0}
+        try:
+            memories.append(memory_from_output(doc.doc_id, doc.text, reply, meta))
+        except ParseError as exc:
+            failures.append({"doc_id": doc.doc_id, "error": str(exc)})
+            log.warning("doc %s: teacher reply unusable, no SFT record (%s)", doc.doc_id, exc)
+
+    if cfg.reverse_com and memories:
+        _add_reasoning(teacher, memories, cfg, templates)
+
+    n_mem = write_memories(out_dir / "memories.jsonl", memories)
+    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates) for m in memories]
+    split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed)
+    seconds = time.perf_counter() - t0
+    manifest = {
+        "documents": len(docs),
+        "memories": n_mem,
+        "unusable_replies": failures,
+        "sft": split,
+        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls, "cache_hits": cache.hits},
+        "templates": templates,
+        "repairs": sum(1 for m in memories if m.meta.get("parse_diagnostics")),
+        "seconds": round(seconds, 2),
+        "files": {"memories": str(out_dir / "memories.jsonl"), **split["files"]},
+    }
+    write_json(out_dir / "manifest.json", manifest)
+    cache.close()
+    print(
+        f"gen: {len(docs)} docs → {n_mem} memories, {len(failures)} unusable, "
+        f"{teacher.calls} teacher calls ({cache.hits} cached) in {seconds:.1f}s → {out_dir}"
+    )
+    return manifest
+
+
+def _by_template(teacher: CachedTeacher, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str) -> list[str]:
+    """Generate for (template_id, messages) items, grouped by template id, results in input order."""
+    results: list[str] = [""] * len(items)
+    for tid in dict.fromkeys(t for t, _ in items):
+        idx = [i for i, (t, _) in enumerate(items) if t == tid]
+        outs = teacher.generate(tid, [items[i][1] for i in idx], params, desc)
+        for i, out in zip(idx, outs, strict=True):
+            results[i] = out
+    return results
+
+
+def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: GenConfig, templates: dict[str, str]) -> None:
+    params = GenerationParams(cfg.temperature, cfg.top_p, cfg.com_max_new_tokens, seed=cfg.seed)
+    items = []
+    for mem in memories:
+        target = render_memory(mem.outline, mem.chunks, mem.cores, None, cfg.head_chars, cfg.tail_chars)
+        msgs, tpl = render("reverse_com", detect_lang(mem.document), document=mem.document, memory=target)
+        templates[tpl.id] = tpl.version
+        items.append((tpl.id, msgs))
+    for mem, reply in zip(memories, _by_template(teacher, items, params, "reverse CoM"), strict=True):
+        text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
+        mem.reasoning = text or None
+
+
+CONFIG_CLASS = GenConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """CLI flags shared by ``memreader gen`` and ``python -m data_gen.pipeline``."""
+    parser.add_argument("--config", help="YAML file with GenConfig keys (see configs/data_gen/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point behind the CLI."""
+    generate(load_config(GenConfig, args.config, args.set))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m data_gen.pipeline --config ...``"""
+    from memreader.config import describe_config
+
+    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(GenConfig),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

@@ -1,0 +1,412 @@
+"""BLEU-1, BLEU-Avg, ROUGE-L and METEOR per example, with every number-changing option explicit.
+
+One example::
+
+    from eval.metrics import resolve_config, score_example
+    s = score_example("厦门大学举办。", ["厦门大学。"], resolve_config("mom"))
+    s.bleu_1, s.bleu_avg, s.rouge_l, s.meteor
+
+Libraries do what they are for: rouge-score computes ROUGE-L, nltk computes METEOR (with WordNet 3.0
+or an explicit WordNet-free stub), jieba / sacrebleu tokenize. BLEU's n-gram clipping is written
+here because the reference evaluators use HF ``evaluate``'s nmt-BLEU (shortest-reference length,
+its own float-operation order, no "divide the penalty out" mode), which is fetched from the Hub at run
+time and which sacrebleu does not reproduce; tests cross-check it against sacrebleu.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.tokenize import TOKENIZERS, init_jieba, postprocess, tokenize, tokenizer_signature
+from memreader.config import ConfigError, field
+
+METRICS = ("bleu_1", "bleu_avg", "rouge_l", "meteor")
+DISPLAY_NAMES = {"bleu_1": "BLEU-1", "bleu_avg": "BLEU-Avg", "rouge_l": "ROUGE-L", "meteor": "METEOR"}
+# Bump when any scoring semantics here change; it is part of every signature.
+EVAL_VERSION = "1.0"
+PROJECT_NLTK_DATA = Path(__file__).resolve().parents[1] / ".venv" / "nltk_data"
+_CHOICES = {
+    "tokenizer": TOKENIZERS,
+    "bleu_smoothing": ("none", "add1"),
+    "bleu_level": ("sentence", "corpus"),
+    "multi_ref": ("max", "first", "native"),
+    "empty": ("zero", "skip"),
+}
+
+
+class MetricSetupError(RuntimeError):
+    """Something the metrics need is not installed; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    """Every setting that can change a score. Defaults are the ``mom`` profile."""
+
+    tokenizer: str = field("jieba", help=f"tokenizer for all metrics: {', '.join(TOKENIZERS)}")
+    keep_whitespace: bool = field(True, help="BLEU/ROUGE-L keep whitespace tokens (jieba emits them)")
+    lowercase: bool = field(False, help="BLEU/ROUGE-L lower-case tokens after tokenizing")
+    bleu_max_order: int = field(4, help="largest n-gram order of BLEU-Avg")
+    bleu_smoothing: str = field("none", help="'none', or 'add1' = (matches+1)/(total+1) at every order")
+    bleu_brevity_penalty: bool = field(True, help="BLEU-Avg includes the brevity penalty (false: CRUD's bleu/bp)")
+    bleu_level: str = field("sentence", help="'sentence': mean of per-example BLEU; 'corpus': pooled counts")
+    meteor_alpha: float = field(0.9, help="METEOR precision/recall weight")
+    meteor_beta: float = field(3.0, help="METEOR fragmentation penalty exponent")
+    meteor_gamma: float = field(0.5, help="METEOR fragmentation penalty weight")
+    meteor_wordnet: bool = field(True, help="METEOR synonym stage with WordNet 3.0 (false: explicit wordnet:off)")
+    meteor_keep_whitespace: bool = field(False, help="METEOR keeps whitespace tokens (MoM drops them)")
+    meteor_lowercase: bool = field(True, help="METEOR lower-cases words (nltk's default preprocess)")
+    multi_ref: str = field("max", help="several references: 'max' per metric, 'first', or 'native' (see docs)")
+    empty: str = field("zero", help="blank prediction/reference: 'zero' scores 0, 'skip' leaves it out of means")
+
+    def problems(self) -> list[str]:
+        """Every invalid setting, as messages naming the value and the choices."""
+        out = []
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), {"str": str, "bool": bool, "int": int, "float": float}[str(f.type)]
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                continue
+            if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+                out.append(f"{f.name}: expected {kind.__name__}, got {value!r}")
+            elif f.name in _CHOICES and value not in _CHOICES[f.name]:
+                out.append(f"{f.name}: {value!r} is not one of {', '.join(_CHOICES[f.name])}")
+        if isinstance(self.bleu_max_order, int) and not 1 <= self.bleu_max_order <= 9:
+            out.append(f"bleu_max_order: {self.bleu_max_order!r} must be between 1 and 9")
+        if self.bleu_level == "corpus" and self.multi_ref == "max":
+            out.append("bleu_level 'corpus' pools counts, so multi_ref must be 'first' or 'native', not 'max'")
+        return out
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` listing every problem at once."""
+        found = self.problems()
+        if found:
+            raise ConfigError("metric settings:\n  - " + "\n  - ".join(found))
+
+
+PROFILES: dict[str, MetricConfig] = {
+    # The MoM notebook: jieba, per-example BLEU with penalty, rouge-score F, nltk METEOR.
+    "mom": MetricConfig(),
+    # CRUD-RAG src/metric/common.py: BLEU-Avg divided by its penalty; its evaluator drops blank answers.
+    "crud": MetricConfig(bleu_brevity_penalty=False, empty="skip"),
+}
+
+
+def resolve_config(profile: str = "mom", **overrides: Any) -> MetricConfig:
+    """The named profile with ``overrides`` applied, validated (all problems reported together)."""
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown metric profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    names = {f.name for f in dataclasses.fields(MetricConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ConfigError(f"unknown metric setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    config = dataclasses.replace(PROFILES[profile], **overrides)
+    config.validate()
+    floats = {f.name: float(getattr(config, f.name)) for f in dataclasses.fields(config) if f.type == "float"}
+    return dataclasses.replace(config, **floats)
+
+
+def signatures(config: MetricConfig) -> dict[str, str]:
+    """A sacrebleu-style signature per metric: the settings and library versions behind a number."""
+    tok = tokenizer_signature(config.tokenizer)
+    base = f"tok:{tok}|ws:{'keep' if config.keep_whitespace else 'drop'}|case:{'lc' if config.lowercase else 'mixed'}"
+    tail = f"refs:{config.multi_ref}|empty:{config.empty}|mr-eval:{EVAL_VERSION}"
+    bleu = f"smooth:{config.bleu_smoothing}|level:{config.bleu_level}"
+    wordnet = find_wordnet() if config.meteor_wordnet else "off"
+    meteor = (
+        f"tok:{tok}|ws:{'keep' if config.meteor_keep_whitespace else 'drop'}"
+        f"|case:{'lc' if config.meteor_lowercase else 'mixed'}|stem:porter|wordnet:{wordnet}"
+        f"|alpha:{config.meteor_alpha:g}|beta:{config.meteor_beta:g}|gamma:{config.meteor_gamma:g}"
+    )
+    return {
+        "bleu_1": f"BLEU-1|{base}|{bleu}|{tail}",
+        "bleu_avg": f"BLEU-Avg|{base}|order:{config.bleu_max_order}|{bleu}"
+        f"|bp:{'yes' if config.bleu_brevity_penalty else 'divided-out'}|{tail}",
+        "rouge_l": f"ROUGE-L|score:F|{base}|{tail}|rouge-score:{importlib.metadata.version('rouge-score')}",
+        "meteor": f"METEOR|{meteor}|{tail}|nltk:{importlib.metadata.version('nltk')}",
+    }
+
+
+@dataclass(frozen=True)
+class BleuStats:
+    """Sufficient statistics of BLEU for one example (or, summed, a corpus)."""
+
+    matches: tuple[int, ...]
+    possible: tuple[int, ...]
+    hyp_len: int
+    ref_len: int
+
+    def __add__(self, other: BleuStats) -> BleuStats:
+        return BleuStats(
+            tuple(a + b for a, b in zip(self.matches, other.matches, strict=True)),
+            tuple(a + b for a, b in zip(self.possible, other.possible, strict=True)),
+            self.hyp_len + other.hyp_len,
+            self.ref_len + other.ref_len,
+        )
+
+
+@dataclass(frozen=True)
+class ExampleScores:
+    """The four scores of one example; ``blank`` marks an empty prediction or reference."""
+
+    bleu_1: float
+    bleu_avg: float
+    rouge_l: float
+    meteor: float
+    blank: bool
+    bleu_stats: BleuStats
+
+    def as_dict(self) -> dict[str, float]:
+        """The four scores by metric name."""
+        return {name: getattr(self, name) for name in METRICS}
+
+
+def _ngram_counts(tokens: Sequence[str], max_order: int) -> Counter[tuple[str, ...]]:
+    counts: Counter[tuple[str, ...]] = Counter()
+    for order in range(1, max_order + 1):
+        for i in range(len(tokens) - order + 1):
+            counts[tuple(tokens[i : i + order])] += 1
+    return counts
+
+
+def bleu_stats(hyp: Sequence[str], refs: Sequence[Sequence[str]], max_order: int = 4) -> BleuStats:
+    """Clipped n-gram matches as nmt-BLEU counts them: clip against the union of the references'
+    counts, reference length = the shortest reference."""
+    if not refs:
+        raise ValueError("bleu_stats needs at least one reference")
+    merged: Counter[tuple[str, ...]] = Counter()
+    for ref in refs:
+        merged |= _ngram_counts(ref, max_order)
+    overlap = _ngram_counts(hyp, max_order) & merged
+    matches = [0] * max_order
+    for ngram, count in overlap.items():
+        matches[len(ngram) - 1] += count
+    possible = tuple(max(len(hyp) - order + 1, 0) for order in range(1, max_order + 1))
+    return BleuStats(tuple(matches), possible, len(hyp), min(len(r) for r in refs))
+
+
+def bleu_from_stats(stats: BleuStats, config: MetricConfig) -> tuple[float, float]:
+    """``(BLEU-1, BLEU-Avg)`` from counts, with nmt-BLEU's float operations in its order.
+
+    BLEU-1 is the (optionally smoothed) clipped unigram precision, never length-penalised.
+    BLEU-Avg is the geometric mean of the 1..N precisions, times the brevity penalty when
+    ``bleu_brevity_penalty``; otherwise CRUD-RAG's ``bleu / bp`` (0 when ``bp`` is 0).
+    An empty hypothesis has penalty 0 and an empty reference penalty 1 (nmt-BLEU divides by zero).
+    """
+    order = config.bleu_max_order
+    precisions = []
+    for m, p in zip(stats.matches, stats.possible, strict=True):
+        if config.bleu_smoothing == "add1":
+            precisions.append((m + 1.0) / (p + 1.0))
+        else:
+            precisions.append(float(m) / p if p > 0 else 0.0)
+    geo_mean = math.exp(sum((1.0 / order) * math.log(p) for p in precisions)) if min(precisions) > 0 else 0.0
+    if stats.hyp_len == 0:
+        bp = 0.0
+    elif stats.ref_len == 0:
+        bp = 1.0
+    else:
+        ratio = float(stats.hyp_len) / stats.ref_len
+        bp = 1.0 if ratio > 1.0 else math.exp(1 - 1.0 / ratio)
+    bleu = geo_mean * bp
+    if not config.bleu_brevity_penalty:
+        bleu = 0.0 if bp == 0 else bleu / bp
+    return precisions[0], bleu
+
+
+class _PreTokenized:
+    """rouge-score tokenizer for text that is already a token list (tokenize once for all metrics)."""
+
+    def tokenize(self, tokens: list[str]) -> list[str]:
+        return tokens
+
+
+class NoWordNet:
+    """WordNet stand-in whose ``synsets`` finds nothing: METEOR's synonym stage off (``wordnet:off``)."""
+
+    def synsets(self, lemma: str, pos: str | None = None, lang: str = "eng", check_exceptions: bool = True) -> list:
+        return []
+
+
+def find_wordnet() -> str:
+    """Locate WordNet for nltk (also looking in ``.venv/nltk_data``); its version, e.g. ``'3.0'``.
+
+    Raises :class:`MetricSetupError` naming the fix when the data is missing.
+    """
+    import nltk
+
+    if str(PROJECT_NLTK_DATA) not in nltk.data.path:
+        nltk.data.path.append(str(PROJECT_NLTK_DATA))
+    try:
+        nltk.data.find("corpora/wordnet")
+    except LookupError:
+        raise MetricSetupError(
+            "METEOR asks for WordNet synonyms but nltk finds no WordNet data (searched "
+            f"{', '.join(nltk.data.path)}). Run `sudo scripts/setup_wordnet.sh` (installs Debian's "
+            "WordNet 3.0 into .venv/nltk_data), or score without synonyms with meteor_wordnet=False "
+            "(--set meteor_wordnet=false); the signature then says wordnet:off."
+        ) from None
+    from nltk.corpus import wordnet
+
+    wordnet.ensure_loaded()
+    return wordnet.get_version()
+
+
+class _Scorers:
+    """Per-process scorer objects for one config (WordNet and jieba load once)."""
+
+    def __init__(self, config: MetricConfig) -> None:
+        from nltk.stem.porter import PorterStemmer
+        from rouge_score import rouge_scorer
+
+        if config.tokenizer == "jieba":
+            init_jieba()
+        self.rouge = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_PreTokenized())
+        self.stemmer = PorterStemmer()
+        if config.meteor_wordnet:
+            find_wordnet()
+            from nltk.corpus import wordnet
+
+            self.wordnet: Any = wordnet
+        else:
+            self.wordnet = NoWordNet()
+
+
+_SCORERS: dict[MetricConfig, _Scorers] = {}
+
+
+def _scorers(config: MetricConfig) -> _Scorers:
+    if config not in _SCORERS:
+        _SCORERS[config] = _Scorers(config)
+    return _SCORERS[config]
+
+
+def prepare(config: MetricConfig) -> None:
+    """Check the config and load everything it needs now (jieba, WordNet), failing early."""
+    config.validate()
+    _scorers(config)
+
+
+def _meteor(hyp: list[str], ref: list[str], config: MetricConfig, scorers: _Scorers) -> float:
+    from nltk.translate.meteor_score import single_meteor_score
+
+    return single_meteor_score(
+        ref,
+        hyp,
+        preprocess=str.lower if config.meteor_lowercase else str,
+        stemmer=scorers.stemmer,
+        wordnet=scorers.wordnet,
+        alpha=config.meteor_alpha,
+        beta=config.meteor_beta,
+        gamma=config.meteor_gamma,
+    )
+
+
+def score_example(prediction: str, references: str | Sequence[str], config: MetricConfig) -> ExampleScores:
+    """The four scores of one prediction against its reference(s): the one-at-a-time path."""
+    refs = [references] if isinstance(references, str) else list(references)
+    if not refs:
+        raise ValueError("an example needs at least one reference answer")
+    for ref in [prediction, *refs]:
+        if not isinstance(ref, str):
+            raise TypeError(f"predictions and references must be strings, got {type(ref).__name__}: {ref!r:.80}")
+    scorers = _scorers(config)
+    order = config.bleu_max_order
+    refs = [r for r in refs if r.strip()] or [""]
+    if config.multi_ref == "first":
+        refs = refs[:1]
+    if not prediction.strip() or not refs[0].strip():
+        zero = BleuStats((0,) * order, (0,) * order, 0, 0)
+        return ExampleScores(0.0, 0.0, 0.0, 0.0, True, zero)
+
+    hyp_raw = tokenize(prediction, config.tokenizer)
+    refs_raw = [tokenize(r, config.tokenizer) for r in refs]
+    hyp = postprocess(hyp_raw, config.keep_whitespace, config.lowercase)
+    ref_toks = [postprocess(r, config.keep_whitespace, config.lowercase) for r in refs_raw]
+    hyp_m = postprocess(hyp_raw, config.meteor_keep_whitespace, False)
+    refs_m = [postprocess(r, config.meteor_keep_whitespace, False) for r in refs_raw]
+
+    rouge = max(scorers.rouge.score(ref, hyp)["rougeL"].fmeasure for ref in ref_toks)
+    meteor = max(_meteor(hyp_m, ref, config, scorers) for ref in refs_m)
+    if config.multi_ref == "max":
+        per_ref = [bleu_stats(hyp, [ref], order) for ref in ref_toks]
+        scored = [bleu_from_stats(s, config) for s in per_ref]
+        bleu_1 = max(b1 for b1, _ in scored)
+        best = max(range(len(scored)), key=lambda i: scored[i][1])
+        bleu_avg, stats = scored[best][1], per_ref[best]
+    else:
+        stats = bleu_stats(hyp, ref_toks, order)
+        bleu_1, bleu_avg = bleu_from_stats(stats, config)
+    return ExampleScores(bleu_1, bleu_avg, rouge, meteor, False, stats)
+
+
+def _score_chunk(job: tuple[MetricConfig, list[str], list[list[str]]]) -> list[ExampleScores]:
+    config, predictions, references = job
+    return [score_example(p, r, config) for p, r in zip(predictions, references, strict=True)]
+
+
+def _init_worker(config: MetricConfig) -> None:
+    _scorers(config)
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def score_examples(
+    predictions: Sequence[str],
+    references: Sequence[str | Sequence[str]],
+    config: MetricConfig,
+    workers: int | None = None,
+    progress: bool = False,
+) -> list[ExampleScores]:
+    """Score many examples, in ``workers`` processes (default: all CPUs; 1 = in this process).
+
+    Each example is scored independently by :func:`score_example`, so the result equals the
+    one-at-a-time path exactly, whatever the number of workers.
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} reference entries")
+    prepare(config)
+    preds = list(predictions)
+    refs = [[r] if isinstance(r, str) else list(r) for r in references]
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers == 1 or len(preds) < 64:
+        iterator = zip(preds, refs, strict=True)
+        if progress:
+            from tqdm import tqdm
+
+            iterator = tqdm(iterator, total=len(preds), desc="scoring", unit="ex")
+        return [score_example(p, r, config) for p, r in iterator]
+    # Several chunks per worker even out uneven lengths; order is kept by ``map``.
+    size = max(16, math.ceil(len(preds) / (workers * 8)))
+    jobs = [(config, preds[i : i + size], refs[i : i + size]) for i in range(0, len(preds), size)]
+    out: list[ExampleScores] = []
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config,)) as pool:
+        results = pool.map(_score_chunk, jobs)
+        if progress:
+            from tqdm import tqdm
+
+            results = tqdm(results, total=len(jobs), desc=f"scoring ({workers} procs)", unit="chunk")
+        for chunk in results:
+            out.extend(chunk)
+    return out
+
+
+def corpus_bleu(scores: Sequence[ExampleScores], config: MetricConfig) -> tuple[float, float]:
+    """Corpus-level ``(BLEU-1, BLEU-Avg)``: statistics pooled over examples before the ratios."""
+    order = config.bleu_max_order
+    total = BleuStats((0,) * order, (0,) * order, 0, 0)
+    for s in scores:
+        total = total + s.bleu_stats
+    return bleu_from_stats(total, config)

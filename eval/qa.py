@@ -1,0 +1,172 @@
+"""RAG question answering over memories vs chunking baselines, scored with BLEU / ROUGE-L / METEOR.
+
+    memreader eval --config configs/eval/demo_qa.yaml --set memories=<run>/read/memories.jsonl
+    python -m eval.qa --config configs/eval/demo_qa.yaml
+
+For every system (MemReader memories, plus each baseline chunker over the same documents) the
+chunks are indexed in Milvus Lite, the top-k chunks are retrieved per question, an instruct LM
+answers from them, and the answers are scored against the references with :mod:`eval.metrics`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_gen.teacher import GenerationParams, make_teacher
+from eval.baselines import baseline_memories
+from eval.metrics import format_table, score_pairs
+from memreader.config import describe_config, field, load_config
+from memreader.paths import run_dir, write_json, write_resolved_config
+from memreader.prompts import detect_lang, render
+from memreader.registry import load_embedder
+from memreader.schema import DocumentMemory, read_memories
+from retrieval.index import MemoryIndex
+
+
+@dataclass
+class QAConfig:
+    """Settings of one QA evaluation."""
+
+    memories: str = field("", help="MemReader memories JSONL (from memreader read)")
+    qa: str = field("", help="questions JSONL: {'id', 'question', 'answers': [..]} per line")
+    baselines: list = field(["fixed-180"], help="chunking baselines to compare against (eval/baselines.py)")
+    run: str = field("eval", help="outputs go to $MEMREADER_HOME/runs/<run>/eval/")
+    answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
+    answer_backend: str = field("local", help="'local' (transformers) or 'openai' (HTTP endpoint)")
+    base_url: str = field("", help="for answer_backend=openai")
+    embedder: str = field("minilm-l6", help="sentence-transformers model for the index (paper: bge-base-zh-v1.5)")
+    top_k: int = field(8, help="chunks retrieved per question (paper: 8)")
+    mode: str = field("three_layer", help="retrieval mode for MemReader memories: three_layer | single | chunk_only")
+    max_new_tokens: int = field(64, help="answer length budget")
+    batch_size: int = field(4, help="questions per generate call")
+    profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
+    limit: int = field(0, help="only the first N questions (0 = all)")
+
+    def check(self) -> list[str]:
+        """Problems beyond types."""
+        problems = [f"{k}: required" for k in ("memories", "qa") if not getattr(self, k)]
+        if self.top_k < 1:
+            problems.append("top_k must be >= 1")
+        return problems
+
+
+def read_questions(path: str | Path, limit: int = 0) -> list[dict[str, Any]]:
+    """Questions with reference answers; errors name the file, line and field."""
+    rows = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
+            for key in ("id", "question", "answers"):
+                if key not in rec:
+                    raise ValueError(f"{where}: missing field {key!r}")
+            if not isinstance(rec["answers"], list) or not rec["answers"]:
+                raise ValueError(f"{where}: field 'answers' must be a non-empty list of strings")
+            rows.append(rec)
+            if limit and len(rows) >= limit:
+                break
+    return rows
+
+
+def _answer_all(answerer: Any, questions: list[dict[str, Any]], contexts: list[list[str]], max_new_tokens: int) -> list[str]:
+    prompts = []
+    for q, chunks in zip(questions, contexts, strict=True):
+        context = "\n\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
+        msgs, _ = render("qa_answer", detect_lang(q["question"]), context=context, question=q["question"])
+        prompts.append(msgs)
+    params = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
+    return [str(a).strip() for a in answerer.generate_many(prompts, params, progress_desc="answer")]
+
+
+def evaluate_system(
+    name: str, memories: list[DocumentMemory], questions: list[dict[str, Any]], cfg: QAConfig,
+    embedder: Any, answerer: Any, out_dir: Path,
+) -> dict[str, Any]:
+    """Index one system's memories, retrieve, answer and score; writes predictions JSONL."""
+    mode = cfg.mode if name == "memreader" else "chunk_only"
+    t0 = time.perf_counter()
+    with MemoryIndex(out_dir / f"{name}.db", embedder=embedder) as index:
+        index.build(memories, embedder, embedder_name=cfg.embedder, progress=False)
+        hits = [index.search(q["question"], top_k=cfg.top_k, mode=mode) for q in questions]
+    contexts = [[h.text for h in hs] for hs in hits]
+    answers = _answer_all(answerer, questions, contexts, cfg.max_new_tokens)
+    refs = [q["answers"][0] for q in questions]
+    report = score_pairs(answers, refs, profile=cfg.profile)
+    with (out_dir / f"predictions.{name}.jsonl").open("w", encoding="utf-8") as fh:
+        for q, a, hs in zip(questions, answers, hits, strict=True):
+            fh.write(json.dumps({"id": q["id"], "question": q["question"], "prediction": a, "answers": q["answers"],
+                                 "retrieved": [h.to_dict() for h in hs]}, ensure_ascii=False) + "\n")
+    n_chunks = sum(len(m.scenarios) for m in memories)
+    return {
+        "system": name,
+        "mode": mode,
+        "chunks": n_chunks,
+        "mean_chunk_chars": round(sum(len(m.document) for m in memories) / max(n_chunks, 1), 1),
+        "mean_context_chars": round(sum(sum(map(len, c)) for c in contexts) / max(len(contexts), 1), 1),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "scores": report.to_dict(),
+        "_report": report,
+    }
+
+
+def run_qa(cfg: QAConfig) -> dict[str, Any]:
+    """Evaluate MemReader memories and every baseline on the same questions."""
+    out_dir = run_dir(cfg.run, "eval")
+    write_resolved_config(out_dir, cfg)
+    memories = read_memories(cfg.memories)
+    questions = read_questions(cfg.qa, cfg.limit)
+    documents = {m.doc_id: m.document for m in memories}
+    embedder = load_embedder(cfg.embedder)
+    if cfg.answer_backend == "openai":
+        answerer = make_teacher("openai", model=cfg.answer_model, base_url=cfg.base_url or None)
+    else:
+        answerer = make_teacher("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
+    systems = [("memreader", memories)] + [(b, baseline_memories(b, documents)) for b in cfg.baselines]
+    results = [evaluate_system(n, m, questions, cfg, embedder, answerer, out_dir) for n, m in systems]
+    table = format_table({r["system"]: r.pop("_report") for r in results})
+    settings = (f"questions={len(questions)} top_k={cfg.top_k} answer_model={cfg.answer_model} "
+                f"embedder={cfg.embedder} profile={cfg.profile}")
+    report = {"settings": settings, "systems": results}
+    write_json(out_dir / "report.json", report)
+    (out_dir / "report.txt").write_text(settings + "\n" + table + "\n", encoding="utf-8")
+    print(settings)
+    print(table)
+    print(f"eval: {len(systems)} systems x {len(questions)} questions → {out_dir / 'report.json'}")
+    return report
+
+
+CONFIG_CLASS = QAConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``memreader eval``."""
+    parser.add_argument("--config", help="YAML with QAConfig keys (see configs/eval/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point behind the CLI."""
+    run_qa(load_config(QAConfig, args.config, args.set))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.qa --config ...``"""
+    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(QAConfig),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

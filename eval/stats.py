@@ -1,0 +1,200 @@
+"""Bootstrap confidence intervals and paired significance tests over per-example scores.
+
+Written here rather than with ``scipy.stats.bootstrap`` because every metric and both systems of a
+comparison must share one set of resampling draws (fixed by a recorded seed), and corpus-level BLEU
+needs resampled *sums of counts*, not resampled means. Each draw is a vector of multinomial weights
+(how often each example is picked), so a resampled mean is ``weights @ values / n`` and a resampled
+corpus statistic is ``weights @ counts``.
+
+    from eval.stats import bootstrap_ci, paired_bootstrap
+    ci = bootstrap_ci(per_example_scores, seed=12345)        # Interval(low=..., high=..., ...)
+    test = paired_bootstrap(scores_a, scores_b, seed=12345)   # delta, its interval, p-value
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_SEED = 12345
+DEFAULT_RESAMPLES = 1000
+DEFAULT_CONFIDENCE = 0.95
+_BLOCK = 100  # resamples drawn per block, bounding memory at block * n weights
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A percentile bootstrap interval and how it was drawn."""
+
+    low: float
+    high: float
+    confidence: float
+    n_resamples: int
+    seed: int
+    method: str = "percentile-bootstrap"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """System A minus system B on the same items: mean difference, its interval, two p-values."""
+
+    delta: float
+    interval: Interval
+    p_bootstrap: float
+    p_permutation: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        out = asdict(self)
+        out["interval"] = self.interval.to_dict()
+        return out
+
+
+def _check(n_resamples: int, confidence: float) -> None:
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+
+
+def resample_weights(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Blocks of bootstrap draws as ``(block, n)`` integer weight matrices (rows sum to ``n``).
+
+    The same ``(n, n_resamples, seed)`` always yields the same draws.
+    """
+    if n < 1:
+        raise ValueError("cannot resample an empty set of examples")
+    rng = np.random.default_rng(seed)
+    probs = np.full(n, 1.0 / n)
+    done = 0
+    while done < n_resamples:
+        size = min(_BLOCK, n_resamples - done)
+        yield rng.multinomial(n, probs, size=size)
+        done += size
+
+
+def bootstrap_distribution(
+    n: int,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> np.ndarray:
+    """``statistic`` (weights ``(b, n)`` -> values ``(b,)``) evaluated on every bootstrap draw."""
+    return np.concatenate([np.asarray(statistic(w), dtype=float) for w in resample_weights(n, n_resamples, seed)])
+
+
+def percentile_interval(
+    draws: np.ndarray, confidence: float, n_resamples: int, seed: int
+) -> Interval:
+    """The central ``confidence`` interval of bootstrap ``draws``."""
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(draws, [tail, 100.0 - tail])
+    return Interval(float(low), float(high), confidence, n_resamples, seed)
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> Interval:
+    """Percentile bootstrap interval of the mean of ``values``."""
+    _check(n_resamples, confidence)
+    v = np.asarray(values, dtype=float)
+    draws = bootstrap_distribution(len(v), lambda w: w @ v / len(v), n_resamples, seed)
+    return percentile_interval(draws, confidence, n_resamples, seed)
+
+
+def _bootstrap_p(draws: np.ndarray, observed: float) -> float:
+    # sacrebleu's paired-bootstrap p-value: centre the draws (null of no difference) and count how
+    # often a difference at least as large as the observed one appears.
+    centred = np.abs(draws - draws.mean())
+    return float((np.sum(centred >= abs(observed)) + 1) / (len(draws) + 1))
+
+
+def permutation_p(
+    diffs: Sequence[float] | np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> float:
+    """Two-sided paired permutation (sign-flip) test of ``mean(diffs) == 0``; add-one p-value."""
+    d = np.asarray(diffs, dtype=float)
+    if len(d) == 0:
+        raise ValueError("cannot test an empty set of differences")
+    observed = abs(d.mean())
+    rng = np.random.default_rng(seed)
+    hits, done = 0, 0
+    while done < n_resamples:
+        size = min(_BLOCK, n_resamples - done)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, len(d)))
+        # A tiny tolerance so ties with the observed statistic count despite float rounding.
+        hits += int(np.sum(np.abs(signs @ d / len(d)) >= observed - 1e-12))
+        done += size
+    return (hits + 1) / (n_resamples + 1)
+
+
+def paired_bootstrap(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> PairedTest:
+    """Compare two systems scored on the same items (``a[i]`` and ``b[i]`` are the same item)."""
+    _check(n_resamples, confidence)
+    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if va.shape != vb.shape:
+        raise ValueError(f"paired scores must align: {len(va)} vs {len(vb)} items")
+    d = va - vb
+    draws = bootstrap_distribution(len(d), lambda w: w @ d / len(d), n_resamples, seed)
+    return PairedTest(
+        delta=float(d.mean()),
+        interval=percentile_interval(draws, confidence, n_resamples, seed),
+        p_bootstrap=_bootstrap_p(draws, float(d.mean())),
+        p_permutation=permutation_p(d, n_resamples, seed),
+        n=len(d),
+    )
+
+
+def paired_bootstrap_statistic(
+    n: int,
+    statistic_a: Callable[[np.ndarray], np.ndarray],
+    statistic_b: Callable[[np.ndarray], np.ndarray],
+    observed: float,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> tuple[Interval, float]:
+    """Interval and bootstrap p-value of ``statistic_a - statistic_b`` for non-mean statistics
+    (corpus BLEU), both evaluated on the same draws."""
+    _check(n_resamples, confidence)
+    draws = bootstrap_distribution(n, lambda w: statistic_a(w) - statistic_b(w), n_resamples, seed)
+    return percentile_interval(draws, confidence, n_resamples, seed), _bootstrap_p(draws, observed)
+
+
+def corpus_bleu_from_counts(
+    counts: np.ndarray, max_order: int, smoothing: str, brevity_penalty: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised corpus ``(BLEU-1, BLEU-Avg)`` for rows of summed counts.
+
+    ``counts`` columns: matches[1..N], possible[1..N], hyp_len, ref_len (as in
+    :class:`eval.metrics.BleuStats`). Mirrors :func:`eval.metrics.bleu_from_stats` for bootstrap
+    draws; the headline number itself always comes from the exact scalar function.
+    """
+    counts = np.atleast_2d(np.asarray(counts, dtype=float))
+    m, p = counts[:, :max_order], counts[:, max_order : 2 * max_order]
+    hyp, ref = counts[:, 2 * max_order], counts[:, 2 * max_order + 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        prec = (m + 1.0) / (p + 1.0) if smoothing == "add1" else np.where(p > 0, m / np.where(p > 0, p, 1), 0.0)
+        positive = prec.min(axis=1) > 0
+        geo = np.where(positive, np.exp(np.sum(np.log(np.where(prec > 0, prec, 1.0)) / max_order, axis=1)), 0.0)
+        ratio = np.where(ref > 0, hyp / np.where(ref > 0, ref, 1), np.inf)
+        bp = np.where(hyp == 0, 0.0, np.where(ratio > 1.0, 1.0, np.exp(1 - 1.0 / ratio)))
+    bleu = geo * bp if brevity_penalty else geo
+    return prec[:, 0], bleu

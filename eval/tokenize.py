@@ -1,0 +1,104 @@
+"""Tokenizers for the answer metrics, each named and versioned so that signatures can record them.
+
+``jieba``       ``list(jieba.cut(text))`` (default mode, HMM on): the MoM / CRUD-RAG evaluators'
+                tokenizer. Whitespace and punctuation come back as tokens of their own.
+``char``        one token per Unicode code point, whitespace included.
+``whitespace``  ``text.split()``.
+``13a``         sacrebleu's mteval-v13a tokenizer (the WMT standard for English), then ``split()``.
+
+Whether whitespace tokens survive and whether tokens are case-folded are separate, recorded options
+(see :class:`eval.metrics.MetricConfig`); they are applied by :func:`postprocess`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable
+from functools import cache, lru_cache
+
+TOKENIZERS = ("jieba", "char", "whitespace", "13a")
+
+_jieba_ready = False
+
+
+def init_jieba() -> None:
+    """Load jieba's dictionary once per process and silence its start-up chatter."""
+    global _jieba_ready
+    if _jieba_ready:
+        return
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    _jieba_ready = True
+
+
+def _jieba_tokens(text: str) -> list[str]:
+    import jieba
+
+    init_jieba()
+    return list(jieba.cut(text))
+
+
+def _char_tokens(text: str) -> list[str]:
+    return list(text)
+
+
+def _whitespace_tokens(text: str) -> list[str]:
+    return text.split()
+
+
+@lru_cache(maxsize=1)
+def _tokenizer_13a() -> Callable[[str], str]:
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    return Tokenizer13a()
+
+
+def _tokens_13a(text: str) -> list[str]:
+    return _tokenizer_13a()(text).split()
+
+
+_FUNCTIONS: dict[str, Callable[[str], list[str]]] = {
+    "jieba": _jieba_tokens,
+    "char": _char_tokens,
+    "whitespace": _whitespace_tokens,
+    "13a": _tokens_13a,
+}
+
+
+def get_tokenizer(name: str) -> Callable[[str], list[str]]:
+    """The tokenizer called ``name`` (one of :data:`TOKENIZERS`)."""
+    try:
+        return _FUNCTIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZERS)}") from None
+
+
+def tokenize(text: str, name: str) -> list[str]:
+    """Raw tokens of ``text`` (no case folding, whitespace tokens kept where the tokenizer makes them)."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected a string to tokenize, got {type(text).__name__}: {text!r:.80}")
+    return get_tokenizer(name)(text)
+
+
+def postprocess(tokens: list[str], keep_whitespace: bool, lowercase: bool) -> list[str]:
+    """Apply the recorded token options.
+
+    Dropping whitespace is ``' '.join(tokens).split()``, literally what the MoM METEOR cell does,
+    so a token that merely contains whitespace is split exactly as it was there.
+    """
+    out = tokens if keep_whitespace else " ".join(tokens).split()
+    return [t.lower() for t in out] if lowercase else list(out)
+
+
+@cache
+def tokenizer_signature(name: str) -> str:
+    """``name`` plus the version of the library behind it, e.g. ``jieba-0.42.1``."""
+    get_tokenizer(name)
+    if name == "jieba":
+        return f"jieba-{importlib.metadata.version('jieba')}"
+    if name == "13a":
+        return f"13a-sacrebleu-{importlib.metadata.version('sacrebleu')}"
+    return name

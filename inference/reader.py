@@ -1,0 +1,179 @@
+"""MemReader batch reading: a corpus in, validated document memories out (resumable).
+
+    memreader read --config configs/inference/smollm2_cpu.yaml --set adapter=artifacts/runs/demo/train/adapter
+    python -m inference.reader --config configs/inference/qwen2_5_7b_vllm.yaml
+
+Backends share one interface (``generate_many(messages_list, params, progress_desc)``):
+``transformers`` (in process, batched; CPU or GPU), ``vllm`` (GPU, LoRA through ``LoRARequest``;
+imported lazily) and ``openai`` (any OpenAI-compatible server, e.g. ``vllm serve --enable-lora``
+or ``memreader serve``). Finished ``doc_id``s already in the output file are skipped, so an
+interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
+repetition_penalty 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from data_gen.teacher import GenerationParams, make_teacher
+from memreader.assemble import memory_from_output
+from memreader.config import describe_config, field, load_config
+from memreader.corpus import read_corpus
+from memreader.paths import run_dir, write_json, write_resolved_config
+from memreader.prompts import detect_lang, render
+from memreader.schema import MemoryValidationError, iter_memories, write_memories
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReadConfig:
+    """Settings of one MemReader reading run."""
+
+    input: str = field("", help="corpus JSONL, one {'id','text'} per line")
+    id_field: str = field("id", help="name of the id field in the corpus")
+    text_field: str = field("text", help="name of the text field in the corpus")
+    limit: int = field(0, help="only the first N documents (0 = all)")
+    run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
+    backend: str = field("transformers", help="'transformers', 'vllm' (GPU) or 'openai' (HTTP server)")
+    model: str = field("smollm2-135m-instruct", help="base model (registry name, folder, hub id, or served name)")
+    adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
+    base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_TEACHER_BASE_URL)")
+    think: bool = field(False, help="use the <think> (CoM) prompt variant")
+    batch_size: int = field(4, help="documents per generate call")
+    max_new_tokens: int = field(512, help="token budget per memory")
+    temperature: float = field(0.1, help="paper: 0.1")
+    top_p: float = field(0.1, help="paper: 0.1")
+    repetition_penalty: float = field(1.05, help="paper: 1.05")
+    seed: int = field(0, help="sampling seed")
+    max_model_len: int = field(8192, help="for backend=vllm: context length")
+    fuzzy_threshold: float = field(85.0, help="aligner: rapidfuzz score a fuzzy head/tail must reach")
+
+    def check(self) -> list[str]:
+        """Problems beyond types."""
+        problems = []
+        if not self.input:
+            problems.append("input: give a corpus JSONL path (input=...)")
+        if self.backend not in ("transformers", "vllm", "openai"):
+            problems.append(f"backend: {self.backend!r} is not transformers, vllm or openai")
+        if self.batch_size < 1:
+            problems.append("batch_size must be >= 1")
+        return problems
+
+
+def _done_ids(path: Path) -> set[str]:
+    """doc_ids already written; a half-written last line (crash mid-write) is cut off loudly."""
+    if not path.is_file():
+        return set()
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        try:
+            json.loads(lines[-1])
+        except json.JSONDecodeError:
+            log.warning("%s: dropping a half-written last line from an interrupted run", path)
+            path.write_text("".join(lines[:-1]), encoding="utf-8")
+    try:
+        return {m.doc_id for m in iter_memories(path)}
+    except MemoryValidationError as exc:
+        raise MemoryValidationError(f"cannot resume: {exc}. Move the file away to start over.") from None
+
+
+def make_backend(cfg: ReadConfig) -> Any:
+    """The generation backend named by ``cfg.backend``."""
+    if cfg.backend == "transformers":
+        return make_teacher("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None)
+    if cfg.backend == "openai":
+        return make_teacher("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size)
+    from inference.vllm_backend import VLLMBackend
+
+    return VLLMBackend(cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len)
+
+
+def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[str, Any]:
+    """Read every not-yet-read document; returns the run summary."""
+    out_dir = run_dir(cfg.run, "read")
+    write_resolved_config(out_dir, cfg)
+    out_path = out_dir / "memories.jsonl"
+    docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
+    done = _done_ids(out_path)
+    todo = [d for d in docs if d.doc_id not in done]
+    params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
+    name = "memreader_think" if cfg.think else "memreader"
+    stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0}
+    t0 = time.perf_counter()
+    if todo:
+        backend = backend or make_backend(cfg)
+    bar = tqdm(total=len(todo), desc="read", unit="doc")
+    for start in range(0, len(todo), cfg.batch_size):
+        batch = todo[start : start + cfg.batch_size]
+        rendered = [render(name, detect_lang(d.text), document=d.text) for d in batch]
+        outputs = backend.generate_many([m for m, _ in rendered], params)
+        memories = []
+        for doc, out, (_, tpl) in zip(batch, outputs, rendered, strict=True):
+            meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": tpl.id, "backend": cfg.backend}
+            mem = memory_from_output(doc.doc_id, doc.text, out, meta, "whole", cfg.fuzzy_threshold)
+            stats["fallbacks"] += "fallback" in mem.meta
+            stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
+            stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)
+            stats["coverage_exact_sum"] += mem.meta.get("alignment", {}).get("coverage_exact", 0.0)
+            memories.append(mem)
+        write_memories(out_path, memories, append=True)  # written per batch: a crash loses one batch
+        bar.update(len(batch))
+    bar.close()
+    seconds = time.perf_counter() - t0
+    n = len(todo)
+    summary = {
+        "documents": len(docs),
+        "read": n,
+        "skipped_done": len(docs) - n,
+        "fallback_whole_document": stats["fallbacks"],
+        "repaired_outputs": stats["repaired"],
+        "merged_scenarios": stats["merged_scenarios"],
+        "mean_coverage_exact": round(stats["coverage_exact_sum"] / n, 4) if n else None,
+        "seconds": round(seconds, 2),
+        "docs_per_s": round(n / seconds, 3) if n and seconds else None,
+        "memories": str(out_path),
+    }
+    write_json(out_dir / "summary.json", summary)
+    print(
+        f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {len(docs) - n} already done, "
+        f"{stats['repaired']} repaired, {stats['fallbacks']} whole-document fallbacks → {out_path}"
+    )
+    if stats["fallbacks"]:
+        print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
+    return summary
+
+
+CONFIG_CLASS = ReadConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``memreader read``."""
+    parser.add_argument("--config", help="YAML with ReadConfig keys (see configs/inference/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point behind the CLI."""
+    read_corpus_memories(load_config(ReadConfig, args.config, args.set))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m inference.reader --config ...``"""
+    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(ReadConfig),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

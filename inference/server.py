@@ -1,0 +1,266 @@
+"""``memreader serve``: a small OpenAI-compatible chat server around one in-process transformers model.
+
+    memreader serve --model smollm2-135m-instruct --adapter artifacts/runs/r1/sft/adapter \\
+        --host 127.0.0.1 --port 8000
+    python -m inference.server --model smollm2-135m-instruct --port 8000
+
+Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` (non-streaming; ``model``, ``messages``,
+``temperature``, ``top_p``, ``max_tokens``, ``seed`` and vLLM's ``repetition_penalty``), ``GET /health``.
+Requests are served by threads but generate one at a time (one model, one lock): this is for CPU
+work, tests and small demos. On a GPU, serve the same base model and adapter with vLLM instead:
+
+    vllm serve Qwen/Qwen2.5-1.5B-Instruct --enable-lora --lora-modules memreader=<adapter folder>
+
+The same client (:class:`data_gen.teacher.OpenAITeacher`, ``base_url=http://host:port/v1``) talks
+to either server; with vLLM, ask for ``model="memreader"`` to get the adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from data_gen.teacher import GenerationParams, generate_chat_batch
+
+log = logging.getLogger(__name__)
+
+_MAX_BODY_BYTES = 16 * 1024 * 1024
+_ROLES = {"system", "user", "assistant"}
+
+
+class RequestError(Exception):
+    """A bad request: answered with an OpenAI-style JSON error, never a stack trace."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.param, self.status, self.code = message, param, status, code
+
+
+def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise RequestError(f"{name}={value!r} must be a number in [{low}, {high}]", param=name)
+    return float(value)
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    """Validate ``messages``; content given as a list of text parts is joined into one string."""
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("'messages' must be a non-empty list of {role, content} objects", param="messages")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+            raise RequestError(f"messages[{i}] needs a role in {sorted(_ROLES)}, got {m!r:.100}", param="messages")
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if len(parts) != len(content) or not all(isinstance(p, str) for p in parts):
+                raise RequestError(f"messages[{i}].content parts must all be {{type: text, text: ...}}",
+                                   param="messages")
+            content = "".join(parts)
+        if not isinstance(content, str):
+            raise RequestError(f"messages[{i}].content must be a string, got {content!r:.100}", param="messages")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+class ChatServer(ThreadingHTTPServer):
+    """HTTP server owning one model; ``generate`` is serialised by a lock."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], model: Any, tokenizer: Any, model_ids: list[str],
+                 default_max_tokens: int = 512) -> None:
+        super().__init__(address, _Handler)
+        self.model, self.tokenizer, self.model_ids = model, tokenizer, model_ids
+        self.default_max_tokens = default_max_tokens
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.created = int(time.time())
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """Base URL for OpenAI clients, e.g. ``http://127.0.0.1:8000/v1``."""
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def models_payload(self) -> dict[str, Any]:
+        """The ``GET /v1/models`` answer."""
+        return {"object": "list", "data": [
+            {"id": m, "object": "model", "created": self.created, "owned_by": "memreader"} for m in self.model_ids
+        ]}
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Validate one chat completion request and answer it in the OpenAI schema."""
+        model = body.get("model", self.model_ids[0])
+        if model not in self.model_ids:
+            raise RequestError(f"model {model!r} is not served here; use one of {self.model_ids}",
+                               param="model", status=404, code="model_not_found")
+        if body.get("stream"):
+            raise RequestError("stream=true is not supported by memreader serve; send stream=false", param="stream")
+        if body.get("n", 1) != 1:
+            raise RequestError(f"n={body['n']!r} is not supported; send n=1 and repeat the request", param="n")
+        messages = _messages(body)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or self.default_max_tokens
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise RequestError(f"max_tokens={max_tokens!r} must be an integer >= 1", param="max_tokens")
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise RequestError(f"seed={seed!r} must be an integer", param="seed")
+        params = GenerationParams(
+            temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+            top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
+            max_new_tokens=max_tokens,
+            repetition_penalty=_number(body, "repetition_penalty", 1.0, 1e-9, 10.0),
+            seed=seed,
+        )
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_len = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        if self.context_length and prompt_len + max_tokens > self.context_length:
+            raise RequestError(
+                f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the model's context of "
+                f"{self.context_length} tokens; shorten the messages or lower max_tokens",
+                param="messages", code="context_length_exceeded")
+        with self.lock:
+            gen = generate_chat_batch(self.model, self.tokenizer, [messages], params)[0]
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text},
+                         "finish_reason": gen.finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
+                      "total_tokens": gen.prompt_tokens + gen.completion_tokens},
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ChatServer
+    protocol_version = "HTTP/1.1"  # keep-alive, so OpenAI clients reuse connections
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, err: RequestError) -> None:
+        kind = "not_found_error" if err.status == 404 else "invalid_request_error"
+        self._send(err.status, {"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}})
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/v1/models":
+            self._send(HTTPStatus.OK, self.server.models_payload())
+        elif path == "/health":
+            self._send(HTTPStatus.OK, {"status": "ok"})
+        else:
+            self._error(RequestError(f"no route GET {self.path}; try /v1/models", status=404))
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        start = time.perf_counter()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length <= 0 or length > _MAX_BODY_BYTES:
+                self.close_connection = True  # the body (if any) was not read
+                raise RequestError(f"request body must be 1..{_MAX_BODY_BYTES} bytes with a Content-Length header",
+                                   status=413 if length > _MAX_BODY_BYTES else 400)
+            raw = self.rfile.read(length)
+            if path != "/v1/chat/completions":
+                raise RequestError(f"no route POST {self.path}; use /v1/chat/completions", status=404)
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RequestError(f"request body is not valid JSON: {exc}") from exc
+            if not isinstance(body, dict):
+                raise RequestError("request body must be a JSON object")
+            answer = self.server.complete(body)
+        except RequestError as err:
+            log.info("POST %s -> %d %s", path, err.status, err.message)
+            self._error(err)
+            return
+        except Exception as exc:  # a server-side failure: log the traceback, answer 500 (clients retry 5xx)
+            log.exception("POST %s failed", path)
+            self._send(500, {"error": {"message": f"generation failed: {type(exc).__name__}: {exc}",
+                                       "type": "server_error", "param": None, "code": None}})
+            return
+        usage = answer["usage"]
+        log.info("POST %s -> 200, %d+%d tokens in %.2f s", path, usage["prompt_tokens"],
+                 usage["completion_tokens"], time.perf_counter() - start)
+        self._send(HTTPStatus.OK, answer)
+
+
+def build_server(model_name: str, adapter: str | None = None, host: str = "127.0.0.1", port: int = 8000, *,
+                 served_model_name: str | None = None, device: str = "auto",
+                 default_max_tokens: int = 512) -> ChatServer:
+    """Load the model (+ LoRA adapter) and bind the server; ``port=0`` picks a free port (see ``.url``).
+
+    Served model ids: ``served_model_name`` if given, else the model name, plus ``"memreader"`` when an
+    adapter is loaded (the name the vLLM command above uses).
+    """
+    from memreader.registry import load_causal_lm, runtime
+
+    model, tokenizer = load_causal_lm(model_name, adapter=adapter, rt=runtime(device))
+    ids = [served_model_name or model_name]
+    if adapter and "memreader" not in ids:
+        ids.append("memreader")
+    return ChatServer((host, port), model, tokenizer, ids, default_max_tokens=default_max_tokens)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``memreader serve`` flags."""
+    parser.add_argument("--model", default="smollm2-135m-instruct",
+                        help="model name from the registry, a local folder, or a hub id")
+    parser.add_argument("--adapter", default=None, help="optional LoRA adapter folder (training output)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 exposes it to the network)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one")
+    parser.add_argument("--served-model-name", default=None, help="model id clients ask for (default: --model)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
+    parser.add_argument("--default-max-tokens", type=int, default=512,
+                        help="max_tokens for requests that do not set it")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C."""
+    if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
+        raise SystemExit(f"--adapter {args.adapter} has no adapter_config.json; pass a LoRA output folder")
+    server = build_server(args.model, args.adapter, args.host, args.port, served_model_name=args.served_model_name,
+                          device=args.device, default_max_tokens=args.default_max_tokens)
+    log.info("serving %s at %s (OpenAI-compatible; Ctrl-C stops)", ", ".join(server.model_ids), server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        log.info("stopping the server")
+    finally:
+        server.server_close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m inference.server --model ... --port 8000``."""
+    parser = add_arguments(argparse.ArgumentParser(prog="memreader serve", description=__doc__.split("\n")[0]))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The ``memreader`` command: one subcommand per job, each a thin wrapper over a stage module.
+
+    memreader demo                       # whole pipeline on the embedded models
+    memreader gen   --config configs/data_gen/smollm2_local.yaml
+    memreader train --config configs/training/smollm2/135m_lora_cpu_smoke.yaml
+    memreader read  --config configs/inference/smollm2_cpu.yaml
+    memreader serve --model smollm2-135m-instruct --port 8000
+    memreader index --config configs/retrieval/three_layer_minilm.yaml
+    memreader ask   --config configs/retrieval/three_layer_minilm.yaml "question"
+    memreader eval  --config configs/eval/demo_qa.yaml
+    memreader score --pred preds.jsonl --ref refs.jsonl --profile mom
+
+Stage modules are imported only for the chosen subcommand, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gen": ("data_gen.pipeline", "teacher-side memory generation → memories + SFT data"),
+    "train": ("training.sft", "LoRA fine-tuning with TRL SFTTrainer"),
+    "read": ("inference.reader", "MemReader batch reading of a corpus (resumable)"),
+    "serve": ("inference.server", "OpenAI-compatible HTTP server over a local model (+ adapter)"),
+    "index": ("retrieval.cli", "index memories into Milvus (outline / core / chunk layers)"),
+    "ask": ("retrieval.cli", "retrieve chunks for a question, with provenance"),
+    "eval": ("eval.qa", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR"),
+    "score": ("eval.score", "score prediction/reference JSONL files with BLEU/ROUGE-L/METEOR"),
+    "demo": ("memreader.demo", "run every stage on the embedded models and a small demo corpus"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items())
+    return argparse.ArgumentParser(
+        prog="memreader",
+        description="Document memories with small language models: generate, train, read, index, ask, evaluate.",
+        epilog=f"commands:\n{lines}\n\nrun 'memreader <command> --help' for a command's options",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch ``memreader <command> ...``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    top.add_argument("command", choices=sorted(COMMANDS), help=argparse.SUPPRESS)
+    top.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    if not argv or argv[0] in ("-h", "--help"):
+        top.print_help()
+        return 0
+    verbose = "-v" in argv or "--verbose" in argv
+    argv = [a for a in argv if a not in ("-v", "--verbose")]
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        top.error(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(
+        prog=f"memreader {name}", description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    adder = getattr(module, f"add_{name}_arguments", None) or module.add_arguments
+    runner = getattr(module, f"run_{name}", None) or module.run
+    adder(parser)
+    config_class = getattr(module, "CONFIG_CLASS", None)
+    if config_class is not None:
+        from memreader.config import describe_config
+
+        parser.epilog = describe_config(config_class)
+    return int(runner(parser.parse_args(rest)) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

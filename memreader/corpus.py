@@ -1,0 +1,67 @@
+"""Corpus JSONL: one document per line, ``{"id": ..., "text": ...}`` (field names configurable)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class CorpusError(ValueError):
+    """A corpus file is unreadable or a record lacks a field; the message names file and line."""
+
+
+@dataclass
+class Document:
+    """One input document."""
+
+    doc_id: str
+    text: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        """Content hash, part of every cache key."""
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def read_corpus(
+    path: str | Path, id_field: str = "id", text_field: str = "text", limit: int | None = None
+) -> list[Document]:
+    """Read documents from JSONL; duplicate ids, missing fields and bad bytes are errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"corpus file {path} does not exist")
+    docs: list[Document] = []
+    seen: set[str] = set()
+    raw = path.read_bytes()
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        where = f"{path}:{lineno}"
+        try:
+            text_line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorpusError(f"{where}: not UTF-8 (byte {exc.start}); re-encode the file as UTF-8") from None
+        if not text_line.strip():
+            continue
+        try:
+            rec = json.loads(text_line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{where}: invalid JSON ({exc.msg}); is the file truncated?") from None
+        if not isinstance(rec, dict):
+            raise CorpusError(f"{where}: expected a JSON object per line")
+        for name in (id_field, text_field):
+            if name not in rec:
+                raise CorpusError(f"{where}: missing field {name!r} (set id_field/text_field to map your names)")
+        if not isinstance(rec[text_field], str):
+            raise CorpusError(f"{where}: field {text_field!r} must be a string, got {type(rec[text_field]).__name__}")
+        doc_id = str(rec[id_field])
+        if doc_id in seen:
+            raise CorpusError(f"{where}: duplicate id {doc_id!r}; ids must be unique for resuming to work")
+        seen.add(doc_id)
+        meta = {k: v for k, v in rec.items() if k not in (id_field, text_field)}
+        docs.append(Document(doc_id, rec[text_field], meta))
+        if limit is not None and len(docs) >= limit:
+            break
+    return docs

@@ -1,0 +1,138 @@
+"""Rank fusion: reciprocal rank fusion (RRF) and the hit types of layered retrieval.
+
+RRF is written by hand (a dozen lines) because Milvus' ``RRFRanker`` in ``hybrid_search`` fuses on
+primary keys — an outline row and its chunk row have different keys, so it cannot map layers to
+chunks — and it promises no tie-break. Here ties are broken by the key itself, and the score is an
+exactly rounded sum (:func:`math.fsum`), so two keys with the same multiset of ranks tie exactly,
+whatever the order of the lists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+OUTLINE, CORE, CHUNK, SINGLE = "outline", "core", "chunk", "single"
+LAYERS = (OUTLINE, CORE, CHUNK)
+"""The three layers of a document memory that three-layer retrieval searches independently."""
+ALL_LAYERS = (*LAYERS, SINGLE)
+"""Everything an index holds: the three layers plus one averaged vector per scenario."""
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = 60) -> list[tuple[K, float]]:
+    """Fuse ranked lists: ``score(d) = sum over lists containing d of 1 / (k + rank(d))``.
+
+    Ranks are 1-based. Returns ``(key, score)`` best first; equal scores are ordered by the key
+    (ascending), so keys must be mutually orderable (ints, strings, tuples of them). A key listed
+    twice in one ranking is an error: the ranking would vote for it twice.
+    """
+    if not math.isfinite(k) or k < 0:
+        raise ValueError(f"RRF k must be a finite number >= 0, got {k!r} (the usual value is 60)")
+    terms: dict[K, list[float]] = {}
+    for li, ranking in enumerate(rankings):
+        seen: set[K] = set()
+        for rank, key in enumerate(ranking, start=1):
+            if key in seen:
+                raise ValueError(
+                    f"ranking {li} lists {key!r} more than once; deduplicate each ranking before fusing"
+                )
+            seen.add(key)
+            terms.setdefault(key, []).append(1.0 / (k + rank))
+    scored = [(key, math.fsum(parts)) for key, parts in terms.items()]
+    try:
+        # Sort by key first (always compares keys, so a bad key type fails every time, not only on
+        # a tie), then stably by score: equal scores keep key order.
+        scored.sort(key=lambda item: item[0])  # type: ignore[arg-type, return-value]
+    except TypeError as exc:
+        raise TypeError(
+            f"RRF breaks ties by the key, so keys must be mutually orderable ({exc}); "
+            "use ints, strings or tuples of them as keys"
+        ) from exc
+    scored.sort(key=lambda item: -item[1])
+    return scored
+
+
+ChunkKey = tuple[str, int]
+"""A scenario's identity in an index: ``(doc_id, scenario index)``."""
+
+
+@dataclass(frozen=True)
+class LayerHit:
+    """One row returned by one layer's vector search."""
+
+    layer: str
+    rank: int
+    """1-based rank within this layer's list."""
+    similarity: float
+    """Cosine similarity between the query and the row's vector."""
+    doc_id: str
+    scenario: int
+    start: int
+    end: int
+    text: str
+    """The row's own text: the outline item, the core content or the chunk (empty for ``single``)."""
+
+    @property
+    def key(self) -> ChunkKey:
+        """The chunk this row belongs to."""
+        return (self.doc_id, self.scenario)
+
+
+@dataclass
+class Hit:
+    """One retrieved chunk: an exact span of its document, its fused score and its provenance."""
+
+    doc_id: str
+    scenario: int
+    start: int
+    end: int
+    text: str
+    """``document[start:end]``."""
+    score: float
+    """RRF score over the layers searched (one list in ``single`` / ``chunk_only`` mode)."""
+    provenance: list[LayerHit] = field(default_factory=list)
+    """The layer rows that voted for this chunk, in layer order."""
+
+    @property
+    def layers(self) -> list[str]:
+        """Names of the layers that retrieved this chunk."""
+        return [p.layer for p in self.provenance]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (provenance without the repeated span fields)."""
+        return {
+            "doc_id": self.doc_id,
+            "scenario": self.scenario,
+            "start": self.start,
+            "end": self.end,
+            "score": self.score,
+            "text": self.text,
+            "provenance": [
+                {"layer": p.layer, "rank": p.rank, "similarity": p.similarity, "text": p.text}
+                for p in self.provenance
+            ],
+        }
+
+
+def fuse_layer_hits(
+    layer_lists: Sequence[Sequence[LayerHit]], k: float = 60
+) -> list[tuple[ChunkKey, float, list[LayerHit]]]:
+    """Map every layer hit to its chunk and fuse the lists with :func:`reciprocal_rank_fusion`.
+
+    Each list must be ranked best first (``rank`` 1, 2, ...). Returns ``(chunk key, score,
+    provenance)`` best first; ties are broken by ``(doc_id, scenario)``.
+    """
+    provenance: dict[ChunkKey, list[LayerHit]] = {}
+    rankings: list[list[ChunkKey]] = []
+    for hits in layer_lists:
+        ranking = []
+        for expected, hit in enumerate(hits, start=1):
+            assert hit.rank == expected, f"layer {hit.layer} list is not ranked 1..n at {hit}"
+            ranking.append(hit.key)
+            provenance.setdefault(hit.key, []).append(hit)
+        rankings.append(ranking)
+    return [(key, score, provenance[key]) for key, score in reciprocal_rank_fusion(rankings, k=k)]

@@ -1,0 +1,464 @@
+"""The memory index: document memories as vectors in Milvus, one row per scenario and layer.
+
+Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server (``http://``,
+``https://``, ``tcp://`` or ``unix:`` URI) — the same code path, through ``pymilvus.MilvusClient``.
+
+Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``core`` / ``chunk``
+/ ``single``) rather than one collection per layer, because
+
+- every layer of a build shares one schema, one vector index and one metadata record (embedder,
+  dimension, status), and is dropped and recreated in one step, so layers can never drift apart
+  (e.g. half re-embedded with another model);
+- per-layer search stays independent: ``layer`` is the collection's partition key and each search
+  filters on it, so Milvus searches only that layer's rows and returns that layer's own top k —
+  the same list a separate collection would give;
+- the ``single`` rows (one averaged vector per scenario) sit in the same build, so the paper's
+  three-layer-vs-single comparison is measured on identical data.
+
+Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``start``/``end``,
+its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer`` and a
+unit-normalised ``vector`` searched with the COSINE metric. The primary key is
+``"{layer}/{scenario}/{doc_id}"``, deterministic, so a chunk row is fetched by key.
+
+Rebuilds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and recreates the
+collection — idempotent, and no stale rows survive from documents no longer in the input. With
+``replace=False`` it adds to an existing index: every document in the input first loses its old
+rows (so a re-read document with fewer scenarios leaves nothing behind), then its rows are inserted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from pymilvus import DataType, MilvusClient
+from tqdm import tqdm
+
+from memreader.schema import DocumentMemory
+from retrieval.fusion import ALL_LAYERS, CHUNK, CORE, LAYERS, OUTLINE, SINGLE, ChunkKey, Hit, LayerHit, fuse_layer_hits
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COLLECTION = "memreader_memories"
+INDEX_FORMAT = 1
+MODES: dict[str, tuple[str, ...]] = {"three_layer": LAYERS, "single": (SINGLE,), "chunk_only": (CHUNK,)}
+"""Search modes and the layers each one searches."""
+_META_KEY = "memreader.index"
+_MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
+_MAX_DOC_ID_BYTES = 400  # leaves room for the "{layer}/{scenario}/" prefix in a 512-byte primary key
+_MAX_LIMIT = 16384  # Milvus' largest search limit
+_INSERT_ROWS = 512  # rows per insert call, well under the 64 MB gRPC message limit
+_SERVER_PREFIXES = ("http://", "https://", "tcp://", "unix:")
+_OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text"]
+
+
+class MemoryIndexError(RuntimeError):
+    """The index is missing, incomplete, or does not match the embedder or the input."""
+
+
+class Embedder(Protocol):
+    """What the index needs from a sentence-transformers model."""
+
+    def encode(self, sentences: Any, **kwargs: Any) -> Any: ...
+
+
+def is_server_uri(uri: str | Path) -> bool:
+    """True for a Milvus server URI, False for a Milvus Lite file path."""
+    return str(uri).startswith(_SERVER_PREFIXES)
+
+
+def resolve_uri(uri: str | Path, must_exist: bool = False) -> str:
+    """A URI MilvusClient accepts: server URIs as given, file paths absolute and ending in ``.db``."""
+    if is_server_uri(uri):
+        return str(uri)
+    path = Path(uri).expanduser().resolve()
+    if path.suffix != ".db":
+        raise MemoryIndexError(
+            f"index path {path} must end in .db (Milvus Lite files do), or be a server URI like "
+            "http://localhost:19530"
+        )
+    if must_exist and not path.is_file():
+        raise MemoryIndexError(f"index file {path} does not exist; run `memreader index` first to build it")
+    return str(path)
+
+
+def _embedding_dim(embedder: Any) -> int:
+    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        method = getattr(embedder, name, None)
+        if callable(method) and method():
+            return int(method())
+    return int(np.asarray(embedder.encode(["dimension probe"])).shape[-1])
+
+
+def _encode(embedder: Embedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    vectors = embedder.encode(
+        list(texts), batch_size=batch_size, normalize_embeddings=True,
+        convert_to_numpy=True, show_progress_bar=False,
+    )
+    return np.asarray(vectors, dtype=np.float32)
+
+
+def _primary_key(layer: str, scenario: int, doc_id: str) -> str:
+    return f"{layer}/{scenario}/{doc_id}"
+
+
+def _string_literal(value: str) -> str:
+    # Milvus Lite has no filter templates; a double-quoted literal with \\ and \" escaped is safe.
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class BuildSummary:
+    """What one :meth:`MemoryIndex.build` wrote."""
+
+    uri: str
+    collection: str
+    embedder: str
+    documents: int = 0
+    scenarios: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ALL_LAYERS, 0))
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Rows not written, by reason (``empty outline``, ``empty core``, ``blank chunk``)."""
+    seconds: float = 0.0
+
+    @property
+    def total_rows(self) -> int:
+        """All rows written, over every layer."""
+        return sum(self.rows.values())
+
+    def line(self) -> str:
+        """The one-line summary printed at the end of a build."""
+        per_layer = ", ".join(f"{layer} {n}" for layer, n in self.rows.items())
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())) or "none"
+        rate = self.total_rows / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"indexed {self.documents} documents, {self.scenarios} scenarios: {self.total_rows} rows "
+            f"({per_layer}); skipped {skipped}; {self.seconds:.1f} s ({rate:.1f} rows/s) -> {self.uri}"
+        )
+
+
+@dataclass
+class _Scenario:
+    doc_id: str
+    scenario: int
+    start: int
+    end: int
+    texts: dict[str, str]  # layer -> non-blank text to embed
+
+
+def _scenarios_of(mem: DocumentMemory, skipped: Counter[str]) -> list[_Scenario]:
+    """The rows-to-be of one memory; blank texts are skipped and counted, never embedded."""
+    mem.validate()
+    if len(mem.doc_id.encode()) > _MAX_DOC_ID_BYTES:
+        raise MemoryIndexError(f"doc_id {mem.doc_id[:60]!r}... is over {_MAX_DOC_ID_BYTES} bytes; shorten it")
+    out = []
+    for i, sc in enumerate(mem.scenarios):
+        chunk = mem.document[sc.start : sc.end]
+        if not chunk.strip():
+            # Nothing to retrieve: an outline or core hit would only point at whitespace.
+            skipped["blank chunk"] += 1
+            continue
+        texts: dict[str, str] = {}
+        for layer, text in ((OUTLINE, sc.outline), (CORE, sc.core), (CHUNK, chunk)):
+            if not text.strip():
+                skipped[f"empty {layer}"] += 1
+                continue
+            if len(text.encode()) > _MAX_TEXT_BYTES:
+                raise MemoryIndexError(
+                    f"doc {mem.doc_id!r} scenario {i}: {layer} is {len(text.encode())} bytes, over Milvus' "
+                    f"{_MAX_TEXT_BYTES}-byte text limit; re-read the document with smaller windows"
+                )
+            texts[layer] = text
+        out.append(_Scenario(mem.doc_id, i, sc.start, sc.end, texts))
+    return out
+
+
+class MemoryIndex:
+    """Document memories in one Milvus collection: build it, search it by layer, fuse the layers.
+
+    Use as a context manager (or call :meth:`close`): Milvus Lite runs a local server process per
+    open file. ``embedder`` is the sentence-transformers model used for queries (and builds).
+    """
+
+    def __init__(
+        self,
+        uri: str | Path,
+        collection: str = DEFAULT_COLLECTION,
+        embedder: Embedder | None = None,
+        token: str = "",
+        must_exist: bool = False,
+    ) -> None:
+        self.uri = resolve_uri(uri, must_exist=must_exist)
+        if not is_server_uri(self.uri):
+            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+        self.collection = collection
+        self.embedder = embedder
+        self._client = MilvusClient(uri=self.uri, token=token)
+        self._meta: dict[str, Any] | None = None
+
+    @classmethod
+    def open(
+        cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, embedder: Embedder | None = None, token: str = ""
+    ) -> MemoryIndex:
+        """Open an existing, completely built index for searching."""
+        index = cls(uri, collection, embedder, token=token, must_exist=True)
+        try:
+            index.meta  # noqa: B018 - validates existence, format and build status
+            index._client.load_collection(collection)  # a reopened collection starts out released
+        except BaseException:
+            index.close()
+            raise
+        return index
+
+    def close(self) -> None:
+        """Close the client (and with it the Milvus Lite server process of this file)."""
+        self._client.close()
+
+    def __enter__(self) -> MemoryIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The build record: ``format``, ``embedder``, ``dim``, ``metric``, ``status``."""
+        if self._meta is None:
+            if not self._client.has_collection(self.collection):
+                raise MemoryIndexError(
+                    f"{self.uri} has no collection {self.collection!r}; run `memreader index` first to build it"
+                )
+            props = self._client.describe_collection(self.collection).get("properties", {})
+            if _META_KEY not in props:
+                raise MemoryIndexError(
+                    f"collection {self.collection!r} in {self.uri} was not built by memreader (no {_META_KEY} "
+                    "property); pick another collection name or rebuild it with `memreader index`"
+                )
+            meta = json.loads(props[_META_KEY])
+            if meta.get("format") != INDEX_FORMAT:
+                raise MemoryIndexError(
+                    f"index {self.uri} has format {meta.get('format')!r}, this memreader reads {INDEX_FORMAT}; "
+                    "rebuild it with `memreader index`"
+                )
+            if meta.get("status") != "complete":
+                raise MemoryIndexError(
+                    f"the last build of {self.uri} did not finish (status {meta.get('status')!r}); "
+                    "rerun `memreader index`"
+                )
+            self._meta = meta
+        return self._meta
+
+    def _write_meta(self, meta: dict[str, Any]) -> None:
+        self._client.alter_collection_properties(self.collection, properties={_META_KEY: json.dumps(meta)})
+        self._meta = None
+
+    def _create(self, dim: int) -> None:
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("layer", DataType.VARCHAR, max_length=16, is_partition_key=True)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=_MAX_DOC_ID_BYTES)
+        schema.add_field("scenario", DataType.INT64)
+        schema.add_field("start", DataType.INT64)
+        schema.add_field("end", DataType.INT64)
+        schema.add_field("text", DataType.VARCHAR, max_length=_MAX_TEXT_BYTES)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        index_params = self._client.prepare_index_params()
+        index_params.add_index(field_name="vector", index_type="AUTOINDEX", metric_type="COSINE")
+        # Strong consistency: a search right after a build sees every row (matters on a server).
+        self._client.create_collection(
+            self.collection, schema=schema, index_params=index_params, consistency_level="Strong"
+        )
+
+    def counts(self) -> dict[str, int]:
+        """Rows per layer."""
+        out = {}
+        for layer in ALL_LAYERS:
+            res = self._client.query(self.collection, filter=f"layer == {_string_literal(layer)}",
+                                     output_fields=["count(*)"])
+            out[layer] = int(res[0]["count(*)"])
+        return out
+
+    def build(
+        self,
+        memories: Iterable[DocumentMemory],
+        embedder: Embedder | None = None,
+        batch_size: int = 64,
+        embedder_name: str = "unnamed",
+        replace: bool = True,
+        progress: bool = True,
+    ) -> BuildSummary:
+        """Embed and write the outline, core, chunk and single rows of every scenario.
+
+        ``replace=True`` drops and recreates the collection; ``replace=False`` adds to it (see the
+        module docstring). ``embedder_name`` is recorded so that queries use the same model.
+        """
+        embedder = embedder or self.embedder
+        if embedder is None:
+            raise MemoryIndexError("build needs an embedder: pass embedder= (e.g. registry.load_embedder())")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.embedder = embedder
+        dim = _embedding_dim(embedder)
+        meta = {"format": INDEX_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE"}
+        if replace:
+            if self._client.has_collection(self.collection):
+                self._client.drop_collection(self.collection)
+            self._create(dim)
+        else:
+            old = self.meta
+            if (old["embedder"], old["dim"]) != (embedder_name, dim):
+                raise MemoryIndexError(
+                    f"index {self.uri} holds {old['embedder']} vectors (dim {old['dim']}), not {embedder_name} "
+                    f"(dim {dim}); use the same embedder or rebuild with replace=True"
+                )
+        self._write_meta({**meta, "status": "building"})
+
+        summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
+        skipped: Counter[str] = Counter()
+        seen: set[str] = set()
+        pending: list[_Scenario] = []
+        pending_docs: list[str] = []
+        flush_texts = max(batch_size * 8, 256)
+        started = time.perf_counter()
+        total = len(memories) if isinstance(memories, Sequence) else None
+        with tqdm(total=total, unit="doc", desc="index", disable=not progress) as bar:
+            for mem in memories:
+                if mem.doc_id in seen:
+                    raise MemoryIndexError(f"doc_id {mem.doc_id!r} occurs twice in the input; doc_ids must be unique")
+                seen.add(mem.doc_id)
+                pending.extend(_scenarios_of(mem, skipped))
+                pending_docs.append(mem.doc_id)
+                if sum(len(s.texts) for s in pending) >= flush_texts:
+                    self._flush(pending, pending_docs, embedder, batch_size, replace, summary)
+                    bar.update(len(pending_docs))
+                    pending, pending_docs = [], []
+            if pending_docs:
+                self._flush(pending, pending_docs, embedder, batch_size, replace, summary)
+                bar.update(len(pending_docs))
+        self._client.flush(self.collection)
+        self._write_meta({**meta, "status": "complete"})
+        summary.documents = len(seen)
+        summary.skipped = dict(skipped)
+        summary.seconds = time.perf_counter() - started
+        log.info(summary.line())
+        if progress:
+            print(summary.line(), file=sys.stderr)
+        return summary
+
+    def _flush(
+        self, pending: list[_Scenario], doc_ids: list[str], embedder: Embedder, batch_size: int,
+        replace: bool, summary: BuildSummary,
+    ) -> None:
+        """Embed the pending scenarios' texts and insert their rows (after deleting old ones if adding)."""
+        texts = [t for s in pending for t in s.texts.values()]
+        vectors = _encode(embedder, texts, batch_size) if texts else np.zeros((0, 0), dtype=np.float32)
+        rows: list[dict[str, Any]] = []
+        i = 0
+        for s in pending:
+            own = vectors[i : i + len(s.texts)]
+            i += len(s.texts)
+            for (layer, text), vec in zip(s.texts.items(), own):
+                rows.append(self._row(s, layer, text, vec))
+            # The single-vector baseline: the mean of the scenario's unit vectors, renormalised.
+            mean = own.mean(axis=0)
+            rows.append(self._row(s, SINGLE, "", mean / np.linalg.norm(mean)))
+        assert i == len(vectors), "every embedded text maps to exactly one row"
+        if not replace:
+            ids = ", ".join(_string_literal(d) for d in doc_ids)
+            self._client.delete(self.collection, filter=f"doc_id in [{ids}]")
+        for start in range(0, len(rows), _INSERT_ROWS):
+            self._client.insert(self.collection, rows[start : start + _INSERT_ROWS])
+        summary.scenarios += len(pending)
+        for row in rows:
+            summary.rows[row["layer"]] += 1
+
+    @staticmethod
+    def _row(s: _Scenario, layer: str, text: str, vector: np.ndarray) -> dict[str, Any]:
+        return {
+            "pk": _primary_key(layer, s.scenario, s.doc_id), "layer": layer, "doc_id": s.doc_id,
+            "scenario": s.scenario, "start": s.start, "end": s.end, "text": text,
+            "vector": vector.astype(np.float32).tolist(),
+        }
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's unit vector, from the index's embedder (checked against the index dimension)."""
+        if not query.strip():
+            raise ValueError("the query is empty; ask a question")
+        if self.embedder is None:
+            raise MemoryIndexError(
+                f"no embedder to encode the query: pass embedder= (this index was built with {self.meta['embedder']})"
+            )
+        vector = _encode(self.embedder, [query], batch_size=1)[0]
+        if len(vector) != self.meta["dim"]:
+            raise MemoryIndexError(
+                f"the query embedder gives {len(vector)}-dim vectors but {self.uri} holds {self.meta['dim']}-dim "
+                f"{self.meta['embedder']} vectors; query with the embedder the index was built with"
+            )
+        return vector.tolist()
+
+    def search_layer(self, vector: Sequence[float], layer: str, limit: int) -> list[LayerHit]:
+        """The ``limit`` rows of one layer most similar to ``vector``, best first (ranks 1..n)."""
+        if layer not in ALL_LAYERS:
+            raise ValueError(f"unknown layer {layer!r}; choose from {', '.join(ALL_LAYERS)}")
+        if not 1 <= limit <= _MAX_LIMIT:
+            raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
+        (results,) = self._client.search(
+            self.collection, data=[list(vector)], anns_field="vector", limit=limit,
+            filter=f"layer == {_string_literal(layer)}", output_fields=_OUTPUT_FIELDS,
+            search_params={"metric_type": "COSINE"},
+        )
+        # Equal similarities are ordered by (doc_id, scenario) so that results are reproducible.
+        ordered = sorted(results, key=lambda r: (-r["distance"], r["entity"]["doc_id"], r["entity"]["scenario"]))
+        return [
+            LayerHit(layer=layer, rank=rank, similarity=float(r["distance"]), doc_id=r["entity"]["doc_id"],
+                     scenario=int(r["entity"]["scenario"]), start=int(r["entity"]["start"]),
+                     end=int(r["entity"]["end"]), text=r["entity"]["text"])
+            for rank, r in enumerate(ordered, start=1)
+        ]
+
+    def chunk_texts(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, str]:
+        """The chunk text of each ``(doc_id, scenario)``, fetched by primary key."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        rows = self._client.get(self.collection, ids=[_primary_key(CHUNK, sc, doc) for doc, sc in keys],
+                                output_fields=["doc_id", "scenario", "text"])
+        found = {(r["doc_id"], int(r["scenario"])): r["text"] for r in rows}
+        missing = [k for k in keys if k not in found]
+        if missing:
+            raise MemoryIndexError(
+                f"index {self.uri} has no chunk row for {missing[:3]}; it is inconsistent — rebuild it with "
+                "`memreader index`"
+            )
+        return found
+
+    def search(self, query: str, top_k: int = 8, mode: str = "three_layer", rrf_k: float = 60) -> list[Hit]:
+        """Retrieve the ``top_k`` best chunks for ``query``.
+
+        ``three_layer`` searches outline, core and chunk rows independently (``top_k`` each), maps
+        each hit to its chunk and fuses the three lists with RRF; ``single`` searches the averaged
+        vectors and ``chunk_only`` the raw chunks (the score is then RRF over that one list).
+        """
+        if mode not in MODES:
+            raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        vector = self.embed_query(query)
+        lists = [self.search_layer(vector, layer, top_k) for layer in MODES[mode]]
+        fused = fuse_layer_hits(lists, k=rrf_k)[:top_k]
+        texts = {h.key: h.text for hits in lists for h in hits if h.layer == CHUNK}
+        texts.update(self.chunk_texts(key for key, _, _ in fused if key not in texts))
+        hits = []
+        for key, score, provenance in fused:
+            first = provenance[0]
+            hits.append(Hit(doc_id=key[0], scenario=key[1], start=first.start, end=first.end,
+                            text=texts[key], score=score, provenance=provenance))
+        return hits

@@ -1,0 +1,205 @@
+"""Index document memories and ask questions over them: the retrieval stage's entry point.
+
+    python -m retrieval.search index --config configs/retrieval/three_layer_minilm.yaml
+    python -m retrieval.search ask --config configs/retrieval/three_layer_minilm.yaml "your question"
+
+(``memreader index`` / ``memreader ask`` run the same functions.) The index goes to
+``$MEMREADER_HOME/runs/<run>/retrieval/memories.db`` unless ``db_path`` names another Milvus Lite
+file or a Milvus server URI (its token, if any, is read from ``$MILVUS_TOKEN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from memreader.config import describe_config, field, load_config
+from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
+from memreader.registry import ALIASES, load_embedder
+from memreader.schema import read_memories
+from retrieval.fusion import Hit
+from retrieval.index import DEFAULT_COLLECTION, MODES, BuildSummary, MemoryIndex, MemoryIndexError, is_server_uri
+
+
+@dataclass
+class RetrievalConfig:
+    """Settings of the retrieval stage: which memories, which index, how to search it."""
+
+    run: str = field("read", help="run name: memories default to $MEMREADER_HOME/runs/<run>/read/memories.jsonl "
+                     "(what `memreader read` writes) and the index to runs/<run>/retrieval/memories.db")
+    memories: str = field("", help="JSONL of document memories to index; empty = the run's read/memories.jsonl")
+    db_path: str = field("", help="Milvus Lite file (*.db) or Milvus server URI (http://host:19530); "
+                         "empty = $MEMREADER_HOME/runs/<run>/retrieval/memories.db")
+    collection: str = field(DEFAULT_COLLECTION, help="Milvus collection holding the rows of every layer")
+    embedder: str = field("minilm-l6", help="sentence-transformers model for rows and queries: a registry name, "
+                          "a local folder or a hub id (paper: BAAI/bge-base-zh-v1.5)")
+    device: str = field("auto", help="embedding device: auto, cpu or cuda")
+    batch_size: int = field(64, help="texts per embedding batch when indexing")
+    replace: bool = field(True, help="true: drop and rebuild the index; false: add the memories to it, replacing "
+                          "the rows of documents already there")
+    top_k: int = field(8, help="chunks returned per question, and the search depth of each layer (paper: 8)")
+    mode: str = field("three_layer", help="three_layer (per-layer search + RRF), single (one averaged vector per "
+                      "scenario) or chunk_only (raw chunks only)")
+    rrf_k: float = field(60.0, help="reciprocal rank fusion constant: score = sum 1/(rrf_k + rank)")
+
+    def check(self) -> list[str]:
+        """Every problem with the values (empty when fine)."""
+        problems = []
+        if self.mode not in MODES:
+            problems.append(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.top_k < 1:
+            problems.append(f"top_k: must be >= 1, got {self.top_k}")
+        if self.rrf_k < 0:
+            problems.append(f"rrf_k: must be >= 0, got {self.rrf_k}")
+        if self.batch_size < 1:
+            problems.append(f"batch_size: must be >= 1, got {self.batch_size}")
+        if self.db_path and not is_server_uri(self.db_path) and not self.db_path.endswith(".db"):
+            problems.append(f"db_path: {self.db_path!r} must end in .db or be a server URI like http://host:19530")
+        return problems
+
+    def memories_path(self) -> Path:
+        """The memories file to index."""
+        return Path(self.memories) if self.memories else memreader_home() / "runs" / self.run / "read" / "memories.jsonl"
+
+    def db(self) -> str:
+        """The index location (a path or a server URI); the folder is not created here."""
+        return self.db_path or str(memreader_home() / "runs" / self.run / "retrieval" / "memories.db")
+
+
+def _canonical(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+@lru_cache(maxsize=2)
+def _embedder(name: str, device: str) -> Any:
+    # Cached: a process asking many questions (an eval loop) loads the model once.
+    return load_embedder(name, device=device)
+
+
+def _token(uri: str) -> str:
+    return os.environ.get("MILVUS_TOKEN", "") if is_server_uri(uri) else ""
+
+
+def build_index_from_file(
+    memories_jsonl: str | Path,
+    db_path: str | Path,
+    embedder_name: str = "minilm-l6",
+    collection: str = DEFAULT_COLLECTION,
+    batch_size: int = 64,
+    replace: bool = True,
+    device: str = "auto",
+    progress: bool = True,
+) -> BuildSummary:
+    """Index every memory of a JSONL file (all are read and validated before the index is touched)."""
+    path = Path(memories_jsonl)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"memories file {path} does not exist; produce it with `memreader read` (or pass memories=...)"
+        )
+    memories = read_memories(path)
+    if not memories:
+        raise MemoryIndexError(f"{path} holds no memories; nothing to index")
+    name = _canonical(embedder_name)
+    with MemoryIndex(db_path, collection, token=_token(str(db_path))) as index:
+        return index.build(memories, _embedder(name, device), batch_size=batch_size, embedder_name=name,
+                           replace=replace, progress=progress)
+
+
+def ask(
+    db_path: str | Path,
+    question: str,
+    top_k: int = 8,
+    mode: str = "three_layer",
+    embedder_name: str | None = None,
+    collection: str = DEFAULT_COLLECTION,
+    rrf_k: float = 60,
+    device: str = "auto",
+) -> list[Hit]:
+    """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own."""
+    with MemoryIndex.open(db_path, collection, token=_token(str(db_path))) as index:
+        built_with = index.meta["embedder"]
+        name = _canonical(embedder_name) if embedder_name else built_with
+        if name == "unnamed":
+            raise MemoryIndexError(f"{index.uri} does not record its embedder; pass embedder_name=")
+        if built_with != "unnamed" and name != built_with:
+            raise MemoryIndexError(
+                f"{index.uri} was built with {built_with!r}, not {name!r}; query with {built_with!r} or rebuild"
+            )
+        index.embedder = _embedder(name, device)
+        return index.search(question, top_k=top_k, mode=mode, rrf_k=rrf_k)
+
+
+def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
+    """Human-readable hits with provenance, for the CLI (``max_chars`` truncates long chunks)."""
+    if not hits:
+        return "no results"
+    blocks = []
+    for i, hit in enumerate(hits, start=1):
+        via = ", ".join(f"{p.layer} #{p.rank} ({p.similarity:.3f})" for p in hit.provenance)
+        head = f"[{i}] {hit.doc_id} scenario {hit.scenario} [{hit.start}:{hit.end}]  score {hit.score:.4f}  via {via}"
+        text = hit.text if max_chars is None or len(hit.text) <= max_chars else hit.text[:max_chars] + " ..."
+        lines = [head, textwrap.indent(text.strip(), "    ")]
+        lines += [f"    > {p.layer}: {p.text.strip()}" for p in hit.provenance if p.layer in ("outline", "core")]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
+    """Build the index of ``cfg``; a local ``X.db`` gets ``X.config.yaml`` and ``X.manifest.json`` beside it."""
+    db = cfg.db()
+    if not is_server_uri(db):
+        out = run_dir(cfg.run, "retrieval") if not cfg.db_path else Path(db).parent
+        out.mkdir(parents=True, exist_ok=True)
+        write_resolved_config(out, cfg, name=Path(db).stem + ".config.yaml")
+    summary = build_index_from_file(cfg.memories_path(), db, cfg.embedder, cfg.collection, cfg.batch_size,
+                                    cfg.replace, cfg.device, progress)
+    if not is_server_uri(db):
+        write_json(Path(db).with_suffix(".manifest.json"), {
+            "memories": str(cfg.memories_path().resolve()), "index": db, "collection": summary.collection,
+            "embedder": summary.embedder, "documents": summary.documents, "scenarios": summary.scenarios,
+            "rows": summary.rows, "skipped": summary.skipped, "seconds": round(summary.seconds, 3),
+        })
+    return summary
+
+
+def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
+    """Answer one question with the index and search settings of ``cfg``."""
+    return ask(cfg.db(), question, cfg.top_k, cfg.mode, cfg.embedder, cfg.collection, cfg.rrf_k, cfg.device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m retrieval.search {index,ask} --config FILE [--set key=value ...] [question]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m retrieval.search", description=__doc__,
+        epilog=describe_config(RetrievalConfig), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["index", "ask"])
+    parser.add_argument("question", nargs="?", help="the question (ask only)")
+    parser.add_argument("--config", help="YAML file, e.g. configs/retrieval/three_layer_minilm.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", action="store_true", help="ask: print hits as JSON lines")
+    args = parser.parse_args(argv)
+    cfg = load_config(RetrievalConfig, args.config, args.overrides)
+    if args.command == "index":
+        run_index(cfg)  # shows a progress bar and ends with the one-line summary (stderr)
+        return 0
+    if not args.question:
+        parser.error("ask needs a question, e.g. ask --config FILE \"what is X?\"")
+    hits = run_ask(cfg, args.question)
+    if args.json:
+        for hit in hits:
+            print(json.dumps(hit.to_dict(), ensure_ascii=False))
+    else:
+        print(format_hits(hits))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Teacher-side pipeline with a scripted teacher (the real teacher is a remote service)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import data_gen.pipeline as pipeline
+from memreader.markup import render_memory
+from memreader.schema import read_memories
+
+DOCS = [
+    ("a", "First part about apples and orchards. Second part about cider presses and bottles."),
+    ("b", "苹果的种植历史很长。榨汁机的使用方法也很重要，需要定期清洗。"),
+    ("c", "Short note one. Short note two is here."),
+]
+
+
+class ScriptedTeacher:
+    """Answers like a well-behaved teacher, computed from the document in the prompt."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate_many(self, list_of_messages, params, progress_desc=None):
+        self.calls += len(list_of_messages)
+        return [self._reply(m[-1]["content"]) for m in list_of_messages]
+
+    @staticmethod
+    def _reply(prompt: str) -> str:
+        doc = prompt.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
+        if "Document memory:" in prompt or "文档记忆：" in prompt:
+            return "The text has two parts; the second begins where the topic changes."
+        cut = len(doc) // 2
+        if "outline" in prompt.lower() and "<scenario>" not in prompt:
+            return "<outline>\nPart one\nPart two\n</outline>"
+        return render_memory(["Part one", "Part two"], [doc[:cut], doc[cut:]], ["core one", "core two"])
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in DOCS))
+    return path
+
+
+def test_generate_writes_memories_sft_and_manifest_and_caches(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    teacher = ScriptedTeacher()
+    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: teacher)
+    cfg = pipeline.GenConfig(input=str(corpus), run="t", val_fraction=0.34)
+    manifest = pipeline.generate(cfg)
+    assert teacher.calls == 9  # outline + extraction + reverse CoM for 3 documents
+    mems = read_memories(manifest["files"]["memories"])
+    assert [m.doc_id for m in mems] == ["a", "b", "c"]
+    for mem in mems:
+        assert "".join(mem.chunks) == mem.document and len(mem.scenarios) == 2
+        assert mem.reasoning and mem.meta["prompt"].startswith("teacher_extraction.")
+    train = [json.loads(x) for x in open(manifest["files"]["sft_train"], encoding="utf-8")]
+    val = [json.loads(x) for x in open(manifest["files"]["sft_val"], encoding="utf-8")]
+    assert len(train) + len(val) == 3 and val
+    rec = train[0]
+    assert [m["role"] for m in rec["prompt"]] == ["system", "user"]
+    assert rec["completion"][0]["content"].startswith("<think>")
+    assert manifest["templates"] and manifest["teacher"]["calls"] == 9
+    # A rerun asks the teacher nothing: every reply comes from the cache.
+    teacher.calls = 0
+    again = pipeline.generate(cfg)
+    assert teacher.calls == 0 and again["teacher"]["cache_hits"] == 9
+
+
+def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class Refuser(ScriptedTeacher):
+        @staticmethod
+        def _reply(prompt: str) -> str:
+            return "I cannot do that."
+
+    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: Refuser())
+    manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="t2", reverse_com=False))
+    assert manifest["memories"] == 0 and len(manifest["unusable_replies"]) == 3
+    assert "no <scenario> or <chunk>" in manifest["unusable_replies"][0]["error"]
+
+
+def test_config_errors_are_collected() -> None:
+    from memreader.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(pipeline.GenConfig, None, ["teacher=gpt", "val_fraction=2"])
+    assert "input:" in str(err.value) and "teacher:" in str(err.value) and "val_fraction" in str(err.value)

@@ -1,0 +1,61 @@
+"""MemReader reading: resumable, crash-safe, fallback counted loudly (scripted backend)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inference.reader import ReadConfig, read_corpus_memories
+from memreader.markup import render_memory
+from memreader.schema import read_memories
+
+
+class Backend:
+    def __init__(self, fail_after: int | None = None, garbage: bool = False) -> None:
+        self.seen: list[str] = []
+        self.fail_after, self.garbage = fail_after, garbage
+
+    def generate_many(self, list_of_messages, params, progress_desc=None):
+        assert (params.temperature, params.top_p, params.repetition_penalty) == (0.1, 0.1, 1.05)
+        if self.fail_after is not None and len(self.seen) >= self.fail_after:
+            raise KeyboardInterrupt  # simulate Ctrl-C in the middle of a run
+        outs = []
+        for msgs in list_of_messages:
+            doc = msgs[-1]["content"].split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
+            self.seen.append(doc)
+            cut = doc.index(" ", len(doc) // 2)
+            outs.append("garbage" if self.garbage else render_memory(["x", "y"], [doc[:cut], doc[cut:]], ["c", "d"]))
+        return outs
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": f"document {i} has words here and there"}) + "\n" for i in range(5)))
+    return path
+
+
+def test_resume_after_interrupt(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    cfg = ReadConfig(input=str(corpus), run="r", batch_size=2)
+    with pytest.raises(KeyboardInterrupt):
+        read_corpus_memories(cfg, backend=Backend(fail_after=2))
+    out = tmp_path / "home" / "runs" / "r" / "read" / "memories.jsonl"
+    assert [m.doc_id for m in read_memories(out)] == ["d0", "d1"]  # the finished batch was kept
+    with out.open("a") as fh:
+        fh.write('{"schema_version": 1, "doc_id": "d2", "docu')  # a write cut short by the crash
+    backend = Backend()
+    summary = read_corpus_memories(cfg, backend=backend)
+    assert summary["read"] == 3 and summary["skipped_done"] == 2 and len(backend.seen) == 3
+    mems = read_memories(out)
+    assert [m.doc_id for m in mems] == ["d0", "d1", "d2", "d3", "d4"]
+    assert all("".join(m.chunks) == m.document and len(m.scenarios) == 2 for m in mems)
+
+
+def test_unusable_output_falls_back_loudly(tmp_path, corpus, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    summary = read_corpus_memories(ReadConfig(input=str(corpus), run="g"), backend=Backend(garbage=True))
+    assert summary["fallback_whole_document"] == 5
+    assert "WARNING: 5 document(s) had no usable memory output" in capsys.readouterr().out
+    assert all(m.meta["fallback"] for m in read_memories(summary["memories"]))
