@@ -81,14 +81,8 @@ class TeacherReply(str):
     prompt_tokens: int | None
     completion_tokens: int | None
 
-    def __new__(
-        cls,
-        content: str,
-        reasoning: str | None = None,
-        finish_reason: str | None = None,
-        prompt_tokens: int | None = None,
-        completion_tokens: int | None = None,
-    ) -> TeacherReply:
+    def __new__(cls, content: str, reasoning: str | None = None, finish_reason: str | None = None,
+                prompt_tokens: int | None = None, completion_tokens: int | None = None) -> TeacherReply:
         obj = super().__new__(cls, content)
         obj.reasoning, obj.finish_reason = reasoning, finish_reason
         obj.prompt_tokens, obj.completion_tokens = prompt_tokens, completion_tokens
@@ -141,31 +135,17 @@ def _log_summary(name: str, n: int, seconds: float, completion_tokens: int, retr
 
 def _retry_after(headers: Any) -> float | None:
     """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date); None if absent/unreadable."""
-    if headers.get("retry-after-ms"):
-        try:
-            return max(float(headers["retry-after-ms"]) / 1000, 0.0)
-        except ValueError:
-            log.warning("ignoring unreadable retry-after-ms header %r", headers["retry-after-ms"])
-    value = (headers.get("retry-after") or "").strip()
-    if not value:
-        return None
+    ms, value = headers.get("retry-after-ms"), (headers.get("retry-after") or "").strip()
     try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass  # not a number of seconds: try the HTTP-date form below
-    try:
-        return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+        if ms:
+            return max(float(ms) / 1000, 0.0)
+        if value.replace(".", "", 1).isdigit():
+            return float(value)
+        if value:
+            return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
     except (TypeError, ValueError):
-        log.warning("ignoring unreadable Retry-After header %r", value)
-        return None
-
-
-class _LoopState:
-    """An AsyncOpenAI client and a semaphore bound to one event loop (neither may cross loops)."""
-
-    def __init__(self, client: Any, max_concurrency: int) -> None:
-        self.client = client
-        self.semaphore = asyncio.Semaphore(max_concurrency)
+        log.warning("ignoring unreadable retry-after header %r", ms or value)
+    return None
 
 
 class OpenAITeacher:
@@ -176,43 +156,31 @@ class OpenAITeacher:
     :class:`TeacherRequestError`. The API key never appears in logs, ``repr`` or error messages.
     """
 
-    def __init__(
-        self,
-        model: str,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_concurrency: int = 8,
-        max_retries: int = 5,
-        timeout_s: float = 60,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 30,
-    ) -> None:
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, max_concurrency: int = 8,
+                 max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 1.0,
+                 backoff_max_s: float = 30) -> None:
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
-            raise ValueError(
-                f"need max_concurrency >= 1, max_retries >= 0, timeout_s > 0; got {max_concurrency}, "
-                f"{max_retries}, {timeout_s}"
-            )
+            raise ValueError(f"need max_concurrency >= 1, max_retries >= 0, timeout_s > 0; got {max_concurrency}, "
+                             f"{max_retries}, {timeout_s}")
         env = os.environ.get
         self.model = model
         self.base_url = base_url or env("MEMREADER_TEACHER_BASE_URL") or env("OPENAI_BASE_URL") or None
         key = api_key or env("MEMREADER_TEACHER_API_KEY") or env("OPENAI_API_KEY")
         if not key and not self.base_url:
-            raise ValueError(
-                "no teacher API key: set MEMREADER_TEACHER_API_KEY (or OPENAI_API_KEY), or point "
-                "MEMREADER_TEACHER_BASE_URL at a local server such as `memreader serve`"
-            )
+            raise ValueError("no teacher API key: set MEMREADER_TEACHER_API_KEY (or OPENAI_API_KEY), or point "
+                             "MEMREADER_TEACHER_BASE_URL at a local server such as `memreader serve`")
         self._api_key = key or "EMPTY"  # local servers (vLLM, memreader serve) accept any key
         self.max_concurrency, self.max_retries, self.timeout_s = max_concurrency, max_retries, timeout_s
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self.retries = 0  # retries done over this object's lifetime
         self._rng = random.Random()
-        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = weakref.WeakKeyDictionary()
+        # an AsyncOpenAI client and a semaphore per event loop: neither may be used across loops
+        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, asyncio.Semaphore]] = (
+            weakref.WeakKeyDictionary())
 
     def __repr__(self) -> str:
-        return (
-            f"OpenAITeacher(model={self.model!r}, base_url={self.base_url!r}, api_key='***', "
-            f"max_concurrency={self.max_concurrency}, max_retries={self.max_retries}, timeout_s={self.timeout_s})"
-        )
+        return (f"OpenAITeacher(model={self.model!r}, base_url={self.base_url!r}, api_key='***', "
+                f"max_concurrency={self.max_concurrency}, max_retries={self.max_retries}, timeout_s={self.timeout_s})")
 
     @property
     def _where(self) -> str:
@@ -221,22 +189,21 @@ class OpenAITeacher:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "***") if len(self._api_key) > 5 else text
 
-    def _state(self) -> _LoopState:
+    def _state(self) -> tuple[Any, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
-        state = self._states.get(loop)
-        if state is None:
+        if loop not in self._states:
             from openai import AsyncOpenAI
 
             # max_retries=0: retries happen in agenerate, where they are counted, logged and tested.
             client = AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
-            state = self._states[loop] = _LoopState(client, self.max_concurrency)
-        return state
+            self._states[loop] = (client, asyncio.Semaphore(self.max_concurrency))
+        return self._states[loop]
 
     async def aclose(self) -> None:
         """Close the HTTP client of the running loop (``generate_many`` does this itself)."""
         state = self._states.pop(asyncio.get_running_loop(), None)
         if state is not None:
-            await state.client.close()
+            await state[0].close()
 
     def _retry_delay(self, attempt: int, exc: Exception) -> float:
         """The server's Retry-After when it sent a usable one, else backoff with equal jitter."""
@@ -252,15 +219,14 @@ class OpenAITeacher:
         import openai
 
         _check_messages(messages)
-        state = self._state()
+        client, semaphore = self._state()
         extra = {"repetition_penalty": params.repetition_penalty} if params.repetition_penalty != 1.0 else None
         for attempt in range(self.max_retries + 1):
             try:
-                async with state.semaphore:
-                    response = await state.client.chat.completions.create(
+                async with semaphore:
+                    response = await client.chat.completions.create(
                         model=self.model, messages=messages, temperature=params.temperature, top_p=params.top_p,
-                        max_tokens=params.max_new_tokens, seed=params.seed, extra_body=extra,
-                    )
+                        max_tokens=params.max_new_tokens, seed=params.seed, extra_body=extra)
                 break
             except openai.APIStatusError as exc:
                 status = exc.status_code
@@ -284,13 +250,9 @@ class OpenAITeacher:
         choice = response.choices[0]
         extras = choice.message.model_extra or {}
         usage = response.usage
-        return TeacherReply(
-            choice.message.content or "",
-            reasoning=extras.get("reasoning_content") or extras.get("reasoning"),
-            finish_reason=choice.finish_reason,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-        )
+        return TeacherReply(choice.message.content or "", extras.get("reasoning_content") or extras.get("reasoning"),
+                            choice.finish_reason, usage.prompt_tokens if usage else None,
+                            usage.completion_tokens if usage else None)
 
     async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm) -> list[TeacherReply]:
         async def one(messages: Messages) -> TeacherReply:
@@ -339,9 +301,8 @@ class ChatGeneration:
     finish_reason: str  # "stop" (an end token) or "length" (max_new_tokens reached)
 
 
-def generate_chat_batch(
-    model: Any, tokenizer: Any, batch: Sequence[Messages], params: GenerationParams
-) -> list[ChatGeneration]:
+def generate_chat_batch(model: Any, tokenizer: Any, batch: Sequence[Messages],
+                        params: GenerationParams) -> list[ChatGeneration]:
     """Left-padded batched generation through the tokenizer's chat template (greedy when temperature == 0)."""
     import torch
 
@@ -353,12 +314,9 @@ def generate_chat_batch(
         tokenizer.padding_side = side
     enc = enc.to(next(model.parameters()).device)
     eos = model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
-    eos_ids.discard(None)
-    kwargs: dict[str, Any] = {
-        "max_new_tokens": params.max_new_tokens, "repetition_penalty": params.repetition_penalty,
-        "pad_token_id": tokenizer.pad_token_id, "eos_token_id": sorted(eos_ids),
-    }
+    eos_ids = {t for t in [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id] if t is not None}
+    kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "repetition_penalty": params.repetition_penalty,
+                              "pad_token_id": tokenizer.pad_token_id, "eos_token_id": sorted(eos_ids)}
     if params.temperature == 0:
         kwargs["do_sample"] = False
     else:  # OpenAI semantics: no top-k cut, whatever the model's generation_config says
@@ -372,20 +330,16 @@ def generate_chat_batch(
     for row, prompt_len in zip(new, enc["attention_mask"].sum(dim=1).tolist(), strict=True):
         stop = next((i for i, t in enumerate(row) if t in eos_ids), None)
         kept = row if stop is None else row[: stop + 1]
-        results.append(ChatGeneration(
-            text=tokenizer.decode(kept, skip_special_tokens=True), prompt_tokens=int(prompt_len),
-            completion_tokens=len(kept), finish_reason="length" if stop is None else "stop",
-        ))
+        results.append(ChatGeneration(tokenizer.decode(kept, skip_special_tokens=True), int(prompt_len), len(kept),
+                                      "length" if stop is None else "stop"))
     return results
 
 
 class LocalTeacher:
     """In-process transformers generation (the embedded SmolLM2 by default); loads on first use."""
 
-    def __init__(
-        self, model_name: str = "smollm2-135m-instruct", device: str = "auto", batch_size: int = 4,
-        adapter: str | None = None,
-    ) -> None:
+    def __init__(self, model_name: str = "smollm2-135m-instruct", device: str = "auto", batch_size: int = 4,
+                 adapter: str | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
         self.model_name, self.device, self.batch_size, self.adapter = model_name, device, batch_size, adapter
@@ -401,9 +355,8 @@ class LocalTeacher:
             if self._model is None:
                 from memreader.registry import load_causal_lm, runtime
 
-                self._model, self._tokenizer = load_causal_lm(
-                    self.model_name, adapter=self.adapter, rt=runtime(self.device)
-                )
+                rt = runtime(self.device)
+                self._model, self._tokenizer = load_causal_lm(self.model_name, adapter=self.adapter, rt=rt)
             gens = generate_chat_batch(self._model, self._tokenizer, batch, params)
         return [TeacherReply(g.text, finish_reason=g.finish_reason, prompt_tokens=g.prompt_tokens,
                              completion_tokens=g.completion_tokens) for g in gens]

@@ -6,9 +6,10 @@ One example::
     s = score_example("厦门大学举办。", ["厦门大学。"], resolve_config("mom"))
     s.bleu_1, s.bleu_avg, s.rouge_l, s.meteor
 
-Libraries do what they are for: rouge-score computes ROUGE-L, nltk computes METEOR (with WordNet 3.0
-or an explicit WordNet-free stub), jieba / sacrebleu tokenize. BLEU's n-gram clipping is written
-here because the reference evaluators use HF ``evaluate``'s nmt-BLEU (shortest-reference length,
+Libraries do what they are for: nltk computes METEOR (with WordNet 3.0 or an explicit WordNet-free
+stub), jieba / sacrebleu tokenize, ROUGE-L is rouge-score's F-measure of an LCS length that
+rapidfuzz computes in C++ (rouge-score's pure-Python LCS table is 30-60x slower here; tests check the
+two agree exactly). BLEU's n-gram clipping is written here because the reference evaluators use HF ``evaluate``'s nmt-BLEU (shortest-reference length,
 its own float-operation order, no "divide the penalty out" mode), which is fetched from the Hub at run
 time and which sacrebleu does not reproduce; tests cross-check it against sacrebleu.
 """
@@ -18,10 +19,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import math
-import os
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,7 +128,8 @@ def signatures(config: MetricConfig) -> dict[str, str]:
         "bleu_1": f"BLEU-1|{base}|{bleu}|{tail}",
         "bleu_avg": f"BLEU-Avg|{base}|order:{config.bleu_max_order}|{bleu}"
         f"|bp:{'yes' if config.bleu_brevity_penalty else 'divided-out'}|{tail}",
-        "rouge_l": f"ROUGE-L|score:F|{base}|{tail}|rouge-score:{importlib.metadata.version('rouge-score')}",
+        "rouge_l": f"ROUGE-L|score:F|{base}|{tail}|rouge-score:{importlib.metadata.version('rouge-score')}"
+        f"|lcs:rapidfuzz-{importlib.metadata.version('rapidfuzz')}",
         "meteor": f"METEOR|{meteor}|{tail}|nltk:{importlib.metadata.version('nltk')}",
     }
 
@@ -171,8 +171,7 @@ class ExampleScores:
 def _ngram_counts(tokens: Sequence[str], max_order: int) -> Counter[tuple[str, ...]]:
     counts: Counter[tuple[str, ...]] = Counter()
     for order in range(1, max_order + 1):
-        for i in range(len(tokens) - order + 1):
-            counts[tuple(tokens[i : i + order])] += 1
+        counts.update(zip(*(tokens[i:] for i in range(order)), strict=False))  # shorter tails end it
     return counts
 
 
@@ -221,11 +220,34 @@ def bleu_from_stats(stats: BleuStats, config: MetricConfig) -> tuple[float, floa
     return precisions[0], bleu
 
 
-class _PreTokenized:
-    """rouge-score tokenizer for text that is already a token list (tokenize once for all metrics)."""
+def rouge_l(hyp: Sequence[str], ref: Sequence[str]) -> float:
+    """ROUGE-L F-measure of two token lists, exactly as rouge-score's ``_score_lcs`` defines it."""
+    from rapidfuzz.distance import LCSseq
+    from rouge_score import scoring
 
-    def tokenize(self, tokens: list[str]) -> list[str]:
-        return tokens
+    if not hyp or not ref:
+        return 0.0
+    # Integer ids make rapidfuzz compare tokens exactly (no hashing of strings involved).
+    vocab: dict[str, int] = {}
+    lcs = LCSseq.similarity([vocab.setdefault(t, len(vocab)) for t in ref], [vocab.setdefault(t, len(vocab)) for t in hyp])
+    return scoring.fmeasure(lcs / len(hyp), lcs / len(ref))
+
+
+class _Memo:
+    """Memoises a pure one-argument method (a stemmer's ``stem``, WordNet's ``synsets``): METEOR
+    asks for the same words over and over. Same answers, so the same scores."""
+
+    def __init__(self, target: Any, method: str, limit: int = 500_000) -> None:
+        self._call, self._cache, self._limit = getattr(target, method), {}, limit
+        setattr(self, method, self._lookup)
+
+    def _lookup(self, word: str) -> Any:
+        hit = self._cache.get(word)
+        if hit is None:
+            if len(self._cache) >= self._limit:
+                self._cache.clear()
+            hit = self._cache[word] = self._call(word)
+        return hit
 
 
 class NoWordNet:
@@ -264,17 +286,16 @@ class _Scorers:
 
     def __init__(self, config: MetricConfig) -> None:
         from nltk.stem.porter import PorterStemmer
-        from rouge_score import rouge_scorer
 
+        config.validate()
         if config.tokenizer == "jieba":
             init_jieba()
-        self.rouge = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_PreTokenized())
-        self.stemmer = PorterStemmer()
+        self.stemmer: Any = _Memo(PorterStemmer(), "stem")
         if config.meteor_wordnet:
             find_wordnet()
             from nltk.corpus import wordnet
 
-            self.wordnet: Any = wordnet
+            self.wordnet: Any = _Memo(wordnet, "synsets")
         else:
             self.wordnet = NoWordNet()
 
@@ -290,7 +311,6 @@ def _scorers(config: MetricConfig) -> _Scorers:
 
 def prepare(config: MetricConfig) -> None:
     """Check the config and load everything it needs now (jieba, WordNet), failing early."""
-    config.validate()
     _scorers(config)
 
 
@@ -333,7 +353,7 @@ def score_example(prediction: str, references: str | Sequence[str], config: Metr
     hyp_m = postprocess(hyp_raw, config.meteor_keep_whitespace, False)
     refs_m = [postprocess(r, config.meteor_keep_whitespace, False) for r in refs_raw]
 
-    rouge = max(scorers.rouge.score(ref, hyp)["rougeL"].fmeasure for ref in ref_toks)
+    rouge = max(rouge_l(hyp, ref) for ref in ref_toks)
     meteor = max(_meteor(hyp_m, ref, config, scorers) for ref in refs_m)
     if config.multi_ref == "max":
         per_ref = [bleu_stats(hyp, [ref], order) for ref in ref_toks]
@@ -347,62 +367,6 @@ def score_example(prediction: str, references: str | Sequence[str], config: Metr
     return ExampleScores(bleu_1, bleu_avg, rouge, meteor, False, stats)
 
 
-def _score_chunk(job: tuple[MetricConfig, list[str], list[list[str]]]) -> list[ExampleScores]:
-    config, predictions, references = job
-    return [score_example(p, r, config) for p, r in zip(predictions, references, strict=True)]
-
-
-def _init_worker(config: MetricConfig) -> None:
-    _scorers(config)
-
-
-def default_workers() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def score_examples(
-    predictions: Sequence[str],
-    references: Sequence[str | Sequence[str]],
-    config: MetricConfig,
-    workers: int | None = None,
-    progress: bool = False,
-) -> list[ExampleScores]:
-    """Score many examples, in ``workers`` processes (default: all CPUs; 1 = in this process).
-
-    Each example is scored independently by :func:`score_example`, so the result equals the
-    one-at-a-time path exactly, whatever the number of workers.
-    """
-    if len(predictions) != len(references):
-        raise ValueError(f"{len(predictions)} predictions but {len(references)} reference entries")
-    prepare(config)
-    preds = list(predictions)
-    refs = [[r] if isinstance(r, str) else list(r) for r in references]
-    workers = default_workers() if workers is None else workers
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    if workers == 1 or len(preds) < 64:
-        iterator = zip(preds, refs, strict=True)
-        if progress:
-            from tqdm import tqdm
-
-            iterator = tqdm(iterator, total=len(preds), desc="scoring", unit="ex")
-        return [score_example(p, r, config) for p, r in iterator]
-    # Several chunks per worker even out uneven lengths; order is kept by ``map``.
-    size = max(16, math.ceil(len(preds) / (workers * 8)))
-    jobs = [(config, preds[i : i + size], refs[i : i + size]) for i in range(0, len(preds), size)]
-    out: list[ExampleScores] = []
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config,)) as pool:
-        results = pool.map(_score_chunk, jobs)
-        if progress:
-            from tqdm import tqdm
-
-            results = tqdm(results, total=len(jobs), desc=f"scoring ({workers} procs)", unit="chunk")
-        for chunk in results:
-            out.extend(chunk)
-    return out
-
-
 def corpus_bleu(scores: Sequence[ExampleScores], config: MetricConfig) -> tuple[float, float]:
     """Corpus-level ``(BLEU-1, BLEU-Avg)``: statistics pooled over examples before the ratios."""
     order = config.bleu_max_order
@@ -410,3 +374,13 @@ def corpus_bleu(scores: Sequence[ExampleScores], config: MetricConfig) -> tuple[
     for s in scores:
         total = total + s.bleu_stats
     return bleu_from_stats(total, config)
+
+
+def __getattr__(name: str) -> Any:
+    # score_pairs / format_table / ScoreReport live in eval.score (which imports this module);
+    # resolving them lazily lets callers write ``from eval.metrics import score_pairs``.
+    if name in ("score_pairs", "score_examples", "format_table", "ScoreReport", "compare"):
+        from eval import score
+
+        return getattr(score, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

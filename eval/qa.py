@@ -19,7 +19,7 @@ from typing import Any
 
 from data_gen.teacher import GenerationParams, make_teacher
 from eval.baselines import baseline_memories
-from eval.metrics import format_table, score_pairs
+from eval.score import format_table, score_pairs
 from memreader.config import describe_config, field, load_config
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
@@ -100,8 +100,7 @@ def evaluate_system(
         hits = [index.search(q["question"], top_k=cfg.top_k, mode=mode) for q in questions]
     contexts = [[h.text for h in hs] for hs in hits]
     answers = _answer_all(answerer, questions, contexts, cfg.max_new_tokens)
-    refs = [q["answers"][0] for q in questions]
-    report = score_pairs(answers, refs, profile=cfg.profile)
+    report = score_pairs(answers, [q["answers"] for q in questions], profile=cfg.profile, ids=[q["id"] for q in questions])
     with (out_dir / f"predictions.{name}.jsonl").open("w", encoding="utf-8") as fh:
         for q, a, hs in zip(questions, answers, hits, strict=True):
             fh.write(json.dumps({"id": q["id"], "question": q["question"], "prediction": a, "answers": q["answers"],

@@ -196,5 +196,6 @@ def corpus_bleu_from_counts(
         geo = np.where(positive, np.exp(np.sum(np.log(np.where(prec > 0, prec, 1.0)) / max_order, axis=1)), 0.0)
         ratio = np.where(ref > 0, hyp / np.where(ref > 0, ref, 1), np.inf)
         bp = np.where(hyp == 0, 0.0, np.where(ratio > 1.0, 1.0, np.exp(1 - 1.0 / ratio)))
-    bleu = geo * bp if brevity_penalty else geo
+    # Without the penalty CRUD-RAG divides it back out, defining 0 where the penalty is 0.
+    bleu = geo * bp if brevity_penalty else np.where(bp == 0, 0.0, geo)
     return prec[:, 0], bleu

@@ -112,7 +112,8 @@ class ChatServer(ThreadingHTTPServer):
         if body.get("n", 1) != 1:
             raise RequestError(f"n={body['n']!r} is not supported; send n=1 and repeat the request", param="n")
         messages = _messages(body)
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or self.default_max_tokens
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise RequestError(f"max_tokens={max_tokens!r} must be an integer >= 1", param="max_tokens")
         seed = body.get("seed")
@@ -214,7 +215,8 @@ def build_server(model_name: str, adapter: str | None = None, host: str = "127.0
     """Load the model (+ LoRA adapter) and bind the server; ``port=0`` picks a free port (see ``.url``).
 
     Served model ids: ``served_model_name`` if given, else the model name, plus ``"memreader"`` when an
-    adapter is loaded (the name the vLLM command above uses).
+    adapter is loaded (the name the vLLM command above uses). Unlike vLLM, every id answers with the
+    same model: the adapted one when an adapter is given.
     """
     from memreader.registry import load_causal_lm, runtime
 
@@ -257,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m inference.server --model ... --port 8000``."""
-    parser = add_arguments(argparse.ArgumentParser(prog="memreader serve", description=__doc__.split("\n")[0]))
+    parser = add_arguments(argparse.ArgumentParser(
+        prog="memreader serve", description="OpenAI-compatible chat server around one transformers model"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run(parser.parse_args(argv))
 

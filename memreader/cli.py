@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=f"memreader {name}", description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    adder = getattr(module, f"add_{name}_arguments", None) or module.add_arguments
-    runner = getattr(module, f"run_{name}", None) or module.run
+    # A module serving several commands (retrieval.cli) maps each to its (add_arguments, run) pair.
+    pair = getattr(module, "COMMANDS", {}).get(name)
+    adder, runner = pair if pair else (module.add_arguments, module.run)
     adder(parser)
     config_class = getattr(module, "CONFIG_CLASS", None)
     if config_class is not None:

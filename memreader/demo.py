@@ -35,6 +35,8 @@ class DemoConfig:
     gen_max_new_tokens: int = field(320, help="teacher extraction budget")
     read_max_new_tokens: int = field(320, help="MemReader reading budget")
     train_steps: int = field(8, help="LoRA optimizer steps")
+    batch_size: int = field(8, help="sequences per generate call; CPU decoding of a small model is bound by "
+                            "memory bandwidth (every step reads all weights), so wide batches are nearly free")
     top_k: int = field(3, help="chunks retrieved per question")
     question: str = field("How many compost bays stand behind the tool shed?", help="sample question for 'ask'")
 
@@ -63,7 +65,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from memreader.schema import read_memories
     from retrieval.fusion import LAYERS
     from retrieval.index import MemoryIndex
-    from retrieval.search import format_hits
+    from retrieval.search import RetrievalConfig, format_hits
     from training.sft import SFTRunConfig, train
 
     t0 = time.perf_counter()
@@ -76,7 +78,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         print(f"\n=== {name} done ({timings[name]} s) ===\n", flush=True)
 
     gen = generate(GenConfig(
-        input=cfg.corpus, run=cfg.run, model=cfg.model, teacher="local", batch_size=4,
+        input=cfg.corpus, run=cfg.run, model=cfg.model, teacher="local", batch_size=cfg.batch_size,
         max_new_tokens=cfg.gen_max_new_tokens, outline_max_new_tokens=96, com_max_new_tokens=96,
         val_fraction=0.25,
     ))
@@ -92,10 +94,12 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     stage("train")
     read = read_corpus_memories(ReadConfig(
         input=cfg.corpus, run=cfg.run, model=cfg.model, adapter=str(adapter), max_new_tokens=cfg.read_max_new_tokens,
+        batch_size=cfg.batch_size,
     ))
     stage("read")
     memories = read_memories(read["memories"])
-    db = run_dir(cfg.run, "index") / "memories.db"
+    db = Path(RetrievalConfig(run=cfg.run, memories=read["memories"]).db())
+    db.parent.mkdir(parents=True, exist_ok=True)
     embedder = load_embedder("minilm-l6")
     with MemoryIndex(db, embedder=embedder) as index:
         build = index.build(memories, embedder, embedder_name="minilm-l6", progress=False)
@@ -105,7 +109,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     print(f"ask: {cfg.question}\n{format_hits(hits)}")
     stage("index+ask")
     report = run_qa(QAConfig(memories=read["memories"], qa=cfg.qa, run=cfg.run, answer_model=cfg.model,
-                             top_k=cfg.top_k, max_new_tokens=48))
+                             top_k=cfg.top_k, max_new_tokens=48, batch_size=3 * cfg.batch_size))
     stage("eval")
 
     artifacts = {

@@ -17,8 +17,9 @@ Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``
 
 Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``start``/``end``,
 its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer`` and a
-unit-normalised ``vector`` searched with the COSINE metric. The primary key is
-``"{layer}/{scenario}/{doc_id}"``, deterministic, so a chunk row is fetched by key.
+unit-normalised ``vector`` searched with the COSINE metric (how memories become rows:
+:mod:`retrieval.rows`). The primary key is ``"{layer}/{scenario}/{doc_id}"``, deterministic, so
+an outline or core hit finds its chunk row by key.
 
 Rebuilds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and recreates the
 collection — idempotent, and no stale rows survive from documents no longer in the input. With
@@ -34,16 +35,29 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 from pymilvus import DataType, MilvusClient
 from tqdm import tqdm
 
 from memreader.schema import DocumentMemory
-from retrieval.fusion import ALL_LAYERS, CHUNK, CORE, LAYERS, OUTLINE, SINGLE, ChunkKey, Hit, LayerHit, fuse_layer_hits
+from retrieval.fusion import ALL_LAYERS, CHUNK, LAYERS, SINGLE, ChunkKey, Hit, LayerHit, fuse_layer_hits
+from retrieval.rows import (
+    MAX_DOC_ID_BYTES,
+    MAX_TEXT_BYTES,
+    BuildSummary,
+    Embedder,
+    MemoryIndexError,
+    ScenarioTexts,
+    embed_rows,
+    embedding_dim,
+    encode,
+    primary_key,
+    scenario_texts,
+)
+
+__all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError", "is_server_uri"]
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +66,10 @@ INDEX_FORMAT = 1
 MODES: dict[str, tuple[str, ...]] = {"three_layer": LAYERS, "single": (SINGLE,), "chunk_only": (CHUNK,)}
 """Search modes and the layers each one searches."""
 _META_KEY = "memreader.index"
-_MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
-_MAX_DOC_ID_BYTES = 400  # leaves room for the "{layer}/{scenario}/" prefix in a 512-byte primary key
 _MAX_LIMIT = 16384  # Milvus' largest search limit
 _INSERT_ROWS = 512  # rows per insert call, well under the 64 MB gRPC message limit
 _SERVER_PREFIXES = ("http://", "https://", "tcp://", "unix:")
 _OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text"]
-
-
-class MemoryIndexError(RuntimeError):
-    """The index is missing, incomplete, or does not match the embedder or the input."""
-
-
-class Embedder(Protocol):
-    """What the index needs from a sentence-transformers model."""
-
-    def encode(self, sentences: Any, **kwargs: Any) -> Any: ...
 
 
 def is_server_uri(uri: str | Path) -> bool:
@@ -85,100 +87,14 @@ def resolve_uri(uri: str | Path, must_exist: bool = False) -> str:
             f"index path {path} must end in .db (Milvus Lite files do), or be a server URI like "
             "http://localhost:19530"
         )
-    if must_exist and not path.is_file():
+    if must_exist and not path.exists():  # Milvus Lite 3 stores a .db folder, older versions a file
         raise MemoryIndexError(f"index file {path} does not exist; run `memreader index` first to build it")
     return str(path)
-
-
-def _embedding_dim(embedder: Any) -> int:
-    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
-        method = getattr(embedder, name, None)
-        if callable(method) and method():
-            return int(method())
-    return int(np.asarray(embedder.encode(["dimension probe"])).shape[-1])
-
-
-def _encode(embedder: Embedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
-    vectors = embedder.encode(
-        list(texts), batch_size=batch_size, normalize_embeddings=True,
-        convert_to_numpy=True, show_progress_bar=False,
-    )
-    return np.asarray(vectors, dtype=np.float32)
-
-
-def _primary_key(layer: str, scenario: int, doc_id: str) -> str:
-    return f"{layer}/{scenario}/{doc_id}"
 
 
 def _string_literal(value: str) -> str:
     # Milvus Lite has no filter templates; a double-quoted literal with \\ and \" escaped is safe.
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-@dataclass
-class BuildSummary:
-    """What one :meth:`MemoryIndex.build` wrote."""
-
-    uri: str
-    collection: str
-    embedder: str
-    documents: int = 0
-    scenarios: int = 0
-    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ALL_LAYERS, 0))
-    skipped: dict[str, int] = field(default_factory=dict)
-    """Rows not written, by reason (``empty outline``, ``empty core``, ``blank chunk``)."""
-    seconds: float = 0.0
-
-    @property
-    def total_rows(self) -> int:
-        """All rows written, over every layer."""
-        return sum(self.rows.values())
-
-    def line(self) -> str:
-        """The one-line summary printed at the end of a build."""
-        per_layer = ", ".join(f"{layer} {n}" for layer, n in self.rows.items())
-        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())) or "none"
-        rate = self.total_rows / self.seconds if self.seconds > 0 else 0.0
-        return (
-            f"indexed {self.documents} documents, {self.scenarios} scenarios: {self.total_rows} rows "
-            f"({per_layer}); skipped {skipped}; {self.seconds:.1f} s ({rate:.1f} rows/s) -> {self.uri}"
-        )
-
-
-@dataclass
-class _Scenario:
-    doc_id: str
-    scenario: int
-    start: int
-    end: int
-    texts: dict[str, str]  # layer -> non-blank text to embed
-
-
-def _scenarios_of(mem: DocumentMemory, skipped: Counter[str]) -> list[_Scenario]:
-    """The rows-to-be of one memory; blank texts are skipped and counted, never embedded."""
-    mem.validate()
-    if len(mem.doc_id.encode()) > _MAX_DOC_ID_BYTES:
-        raise MemoryIndexError(f"doc_id {mem.doc_id[:60]!r}... is over {_MAX_DOC_ID_BYTES} bytes; shorten it")
-    out = []
-    for i, sc in enumerate(mem.scenarios):
-        chunk = mem.document[sc.start : sc.end]
-        if not chunk.strip():
-            # Nothing to retrieve: an outline or core hit would only point at whitespace.
-            skipped["blank chunk"] += 1
-            continue
-        texts: dict[str, str] = {}
-        for layer, text in ((OUTLINE, sc.outline), (CORE, sc.core), (CHUNK, chunk)):
-            if not text.strip():
-                skipped[f"empty {layer}"] += 1
-                continue
-            if len(text.encode()) > _MAX_TEXT_BYTES:
-                raise MemoryIndexError(
-                    f"doc {mem.doc_id!r} scenario {i}: {layer} is {len(text.encode())} bytes, over Milvus' "
-                    f"{_MAX_TEXT_BYTES}-byte text limit; re-read the document with smaller windows"
-                )
-            texts[layer] = text
-        out.append(_Scenario(mem.doc_id, i, sc.start, sc.end, texts))
-    return out
 
 
 class MemoryIndex:
@@ -211,7 +127,7 @@ class MemoryIndex:
         """Open an existing, completely built index for searching."""
         index = cls(uri, collection, embedder, token=token, must_exist=True)
         try:
-            index.meta  # noqa: B018 - validates existence, format and build status
+            _ = index.meta  # raises unless the collection exists, has our format and finished building
             index._client.load_collection(collection)  # a reopened collection starts out released
         except BaseException:
             index.close()
@@ -264,18 +180,20 @@ class MemoryIndex:
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
         schema.add_field("layer", DataType.VARCHAR, max_length=16, is_partition_key=True)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=_MAX_DOC_ID_BYTES)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID_BYTES)
         schema.add_field("scenario", DataType.INT64)
         schema.add_field("start", DataType.INT64)
         schema.add_field("end", DataType.INT64)
-        schema.add_field("text", DataType.VARCHAR, max_length=_MAX_TEXT_BYTES)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
         index_params = self._client.prepare_index_params()
         index_params.add_index(field_name="vector", index_type="AUTOINDEX", metric_type="COSINE")
         # Strong consistency: a search right after a build sees every row (matters on a server).
-        self._client.create_collection(
-            self.collection, schema=schema, index_params=index_params, consistency_level="Strong"
-        )
+        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong")
+        # Milvus Lite lacks the AllocTimestamp call that a synchronous index wait starts with (its
+        # server logs a traceback, then pymilvus sleeps); its index is usable at once anyway.
+        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
+        self._client.load_collection(self.collection)
 
     def counts(self) -> dict[str, int]:
         """Rows per layer."""
@@ -297,19 +215,33 @@ class MemoryIndex:
     ) -> BuildSummary:
         """Embed and write the outline, core, chunk and single rows of every scenario.
 
-        ``replace=True`` drops and recreates the collection; ``replace=False`` adds to it (see the
-        module docstring). ``embedder_name`` is recorded so that queries use the same model.
+        ``replace=True`` drops and recreates the collection; ``replace=False`` adds to it, creating
+        it if missing (see the module docstring). ``embedder_name`` is recorded so that queries use
+        the same model. The whole input is validated first; a build that stops half-way leaves the
+        index marked unfinished, and opening it then says so.
         """
         embedder = embedder or self.embedder
         if embedder is None:
             raise MemoryIndexError("build needs an embedder: pass embedder= (e.g. registry.load_embedder())")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        # Validate the whole input before touching the collection: bad input never costs an index.
+        memories = list(memories)
+        skipped: Counter[str] = Counter()
+        texts: list[list[ScenarioTexts]] = []
+        seen: set[str] = set()
+        for mem in memories:
+            if mem.doc_id in seen:
+                raise MemoryIndexError(f"doc_id {mem.doc_id!r} occurs twice in the input; doc_ids must be unique")
+            seen.add(mem.doc_id)
+            texts.append(scenario_texts(mem, skipped))
+
         self.embedder = embedder
-        dim = _embedding_dim(embedder)
+        dim = embedding_dim(embedder)
         meta = {"format": INDEX_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE"}
-        if replace:
-            if self._client.has_collection(self.collection):
+        exists = self._client.has_collection(self.collection)
+        if replace or not exists:
+            if exists:
                 self._client.drop_collection(self.collection)
             self._create(dim)
         else:
@@ -322,27 +254,20 @@ class MemoryIndex:
         self._write_meta({**meta, "status": "building"})
 
         summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
-        skipped: Counter[str] = Counter()
-        seen: set[str] = set()
-        pending: list[_Scenario] = []
-        pending_docs: list[str] = []
-        flush_texts = max(batch_size * 8, 256)
         started = time.perf_counter()
-        total = len(memories) if isinstance(memories, Sequence) else None
-        with tqdm(total=total, unit="doc", desc="index", disable=not progress) as bar:
-            for mem in memories:
-                if mem.doc_id in seen:
-                    raise MemoryIndexError(f"doc_id {mem.doc_id!r} occurs twice in the input; doc_ids must be unique")
-                seen.add(mem.doc_id)
-                pending.extend(_scenarios_of(mem, skipped))
+        flush_texts = max(batch_size * 8, 256)
+        pending: list[ScenarioTexts] = []
+        pending_docs: list[str] = []
+        pending_texts = 0
+        with tqdm(total=len(memories), unit="doc", desc="index", disable=not progress) as bar:
+            for i, (mem, scenarios) in enumerate(zip(memories, texts, strict=True)):
+                pending.extend(scenarios)
                 pending_docs.append(mem.doc_id)
-                if sum(len(s.texts) for s in pending) >= flush_texts:
+                pending_texts += sum(len(s.texts) for s in scenarios)
+                if pending_texts >= flush_texts or i == len(memories) - 1:
                     self._flush(pending, pending_docs, embedder, batch_size, replace, summary)
                     bar.update(len(pending_docs))
-                    pending, pending_docs = [], []
-            if pending_docs:
-                self._flush(pending, pending_docs, embedder, batch_size, replace, summary)
-                bar.update(len(pending_docs))
+                    pending, pending_docs, pending_texts = [], [], 0
         self._client.flush(self.collection)
         self._write_meta({**meta, "status": "complete"})
         summary.documents = len(seen)
@@ -354,23 +279,11 @@ class MemoryIndex:
         return summary
 
     def _flush(
-        self, pending: list[_Scenario], doc_ids: list[str], embedder: Embedder, batch_size: int,
+        self, pending: list[ScenarioTexts], doc_ids: list[str], embedder: Embedder, batch_size: int,
         replace: bool, summary: BuildSummary,
     ) -> None:
-        """Embed the pending scenarios' texts and insert their rows (after deleting old ones if adding)."""
-        texts = [t for s in pending for t in s.texts.values()]
-        vectors = _encode(embedder, texts, batch_size) if texts else np.zeros((0, 0), dtype=np.float32)
-        rows: list[dict[str, Any]] = []
-        i = 0
-        for s in pending:
-            own = vectors[i : i + len(s.texts)]
-            i += len(s.texts)
-            for (layer, text), vec in zip(s.texts.items(), own):
-                rows.append(self._row(s, layer, text, vec))
-            # The single-vector baseline: the mean of the scenario's unit vectors, renormalised.
-            mean = own.mean(axis=0)
-            rows.append(self._row(s, SINGLE, "", mean / np.linalg.norm(mean)))
-        assert i == len(vectors), "every embedded text maps to exactly one row"
+        """Embed the pending scenarios and insert their rows (after deleting old ones when adding)."""
+        rows = embed_rows(pending, embedder, batch_size)
         if not replace:
             ids = ", ".join(_string_literal(d) for d in doc_ids)
             self._client.delete(self.collection, filter=f"doc_id in [{ids}]")
@@ -380,14 +293,6 @@ class MemoryIndex:
         for row in rows:
             summary.rows[row["layer"]] += 1
 
-    @staticmethod
-    def _row(s: _Scenario, layer: str, text: str, vector: np.ndarray) -> dict[str, Any]:
-        return {
-            "pk": _primary_key(layer, s.scenario, s.doc_id), "layer": layer, "doc_id": s.doc_id,
-            "scenario": s.scenario, "start": s.start, "end": s.end, "text": text,
-            "vector": vector.astype(np.float32).tolist(),
-        }
-
     def embed_query(self, query: str) -> list[float]:
         """The query's unit vector, from the index's embedder (checked against the index dimension)."""
         if not query.strip():
@@ -396,7 +301,7 @@ class MemoryIndex:
             raise MemoryIndexError(
                 f"no embedder to encode the query: pass embedder= (this index was built with {self.meta['embedder']})"
             )
-        vector = _encode(self.embedder, [query], batch_size=1)[0]
+        vector = encode(self.embedder, [query], batch_size=1)[0]
         if len(vector) != self.meta["dim"]:
             raise MemoryIndexError(
                 f"the query embedder gives {len(vector)}-dim vectors but {self.uri} holds {self.meta['dim']}-dim "
@@ -429,7 +334,7 @@ class MemoryIndex:
         keys = list(keys)
         if not keys:
             return {}
-        rows = self._client.get(self.collection, ids=[_primary_key(CHUNK, sc, doc) for doc, sc in keys],
+        rows = self._client.get(self.collection, ids=[primary_key(CHUNK, sc, doc) for doc, sc in keys],
                                 output_fields=["doc_id", "scenario", "text"])
         found = {(r["doc_id"], int(r["scenario"])): r["text"] for r in rows}
         missing = [k for k in keys if k not in found]

@@ -20,12 +20,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memreader.config import describe_config, field, load_config
+from memreader.config import ConfigError, describe_config, field, load_config
 from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
 from memreader.registry import ALIASES, load_embedder
-from memreader.schema import read_memories
+from memreader.schema import MemoryValidationError, read_memories
 from retrieval.fusion import Hit
-from retrieval.index import DEFAULT_COLLECTION, MODES, BuildSummary, MemoryIndex, MemoryIndexError, is_server_uri
+from retrieval.index import (
+    DEFAULT_COLLECTION,
+    MODES,
+    BuildSummary,
+    MemoryIndex,
+    MemoryIndexError,
+    is_server_uri,
+)
 
 
 @dataclass
@@ -185,14 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML file, e.g. configs/retrieval/three_layer_minilm.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="ask: print hits as JSON lines")
-    args = parser.parse_args(argv)
-    cfg = load_config(RetrievalConfig, args.config, args.overrides)
-    if args.command == "index":
-        run_index(cfg)  # shows a progress bar and ends with the one-line summary (stderr)
-        return 0
-    if not args.question:
+    args = parser.parse_intermixed_args(argv)  # the question may follow the options
+    if args.command == "ask" and not args.question:
         parser.error("ask needs a question, e.g. ask --config FILE \"what is X?\"")
-    hits = run_ask(cfg, args.question)
+    try:
+        cfg = load_config(RetrievalConfig, args.config, args.overrides)
+        if args.command == "index":
+            run_index(cfg)  # shows a progress bar and ends with the one-line summary (stderr)
+            return 0
+        hits = run_ask(cfg, args.question)
+    except (ConfigError, MemoryIndexError, MemoryValidationError, FileNotFoundError) as exc:
+        # Expected user errors: their messages name the fix, a traceback would only hide it.
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         for hit in hits:
             print(json.dumps(hit.to_dict(), ensure_ascii=False))

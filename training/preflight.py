@@ -108,7 +108,7 @@ def load_sft_records(path: str | Path) -> list[dict[str, Any]]:
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # stops at the shorter one
         if x != y:
             break
         n += 1
@@ -132,7 +132,7 @@ def measure(records: list[dict[str, Any]], tokenizer: Any, batch_size: int = 256
         # apply_chat_template(tokenize=True) renders then encodes without special tokens; batching is faster.
         prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
         full_ids = tokenizer(fulls, add_special_tokens=False)["input_ids"]
-        for record, p_ids, f_ids in zip(batch, prompt_ids, full_ids):
+        for record, p_ids, f_ids in zip(batch, prompt_ids, full_ids, strict=True):
             prompt_len = _common_prefix(p_ids, f_ids)
             out.append(ExampleLength(
                 id=record["id"], prompt=prompt_len, completion=len(f_ids) - prompt_len, total=len(f_ids),

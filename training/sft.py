@@ -10,7 +10,7 @@ Commands (run from the repository root)::
 
     # CPU smoke run on the embedded SmolLM2-135M (a few steps, fp32)
     python -m training.sft --config configs/training/smollm2/135m_lora_cpu_smoke.yaml \\
-        --set train_file=artifacts/runs/demo/data_gen/train.jsonl --set run=smoke
+        --set train_file=artifacts/runs/gen-smollm2/gen/sft_train.jsonl --set run=smoke
     # token-length statistics only (no training)
     python -m training.sft --config configs/training/qwen2_5/7B_lora_single_gpu.yaml --preflight-only
     # 1 GPU
@@ -125,6 +125,9 @@ class SFTRunConfig:
         return problems
 
 
+CONFIG_CLASS = SFTRunConfig  # lets `memreader train --help` list every key
+
+
 def bf16_enabled(value: str) -> bool:
     """Resolve the ``bf16`` setting: ``auto`` is on only for a CUDA device that supports bf16."""
     value = str(value).lower()
@@ -164,6 +167,9 @@ def build_sft_config(cfg: SFTRunConfig, output_dir: Path, has_eval: bool) -> Any
     init_kwargs: dict[str, Any] = {"dtype": torch.bfloat16 if bf16 else torch.float32}
     if cfg.attn_implementation:
         init_kwargs["attn_implementation"] = cfg.attn_implementation
+    # transformers >= 5.x renamed gradient_checkpointing (the old name still works, with a FutureWarning)
+    checkpointing = ("activation_checkpointing" if "activation_checkpointing" in SFTConfig.__dataclass_fields__
+                     else "gradient_checkpointing")
     return SFTConfig(
         output_dir=str(output_dir),
         run_name=output_dir.parent.name,
@@ -180,7 +186,7 @@ def build_sft_config(cfg: SFTRunConfig, output_dir: Path, has_eval: bool) -> Any
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         bf16=bf16,
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        **{checkpointing: cfg.gradient_checkpointing},
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
         eval_strategy="steps" if has_eval and cfg.eval_steps > 0 else "no",
@@ -191,7 +197,26 @@ def build_sft_config(cfg: SFTRunConfig, output_dir: Path, has_eval: bool) -> Any
         seed=cfg.seed,
         deepspeed=cfg.deepspeed or None,
         report_to=cfg.report_to,
+        use_cpu=not torch.cuda.is_available(),
     )
+
+
+def _load_if_stale_gguf(model_path: str, args: Any) -> Any:
+    """The model, loaded without its ``quantization_config``, when a converted folder still declares GGUF
+    quantization for plain safetensors weights (transformers would refuse to train it); else None."""
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        return None
+    quant = json.loads(config_file.read_text(encoding="utf-8")).get("quantization_config") or {}
+    if quant.get("quant_method") != "gguf" or not any(Path(model_path).glob("*.safetensors")):
+        return None
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    log.warning("%s declares GGUF quantization but holds de-quantised safetensors weights; loading it without "
+                "the stale quantization_config (fix: drop the key when converting)", model_path)
+    config = AutoConfig.from_pretrained(model_path)
+    del config.quantization_config
+    return AutoModelForCausalLM.from_pretrained(model_path, config=config, **(args.model_init_kwargs or {}))
 
 
 def build_trainer(
@@ -208,7 +233,7 @@ def build_trainer(
         target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()],
     )
     return SFTTrainer(
-        model=model_path,  # a path, so TRL loads it after DeepSpeed ZeRO-3 is set up (sharded init)
+        model=_load_if_stale_gguf(model_path, args) or model_path,  # a path: TRL loads it after ZeRO-3 setup
         args=args,
         train_dataset=records_to_dataset(train_records),
         eval_dataset=records_to_dataset(val_records) if val_records else None,

@@ -119,7 +119,7 @@ def fake() -> Iterator[Any]:
 
     def start(plan: dict[str, list[str]], **kw: Any) -> FakeOpenAI:
         server = FakeOpenAI(plan, **kw)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server
 

@@ -1,0 +1,400 @@
+"""Score predictions against references: means, 95% bootstrap intervals and signatures per metric.
+
+From Python (the QA harness)::
+
+    from eval.score import score_pairs, format_table
+    report = score_pairs(predictions, references, profile="mom")   # references: str or list[str] each
+    print(format_table({"memreader": report}))
+    report.to_dict()                                                # JSON-ready, signatures included
+
+From the shell (``memreader score`` runs the same ``run``)::
+
+    python -m eval.score --pred preds.jsonl --ref refs.jsonl [--profile mom] [--set meteor_wordnet=false]
+
+``preds.jsonl`` holds ``{"id": ..., "prediction": "..."}`` per line, ``refs.jsonl`` holds
+``{"id": ..., "answer": "..."}`` or ``{"id": ..., "answers": [...]}``; they are joined by id (compared
+as strings) and every id must appear in both files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from eval.datasets import DatasetError, load_predictions, load_references
+from eval.metrics import (
+    DISPLAY_NAMES,
+    EVAL_VERSION,
+    METRICS,
+    ExampleScores,
+    MetricConfig,
+    MetricSetupError,
+    corpus_bleu,
+    prepare,
+    resolve_config,
+    score_example,
+    signatures,
+)
+from eval.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Interval,
+    PairedTest,
+    bootstrap_ci,
+    bootstrap_distribution,
+    corpus_bleu_from_counts,
+    paired_bootstrap,
+    paired_bootstrap_statistic,
+    percentile_interval,
+    permutation_p,
+)
+from memreader.config import ConfigError
+from memreader.paths import run_dir, write_json
+
+_LIBRARIES = ("jieba", "nltk", "rouge-score", "sacrebleu", "numpy")
+
+
+@dataclass
+class MetricResult:
+    """One metric over a set: headline value, its interval, signature and per-example scores."""
+
+    name: str
+    value: float
+    interval: Interval
+    signature: str
+    per_example: list[float]
+    aggregation: str = "mean"
+
+    def to_dict(self, per_example: bool = True) -> dict[str, Any]:
+        """Plain-JSON form."""
+        out = {"metric": DISPLAY_NAMES[self.name], "value": self.value, "aggregation": self.aggregation,
+               "ci_low": self.interval.low, "ci_high": self.interval.high, "interval": self.interval.to_dict(),
+               "signature": self.signature}
+        if per_example:
+            out["per_example"] = self.per_example
+        return out
+
+
+@dataclass
+class ScoreReport:
+    """Everything :func:`score_pairs` measured, enough to reproduce and compare it."""
+
+    profile: str
+    config: MetricConfig
+    ids: list[str]
+    metrics: dict[str, MetricResult]
+    excluded: list[str]
+    examples: list[ExampleScores] = field(repr=False)
+    seconds: float = 0.0
+
+    @property
+    def n(self) -> int:
+        """Examples that count towards the means (all but ``excluded``)."""
+        return len(self.ids) - len(self.excluded)
+
+    def signatures(self) -> dict[str, str]:
+        """Signature per metric name."""
+        return {name: m.signature for name, m in self.metrics.items()}
+
+    def to_dict(self, per_example: bool = True) -> dict[str, Any]:
+        """JSON-ready report: settings, versions, values, intervals, signatures (and per-example scores)."""
+        return {
+            "profile": self.profile,
+            "config": asdict(self.config),
+            "n": self.n,
+            "n_total": len(self.ids),
+            "excluded_ids": self.excluded,
+            "metrics": {name: m.to_dict(per_example) for name, m in self.metrics.items()},
+            "ids": self.ids if per_example else None,
+            "versions": {"mr-eval": EVAL_VERSION, **{lib: importlib.metadata.version(lib) for lib in _LIBRARIES}},
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _score_chunk(job: tuple[MetricConfig, list[str], list[list[str]]]) -> list[ExampleScores]:
+    config, predictions, references = job
+    return [score_example(p, r, config) for p, r in zip(predictions, references, strict=True)]
+
+
+def _init_worker(config: MetricConfig) -> None:
+    prepare(config)
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def score_examples(
+    predictions: Sequence[str],
+    references: Sequence[str | Sequence[str]],
+    config: MetricConfig,
+    workers: int | None = None,
+    progress: bool = False,
+) -> list[ExampleScores]:
+    """Score many examples, in ``workers`` processes (default: all CPUs; 1 = in this process).
+
+    Each example is scored independently by :func:`score_example`, so the result equals the
+    one-at-a-time path exactly, whatever the number of workers.
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} reference entries")
+    prepare(config)
+    preds = list(predictions)
+    refs = [[r] if isinstance(r, str) else list(r) for r in references]
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers == 1 or len(preds) < 64:
+        iterator = zip(preds, refs, strict=True)
+        if progress:
+            from tqdm import tqdm
+
+            iterator = tqdm(iterator, total=len(preds), desc="scoring", unit="ex")
+        return [score_example(p, r, config) for p, r in iterator]
+    # Several chunks per worker even out uneven lengths; order is kept by ``map``.
+    size = max(16, math.ceil(len(preds) / (workers * 8)))
+    jobs = [(config, preds[i : i + size], refs[i : i + size]) for i in range(0, len(preds), size)]
+    out: list[ExampleScores] = []
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config,)) as pool:
+        results = pool.map(_score_chunk, jobs)
+        if progress:
+            from tqdm import tqdm
+
+            results = tqdm(results, total=len(jobs), desc=f"scoring ({workers} procs)", unit="chunk")
+        for chunk in results:
+            out.extend(chunk)
+    return out
+
+
+def _included(examples: Sequence[ExampleScores], config: MetricConfig) -> np.ndarray:
+    return np.array([not (e.blank and config.empty == "skip") for e in examples], dtype=bool)
+
+
+def _counts(examples: Sequence[ExampleScores]) -> np.ndarray:
+    return np.array([[*e.bleu_stats.matches, *e.bleu_stats.possible, e.bleu_stats.hyp_len, e.bleu_stats.ref_len]
+                     for e in examples], dtype=float)
+
+
+def score_pairs(
+    predictions: Sequence[str],
+    references: Sequence[str | Sequence[str]],
+    profile: str = "mom",
+    *,
+    ids: Sequence[str] | None = None,
+    workers: int | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+    progress: bool = False,
+    **overrides: Any,
+) -> ScoreReport:
+    """Score ``predictions[i]`` against ``references[i]`` (a string or a list of strings).
+
+    ``profile`` picks the settings (``mom`` or ``crud``); keyword ``overrides`` change single
+    settings (e.g. ``meteor_wordnet=False``) and show up in the signatures.
+    """
+    config = resolve_config(profile, **overrides)
+    ids = [str(i) for i in ids] if ids is not None else [str(i) for i in range(len(predictions))]
+    if len(ids) != len(predictions):
+        raise ValueError(f"{len(ids)} ids for {len(predictions)} predictions")
+    start = time.perf_counter()
+    examples = score_examples(predictions, references, config, workers=workers, progress=progress)
+    keep = _included(examples, config)
+    if not keep.any():
+        raise ValueError("no example left to score (all predictions or references are blank and empty='skip')")
+    kept = [e for e, k in zip(examples, keep, strict=True) if k]
+    sigs = signatures(config)
+    metrics: dict[str, MetricResult] = {}
+    for name in METRICS:
+        values = [getattr(e, name) for e in examples]
+        if name in ("bleu_1", "bleu_avg") and config.bleu_level == "corpus":
+            column = 0 if name == "bleu_1" else 1
+            counts = _counts(kept)
+            value = corpus_bleu(kept, config)[column]
+            draws = bootstrap_distribution(
+                len(kept), lambda w, c=column, m=counts: _corpus(w @ m, config)[c], n_resamples, seed)
+            interval = percentile_interval(draws, confidence, n_resamples, seed)
+            metrics[name] = MetricResult(name, value, interval, sigs[name], values, "corpus")
+        else:
+            kept_values = np.asarray(values)[keep]
+            metrics[name] = MetricResult(name, float(kept_values.mean()),
+                                         bootstrap_ci(kept_values, n_resamples, confidence, seed), sigs[name], values)
+    excluded = [i for i, k in zip(ids, keep, strict=True) if not k]
+    return ScoreReport(profile, config, ids, metrics, excluded, examples, time.perf_counter() - start)
+
+
+def _corpus(counts: np.ndarray, config: MetricConfig) -> tuple[np.ndarray, np.ndarray]:
+    return corpus_bleu_from_counts(counts, config.bleu_max_order, config.bleu_smoothing, config.bleu_brevity_penalty)
+
+
+def compare(a: ScoreReport, b: ScoreReport, n_resamples: int = DEFAULT_RESAMPLES,
+            confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> dict[str, PairedTest]:
+    """Paired tests of system ``a`` minus system ``b``, scored on the same ids with the same settings.
+
+    Items excluded from either report are left out of both."""
+    if a.ids != b.ids:
+        raise ValueError("paired comparison needs both reports on the same ids in the same order")
+    if a.signatures() != b.signatures():
+        raise ValueError("paired comparison needs identical metric settings (signatures differ)")
+    keep = _included(a.examples, a.config) & _included(b.examples, b.config)
+    if not keep.any():
+        raise ValueError("no example is scored in both reports")
+    out: dict[str, PairedTest] = {}
+    for name in METRICS:
+        va = np.asarray(a.metrics[name].per_example)[keep]
+        vb = np.asarray(b.metrics[name].per_example)[keep]
+        if a.metrics[name].aggregation == "corpus":
+            column = 0 if name == "bleu_1" else 1
+            ea = [e for e, k in zip(a.examples, keep, strict=True) if k]
+            eb = [e for e, k in zip(b.examples, keep, strict=True) if k]
+            ca, cb = _counts(ea), _counts(eb)
+            delta = corpus_bleu(ea, a.config)[column] - corpus_bleu(eb, a.config)[column]
+            interval, p_boot = paired_bootstrap_statistic(
+                len(va), lambda w, c=column, m=ca: _corpus(w @ m, a.config)[c],
+                lambda w, c=column, m=cb: _corpus(w @ m, a.config)[c], delta, n_resamples, confidence, seed)
+            out[name] = PairedTest(delta, interval, p_boot, permutation_p(va - vb, n_resamples, seed), len(va))
+        else:
+            out[name] = paired_bootstrap(va, vb, n_resamples, confidence, seed)
+    return out
+
+
+def format_table(reports: ScoreReport | Mapping[str, ScoreReport], digits: int = 4) -> str:
+    """A plain-text table: one row per system, ``value [ci_low, ci_high]`` per metric, then signatures."""
+    if isinstance(reports, ScoreReport):
+        reports = {reports.profile: reports}
+    if not reports:
+        raise ValueError("format_table needs at least one report")
+    header = ["system", "n", *(DISPLAY_NAMES[m] for m in METRICS)]
+    rows = [header]
+    for system, rep in reports.items():
+        cells = [f"{r.value:.{digits}f} [{r.interval.low:.{digits}f}, {r.interval.high:.{digits}f}]"
+                 for r in (rep.metrics[m] for m in METRICS)]
+        rows.append([system, str(rep.n), *cells])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    first = next(iter(reports.values()))
+    interval = first.metrics[METRICS[0]].interval
+    lines.append(f"intervals: {interval.confidence:.0%} {interval.method}, "
+                 f"{interval.n_resamples} resamples, seed {interval.seed}")
+    distinct = {tuple(r.signatures().items()) for r in reports.values()}
+    for system, rep in reports.items():
+        if len(distinct) > 1:
+            lines.append(f"signatures ({system}):")
+        elif system != next(iter(reports)):
+            break
+        else:
+            lines.append("signatures:")
+        lines += [f"  {DISPLAY_NAMES[m]:<9}{rep.metrics[m].signature}" for m in METRICS]
+    excluded = {s: len(r.excluded) for s, r in reports.items() if r.excluded}
+    if excluded:
+        lines.append("excluded (blank, empty=skip): " + ", ".join(f"{s}: {k}" for s, k in excluded.items()))
+    return "\n".join(lines)
+
+
+def _sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def join_by_id(predictions: Mapping[str, str], references: Mapping[str, list[str]],
+               pred_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str], list[list[str]]]:
+    """``(ids, predictions, references)`` in reference-file order; any id on one side only is an error."""
+    missing = [i for i in references if i not in predictions]
+    extra = [i for i in predictions if i not in references]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} reference id(s) have no prediction in {pred_path}: {', '.join(missing[:5])}")
+    if extra:
+        problems.append(f"{len(extra)} prediction id(s) are not in {ref_path}: {', '.join(extra[:5])}")
+    if problems:
+        raise DatasetError(pred_path, "; ".join(problems) + " (ids are compared as strings)")
+    ids = list(references)
+    return ids, [predictions[i] for i in ids], [references[i] for i in ids]
+
+
+def _overrides(items: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} must look like key=value (e.g. --set meteor_wordnet=false)")
+        key, raw = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(raw)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``memreader score`` / ``python -m eval.score``."""
+    parser.add_argument("--pred", required=True, help='predictions JSONL: {"id": ..., "prediction": "..."} per line')
+    parser.add_argument("--ref", required=True, help='references JSONL: {"id": ..., "answer": "..."} or "answers": [...]')
+    parser.add_argument("--profile", default="mom", choices=["mom", "crud"], help="metric settings (default: mom)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one metric setting, e.g. --set meteor_wordnet=false (see docs/EVALUATION.md)")
+    parser.add_argument("--baseline", help="a second predictions JSONL for the same ids: adds paired tests pred - baseline")
+    parser.add_argument("--out", help="JSON report path (default: $MEMREADER_HOME/runs/<run>/score/scores.json)")
+    parser.add_argument("--run", help="run name under $MEMREADER_HOME/runs (default: a timestamp)")
+    parser.add_argument("--workers", type=int, help="scoring processes (default: all CPUs)")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
+    parser.add_argument("--no-per-example", action="store_true", help="leave per-example scores out of the JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score the files named in ``args``, print the table and write the JSON report."""
+    start = time.perf_counter()
+    try:
+        overrides = _overrides(args.set)
+        ids, preds, refs = join_by_id(load_predictions(args.pred), load_references(args.ref), args.pred, args.ref)
+        options = {"workers": args.workers, "n_resamples": args.bootstrap, "seed": args.seed}
+        report = score_pairs(preds, refs, args.profile, ids=ids, progress=sys.stderr.isatty(), **options, **overrides)
+        reports = {Path(args.pred).stem: report}
+        data = {"inputs": {"pred": str(args.pred), "pred_sha256": _sha256(args.pred),
+                           "ref": str(args.ref), "ref_sha256": _sha256(args.ref)},
+                "report": report.to_dict(per_example=not args.no_per_example)}
+        if args.baseline:
+            _, base_preds, _ = join_by_id(load_predictions(args.baseline), dict(zip(ids, refs, strict=True)),
+                                          args.baseline, args.ref)
+            base = score_pairs(base_preds, refs, args.profile, ids=ids, **options, **overrides)
+            reports[Path(args.baseline).stem] = base
+            tests = compare(report, base, args.bootstrap, seed=args.seed)
+            data["baseline"] = {"pred": str(args.baseline), "pred_sha256": _sha256(args.baseline),
+                                "report": base.to_dict(per_example=not args.no_per_example),
+                                "paired_tests": {m: t.to_dict() for m, t in tests.items()}}
+    except (DatasetError, ConfigError, MetricSetupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else run_dir(args.run, "score") / "scores.json"
+    write_json(out, data)
+    print(format_table(reports))
+    if args.baseline:
+        for name, test in tests.items():
+            print(f"paired {DISPLAY_NAMES[name]:<9} delta {test.delta:+.4f} [{test.interval.low:+.4f}, "
+                  f"{test.interval.high:+.4f}]  p_boot {test.p_bootstrap:.4f}  p_perm {test.p_permutation:.4f}")
+    seconds = time.perf_counter() - start
+    print(f"score: {len(ids)} examples in {seconds:.1f} s ({len(ids) / seconds:.0f}/s) -> {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.score --pred preds.jsonl --ref refs.jsonl [--profile mom]``"""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""``memreader index`` and ``memreader ask``: thin wrappers over :mod:`retrieval.search`.
+
+    memreader index --config configs/retrieval/three_layer_minilm.yaml --set run=demo
+    memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo "How many compost bays?"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from memreader.config import load_config
+from retrieval.search import RetrievalConfig, format_hits, run_ask, run_index
+
+CONFIG_CLASS = RetrievalConfig
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML with RetrievalConfig keys (see configs/retrieval/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+
+
+def add_index_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``memreader index``."""
+    _common(parser)
+
+
+def run_index_cli(args: argparse.Namespace) -> int:
+    """Build the index and print its one-line summary."""
+    summary = run_index(load_config(RetrievalConfig, args.config, args.set))
+    print(summary.line())
+    return 0
+
+
+def add_ask_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``memreader ask``."""
+    _common(parser)
+    parser.add_argument("--json", action="store_true", help="print hits as JSON lines instead of text")
+    parser.add_argument("question", help="the question to retrieve chunks for")
+
+
+def run_ask_cli(args: argparse.Namespace) -> int:
+    """Retrieve and print chunks with their provenance."""
+    hits = run_ask(load_config(RetrievalConfig, args.config, args.set), args.question)
+    if args.json:
+        for hit in hits:
+            print(json.dumps(hit.to_dict(), ensure_ascii=False))
+    else:
+        print(format_hits(hits))
+    return 0
+
+
+COMMANDS = {"index": (add_index_arguments, run_index_cli), "ask": (add_ask_arguments, run_ask_cli)}

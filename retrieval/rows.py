@@ -1,0 +1,152 @@
+"""What a document memory becomes in the index: the texts of each scenario, embedded into rows.
+
+One scenario gives up to four rows — ``outline``, ``core``, ``chunk`` and ``single`` (the mean of
+the scenario's unit vectors, renormalised: the paper's single-vector baseline). Blank texts are
+never embedded: they are skipped and counted by reason, and a scenario whose chunk is only
+whitespace is skipped whole (an outline or core hit would only point at whitespace).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from memreader.schema import DocumentMemory
+from retrieval.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
+
+MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
+MAX_DOC_ID_BYTES = 400  # leaves room for the "{layer}/{scenario}/" prefix in a 512-byte primary key
+
+
+class MemoryIndexError(RuntimeError):
+    """The index is missing, incomplete, or does not match the embedder or the input."""
+
+
+class Embedder(Protocol):
+    """What the index needs from a sentence-transformers model."""
+
+    def encode(self, sentences: Any, **kwargs: Any) -> Any: ...
+
+
+def embedding_dim(embedder: Any) -> int:
+    """The embedder's vector size (asked from the model, or measured on a probe sentence)."""
+    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        method = getattr(embedder, name, None)
+        if callable(method) and method():
+            return int(method())
+    return int(np.asarray(embedder.encode(["dimension probe"])).shape[-1])
+
+
+def encode(embedder: Embedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    """Unit-normalised float32 vectors, one row per text."""
+    vectors = embedder.encode(
+        list(texts), batch_size=batch_size, normalize_embeddings=True,
+        convert_to_numpy=True, show_progress_bar=False,
+    )
+    return np.asarray(vectors, dtype=np.float32)
+
+
+def primary_key(layer: str, scenario: int, doc_id: str) -> str:
+    """The row id: deterministic, so a rebuild writes the same keys and a chunk is fetched by key."""
+    return f"{layer}/{scenario}/{doc_id}"
+
+
+@dataclass
+class BuildSummary:
+    """What one index build wrote."""
+
+    uri: str
+    collection: str
+    embedder: str
+    documents: int = 0
+    scenarios: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ALL_LAYERS, 0))
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Rows not written, by reason (``empty outline``, ``empty core``, ``blank chunk``)."""
+    seconds: float = 0.0
+
+    @property
+    def total_rows(self) -> int:
+        """All rows written, over every layer."""
+        return sum(self.rows.values())
+
+    def line(self) -> str:
+        """The one-line summary printed at the end of a build."""
+        per_layer = ", ".join(f"{layer} {n}" for layer, n in self.rows.items())
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())) or "none"
+        rate = self.total_rows / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"indexed {self.documents} documents, {self.scenarios} scenarios: {self.total_rows} rows "
+            f"({per_layer}); skipped {skipped}; {self.seconds:.1f} s ({rate:.1f} rows/s) -> {self.uri}"
+        )
+
+
+@dataclass
+class ScenarioTexts:
+    """The non-blank texts of one scenario, by layer, with its identity and chunk span."""
+
+    doc_id: str
+    scenario: int
+    start: int
+    end: int
+    texts: dict[str, str]
+
+
+def scenario_texts(mem: DocumentMemory, skipped: Counter[str]) -> list[ScenarioTexts]:
+    """The texts to embed for one memory (validated first); blank ones are counted in ``skipped``."""
+    mem.validate()
+    if len(mem.doc_id.encode()) > MAX_DOC_ID_BYTES:
+        raise MemoryIndexError(f"doc_id {mem.doc_id[:60]!r}... is over {MAX_DOC_ID_BYTES} bytes; shorten it")
+    out = []
+    for i, sc in enumerate(mem.scenarios):
+        chunk = mem.document[sc.start : sc.end]
+        if not chunk.strip():
+            skipped["blank chunk"] += 1
+            continue
+        texts: dict[str, str] = {}
+        for layer, text in ((OUTLINE, sc.outline), (CORE, sc.core), (CHUNK, chunk)):
+            if not text.strip():
+                skipped[f"empty {layer}"] += 1
+                continue
+            if len(text.encode()) > MAX_TEXT_BYTES:
+                raise MemoryIndexError(
+                    f"doc {mem.doc_id!r} scenario {i}: {layer} is {len(text.encode())} bytes, over Milvus' "
+                    f"{MAX_TEXT_BYTES}-byte text limit; re-read the document with smaller windows"
+                )
+            texts[layer] = text
+        out.append(ScenarioTexts(mem.doc_id, i, sc.start, sc.end, texts))
+    return out
+
+
+def _row(s: ScenarioTexts, layer: str, text: str, vector: np.ndarray) -> dict[str, Any]:
+    return {
+        "pk": primary_key(layer, s.scenario, s.doc_id), "layer": layer, "doc_id": s.doc_id,
+        "scenario": s.scenario, "start": s.start, "end": s.end, "text": text,
+        "vector": vector.astype(np.float32).tolist(),
+    }
+
+
+def embed_rows(scenarios: Sequence[ScenarioTexts], embedder: Embedder, batch_size: int) -> list[dict[str, Any]]:
+    """Embed every text of ``scenarios`` in batches and return the Milvus rows, ``single`` included."""
+    texts = [t for s in scenarios for t in s.texts.values()]
+    if not texts:
+        return []
+    vectors = encode(embedder, texts, batch_size)
+    rows: list[dict[str, Any]] = []
+    i = 0
+    for s in scenarios:
+        own = vectors[i : i + len(s.texts)]
+        i += len(s.texts)
+        for (layer, text), vec in zip(s.texts.items(), own, strict=True):
+            rows.append(_row(s, layer, text, vec))
+        mean = own.mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        # Unit vectors of one scenario cancelling out exactly would take an adversarial embedder.
+        assert norm > 0, f"{s.doc_id} scenario {s.scenario}: layer vectors average to zero"
+        rows.append(_row(s, SINGLE, "", mean / norm))
+    assert i == len(vectors), "every embedded text maps to exactly one row"
+    return rows

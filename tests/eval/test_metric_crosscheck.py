@@ -1,0 +1,107 @@
+"""Cross-checks against independent implementations on the 1,328 real Chinese CRUD-RAG pairs
+(``event`` as prediction, ``summary`` as reference), plus the mom/crud difference and the parallel path."""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import jieba
+import pytest
+from nltk.translate.bleu_score import modified_precision
+from nltk.translate.meteor_score import meteor_score
+from rouge_score import rouge_scorer
+from sacrebleu.metrics import BLEU
+
+from eval.metrics import PROFILES, resolve_config, score_example
+from eval.score import score_examples
+
+
+class JiebaTokenizer:
+    """What HF ``evaluate`` hands rouge-score when the MoM / CRUD code passes ``tokenizer=f``."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return list(jieba.cut(text))
+
+
+def _ids(tokens: list[str], vocab: dict[str, str]) -> str:
+    # sacrebleu splits on whitespace, but jieba emits whitespace tokens: give every token a
+    # whitespace-free stand-in so sacrebleu sees exactly our token sequence.
+    return " ".join(vocab.setdefault(t, f"t{len(vocab)}") for t in tokens)
+
+
+@pytest.fixture(scope="module")
+def mom_scores(real_pairs: tuple[list[str], list[str]]) -> list:
+    preds, refs = real_pairs
+    return [score_example(p, r, resolve_config("mom")) for p, r in zip(preds, refs, strict=True)]
+
+
+def test_enough_real_pairs(real_pairs: tuple[list[str], list[str]]) -> None:
+    assert len(real_pairs[0]) == 1328
+
+
+def test_bleu_matches_sacrebleu_on_pretokenized_text(real_pairs, mom_scores) -> None:
+    preds, refs = real_pairs
+    sacre = BLEU(tokenize="none", smooth_method="none", effective_order=False)
+    crud_cfg = resolve_config("crud")
+    nonzero = 0
+    for pred, ref, ours in zip(preds, refs, mom_scores, strict=True):
+        vocab: dict[str, str] = {}
+        theirs = sacre.sentence_score(_ids(list(jieba.cut(pred)), vocab), [_ids(list(jieba.cut(ref)), vocab)])
+        assert ours.bleu_1 == pytest.approx(theirs.precisions[0] / 100, rel=1e-12, abs=1e-15)
+        assert ours.bleu_avg == pytest.approx(theirs.score / 100, rel=1e-9, abs=1e-15)
+        crud = score_example(pred, ref, crud_cfg).bleu_avg
+        assert crud == pytest.approx(theirs.score / 100 / theirs.bp if theirs.bp else 0.0, rel=1e-9, abs=1e-15)
+        nonzero += ours.bleu_avg > 0
+    assert nonzero > 1000  # the comparison exercises real 4-gram matches, not a wall of zeros
+
+
+def test_bleu_1_equals_nltk_modified_precision_exactly(real_pairs, mom_scores) -> None:
+    preds, refs = real_pairs
+    for pred, ref, ours in zip(preds, refs, mom_scores, strict=True):
+        p1: Fraction = modified_precision([list(jieba.cut(ref))], list(jieba.cut(pred)), 1)
+        assert ours.bleu_1 == float(p1)
+
+
+def test_rouge_l_equals_rouge_score_exactly(real_pairs, crud_records, mom_scores) -> None:
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=JiebaTokenizer())
+    preds, refs = real_pairs
+    for pred, ref, ours in zip(preds, refs, mom_scores, strict=True):
+        assert ours.rouge_l == scorer.score(ref, pred)["rougeL"].fmeasure
+    # longer pairs too (article leads against summaries), where the LCS table is large
+    cfg = resolve_config("mom", meteor_wordnet=False)
+    for r in crud_records[:100]:
+        lead, summary = r["text"][:250], r["summary"]
+        assert score_example(lead, summary, cfg).rouge_l == scorer.score(summary, lead)["rougeL"].fmeasure
+
+
+def test_meteor_equals_the_mom_notebook_cell(real_pairs, mom_scores) -> None:
+    def preprocess_text(text: str) -> list[str]:  # the MoM notebook's METEOR preprocessing
+        return " ".join(jieba.cut(text)).split()
+
+    preds, refs = real_pairs
+    for pred, ref, ours in zip(preds, refs, mom_scores, strict=True):
+        assert ours.meteor == meteor_score([preprocess_text(ref)], preprocess_text(pred))
+
+
+def test_profiles_differ_exactly_where_the_evaluators_do(real_pairs, mom_scores) -> None:
+    mom, crud = dataclasses.asdict(PROFILES["mom"]), dataclasses.asdict(PROFILES["crud"])
+    assert {k for k in mom if mom[k] != crud[k]} == {"bleu_brevity_penalty", "empty"}
+    preds, refs = real_pairs
+    crud_cfg = resolve_config("crud")
+    shorter = 0
+    for pred, ref, m in zip(preds[:400], refs[:400], mom_scores[:400], strict=True):
+        c = score_example(pred, ref, crud_cfg)
+        assert (c.bleu_1, c.rouge_l, c.meteor) == (m.bleu_1, m.rouge_l, m.meteor)
+        if m.bleu_stats.hyp_len < m.bleu_stats.ref_len and m.bleu_avg > 0:
+            assert c.bleu_avg > m.bleu_avg
+            shorter += 1
+        elif m.bleu_stats.hyp_len >= m.bleu_stats.ref_len:
+            assert c.bleu_avg == m.bleu_avg
+    assert shorter > 100  # events are shorter than summaries, so the penalty matters here
+
+
+def test_parallel_equals_serial(real_pairs, mom_scores) -> None:
+    preds, refs = real_pairs
+    parallel = score_examples(preds[:300], refs[:300], resolve_config("mom"), workers=2)
+    assert parallel == mom_scores[:300]

@@ -1,0 +1,150 @@
+"""``memreader serve`` on the embedded SmolLM2, driven over real HTTP by OpenAITeacher and urllib."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from data_gen.teacher import GenerationParams, OpenAITeacher, TeacherRequestError
+from inference.server import ChatServer, add_arguments, build_server
+
+pytestmark = pytest.mark.integration
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One MEMREADER_HOME per session (same path as in tests/data_gen), so SmolLM2 converts once."""
+    home = tmp_path_factory.getbasetemp() / "memreader_home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMREADER_HOME", str(home))
+        yield home
+
+
+def _serve(server: ChatServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def server(memreader_home: Path) -> Iterator[ChatServer]:
+    srv = build_server(MODEL, None, "127.0.0.1", 0, device="cpu", default_max_tokens=16)
+    thread = _serve(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+def _http(url: str, body: bytes | dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) for a GET (body None) or POST; HTTP errors are returned, not raised."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_openai_teacher_through_the_server(server: ChatServer) -> None:
+    teacher = OpenAITeacher(MODEL, base_url=server.url, api_key="any", max_concurrency=2, timeout_s=120)
+    prompts = ["Name one fruit.", "Say hello in French."]
+    replies = teacher.generate_many([[{"role": "user", "content": p}] for p in prompts],
+                                    GenerationParams(temperature=0, max_new_tokens=16))
+    assert len(replies) == 2 and teacher.retries == 0
+    for reply in replies:
+        assert reply.strip()
+        assert reply.prompt_tokens > 10  # the chat template adds a system prompt
+        assert 0 < reply.completion_tokens <= 16
+        assert reply.finish_reason in ("stop", "length")
+
+
+def test_chat_completion_schema_and_usage(server: ChatServer) -> None:
+    status, body = _http(f"{server.url}/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        "max_tokens": 4, "temperature": 0.5, "top_p": 0.9, "seed": 7,
+    })
+    assert status == 200
+    assert body["object"] == "chat.completion" and body["model"] == MODEL and body["id"].startswith("chatcmpl-")
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
+    usage = body["usage"]
+    assert 0 < usage["completion_tokens"] <= 4
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    if usage["completion_tokens"] == 4:
+        assert choice["finish_reason"] == "length"
+
+
+def test_models_and_health(server: ChatServer) -> None:
+    status, body = _http(f"{server.url}/models")
+    assert status == 200 and [m["id"] for m in body["data"]] == [MODEL]
+    assert _http(server.url.replace("/v1", "/health"))[0] == 200
+
+
+@pytest.mark.parametrize(("body", "status", "needle"), [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    ({"model": MODEL}, 400, "'messages'"),
+    ({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}, 400, "role"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": 3}]}, 400, "content must be a string"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400, "temperature"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}, 400, "stream"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400, "context"),
+    ({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404, MODEL),
+])
+def test_bad_requests_get_clear_json_errors(server: ChatServer, body: Any, status: int, needle: str) -> None:
+    got, payload = _http(f"{server.url}/chat/completions", body)
+    assert got == status
+    assert needle in payload["error"]["message"]
+    assert payload["error"]["type"] in ("invalid_request_error", "not_found_error")
+
+
+def test_unknown_routes_are_404(server: ChatServer) -> None:
+    assert _http(f"{server.url}/completions", {"prompt": "x"})[0] == 404
+    assert _http(f"{server.url}/nothing")[0] == 404
+
+
+def test_teacher_does_not_retry_a_wrong_model_name(server: ChatServer) -> None:
+    teacher = OpenAITeacher("no-such-model", base_url=server.url, api_key="any", backoff_base_s=0.01)
+    with pytest.raises(TeacherRequestError, match=r"HTTP 404.*GET <base_url>/models"):
+        teacher.generate_many([[{"role": "user", "content": "x"}]], GenerationParams(max_new_tokens=4))
+    assert teacher.retries == 0
+
+
+def test_serves_a_lora_adapter(memreader_home: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from memreader.registry import load_causal_lm, runtime
+
+    base, _ = load_causal_lm(MODEL, rt=runtime("cpu"))
+    lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    srv = build_server(MODEL, str(tmp_path / "adapter"), "127.0.0.1", 0, device="cpu")
+    thread = _serve(srv)
+    try:
+        assert [m["id"] for m in _http(f"{srv.url}/models")[1]["data"]] == [MODEL, "memreader"]
+        status, body = _http(f"{srv.url}/chat/completions", {
+            "model": "memreader", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0,
+        })
+        assert status == 200 and body["usage"]["completion_tokens"] > 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+
+
+def test_cli_arguments() -> None:
+    args = add_arguments(argparse.ArgumentParser()).parse_args(
+        ["--model", MODEL, "--adapter", "out/adapter", "--host", "0.0.0.0", "--port", "9000"])
+    assert (args.model, args.adapter, args.host, args.port) == (MODEL, "out/adapter", "0.0.0.0", 9000)

@@ -1,0 +1,125 @@
+"""LoRA SFT with TRL on a tiny random Llama: completion-only labels, weights move, loss falls, run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memreader.config import ConfigError, load_config
+from training.preflight import PreflightError
+from training.sft import SFTRunConfig, build_sft_config, build_trainer, load_tokenizer, main, train
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE_YAML = REPO / "configs/training/smollm2/135m_lora_cpu_smoke.yaml"
+
+
+def _cfg(tiny_model: str, train_file: Path, **kw) -> SFTRunConfig:
+    base = dict(
+        train_file=str(train_file), model=tiny_model, lora_r=8, lora_alpha=16, lora_dropout=0.0,
+        learning_rate=3e-2, lr_scheduler_type="constant", warmup_steps=0, max_steps=6,
+        per_device_train_batch_size=2, gradient_accumulation_steps=1, max_length=512, bf16="false",
+        gradient_checkpointing=False, logging_steps=1, save_steps=0, seed=0,
+    )
+    base.update(kw)
+    return SFTRunConfig(**base)
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _lora_tensors(model) -> dict:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def test_collated_labels_mask_the_prompt(tiny_model, sft_files, tmp_path):
+    from training.preflight import measure
+
+    cfg = _cfg(tiny_model, sft_files[0])
+    tokenizer = load_tokenizer(tiny_model)
+    records = _records(sft_files[1])
+    trainer = build_trainer(cfg, tiny_model, tokenizer, build_sft_config(cfg, tmp_path, False), records)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(records))])
+    lengths = measure(records, tokenizer)
+    for row, (record, length) in enumerate(zip(records, lengths, strict=True)):
+        ids, labels = batch["input_ids"][row], batch["labels"][row]
+        assert (labels[:length.prompt] == -100).all(), "prompt tokens must not be trained on"
+        assert (labels[length.prompt:length.total] == ids[length.prompt:length.total]).all()
+        assert (labels[length.total:] == -100).all(), "padding must not be trained on"
+        target = tokenizer.decode(labels[length.prompt:length.total])
+        assert target.startswith(record["completion"][0]["content"])
+        assert target.rstrip().endswith(tokenizer.eos_token)
+
+
+def test_lora_weights_move_and_loss_falls(tiny_model, sft_files, tmp_path):
+    cfg = _cfg(tiny_model, sft_files[0], max_steps=8)
+    tokenizer = load_tokenizer(tiny_model)
+    trainer = build_trainer(cfg, tiny_model, tokenizer, build_sft_config(cfg, tmp_path, False),
+                            _records(sft_files[0]))
+    before = _lora_tensors(trainer.model)
+    assert before and all((t == 0).all() for n, t in before.items() if "lora_B" in n)
+    base_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
+    trainer.train()
+    after = _lora_tensors(trainer.model)
+    assert all(not (after[n] == 0).all() for n in after if "lora_B" in n), "every lora_B must leave zero"
+    assert all(not after[n].equal(before[n]) for n in after if "lora_A" in n)
+    assert all(p.equal(base_before[n]) for n, p in trainer.model.named_parameters() if "lora_" not in n)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 8
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_train_writes_run_folder(tiny_model, sft_files, training_home):
+    cfg = _cfg(tiny_model, sft_files[0], val_file=str(sft_files[1]), run="tiny-e2e")
+    summary = train(cfg)
+    out = training_home / "runs" / "tiny-e2e" / "train"
+    assert Path(summary["run_dir"]) == out
+    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json", "config.yaml",
+                 "trainer_args.json", "curves.jsonl", "summary.json", "preflight.json"):
+        assert (out / name).is_file(), name
+    from safetensors.torch import load_file
+
+    adapter = load_file(out / "adapter_model.safetensors")
+    assert any("lora_B" in k for k in adapter) and all(t.abs().sum() > 0 for k, t in adapter.items() if "lora_B" in k)
+    curves = [json.loads(line) for line in (out / "curves.jsonl").read_text().splitlines()]
+    assert sum("loss" in c for c in curves) == 6 and any("eval_loss" in c for c in curves)
+    written = json.loads((out / "summary.json").read_text())
+    assert written["steps"] == 6 and written["train_examples"] == 16 and written["val_examples"] == 4
+    assert written["last_loss"] < written["first_loss"]
+    assert written["tokens"] > 0 and written["tokens_per_second"] > 0 and written["last_eval_loss"] is not None
+    preflight = json.loads((out / "preflight.json").read_text())
+    assert preflight["train"]["examples"] == 16 and preflight["val"]["examples"] == 4
+    assert load_config(SFTRunConfig, out / "config.yaml").max_steps == 6  # the resolved config round-trips
+    with pytest.raises(ConfigError, match="already holds a trained adapter"):
+        train(cfg)
+
+
+def test_refuse_stops_before_training(tiny_model, tiny_records, write_jsonl, training_home):
+    long = dict(tiny_records[0], id="too-long")
+    long["prompt"] = [long["prompt"][0], {"role": "user", "content": "word " * 400}]
+    path = write_jsonl("long.jsonl", tiny_records + [long])
+    with pytest.raises(PreflightError, match="too-long"):
+        train(_cfg(tiny_model, path, max_length=256, run="tiny-refuse"))
+    assert not (training_home / "runs" / "tiny-refuse" / "train" / "adapter_config.json").exists()
+
+
+def test_config_collects_every_problem(sft_files):
+    with pytest.raises(ConfigError) as err:
+        load_config(SFTRunConfig, SMOKE_YAML, [f"train_file={sft_files[0]}", "val_file=null", "lora_r=0",
+                                               "truncation_policy=cut", "bf16=maybe", "deepspeed=nope.json"])
+    message = str(err.value)
+    for key in ("lora_r=0", "truncation_policy='cut'", "bf16='maybe'", "deepspeed='nope.json'"):
+        assert key in message
+
+
+def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, training_home):
+    args = ["--config", str(SMOKE_YAML), "--set", f"train_file={sft_files[0]}", "--set", "val_file=null",
+            "--set", f"model={tiny_model}", "--set", "run=tiny-pre", "--preflight-only"]
+    assert main(args) == 0
+    assert "total_tokens" in capsys.readouterr().out
+    assert (training_home / "runs" / "tiny-pre" / "train" / "preflight.json").is_file()
+    assert not (training_home / "runs" / "tiny-pre" / "train" / "adapter_config.json").exists()
+    assert main(["--config", str(SMOKE_YAML), "--set", "train_file=missing.jsonl"]) == 2
+    assert "train_file='missing.jsonl': file not found" in capsys.readouterr().err
