@@ -8,10 +8,11 @@ One example::
 
 Libraries do what they are for: nltk computes METEOR (with WordNet 3.0 or an explicit WordNet-free
 stub), jieba / sacrebleu tokenize, ROUGE-L is rouge-score's F-measure of an LCS length that
-rapidfuzz computes in C++ (rouge-score's pure-Python LCS table is 30-60x slower here; tests check the
-two agree exactly). BLEU's n-gram clipping is written here because the reference evaluators use HF ``evaluate``'s nmt-BLEU (shortest-reference length,
-its own float-operation order, no "divide the penalty out" mode), which is fetched from the Hub at run
-time and which sacrebleu does not reproduce; tests cross-check it against sacrebleu.
+rapidfuzz computes in C++ (rouge-score's pure-Python LCS table is 30-60x slower here; tests check
+the two agree exactly). BLEU's n-gram clipping is written here because the reference evaluators use
+HF ``evaluate``'s nmt-BLEU (shortest-reference length, its own float-operation order, no "divide the
+penalty out" mode), which is fetched from the Hub at run time and which sacrebleu does not
+reproduce; tests cross-check it against sacrebleu. Scoring whole sets: :mod:`eval.score`.
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ def resolve_config(profile: str = "mom", **overrides: Any) -> MetricConfig:
     return dataclasses.replace(config, **floats)
 
 
+def _num(x: float) -> str:
+    """3.0 -> '3', 0.9 -> '0.9': short, and never rounded (distinct settings stay distinct)."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 def signatures(config: MetricConfig) -> dict[str, str]:
     """A sacrebleu-style signature per metric: the settings and library versions behind a number."""
     tok = tokenizer_signature(config.tokenizer)
@@ -122,7 +128,7 @@ def signatures(config: MetricConfig) -> dict[str, str]:
     meteor = (
         f"tok:{tok}|ws:{'keep' if config.meteor_keep_whitespace else 'drop'}"
         f"|case:{'lc' if config.meteor_lowercase else 'mixed'}|stem:porter|wordnet:{wordnet}"
-        f"|alpha:{config.meteor_alpha:g}|beta:{config.meteor_beta:g}|gamma:{config.meteor_gamma:g}"
+        f"|alpha:{_num(config.meteor_alpha)}|beta:{_num(config.meteor_beta)}|gamma:{_num(config.meteor_gamma)}"
     )
     return {
         "bleu_1": f"BLEU-1|{base}|{bleu}|{tail}",

@@ -39,6 +39,7 @@ from eval.metrics import (
     DISPLAY_NAMES,
     EVAL_VERSION,
     METRICS,
+    PROFILES,
     ExampleScores,
     MetricConfig,
     MetricSetupError,
@@ -54,7 +55,7 @@ from eval.stats import (
     DEFAULT_SEED,
     Interval,
     PairedTest,
-    bootstrap_ci,
+    bootstrap_cis,
     bootstrap_distribution,
     corpus_bleu_from_counts,
     paired_bootstrap,
@@ -219,21 +220,21 @@ def score_pairs(
         raise ValueError("no example left to score (all predictions or references are blank and empty='skip')")
     kept = [e for e, k in zip(examples, keep, strict=True) if k]
     sigs = signatures(config)
+    table = np.array([[getattr(e, name) for name in METRICS] for e in examples], dtype=float)
+    intervals = dict(zip(METRICS, bootstrap_cis(table[keep], n_resamples, confidence, seed), strict=True))
     metrics: dict[str, MetricResult] = {}
-    for name in METRICS:
-        values = [getattr(e, name) for e in examples]
+    for column, name in enumerate(METRICS):
+        values = table[:, column].tolist()
         if name in ("bleu_1", "bleu_avg") and config.bleu_level == "corpus":
-            column = 0 if name == "bleu_1" else 1
+            which = 0 if name == "bleu_1" else 1
             counts = _counts(kept)
-            value = corpus_bleu(kept, config)[column]
+            value = corpus_bleu(kept, config)[which]
             draws = bootstrap_distribution(
-                len(kept), lambda w, c=column, m=counts: _corpus(w @ m, config)[c], n_resamples, seed)
+                len(kept), lambda w, c=which, m=counts: _corpus(w @ m, config)[c], n_resamples, seed)
             interval = percentile_interval(draws, confidence, n_resamples, seed)
             metrics[name] = MetricResult(name, value, interval, sigs[name], values, "corpus")
         else:
-            kept_values = np.asarray(values)[keep]
-            metrics[name] = MetricResult(name, float(kept_values.mean()),
-                                         bootstrap_ci(kept_values, n_resamples, confidence, seed), sigs[name], values)
+            metrics[name] = MetricResult(name, float(table[keep, column].mean()), intervals[name], sigs[name], values)
     excluded = [i for i, k in zip(ids, keep, strict=True) if not k]
     return ScoreReport(profile, config, ids, metrics, excluded, examples, time.perf_counter() - start)
 
@@ -293,13 +294,9 @@ def format_table(reports: ScoreReport | Mapping[str, ScoreReport], digits: int =
     lines.append(f"intervals: {interval.confidence:.0%} {interval.method}, "
                  f"{interval.n_resamples} resamples, seed {interval.seed}")
     distinct = {tuple(r.signatures().items()) for r in reports.values()}
-    for system, rep in reports.items():
-        if len(distinct) > 1:
-            lines.append(f"signatures ({system}):")
-        elif system != next(iter(reports)):
-            break
-        else:
-            lines.append("signatures:")
+    shown = {"": first} if len(distinct) == 1 else {f" ({system})": rep for system, rep in reports.items()}
+    for label, rep in shown.items():
+        lines.append(f"signatures{label}:")
         lines += [f"  {DISPLAY_NAMES[m]:<9}{rep.metrics[m].signature}" for m in METRICS]
     excluded = {s: len(r.excluded) for s, r in reports.items() if r.excluded}
     if excluded:
@@ -341,7 +338,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``memreader score`` / ``python -m eval.score``."""
     parser.add_argument("--pred", required=True, help='predictions JSONL: {"id": ..., "prediction": "..."} per line')
     parser.add_argument("--ref", required=True, help='references JSONL: {"id": ..., "answer": "..."} or "answers": [...]')
-    parser.add_argument("--profile", default="mom", choices=["mom", "crud"], help="metric settings (default: mom)")
+    parser.add_argument("--profile", default="mom", choices=sorted(PROFILES), help="metric settings (default: mom)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one metric setting, e.g. --set meteor_wordnet=false (see docs/EVALUATION.md)")
     parser.add_argument("--baseline", help="a second predictions JSONL for the same ids: adds paired tests pred - baseline")

@@ -113,6 +113,20 @@ def bootstrap_ci(
     return percentile_interval(draws, confidence, n_resamples, seed)
 
 
+def bootstrap_cis(
+    columns: np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> list[Interval]:
+    """:func:`bootstrap_ci` for every column of an ``(n, k)`` matrix, from one set of draws (the
+    draws depend only on ``n`` and ``seed``, so each interval equals its single-column version)."""
+    _check(n_resamples, confidence)
+    m = np.asarray(columns, dtype=float)
+    draws = bootstrap_distribution(len(m), lambda w: w @ m / len(m), n_resamples, seed)
+    return [percentile_interval(draws[:, j], confidence, n_resamples, seed) for j in range(m.shape[1])]
+
+
 def _bootstrap_p(draws: np.ndarray, observed: float) -> float:
     # sacrebleu's paired-bootstrap p-value: centre the draws (null of no difference) and count how
     # often a difference at least as large as the observed one appears.

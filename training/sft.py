@@ -1,24 +1,27 @@
 """LoRA SFT of MemReader with TRL + PEFT (+ accelerate / DeepSpeed): loss on the completion only.
 
-Data: ``train.jsonl`` / ``val.jsonl`` from data_gen in TRL's conversational prompt-completion format
-(see :mod:`training.preflight`). Outputs, all in ``$MEMREADER_HOME/runs/<run>/train/``: the LoRA
-adapter + tokenizer (load with ``PeftModel.from_pretrained``), ``config.yaml`` (this run's resolved
-config), ``trainer_args.json`` (the exact TRL ``SFTConfig``), ``preflight.json`` (token-length
-statistics), ``curves.jsonl`` (Trainer log history) and ``summary.json`` (losses, steps, speed, versions).
+Data: ``sft_train.jsonl`` / ``sft_val.jsonl`` from data_gen (``$MEMREADER_HOME/runs/<run>/gen/``) in
+TRL's conversational prompt-completion format (see :mod:`training.preflight`). Outputs, all in
+``$MEMREADER_HOME/runs/<run>/train/``: the LoRA adapter + tokenizer (``PeftModel.from_pretrained``),
+``config.yaml`` (resolved config), ``trainer_args.json`` (the exact TRL ``SFTConfig``), ``preflight.json``
+(token lengths), ``curves.jsonl`` (log history) and ``summary.json`` (losses, steps, speed, versions).
 
 Commands (run from the repository root)::
 
     # CPU smoke run on the embedded SmolLM2-135M (a few steps, fp32)
     python -m training.sft --config configs/training/smollm2/135m_lora_cpu_smoke.yaml \\
         --set train_file=artifacts/runs/gen-smollm2/gen/sft_train.jsonl --set run=smoke
-    # token-length statistics only (no training)
-    python -m training.sft --config configs/training/qwen2_5/7B_lora_single_gpu.yaml --preflight-only
+    # token-length statistics only (no training): writes <run>/train/preflight.json
+    python -m training.sft --config configs/training/qwen2_5/7B_lora_single_gpu.yaml --set run=mr-7b \\
+        --preflight-only
     # 1 GPU
     accelerate launch --config_file configs/accelerate/single_gpu.yaml \\
         -m training.sft --config configs/training/qwen2_5/1.5B_lora_single_gpu.yaml --set run=mr-1.5b
-    # 8 GPUs, DeepSpeed ZeRO-3 (ZeRO-2 / plain DDP: multi_gpu_ds_zero2.yaml / multi_gpu_ddp.yaml)
+    # 8 GPUs, DeepSpeed ZeRO-3 (ZeRO-2 / plain DDP: multi_gpu_ds_zero2.yaml / multi_gpu_ddp.yaml);
+    # lower gradient_accumulation_steps so the global batch stays that of the 1-GPU recipe
     accelerate launch --config_file configs/accelerate/multi_gpu_ds_zero3.yaml \\
-        -m training.sft --config configs/training/qwen2_5/7B_lora_single_gpu.yaml --set run=mr-7b
+        -m training.sft --config configs/training/qwen2_5/7B_lora_single_gpu.yaml --set run=mr-7b \\
+        --set gradient_accumulation_steps=2
     # several nodes (run on every node; shared MEMREADER_HOME; see docs/TRAINING.md)
     accelerate launch --config_file configs/accelerate/multi_node_ds_zero3.yaml \\
         --machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR --num_machines 2 --num_processes 16 \\
@@ -343,7 +346,8 @@ def train(cfg: SFTRunConfig, preflight_only: bool = False) -> dict[str, Any]:
         if cfg.merge:
             from training.merge import merge_adapter
 
-            summary["merged_dir"] = str(merge_adapter(str(out), str(out / "merged"), base=cfg.model))
+            summary["merged_dir"] = str(merge_adapter(str(out), str(out / "merged"), base=cfg.model,
+                                                         overwrite=cfg.overwrite))
         log.info("trained %d steps in %.1f s (%.3f steps/s, %.0f tokens/s), loss %.4f -> %.4f; adapter in %s",
                  summary["steps"], seconds, summary["steps_per_second"] or 0, summary["tokens_per_second"] or 0,
                  summary["first_loss"] or float("nan"), summary["last_loss"] or float("nan"), out)

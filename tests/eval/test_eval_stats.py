@@ -10,6 +10,7 @@ import pytest
 from eval.metrics import BleuStats, bleu_from_stats, resolve_config
 from eval.stats import (
     bootstrap_ci,
+    bootstrap_cis,
     corpus_bleu_from_counts,
     paired_bootstrap,
     permutation_p,
@@ -32,6 +33,14 @@ def test_interval_matches_the_normal_approximation() -> None:
     assert (ci.high - ci.low) / 2 == pytest.approx(half, rel=0.1)
     assert (ci.confidence, ci.n_resamples, ci.seed) == (0.95, 2000, 1)
     assert bootstrap_ci(values, n_resamples=2000, seed=1) == ci  # the seed fixes the interval
+
+
+def test_shared_draws_for_several_columns() -> None:
+    m = np.random.default_rng(2).uniform(size=(400, 3))
+    together = bootstrap_cis(m, n_resamples=300, seed=9)
+    for j in range(3):
+        alone = bootstrap_ci(m[:, j], n_resamples=300, seed=9)
+        assert (together[j].low, together[j].high) == pytest.approx((alone.low, alone.high), rel=1e-12)
 
 
 def test_constant_scores_have_a_point_interval() -> None:
