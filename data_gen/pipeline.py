@@ -56,6 +56,9 @@ class GenConfig:
     max_parts: int = field(6, help="most outline topics asked for")
     reverse_com: bool = field(True, help="ask the teacher for the reasoning path (CoM) behind each memory")
     com_max_new_tokens: int = field(256, help="token budget of the reverse-CoM reply")
+    on_unusable: str = field("skip", help="a teacher reply with no chunk at all: 'skip' the document (no SFT "
+                             "record), or keep it as a 'whole'-document one-chunk memory (flagged, counted, "
+                             "warned about; only sensible for smoke runs with a weak teacher)")
     head_chars: int = field(12, help="characters before [MASK] in SFT targets")
     tail_chars: int = field(12, help="characters after [MASK] in SFT targets")
     val_fraction: float = field(0.1, help="share of documents held out for validation (at least one when >0)")
@@ -66,6 +69,8 @@ class GenConfig:
         problems = []
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
+        if self.on_unusable not in ("skip", "whole"):
+            problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
         if self.teacher not in ("local", "openai"):
             problems.append(f"teacher: {self.teacher!r} is not 'local' or 'openai'")
         if not 0 <= self.val_fraction < 1:
@@ -145,7 +150,8 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     for doc, reply, (template_id, _) in zip(docs, replies, extract_msgs, strict=True):
         meta = {"model": cfg.model, "prompt": template_id, "candidate": 0}
         try:
-            memories.append(memory_from_output(doc.doc_id, doc.text, reply, meta))
+            on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
+            memories.append(memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable))
         except ParseError as exc:
             failures.append({"doc_id": doc.doc_id, "error": str(exc)})
             log.warning("doc %s: teacher reply unusable, no SFT record (%s)", doc.doc_id, exc)
@@ -153,6 +159,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     if cfg.reverse_com and memories:
         _add_reasoning(teacher, memories, cfg, templates)
 
+    fallbacks = [m.doc_id for m in memories if "fallback" in m.meta]
     n_mem = write_memories(out_dir / "memories.jsonl", memories)
     records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates) for m in memories]
     split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed)
@@ -161,6 +168,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         "documents": len(docs),
         "memories": n_mem,
         "unusable_replies": failures,
+        "whole_document_fallbacks": fallbacks,
         "sft": split,
         "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls, "cache_hits": cache.hits},
         "templates": templates,
@@ -174,6 +182,9 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         f"gen: {len(docs)} docs → {n_mem} memories, {len(failures)} unusable, "
         f"{teacher.calls} teacher calls ({cache.hits} cached) in {seconds:.1f}s → {out_dir}"
     )
+    if fallbacks:
+        print(f"WARNING: {len(fallbacks)}/{len(docs)} teacher replies had no usable chunk and were kept as "
+              "WHOLE-DOCUMENT memories (on_unusable=whole); their SFT targets teach one chunk per document")
     return manifest
 
 

@@ -3,6 +3,7 @@
     memreader demo                       # whole pipeline on the embedded models
     memreader gen   --config configs/data_gen/smollm2_local.yaml
     memreader train --config configs/training/smollm2/135m_lora_cpu_smoke.yaml
+    memreader merge --adapter artifacts/runs/demo/train
     memreader read  --config configs/inference/smollm2_cpu.yaml
     memreader serve --model smollm2-135m-instruct --port 8000
     memreader index --config configs/retrieval/three_layer_minilm.yaml
@@ -23,6 +24,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "gen": ("data_gen.pipeline", "teacher-side memory generation → memories + SFT data"),
     "train": ("training.sft", "LoRA fine-tuning with TRL SFTTrainer"),
+    "merge": ("training.merge", "merge a LoRA adapter into its base model"),
     "read": ("inference.reader", "MemReader batch reading of a corpus (resumable)"),
     "serve": ("inference.server", "OpenAI-compatible HTTP server over a local model (+ adapter)"),
     "index": ("retrieval.cli", "index memories into Milvus (outline / core / chunk layers)"),

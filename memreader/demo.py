@@ -80,7 +80,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     gen = generate(GenConfig(
         input=cfg.corpus, run=cfg.run, model=cfg.model, teacher="local", batch_size=cfg.batch_size,
         max_new_tokens=cfg.gen_max_new_tokens, outline_max_new_tokens=96, com_max_new_tokens=96,
-        val_fraction=0.25,
+        val_fraction=0.25, on_unusable="whole",
     ))
     stage("gen")
     trained = train(SFTRunConfig(
@@ -121,6 +121,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         "evaluation report": str(run_dir(cfg.run, "eval") / "report.json"),
     }
     checks = {
+        "usable teacher replies": f"{gen['memories'] - len(gen['whole_document_fallbacks'])}/{gen['documents']} "
+                                  f"(the rest kept as flagged whole-document memories)",
+        "usable MemReader outputs": f"{read['read'] - read['fallback_whole_document']}/{read['read']}",
         "memories tile their documents": f"{len(memories)} memories validated on write and re-read",
         "adapter moved from init": f"max |lora_B| = {lora_b_max:.3g} (init 0)",
         "index layers": ", ".join(f"{k}={counts.get(k, 0)}" for k in (*LAYERS, "single")),

@@ -12,8 +12,10 @@ Known names:
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ log = logging.getLogger(__name__)
 SMOLLM2 = "smollm2-135m-instruct"
 MINILM = "minilm-l6"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the conversion changes: folders written by an older conversion are rebuilt.
+_CONVERSION = {"version": 2, "source": _SMOLLM2_GGUF}
+_MARKER = "memreader_conversion.json"
 ALIASES = {"smollm2": SMOLLM2, "minilm": MINILM, "all-minilm-l6-v2": MINILM}
 
 
@@ -51,11 +56,25 @@ def _convert_smollm2(target: Path) -> Path:
     # A GGUF-loaded model refuses save_pretrained: rebuild it from its config and weights.
     model = AutoModelForCausalLM.from_config(gguf_model.config)
     model.load_state_dict(gguf_model.state_dict(), strict=True)
+    # The weights are plain fp32 now; a leftover GGUF quantization_config would make transformers
+    # treat the folder as quantized (and refuse to fine-tune it).
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     tmp = target.with_name(target.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    (tmp / _MARKER).write_text(json.dumps(_CONVERSION) + "\n", encoding="utf-8")
+    if target.exists():
+        shutil.rmtree(target)
     tmp.rename(target)
     return target
+
+
+def _conversion_current(target: Path) -> bool:
+    marker = target / _MARKER
+    return marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == _CONVERSION
 
 
 def resolve_model(name: str) -> str:
@@ -63,7 +82,7 @@ def resolve_model(name: str) -> str:
     name = ALIASES.get(name, name)
     if name == SMOLLM2:
         target = memreader_home() / "models" / SMOLLM2
-        if not (target / "config.json").is_file():
+        if not _conversion_current(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             _convert_smollm2(target)
         return str(target)

@@ -204,24 +204,6 @@ def build_sft_config(cfg: SFTRunConfig, output_dir: Path, has_eval: bool) -> Any
     )
 
 
-def _load_if_stale_gguf(model_path: str, args: Any) -> Any:
-    """The model, loaded without its ``quantization_config``, when a converted folder still declares GGUF
-    quantization for plain safetensors weights (transformers would refuse to train it); else None."""
-    config_file = Path(model_path) / "config.json"
-    if not config_file.is_file():
-        return None
-    quant = json.loads(config_file.read_text(encoding="utf-8")).get("quantization_config") or {}
-    if quant.get("quant_method") != "gguf" or not any(Path(model_path).glob("*.safetensors")):
-        return None
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    log.warning("%s declares GGUF quantization but holds de-quantised safetensors weights; loading it without "
-                "the stale quantization_config (fix: drop the key when converting)", model_path)
-    config = AutoConfig.from_pretrained(model_path)
-    del config.quantization_config
-    return AutoModelForCausalLM.from_pretrained(model_path, config=config, **(args.model_init_kwargs or {}))
-
-
 def build_trainer(
     cfg: SFTRunConfig, model_path: str, tokenizer: Any, args: Any,
     train_records: list[dict[str, Any]], val_records: list[dict[str, Any]] | None = None,
@@ -236,7 +218,7 @@ def build_trainer(
         target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()],
     )
     return SFTTrainer(
-        model=_load_if_stale_gguf(model_path, args) or model_path,  # a path: TRL loads it after ZeRO-3 setup
+        model=model_path,  # a path: TRL loads it after ZeRO-3 setup
         args=args,
         train_dataset=records_to_dataset(train_records),
         eval_dataset=records_to_dataset(val_records) if val_records else None,

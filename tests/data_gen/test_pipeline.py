@@ -90,3 +90,20 @@ def test_config_errors_are_collected() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(pipeline.GenConfig, None, ["teacher=gpt", "val_fraction=2"])
     assert "input:" in str(err.value) and "teacher:" in str(err.value) and "val_fraction" in str(err.value)
+
+
+def test_whole_document_fallback_is_flagged_and_counted(tmp_path, corpus, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class Rambler(ScriptedTeacher):
+        @staticmethod
+        def _reply(prompt: str) -> str:
+            return "A long ramble without any structure."
+
+    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: Rambler())
+    cfg = pipeline.GenConfig(input=str(corpus), run="t3", reverse_com=False, on_unusable="whole")
+    manifest = pipeline.generate(cfg)
+    assert manifest["memories"] == 3 and manifest["whole_document_fallbacks"] == ["a", "b", "c"]
+    assert "WARNING: 3/3 teacher replies had no usable chunk" in capsys.readouterr().out
+    mems = read_memories(manifest["files"]["memories"])
+    assert all(len(m.scenarios) == 1 and m.meta["fallback"] for m in mems)

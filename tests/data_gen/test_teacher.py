@@ -274,15 +274,6 @@ def test_make_teacher_and_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None
         make_teacher("vllm")
 
 
-@pytest.fixture(scope="session")
-def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One MEMREADER_HOME per session (same path as in tests/inference), so SmolLM2 converts once."""
-    home = tmp_path_factory.getbasetemp() / "memreader_home"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MEMREADER_HOME", str(home))
-        yield home
-
-
 @pytest.mark.integration
 def test_local_teacher_on_embedded_model(memreader_home: Path) -> None:
     teacher = LocalTeacher(batch_size=2, device="cpu")

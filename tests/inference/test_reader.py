@@ -59,3 +59,18 @@ def test_unusable_output_falls_back_loudly(tmp_path, corpus, monkeypatch, capsys
     assert summary["fallback_whole_document"] == 5
     assert "WARNING: 5 document(s) had no usable memory output" in capsys.readouterr().out
     assert all(m.meta["fallback"] for m in read_memories(summary["memories"]))
+
+
+def test_transformers_backend_on_tiny_random_model(tmp_path, corpus, tiny_model, monkeypatch) -> None:
+    """The real transformers path (chat template, batched generation, parse, align, write) on a
+    random 2-layer model: its output is noise, so every memory must be a loud, valid fallback."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    cfg = ReadConfig(input=str(corpus), run="tiny", model=tiny_model, batch_size=3, max_new_tokens=6, limit=3)
+    summary = read_corpus_memories(cfg)
+    assert summary["read"] == 3
+    mems = read_memories(summary["memories"])
+    assert [m.doc_id for m in mems] == ["d0", "d1", "d2"]
+    for mem in mems:
+        assert "".join(mem.chunks) == mem.document
+        assert mem.meta["backend"] == "transformers" and mem.meta["prompt"] == "memreader.en@1"
+    assert summary["fallback_whole_document"] + summary["repaired_outputs"] >= 1

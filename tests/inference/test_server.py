@@ -20,15 +20,6 @@ pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="session")
-def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One MEMREADER_HOME per session (same path as in tests/data_gen), so SmolLM2 converts once."""
-    home = tmp_path_factory.getbasetemp() / "memreader_home"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MEMREADER_HOME", str(home))
-        yield home
-
-
 def _serve(server: ChatServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

@@ -19,12 +19,6 @@ def embedder() -> Any:
     return load_embedder("minilm-l6", device="cpu")
 
 
-@pytest.fixture(autouse=True)
-def _memreader_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Artifacts (default index paths) must never land in the repository's ./artifacts.
-    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path_factory.getbasetemp() / "memreader_home"))
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[tuple[Any, Any]]:
     """``(index, build summary)`` over :data:`MEMORIES` in a Milvus Lite file; closed after the module."""

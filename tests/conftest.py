@@ -1,0 +1,49 @@
+"""Session-wide fixtures: one MEMREADER_HOME per test session, so the embedded SmolLM2 is converted once
+and no test writes into the repository's ./artifacts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The artifact root shared by every test of the session (set before any other fixture runs).
+    Tests that need an isolated root override it with their own ``monkeypatch.setenv``."""
+    home = tmp_path_factory.getbasetemp() / "memreader_home"
+    home.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMREADER_HOME", str(home))
+        yield home
+
+
+@pytest.fixture(scope="session")
+def smollm2_path(memreader_home: Path) -> str:
+    """The embedded SmolLM2-135M-Instruct as a normal model folder (converted once, ~30 s)."""
+    from memreader.registry import SMOLLM2, resolve_model
+
+    return resolve_model(SMOLLM2)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
+    """A random 2-layer Llama with hidden size 32 and the SmolLM2 tokenizer, saved as a model folder."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+        # a wide init lets a rank-8 LoRA reshape the logits fast, so the loss visibly falls in a few steps
+        initializer_range=0.3,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -1,0 +1,31 @@
+"""Every stage YAML under configs/ loads into its dataclass and starts with a header comment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from data_gen.pipeline import GenConfig
+from eval.qa import QAConfig
+from inference.reader import ReadConfig
+from memreader.config import load_config
+from retrieval.search import RetrievalConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+STAGES = {"data_gen": GenConfig, "inference": ReadConfig, "eval": QAConfig, "retrieval": RetrievalConfig}
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for stage in STAGES for p in (CONFIGS / stage).glob("*.yaml")), ids=lambda p: p.name
+)
+def test_stage_yaml_loads(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("#"), f"{path} must start with a header comment (purpose, prerequisites, launch)"
+    assert "Launch" in text or "launch" in text
+    load_config(STAGES[path.parent.name], path)
+
+
+def test_every_stage_has_a_config() -> None:
+    for stage in STAGES:
+        assert list((CONFIGS / stage).glob("*.yaml")), f"configs/{stage}/ has no YAML"
