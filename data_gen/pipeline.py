@@ -87,14 +87,16 @@ class CachedTeacher:
         self.teacher, self.cache, self.model, self.chunk = teacher, cache, model, max(1, chunk)
         self.calls = 0
 
-    def generate(self, template_id: str, batch: list[list[dict[str, str]]], params: GenerationParams, desc: str) -> list[str]:
-        """Replies for ``batch`` in order; cached ones are not asked again."""
-        keys = [cache_key(template_id, self.model, asdict(params), msgs) for msgs in batch]
+    def generate(self, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str) -> list[str]:
+        """Replies for ``(template_id, messages)`` items, in order; cached ones are not asked again.
+        Misses are sent in groups of ``chunk`` whatever their template, and each group is stored
+        as soon as it returns."""
+        keys = [cache_key(tid, self.model, asdict(params), msgs) for tid, msgs in items]
         replies: list[str | None] = [self.cache.get(k) for k in keys]
         todo = [i for i, r in enumerate(replies) if r is None]
         for start in range(0, len(todo), self.chunk):
             group = todo[start : start + self.chunk]
-            outs = self.teacher.generate_many([batch[i] for i in group], params, progress_desc=desc)
+            outs = self.teacher.generate_many([items[i][1] for i in group], params, progress_desc=desc)
             for i, out in zip(group, outs, strict=True):
                 self.cache.put(keys[i], out)
                 replies[i] = out
@@ -136,14 +138,14 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         msgs, tpl = render("teacher_outline", lang, document=doc.text, min_parts=cfg.min_parts, max_parts=cfg.max_parts)
         templates[tpl.id] = tpl.version
         outline_msgs.append((tpl.id, msgs))
-    outlines = [_outline_lines(r) for r in _by_template(teacher, outline_msgs, outline_params, "outline")]
+    outlines = [_outline_lines(r) for r in teacher.generate(outline_msgs, outline_params, "outline")]
 
     extract_msgs = []
     for doc, lang, outline in zip(docs, langs, outlines, strict=True):
         msgs, tpl = render("teacher_extraction", lang, document=doc.text, outline="\n".join(outline) or "-")
         templates[tpl.id] = tpl.version
         extract_msgs.append((tpl.id, msgs))
-    replies = _by_template(teacher, extract_msgs, extract_params, "extraction")
+    replies = teacher.generate(extract_msgs, extract_params, "extraction")
 
     memories: list[DocumentMemory] = []
     failures: list[dict[str, str]] = []
@@ -188,17 +190,6 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     return manifest
 
 
-def _by_template(teacher: CachedTeacher, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str) -> list[str]:
-    """Generate for (template_id, messages) items, grouped by template id, results in input order."""
-    results: list[str] = [""] * len(items)
-    for tid in dict.fromkeys(t for t, _ in items):
-        idx = [i for i, (t, _) in enumerate(items) if t == tid]
-        outs = teacher.generate(tid, [items[i][1] for i in idx], params, desc)
-        for i, out in zip(idx, outs, strict=True):
-            results[i] = out
-    return results
-
-
 def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: GenConfig, templates: dict[str, str]) -> None:
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.com_max_new_tokens, seed=cfg.seed)
     items = []
@@ -207,7 +198,7 @@ def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: 
         msgs, tpl = render("reverse_com", detect_lang(mem.document), document=mem.document, memory=target)
         templates[tpl.id] = tpl.version
         items.append((tpl.id, msgs))
-    for mem, reply in zip(memories, _by_template(teacher, items, params, "reverse CoM"), strict=True):
+    for mem, reply in zip(memories, teacher.generate(items, params, "reverse CoM"), strict=True):
         text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
         mem.reasoning = text or None
 

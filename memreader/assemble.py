@@ -25,7 +25,7 @@ def memory_from_parsed(
     scenarios = []
     for (start, end), group in zip(alignment.spans, alignment.groups, strict=True):
         members = [parsed.scenarios[i] for i in group]
-        outline = " / ".join(m.outline for m in members if m.outline) or "(whole document)"
+        outline = " / ".join(m.outline for m in members if m.outline)
         core = "\n".join(m.core for m in members if m.core)
         scenarios.append(Scenario(outline=outline, core=core, start=start, end=end))
     info = dict(meta or {})
@@ -60,7 +60,7 @@ def memory_from_output(
         info = dict(meta or {})
         info["fallback"] = "unparseable output: whole document kept as one chunk"
         info["raw_output_head"] = output[:500]
-        scenarios = [Scenario("(whole document)", "", 0, len(document))] if document else []
+        scenarios = [Scenario("", "", 0, len(document))] if document else []  # nothing to index but the chunk
         mem = DocumentMemory(doc_id, document, scenarios, None, info)
         mem.validate()
         return mem

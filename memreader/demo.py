@@ -31,7 +31,10 @@ class DemoConfig:
     run: str = field("demo", help="run name under $MEMREADER_HOME/runs/")
     corpus: str = field(str(DEMO_DATA / "corpus.jsonl"), help="demo corpus JSONL")
     qa: str = field(str(DEMO_DATA / "qa.jsonl"), help="demo questions JSONL")
-    model: str = field("smollm2-135m-instruct", help="teacher, student base and answering model")
+    model: str = field("smollm2-135m-instruct", help="student base and answering model (and the local teacher)")
+    teacher: str = field("local", help="'local' (in-process, the embedded model) or 'openai' (any OpenAI-compatible "
+                         "endpoint from MEMREADER_TEACHER_BASE_URL / _API_KEY): a real teacher fills every layer")
+    teacher_model: str = field("", help="teacher model name for teacher=openai (e.g. deepseek-chat); empty = model")
     gen_max_new_tokens: int = field(320, help="teacher extraction budget")
     read_max_new_tokens: int = field(320, help="MemReader reading budget")
     train_steps: int = field(8, help="LoRA optimizer steps")
@@ -78,7 +81,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         print(f"\n=== {name} done ({timings[name]} s) ===\n", flush=True)
 
     gen = generate(GenConfig(
-        input=cfg.corpus, run=cfg.run, model=cfg.model, teacher="local", batch_size=cfg.batch_size,
+        input=cfg.corpus, run=cfg.run, model=cfg.teacher_model or cfg.model, teacher=cfg.teacher, batch_size=cfg.batch_size,
         max_new_tokens=cfg.gen_max_new_tokens, outline_max_new_tokens=96, com_max_new_tokens=96,
         val_fraction=0.25, on_unusable="whole",
     ))
@@ -137,6 +140,10 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     print("Checks:")
     for k, v in checks.items():
         print(f"  {k:<30} {v}")
+    if counts.get("outline", 0) + counts.get("core", 0) == 0:
+        print("NOTE: the outline and core layers are empty: every memory is a whole-document fallback because "
+              f"{cfg.model} does not follow the memory format. Run `memreader demo --set teacher=openai "
+              "--set teacher_model=<model>` with MEMREADER_TEACHER_BASE_URL/_API_KEY set to fill them.")
     print(f"\nQA ({report['settings']}):\n" + Path(artifacts["evaluation report"]).with_name("report.txt").read_text())
     print(f"demo: all stages finished in {time.perf_counter() - t0:.0f} s → {root}")
     return summary
