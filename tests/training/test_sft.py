@@ -123,19 +123,3 @@ def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, train
     assert not (training_home / "runs" / "tiny-pre" / "train" / "adapter_config.json").exists()
     assert main(["--config", str(SMOKE_YAML), "--set", "train_file=missing.jsonl"]) == 2
     assert "train_file='missing.jsonl': file not found" in capsys.readouterr().err
-
-
-def test_stale_gguf_marker_is_ignored_for_training(tiny_model, tmp_path, caplog):
-    import shutil
-
-    from training.sft import _load_if_stale_gguf
-
-    folder = Path(shutil.copytree(tiny_model, tmp_path / "converted"))
-    config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "gguf", "gguf_file": "x.gguf", "dequantize": False}
-    (folder / "config.json").write_text(json.dumps(config))
-    args = build_sft_config(_cfg(tiny_model, folder / "config.json"), tmp_path / "out", False)
-    model = _load_if_stale_gguf(str(folder), args)
-    assert model is not None and getattr(model, "hf_quantizer", None) is None
-    assert "stale quantization_config" in caplog.text
-    assert _load_if_stale_gguf(tiny_model, args) is None  # a clean folder is left to TRL
