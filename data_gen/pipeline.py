@@ -22,7 +22,7 @@ from data_gen.cache import ReplyCache, cache_key
 from data_gen.sft_export import sft_record, write_sft_splits
 from data_gen.teacher import GenerationParams, make_teacher
 from memreader.assemble import memory_from_output
-from memreader.config import field, load_config
+from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import read_corpus
 from memreader.markup import render_memory
 from memreader.parser import ParseError
@@ -207,9 +207,8 @@ CONFIG_CLASS = GenConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """CLI flags shared by ``memreader gen`` and ``python -m data_gen.pipeline``."""
-    parser.add_argument("--config", help="YAML file with GenConfig keys (see configs/data_gen/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    """Flags of this stage's subcommand."""
+    add_config_arguments(parser, "configs/data_gen/")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,13 +218,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m data_gen.pipeline --config ...``"""
-    from memreader.config import describe_config
-
-    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(GenConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m`` entry point."""
+    return stage_main(__doc__, GenConfig, run, argv, "configs/data_gen/")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ from typing import Any
 
 from data_gen.teacher import GenerationParams, make_teacher
 from eval.baselines import baseline_memories
+from eval.datasets import QARecord, load_jsonl
 from eval.score import format_table, score_pairs
-from memreader.config import describe_config, field, load_config
+from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
 from memreader.registry import load_embedder
@@ -55,41 +56,18 @@ class QAConfig:
         return problems
 
 
-def read_questions(path: str | Path, limit: int = 0) -> list[dict[str, Any]]:
-    """Questions with reference answers; errors name the file, line and field."""
-    rows = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
-            for key in ("id", "question", "answers"):
-                if key not in rec:
-                    raise ValueError(f"{where}: missing field {key!r}")
-            if not isinstance(rec["answers"], list) or not rec["answers"]:
-                raise ValueError(f"{where}: field 'answers' must be a non-empty list of strings")
-            rows.append(rec)
-            if limit and len(rows) >= limit:
-                break
-    return rows
-
-
-def _answer_all(answerer: Any, questions: list[dict[str, Any]], contexts: list[list[str]], max_new_tokens: int) -> list[str]:
+def _answer_all(answerer: Any, questions: list[QARecord], contexts: list[list[str]], max_new_tokens: int) -> list[str]:
     prompts = []
     for q, chunks in zip(questions, contexts, strict=True):
         context = "\n\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
-        msgs, _ = render("qa_answer", detect_lang(q["question"]), context=context, question=q["question"])
+        msgs, _ = render("qa_answer", detect_lang(q.question), context=context, question=q.question)
         prompts.append(msgs)
     params = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
     return [str(a).strip() for a in answerer.generate_many(prompts, params, progress_desc="answer")]
 
 
 def evaluate_system(
-    name: str, memories: list[DocumentMemory], questions: list[dict[str, Any]], cfg: QAConfig,
+    name: str, memories: list[DocumentMemory], questions: list[QARecord], cfg: QAConfig,
     embedder: Any, answerer: Any, out_dir: Path,
 ) -> dict[str, Any]:
     """Index one system's memories, retrieve, answer and score; writes predictions JSONL."""
@@ -97,13 +75,13 @@ def evaluate_system(
     t0 = time.perf_counter()
     with MemoryIndex(out_dir / f"{name}.db", embedder=embedder) as index:
         index.build(memories, embedder, embedder_name=cfg.embedder, progress=False)
-        hits = [index.search(q["question"], top_k=cfg.top_k, mode=mode) for q in questions]
+        hits = [index.search(q.question, top_k=cfg.top_k, mode=mode) for q in questions]
     contexts = [[h.text for h in hs] for hs in hits]
     answers = _answer_all(answerer, questions, contexts, cfg.max_new_tokens)
-    report = score_pairs(answers, [q["answers"] for q in questions], profile=cfg.profile, ids=[q["id"] for q in questions])
+    report = score_pairs(answers, [q.answers for q in questions], profile=cfg.profile, ids=[q.id for q in questions])
     with (out_dir / f"predictions.{name}.jsonl").open("w", encoding="utf-8") as fh:
         for q, a, hs in zip(questions, answers, hits, strict=True):
-            fh.write(json.dumps({"id": q["id"], "question": q["question"], "prediction": a, "answers": q["answers"],
+            fh.write(json.dumps({"id": q.id, "question": q.question, "prediction": a, "answers": q.answers,
                                  "retrieved": [h.to_dict() for h in hs]}, ensure_ascii=False) + "\n")
     n_chunks = sum(len(m.scenarios) for m in memories)
     return {
@@ -123,7 +101,7 @@ def run_qa(cfg: QAConfig) -> dict[str, Any]:
     out_dir = run_dir(cfg.run, "eval")
     write_resolved_config(out_dir, cfg)
     memories = read_memories(cfg.memories)
-    questions = read_questions(cfg.qa, cfg.limit)
+    questions = load_jsonl(cfg.qa)[: cfg.limit or None]
     documents = {m.doc_id: m.document for m in memories}
     embedder = load_embedder(cfg.embedder)
     if cfg.answer_backend == "openai":
@@ -148,9 +126,8 @@ CONFIG_CLASS = QAConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``memreader eval``."""
-    parser.add_argument("--config", help="YAML with QAConfig keys (see configs/eval/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    """Flags of this stage's subcommand."""
+    add_config_arguments(parser, "configs/eval/")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,11 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m eval.qa --config ...``"""
-    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(QAConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m`` entry point."""
+    return stage_main(__doc__, QAConfig, run, argv, "configs/eval/")
 
 
 if __name__ == "__main__":

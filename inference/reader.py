@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from data_gen.teacher import GenerationParams, make_teacher
 from memreader.assemble import memory_from_output
-from memreader.config import describe_config, field, load_config
+from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import read_corpus
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
@@ -156,9 +156,8 @@ CONFIG_CLASS = ReadConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``memreader read``."""
-    parser.add_argument("--config", help="YAML with ReadConfig keys (see configs/inference/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    """Flags of this stage's subcommand."""
+    add_config_arguments(parser, "configs/inference/")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,11 +167,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m inference.reader --config ...``"""
-    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(ReadConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m`` entry point."""
+    return stage_main(__doc__, ReadConfig, run, argv, "configs/inference/")
 
 
 if __name__ == "__main__":

@@ -9,20 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from memreader.config import load_config
+from memreader.config import add_config_arguments, load_config
 from retrieval.search import RetrievalConfig, format_hits, run_ask, run_index
 
 CONFIG_CLASS = RetrievalConfig
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML with RetrievalConfig keys (see configs/retrieval/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-
-
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``memreader index``."""
-    _common(parser)
+    add_config_arguments(parser, "configs/retrieval/")
 
 
 def run_index_cli(args: argparse.Namespace) -> int:
@@ -34,7 +29,7 @@ def run_index_cli(args: argparse.Namespace) -> int:
 
 def add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``memreader ask``."""
-    _common(parser)
+    add_config_arguments(parser, "configs/retrieval/")
     parser.add_argument("--json", action="store_true", help="print hits as JSON lines instead of text")
     parser.add_argument("question", help="the question to retrieve chunks for")
 
