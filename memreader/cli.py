@@ -73,7 +73,23 @@ def main(argv: list[str] | None = None) -> int:
         from memreader.config import describe_config
 
         parser.epilog = describe_config(config_class)
-    return int(runner(parser.parse_args(rest)) or 0)
+    args = parser.parse_args(rest)
+    try:
+        return int(runner(args) or 0)
+    except Exception as exc:
+        if verbose or not _is_user_error(exc):
+            raise
+        # Our own exception types carry a message that names the problem and the fix: no traceback.
+        print(f"memreader {name}: error: {exc}\n(run with -v for the traceback)", file=sys.stderr)
+        return 2
+
+
+_OWN_PACKAGES = ("memreader", "data_gen", "training", "inference", "retrieval", "eval")
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    """Errors raised on purpose by this project (its own exception classes), or a missing file."""
+    return isinstance(exc, FileNotFoundError) or type(exc).__module__.split(".")[0] in _OWN_PACKAGES
 
 
 if __name__ == "__main__":

@@ -26,3 +26,12 @@ def test_unknown_command_fails_clearly(capsys) -> None:
         main(["fly"])
     assert exc.value.code == 2
     assert "unknown command 'fly'" in capsys.readouterr().err
+
+
+def test_user_errors_are_reported_without_traceback(tmp_path, capsys) -> None:
+    assert main(["read", "--set", f"input={tmp_path / 'missing.jsonl'}"]) == 2
+    err = capsys.readouterr().err
+    assert "memreader read: error: corpus file" in err and "does not exist" in err and "Traceback" not in err
+    assert main(["gen", "--set", "teacher=foo"]) == 2
+    err = capsys.readouterr().err
+    assert "teacher: 'foo' is not 'local' or 'openai'" in err and "input: give a corpus" in err
