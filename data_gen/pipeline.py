@@ -20,10 +20,10 @@ from typing import Any
 
 from data_gen.cache import ReplyCache, cache_key
 from data_gen.sft_export import sft_record, write_sft_splits
-from data_gen.teacher import GenerationParams, make_teacher
+from data_gen.teacher import GenerationParams, TeacherRequestError, make_teacher
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
-from memreader.corpus import read_corpus
+from memreader.corpus import Document, read_corpus
 from memreader.markup import render_memory
 from memreader.parser import ParseError
 from memreader.paths import run_dir, write_json, write_resolved_config
@@ -87,21 +87,31 @@ class CachedTeacher:
         self.teacher, self.cache, self.model, self.chunk = teacher, cache, model, max(1, chunk)
         self.calls = 0
 
-    def generate(self, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str) -> list[str]:
+    def generate(
+        self, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str
+    ) -> list[str | TeacherRequestError]:
         """Replies for ``(template_id, messages)`` items, in order; cached ones are not asked again.
-        Misses are sent in groups of ``chunk`` whatever their template, and each group is stored
-        as soon as it returns."""
+
+        Each reply is stored the moment it arrives, so an interruption or a failing neighbour loses
+        nothing already paid for. A request that fails for good leaves its
+        :class:`TeacherRequestError` in its slot (and is asked again on the next run).
+        """
         keys = [cache_key(tid, self.model, asdict(params), msgs) for tid, msgs in items]
-        replies: list[str | None] = [self.cache.get(k) for k in keys]
+        replies: list[str | TeacherRequestError | None] = [self.cache.get(k) for k in keys]
         todo = [i for i, r in enumerate(replies) if r is None]
         for start in range(0, len(todo), self.chunk):
             group = todo[start : start + self.chunk]
-            outs = self.teacher.generate_many([items[i][1] for i in group], params, progress_desc=desc)
+
+            def store(j: int, reply: str, group: list[int] = group) -> None:
+                self.cache.put(keys[group[j]], str(reply))
+
+            outs = self.teacher.generate_many([items[i][1] for i in group], params, progress_desc=desc,
+                                              on_reply=store, return_exceptions=True)
             for i, out in zip(group, outs, strict=True):
-                self.cache.put(keys[i], out)
-                replies[i] = out
+                replies[i] = out if isinstance(out, TeacherRequestError) else str(out)
             self.calls += len(group)
-        return [r for r in replies if r is not None]
+        assert all(r is not None for r in replies), "every item has a reply or an error"
+        return replies  # type: ignore[return-value]
 
 
 def _outline_lines(reply: str) -> list[str]:
@@ -133,30 +143,42 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     langs = [detect_lang(d.text) for d in docs]
     templates: dict[str, str] = {}
 
+    failures: list[dict[str, str]] = []
+
+    def failed(doc_id: str, stage: str, error: Exception) -> None:
+        failures.append({"doc_id": doc_id, "stage": stage, "error": str(error)})
+        log.warning("doc %s: %s failed, no memory for it (%s)", doc_id, stage, error)
+
     outline_msgs = []
     for doc, lang in zip(docs, langs, strict=True):
         msgs, tpl = render("teacher_outline", lang, document=doc.text, min_parts=cfg.min_parts, max_parts=cfg.max_parts)
         templates[tpl.id] = tpl.version
         outline_msgs.append((tpl.id, msgs))
-    outlines = [_outline_lines(r) for r in teacher.generate(outline_msgs, outline_params, "outline")]
+    live: list[tuple[Document, str, list[str]]] = []
+    for doc, lang, reply in zip(docs, langs, teacher.generate(outline_msgs, outline_params, "outline"), strict=True):
+        if isinstance(reply, TeacherRequestError):
+            failed(doc.doc_id, "outline request", reply)
+        else:
+            live.append((doc, lang, _outline_lines(reply)))
 
     extract_msgs = []
-    for doc, lang, outline in zip(docs, langs, outlines, strict=True):
+    for doc, lang, outline in live:
         msgs, tpl = render("teacher_extraction", lang, document=doc.text, outline="\n".join(outline) or "-")
         templates[tpl.id] = tpl.version
         extract_msgs.append((tpl.id, msgs))
     replies = teacher.generate(extract_msgs, extract_params, "extraction")
 
     memories: list[DocumentMemory] = []
-    failures: list[dict[str, str]] = []
-    for doc, reply, (template_id, _) in zip(docs, replies, extract_msgs, strict=True):
-        meta = {"model": cfg.model, "prompt": template_id, "candidate": 0}
+    on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
+    for (doc, _, _), reply, (template_id, _) in zip(live, replies, extract_msgs, strict=True):
+        if isinstance(reply, TeacherRequestError):
+            failed(doc.doc_id, "extraction request", reply)
+            continue
+        meta = {"model": cfg.model, "prompt": template_id, "candidate": 0, "source_sha256": doc.sha256}
         try:
-            on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
             memories.append(memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable))
         except ParseError as exc:
-            failures.append({"doc_id": doc.doc_id, "error": str(exc)})
-            log.warning("doc %s: teacher reply unusable, no SFT record (%s)", doc.doc_id, exc)
+            failed(doc.doc_id, "extraction reply", exc)
 
     if cfg.reverse_com and memories:
         _add_reasoning(teacher, memories, cfg, templates)
@@ -169,19 +191,20 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     manifest = {
         "documents": len(docs),
         "memories": n_mem,
-        "unusable_replies": failures,
+        "failures": failures,
         "whole_document_fallbacks": fallbacks,
         "sft": split,
         "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls, "cache_hits": cache.hits},
         "templates": templates,
         "repairs": sum(1 for m in memories if m.meta.get("parse_diagnostics")),
+        "without_reasoning": [m.doc_id for m in memories if cfg.reverse_com and not m.reasoning],
         "seconds": round(seconds, 2),
         "files": {"memories": str(out_dir / "memories.jsonl"), **split["files"]},
     }
     write_json(out_dir / "manifest.json", manifest)
     cache.close()
     print(
-        f"gen: {len(docs)} docs → {n_mem} memories, {len(failures)} unusable, "
+        f"gen: {len(docs)} docs → {n_mem} memories, {len(failures)} failed, "
         f"{teacher.calls} teacher calls ({cache.hits} cached) in {seconds:.1f}s → {out_dir}"
     )
     if fallbacks:
@@ -199,6 +222,10 @@ def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: 
         templates[tpl.id] = tpl.version
         items.append((tpl.id, msgs))
     for mem, reply in zip(memories, teacher.generate(items, params, "reverse CoM"), strict=True):
+        if isinstance(reply, TeacherRequestError):
+            mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
+            log.warning("doc %s: reverse CoM request failed, memory kept without reasoning (%s)", mem.doc_id, reply)
+            continue
         text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
         mem.reasoning = text or None
 

@@ -36,7 +36,8 @@ def sft_record(
 
 def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction: float, seed: int) -> dict[str, Any]:
     """Write ``sft_train.jsonl`` / ``sft_val.jsonl``, balanced by language: the validation share is
-    drawn per language so both languages appear on both sides when there are enough records."""
+    drawn per language so both languages appear on both sides when there are enough records, and
+    at least one record is held out whenever ``val_fraction > 0`` and there are two or more."""
     by_lang: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         by_lang.setdefault(rec["meta"]["lang"], []).append(rec)
@@ -48,6 +49,8 @@ def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction:
         n_val = max(1, round(len(group) * val_fraction)) if val_fraction > 0 and len(group) > 1 else 0
         val += group[:n_val]
         train += group[n_val:]
+    if val_fraction > 0 and not val and len(train) > 1:
+        val.append(train.pop())  # every language had a single record: hold out one overall
     files = {}
     for name, rows in (("sft_train", train), ("sft_val", val)):
         path = out_dir / f"{name}.jsonl"

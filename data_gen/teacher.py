@@ -21,7 +21,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
@@ -93,6 +93,10 @@ class TeacherReply(str):
         return f"<think>{self.reasoning}</think>\n{self}" if self.reasoning else str(self)
 
 
+OnReply = Callable[[int, "TeacherReply"], None]
+"""Called with (input index, reply) as soon as a reply exists."""
+
+
 class TeacherRequestError(RuntimeError):
     """A teacher call failed for good: a non-retryable client error, or retries exhausted.
 
@@ -113,9 +117,16 @@ class TeacherBackend(Protocol):
         ...
 
     def generate_many(
-        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None
-    ) -> list[str]:
-        """Many chat completions, in input order, with a progress bar and a one-line summary."""
+        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
+        on_reply: OnReply | None = None, return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Many chat completions, in input order, with a progress bar and a one-line summary.
+
+        ``on_reply(i, reply)`` is called as soon as reply ``i`` exists (callers persist it there, so
+        an interruption loses nothing already paid for). With ``return_exceptions``, a request that
+        fails for good (:class:`TeacherRequestError`) yields the exception in its slot instead of
+        stopping the others.
+        """
         ...
 
 
@@ -254,13 +265,23 @@ class OpenAITeacher:
                             choice.finish_reason, usage.prompt_tokens if usage else None,
                             usage.completion_tokens if usage else None)
 
-    async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm) -> list[TeacherReply]:
-        async def one(messages: Messages) -> TeacherReply:
-            reply = await self.agenerate(messages, params)
+    async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm,
+                       on_reply: OnReply | None, return_exceptions: bool) -> list[TeacherReply | TeacherRequestError]:
+        async def one(i: int, messages: Messages) -> TeacherReply | TeacherRequestError:
+            try:
+                reply = await self.agenerate(messages, params)
+            except TeacherRequestError as exc:
+                if not return_exceptions:
+                    raise
+                log.warning("request %d failed for good: %s", i, exc)
+                bar.update(1)
+                return exc
+            if on_reply is not None:
+                on_reply(i, reply)
             bar.update(1)
             return reply
 
-        tasks = [asyncio.create_task(one(m)) for m in batch]
+        tasks = [asyncio.create_task(one(i, m)) for i, m in enumerate(batch)]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
@@ -272,8 +293,9 @@ class OpenAITeacher:
             await self.aclose()
 
     def generate_many(
-        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None
-    ) -> list[str]:
+        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
+        on_reply: OnReply | None = None, return_exceptions: bool = False,
+    ) -> list[Any]:
         """All requests concurrently (at most ``max_concurrency``); fails fast on the first one that fails for good."""
         try:
             asyncio.get_running_loop()
@@ -285,9 +307,9 @@ class OpenAITeacher:
             _check_messages(m)
         start, retries_before = time.perf_counter(), self.retries
         with tqdm(total=len(list_of_messages), desc=progress_desc or f"teacher {self.model}", unit="req") as bar:
-            replies = asyncio.run(self._run_all(list_of_messages, params, bar))
+            replies = asyncio.run(self._run_all(list_of_messages, params, bar, on_reply, return_exceptions))
         _log_summary(f"teacher {self.model}", len(replies), time.perf_counter() - start,
-                     sum(r.completion_tokens or 0 for r in replies), self.retries - retries_before)
+                     sum(getattr(r, 'completion_tokens', 0) or 0 for r in replies), self.retries - retries_before)
         return list(replies)
 
 
@@ -367,8 +389,9 @@ class LocalTeacher:
         return (await asyncio.to_thread(self._generate, [messages], params))[0]
 
     def generate_many(
-        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None
-    ) -> list[str]:
+        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
+        on_reply: OnReply | None = None, return_exceptions: bool = False,
+    ) -> list[Any]:
         """Batched generation, prompts grouped by length to cut padding; results in input order.
 
         With a seed, batch ``b`` samples with ``seed + b``: reproducible for the same inputs and batch_size.
@@ -384,6 +407,8 @@ class LocalTeacher:
                 batch_params = params if params.seed is None else replace(params, seed=params.seed + b)
                 for i, reply in zip(idx, self._generate([list_of_messages[i] for i in idx], batch_params), strict=True):
                     replies[i] = reply
+                    if on_reply is not None:
+                        on_reply(i, reply)
                 bar.update(len(idx))
         done = [r for r in replies if r is not None]
         assert len(done) == len(order), "every prompt gets exactly one reply"

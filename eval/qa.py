@@ -35,7 +35,7 @@ class QAConfig:
 
     memories: str = field("", help="MemReader memories JSONL (from memreader read)")
     qa: str = field("", help="questions JSONL: {'id', 'question', 'answers': [..]} per line")
-    baselines: list = field(["fixed-180"], help="chunking baselines to compare against (eval/baselines.py)")
+    baselines: list[str] = field(["fixed-180"], help="chunking baselines to compare against (eval/baselines.py)")
     run: str = field("eval", help="outputs go to $MEMREADER_HOME/runs/<run>/eval/")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
     answer_backend: str = field("local", help="'local' (transformers) or 'openai' (HTTP endpoint)")
@@ -50,7 +50,13 @@ class QAConfig:
 
     def check(self) -> list[str]:
         """Problems beyond types."""
-        problems = [f"{k}: required" for k in ("memories", "qa") if not getattr(self, k)]
+        problems = []
+        for key, hint in (("memories", "run `memreader read` first"), ("qa", "a JSONL of id/question/answers")):
+            value = getattr(self, key)
+            if not value:
+                problems.append(f"{key}: required ({hint})")
+            elif not Path(value).is_file():
+                problems.append(f"{key}: {value} does not exist ({hint})")
         if self.top_k < 1:
             problems.append("top_k must be >= 1")
         return problems

@@ -14,6 +14,7 @@ repetition_penalty 1.05.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from data_gen.teacher import GenerationParams, make_teacher
+from data_gen.teacher import GenerationParams, TeacherRequestError, make_teacher
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import read_corpus
@@ -69,10 +70,27 @@ class ReadConfig:
         return problems
 
 
-def _done_ids(path: Path) -> set[str]:
-    """doc_ids already written; a half-written last line (crash mid-write) is cut off loudly."""
+def read_key(cfg: ReadConfig) -> str:
+    """Hash of everything besides the document that shapes a memory: model, adapter weights,
+    prompt variant, decoding and alignment settings. Stored in every memory's meta."""
+    adapter_sha = None
+    if cfg.adapter:
+        weights = Path(cfg.adapter) / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise FileNotFoundError(f"adapter {cfg.adapter} has no adapter_model.safetensors; pass a `memreader train` "
+                                    "output folder, or adapter='' for the base model")
+        adapter_sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+    keyed = {k: getattr(cfg, k) for k in ("backend", "model", "think", "max_new_tokens", "temperature", "top_p",
+                                          "repetition_penalty", "seed", "fuzzy_threshold")}
+    blob = json.dumps({**keyed, "adapter_sha256": adapter_sha}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _done(path: Path) -> dict[str, tuple[str | None, str | None]]:
+    """doc_id → (source_sha256, read_key) already written; a half-written last line (crash
+    mid-write) is cut off loudly."""
     if not path.is_file():
-        return set()
+        return {}
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         try:
@@ -81,7 +99,7 @@ def _done_ids(path: Path) -> set[str]:
             log.warning("%s: dropping a half-written last line from an interrupted run", path)
             path.write_text("".join(lines[:-1]), encoding="utf-8")
     try:
-        return {m.doc_id for m in iter_memories(path)}
+        return {m.doc_id: (m.meta.get("source_sha256"), m.meta.get("read_key")) for m in iter_memories(path)}
     except MemoryValidationError as exc:
         raise MemoryValidationError(f"cannot resume: {exc}. Move the file away to start over.") from None
 
@@ -103,10 +121,19 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
     write_resolved_config(out_dir, cfg)
     out_path = out_dir / "memories.jsonl"
     docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
-    done = _done_ids(out_path)
+    key = read_key(cfg)
+    done = _done(out_path)
+    stale = [d.doc_id for d in docs if d.doc_id in done and done[d.doc_id] != (d.sha256, key)]
+    if stale:
+        raise MemoryValidationError(
+            f"{out_path} already holds {len(stale)} of these documents read from other text or with other "
+            f"settings (model, adapter weights, prompt, decoding), e.g. {stale[:3]}; resuming would mix them. "
+            "Use a new run name, or delete the file to read everything again."
+        )
     todo = [d for d in docs if d.doc_id not in done]
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
     name = "memreader_think" if cfg.think else "memreader"
+    failed: list[str] = []
     stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0}
     t0 = time.perf_counter()
     if todo:
@@ -115,10 +142,15 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start : start + cfg.batch_size]
         rendered = [render(name, detect_lang(d.text), document=d.text) for d in batch]
-        outputs = backend.generate_many([m for m, _ in rendered], params)
+        outputs = backend.generate_many([m for m, _ in rendered], params, return_exceptions=True)
         memories = []
         for doc, out, (_, tpl) in zip(batch, outputs, rendered, strict=True):
-            meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": tpl.id, "backend": cfg.backend}
+            if isinstance(out, TeacherRequestError):  # not written: the next run asks again
+                failed.append(doc.doc_id)
+                log.warning("doc %s: request failed for good (%s)", doc.doc_id, out)
+                continue
+            meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": tpl.id, "backend": cfg.backend,
+                    "source_sha256": doc.sha256, "read_key": key}
             mem = memory_from_output(doc.doc_id, doc.text, out, meta, "whole", cfg.fuzzy_threshold)
             stats["fallbacks"] += "fallback" in mem.meta
             stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
@@ -129,11 +161,12 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
         bar.update(len(batch))
     bar.close()
     seconds = time.perf_counter() - t0
-    n = len(todo)
+    n = len(todo) - len(failed)
     summary = {
         "documents": len(docs),
         "read": n,
-        "skipped_done": len(docs) - n,
+        "skipped_done": len(docs) - len(todo),
+        "failed": failed,
         "fallback_whole_document": stats["fallbacks"],
         "repaired_outputs": stats["repaired"],
         "merged_scenarios": stats["merged_scenarios"],
@@ -144,9 +177,12 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
     }
     write_json(out_dir / "summary.json", summary)
     print(
-        f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {len(docs) - n} already done, "
+        f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {len(docs) - len(todo)} already done, "
+        f"{len(failed)} failed, "
         f"{stats['repaired']} repaired, {stats['fallbacks']} whole-document fallbacks → {out_path}"
     )
+    if failed:
+        print(f"WARNING: {len(failed)} document(s) failed and were not written; rerun to retry them: {failed[:5]}")
     if stats["fallbacks"]:
         print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
     return summary

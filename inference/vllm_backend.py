@@ -45,8 +45,12 @@ class VLLMBackend:
         )
         self.lora = LoRARequest("memreader", 1, adapter) if adapter else None
 
-    def generate_many(self, messages_list: list[list[dict[str, str]]], params: Any, progress_desc: str | None = None) -> list[str]:
-        """One reply per conversation, in input order (vLLM batches internally)."""
+    def generate_many(
+        self, messages_list: list[list[dict[str, str]]], params: Any, progress_desc: str | None = None,
+        on_reply: Any = None, return_exceptions: bool = False,
+    ) -> list[str]:
+        """One reply per conversation, in input order (vLLM batches internally; ``on_reply`` is
+        called for each reply once the batch returns; there are no per-request failures to return)."""
         from vllm import SamplingParams
 
         sampling = SamplingParams(
@@ -59,6 +63,9 @@ class VLLMBackend:
         t0 = time.perf_counter()
         outs = self.llm.chat(messages_list, sampling, lora_request=self.lora, use_tqdm=progress_desc is not None)
         texts = [o.outputs[0].text for o in outs]
+        for i, text in enumerate(texts):
+            if on_reply is not None:
+                on_reply(i, text)
         n_tok = sum(len(o.outputs[0].token_ids) for o in outs)
         dt = time.perf_counter() - t0
         print(f"vllm: {len(texts)} replies, {n_tok} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):.0f} tok/s)")

@@ -10,6 +10,7 @@ result always tiles the document; nothing is invented and no LLM is asked.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
@@ -25,8 +26,9 @@ class Alignment:
     report: dict = field(default_factory=dict)
 
 
-def _ends_with_at(doc: str, tail: str, end: int) -> bool:
-    return bool(tail) and end >= len(tail) and doc.startswith(tail, end - len(tail))
+def _is_filler(text: str) -> bool:
+    """Only whitespace and punctuation: text whose side of a boundary carries no meaning."""
+    return all(c.isspace() or unicodedata.category(c).startswith("P") for c in text)
 
 
 def _find_junction(doc: str, tail: str, head: str, lower: int) -> int:
@@ -93,15 +95,20 @@ def align_markers(
 
     head0 = markers[0][0]
     lead = document.find(head0) if head0 else -1
-    start_method = "exact" if lead == 0 else ("forced" if lead < 0 else "exact+leading-gap")
-    gap_chars = max(lead, 0)
+    gap_chars = 0
+    if lead < 0:
+        start_method = "forced"
+    elif _is_filler(document[:lead]):
+        start_method = "exact"
+    else:
+        start_method, gap_chars = "exact+leading-gap", lead
 
     boundaries = [0]
     groups: list[list[int]] = [[0]]
     methods = [start_method]
     cur_head_end = (lead + len(head0)) if lead >= 0 else 0
+    cur_head_matched = lead >= 0 and bool(head0)
     cur_tail = markers[0][1]
-    fuzzy_chars_at: list[int] = []
     for j in range(1, len(markers)):
         head, tail = markers[j]
         prev = boundaries[-1]
@@ -111,15 +118,18 @@ def align_markers(
         if p < 0:
             hp = document.find(head, lower) if head else -1
             te = _find_tail_end(document, cur_tail, prev, lower)
-            if hp >= 0 and te >= 0 and te <= hp and not document[te:hp].strip():
-                p, method = hp, "head"  # only whitespace between: it stays with the earlier chunk
+            if hp >= 0 and te >= 0 and te <= hp and _is_filler(document[te:hp]):
+                # Only blanks or punctuation between (a tail missing its final "."): the head is
+                # exact and the filler stays with the earlier chunk.
+                p, method = hp, "head"
+            elif hp >= 0 and te >= 0:
+                # Real disagreement: take the earlier position, so a head repeated far ahead cannot
+                # swallow the text in between; the boundary is not counted as exact.
+                p = min(hp, te)
+                method = "head-disputed" if p == hp else "tail-disputed"
+                gap_chars += abs(hp - te)
             elif hp >= 0 or te >= 0:
-                # Disagreement: take the earlier position, so a head repeated far ahead cannot
-                # swallow the text in between; the gap is reported.
-                p = min(x for x in (hp, te) if x >= 0)
-                method = "head" if p == hp else "tail"
-                if hp >= 0 and te >= 0:
-                    gap_chars += abs(hp - te)
+                p, method = (hp, "head") if hp >= 0 else (te, "tail")
         if p < 0:
             hp, hs = _fuzzy(document, head, lower, fuzzy_window, fuzzy_threshold)
             tp, ts = _fuzzy(document, cur_tail, prev, fuzzy_window, fuzzy_threshold)
@@ -128,7 +138,7 @@ def align_markers(
             cands = [c for c in cands if c[1] >= lower]
             if cands:
                 _, p, method = max(cands)
-        if p >= 0 and method in ("tail", "fuzzy-tail"):
+        if p >= 0 and method.startswith(("tail", "fuzzy-tail")):
             while p < n_doc and document[p].isspace():
                 p += 1  # same convention as a junction: whitespace after a tail stays with it
         if p < 0 or p >= n_doc:
@@ -138,24 +148,26 @@ def align_markers(
         boundaries.append(p)
         groups.append([j])
         methods.append(method)
-        if method.startswith("fuzzy"):
-            fuzzy_chars_at.append(len(boundaries) - 1)
-        cur_head_end = p + len(head) if document.startswith(head, p) else p + 1
+        cur_head_matched = bool(head) and document.startswith(head, p)
+        cur_head_end = p + len(head) if cur_head_matched else p + 1
         cur_tail = tail
 
-    tail_end = _find_tail_end(document, cur_tail, boundaries[-1], boundaries[-1] + 1)
-    if tail_end >= 0:
+    # The last chunk runs to the end of the document: look for its tail's *last* occurrence (a
+    # short last chunk has no tail; then its head, when it matched, marks where its text ends).
+    if cur_tail:
+        idx = document.rfind(cur_tail, boundaries[-1])
+        tail_end = idx + len(cur_tail) if idx >= 0 else -1
+    else:
+        tail_end = cur_head_end if cur_head_matched else -1
+    end_exact = tail_end >= 0 and _is_filler(document[tail_end:])
+    if tail_end >= 0 and not end_exact:
         gap_chars += n_doc - tail_end
     spans = [(b, boundaries[i + 1] if i + 1 < len(boundaries) else n_doc) for i, b in enumerate(boundaries)]
-    exact_ends = set()
-    for i, m in enumerate(methods):
-        if m in ("junction", "head", "tail", "exact"):
-            exact_ends.add(i)
+    exact_starts = {i for i, m in enumerate(methods) if m in ("junction", "head", "tail", "exact")}
     exact_chars = 0
     for i, (s, e) in enumerate(spans):
-        start_ok = i in exact_ends
-        end_ok = (i + 1 in exact_ends) if i + 1 < len(spans) else tail_end == n_doc
-        if start_ok and end_ok:
+        end_ok = (i + 1 in exact_starts) if i + 1 < len(spans) else end_exact
+        if i in exact_starts and end_ok:
             exact_chars += e - s
     report = {
         "markers": len(markers),

@@ -105,14 +105,22 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     problems += [f"missing required key {n!r}: {fields[n].metadata.get('help', '')}" for n in missing]
-    if problems:
-        raise ConfigError(f"config {where} for {cls.__name__}:\n  - " + "\n  - ".join(problems))
-    cfg = cls(**kwargs)
+    cfg = None
+    if not missing:
+        try:
+            cfg = cls(**kwargs)
+        except (TypeError, ValueError) as exc:  # reported below with the other problems
+            problems.append(f"cannot build {cls.__name__}: {exc}")
     check = getattr(cfg, "check", None)
     if callable(check):
-        extra = check()
-        if extra:
-            raise ConfigError(f"config {where} for {cls.__name__}:\n  - " + "\n  - ".join(extra))
+        try:
+            problems += check()
+        except (TypeError, ValueError) as exc:  # a check tripping over an already-reported bad type
+            if not problems:
+                raise
+            problems.append(f"(further checks stopped at: {exc!r})")
+    if problems:
+        raise ConfigError(f"config {where} for {cls.__name__}:\n  - " + "\n  - ".join(problems))
     return cfg
 
 

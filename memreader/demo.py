@@ -87,7 +87,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     ))
     stage("gen")
     trained = train(SFTRunConfig(
-        train_file=gen["files"]["sft_train"], val_file=gen["files"]["sft_val"], model=cfg.model, run=cfg.run,
+        train_file=gen["files"]["sft_train"], val_file=gen["files"]["sft_val"] if gen["sft"]["val"] else None,
+        model=cfg.model, run=cfg.run,
         overwrite=True, max_steps=cfg.train_steps, learning_rate=5e-4, gradient_accumulation_steps=1,
         per_device_train_batch_size=1, max_length=2048, truncation_policy="drop", bf16="false",
         gradient_checkpointing=False, logging_steps=1, save_steps=0, warmup_steps=0,
@@ -95,6 +96,10 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     adapter = Path(trained["run_dir"])
     lora_b_max = adapter_changed(adapter)
     stage("train")
+    stale = run_dir(cfg.run, "read") / "memories.jsonl"
+    if stale.exists():  # the adapter was just retrained: memories of an earlier demo run must not be reused
+        print(f"demo: removing {stale} from an earlier run, reading again with the new adapter")
+        stale.unlink()
     read = read_corpus_memories(ReadConfig(
         input=cfg.corpus, run=cfg.run, model=cfg.model, adapter=str(adapter), max_new_tokens=cfg.read_max_new_tokens,
         batch_size=cfg.batch_size,

@@ -39,6 +39,7 @@ class ParsedOutput:
 
 
 _CJK_RE = re.compile(r"[\u4e00-\u9fff]")
+_LIST_MARKER = re.compile(r"^\s*(?:[-*•]\s*|\d+[.)、](?!\d)\s*)")
 
 
 def cjk_ratio(text: str) -> float:
@@ -121,7 +122,8 @@ def parse_output(text: str, document: str | None = None) -> ParsedOutput:
         outline: list[str] = []
     else:
         rest = rest_after_outline
-        outline = [re.sub(r"^\s*(?:[-*•]|\d+[.)、])\s*", "", ln).strip() for ln in outline_text.splitlines()]
+        # Strip list markers ("- ", "1. ", "2)") but not the digits of "3.5 million".
+        outline = [unescape_markup(_LIST_MARKER.sub("", ln).strip()) for ln in outline_text.splitlines()]
         outline = [o for o in outline if o]
 
     scenarios: list[ParsedScenario] = []
@@ -173,4 +175,4 @@ def parse_output(text: str, document: str | None = None) -> ParsedOutput:
                 f"language mismatch: document looks {'Chinese' if doc_zh else 'non-Chinese'}, "
                 f"outline/core look {'Chinese' if out_zh else 'non-Chinese'}"
             )
-    return ParsedOutput(reasoning.strip() if reasoning else None, outline, scenarios, diags)
+    return ParsedOutput(unescape_markup(reasoning.strip()) if reasoning else None, outline, scenarios, diags)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import data_gen.pipeline as pipeline
+from data_gen.teacher import TeacherRequestError
 from memreader.markup import render_memory
 from memreader.schema import read_memories
 
@@ -23,9 +24,18 @@ class ScriptedTeacher:
     def __init__(self) -> None:
         self.calls = 0
 
-    def generate_many(self, list_of_messages, params, progress_desc=None):
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
         self.calls += len(list_of_messages)
-        return [self._reply(m[-1]["content"]) for m in list_of_messages]
+        outs = []
+        for i, m in enumerate(list_of_messages):
+            out = self._reply(m[-1]["content"])
+            if isinstance(out, TeacherRequestError):
+                if not return_exceptions:
+                    raise out
+            elif on_reply is not None:
+                on_reply(i, out)
+            outs.append(out)
+        return outs
 
     @staticmethod
     def _reply(prompt: str) -> str:
@@ -80,8 +90,8 @@ def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -
 
     monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: Refuser())
     manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="t2", reverse_com=False))
-    assert manifest["memories"] == 0 and len(manifest["unusable_replies"]) == 3
-    assert "no <scenario> or <chunk>" in manifest["unusable_replies"][0]["error"]
+    assert manifest["memories"] == 0 and len(manifest["failures"]) == 3
+    assert "no <scenario> or <chunk>" in manifest["failures"][0]["error"]
 
 
 def test_config_errors_are_collected() -> None:
@@ -107,3 +117,37 @@ def test_whole_document_fallback_is_flagged_and_counted(tmp_path, corpus, monkey
     assert "WARNING: 3/3 teacher replies had no usable chunk" in capsys.readouterr().out
     mems = read_memories(manifest["files"]["memories"])
     assert all(len(m.scenarios) == 1 and m.meta["fallback"] for m in mems)
+
+
+def test_failed_request_loses_nothing_already_paid_for(tmp_path, corpus, monkeypatch) -> None:
+    """One document's extraction fails for good (e.g. HTTP 413): the other replies are cached as they
+    arrive, the failure is recorded, and a rerun asks only for what is missing."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class OneBad(ScriptedTeacher):
+        fail = True
+
+        def _reply(self, prompt: str):
+            if self.fail and "<scenario>" in prompt and "cider" in prompt:
+                return TeacherRequestError("HTTP 413: prompt too large", 413)
+            return ScriptedTeacher._reply(prompt)
+
+    teacher = OneBad()
+    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: teacher)
+    cfg = pipeline.GenConfig(input=str(corpus), run="t4", reverse_com=False, val_fraction=0)
+    manifest = pipeline.generate(cfg)
+    assert [f["doc_id"] for f in manifest["failures"]] == ["a"]
+    assert manifest["failures"][0]["stage"] == "extraction request" and "413" in manifest["failures"][0]["error"]
+    assert manifest["memories"] == 2 and teacher.calls == 6
+    teacher.fail, teacher.calls = False, 0
+    again = pipeline.generate(cfg)
+    assert teacher.calls == 1 and again["memories"] == 3 and not again["failures"]
+
+
+def test_validation_split_never_empty_when_asked(tmp_path) -> None:
+    from data_gen.sft_export import write_sft_splits
+
+    recs = [{"id": i, "meta": {"lang": lang}} for i, lang in (("a", "en"), ("b", "zh"))]
+    split = write_sft_splits(tmp_path, recs, 0.5, seed=1)
+    assert (split["train"], split["val"]) == (1, 1)
+    assert write_sft_splits(tmp_path, recs, 0.0, seed=1)["val"] == 0

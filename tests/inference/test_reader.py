@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from data_gen.teacher import TeacherRequestError
 from inference.reader import ReadConfig, read_corpus_memories
 from memreader.markup import render_memory
-from memreader.schema import read_memories
+from memreader.schema import MemoryValidationError, read_memories
 
 
 class Backend:
@@ -16,7 +17,7 @@ class Backend:
         self.seen: list[str] = []
         self.fail_after, self.garbage = fail_after, garbage
 
-    def generate_many(self, list_of_messages, params, progress_desc=None):
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
         assert (params.temperature, params.top_p, params.repetition_penalty) == (0.1, 0.1, 1.05)
         if self.fail_after is not None and len(self.seen) >= self.fail_after:
             raise KeyboardInterrupt  # simulate Ctrl-C in the middle of a run
@@ -73,4 +74,36 @@ def test_transformers_backend_on_tiny_random_model(tmp_path, corpus, tiny_model,
     for mem in mems:
         assert "".join(mem.chunks) == mem.document
         assert mem.meta["backend"] == "transformers" and mem.meta["prompt"] == "memreader.en@1"
-    assert summary["fallback_whole_document"] + summary["repaired_outputs"] >= 1
+    # 6 tokens from a random model never contain a chunk block: every memory is a flagged fallback.
+    assert summary["fallback_whole_document"] == 3 and all(m.meta["fallback"] for m in mems)
+
+
+def test_resume_refuses_changed_text_or_settings(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    cfg = ReadConfig(input=str(corpus), run="s", batch_size=5)
+    read_corpus_memories(cfg, backend=Backend())
+    with pytest.raises(MemoryValidationError, match="other settings"):
+        read_corpus_memories(ReadConfig(input=str(corpus), run="s", temperature=0.5), backend=Backend())
+    lines = corpus.read_text().splitlines()
+    lines[1] = json.dumps({"id": "d1", "text": "a different text for document one"})
+    corpus.write_text("\n".join(lines) + "\n")
+    with pytest.raises(MemoryValidationError, match=r"holds 1 of these documents.*'d1'"):
+        read_corpus_memories(cfg, backend=Backend())
+
+
+def test_failed_requests_are_not_written_and_retried(tmp_path, corpus, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class Flaky(Backend):
+        def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
+            outs = super().generate_many(list_of_messages, params)
+            assert return_exceptions
+            return [TeacherRequestError("HTTP 500 five times", 500) if "document 3" in d else o
+                    for d, o in zip(self.seen[-len(outs):], outs, strict=True)]
+
+    cfg = ReadConfig(input=str(corpus), run="f", batch_size=5)
+    summary = read_corpus_memories(cfg, backend=Flaky())
+    assert summary["failed"] == ["d3"] and summary["read"] == 4
+    assert "WARNING: 1 document(s) failed" in capsys.readouterr().out
+    again = read_corpus_memories(cfg, backend=Backend())
+    assert again["read"] == 1 and again["skipped_done"] == 4

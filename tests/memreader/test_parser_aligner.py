@@ -78,7 +78,8 @@ def test_fuzzy_fallback_recovers_a_typo() -> None:
     assert "raderz" in out and "jusst" in out
     mem = memory_from_output("d", DOC, out)
     assert mem.scenarios[1].start == cut
-    assert mem.meta["alignment"]["methods"].get("fuzzy-head") == 1
+    methods = mem.meta["alignment"]["methods"]
+    assert sum(v for k, v in methods.items() if k.startswith("fuzzy")) == 1
 
 
 def test_empty_chunk_and_garbage() -> None:
@@ -90,6 +91,26 @@ def test_empty_chunk_and_garbage() -> None:
     fallback = memory_from_output("d", DOC, "no tags at all", on_unparseable="whole")
     _spans_tile(fallback)
     assert "fallback" in fallback.meta
+
+
+def test_free_text_mentioning_tags_round_trips() -> None:
+    cut = DOC.index("Brewing")
+    outline = ["Uses <scenario> and [MASK]", "3.5 million cups"]
+    cores = ["The <outline> tag &lt;chunk> here", "Core with </scenario> inside"]
+    reasoning = "First I write the <outline> then the <scenario> blocks"
+    out = render_memory(outline, [DOC[:cut], DOC[cut:]], cores, reasoning)
+    mem = memory_from_output("d", DOC, out)
+    assert mem.outline == outline and mem.cores == cores and mem.reasoning == reasoning
+    assert [(s.start, s.end) for s in mem.scenarios] == [(0, cut), (cut, len(DOC))]
+
+
+def test_boundary_with_tail_missing_its_final_period() -> None:
+    cut = DOC.index("Brewing")
+    out = "<outline>a\nb</outline><scenario><chunk>Tea came to[MASK]traders shipped it first</chunk>x</scenario>"
+    out += "<scenario><chunk>Brewing needs[MASK]strong smells.</chunk>y</scenario>"
+    mem = memory_from_output("d", DOC, out)
+    assert mem.scenarios[1].start == cut  # the "." and newline stay with the first chunk
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0
 
 
 def test_wrong_language_is_reported() -> None:
@@ -109,7 +130,8 @@ def test_markup_in_document_survives_round_trip() -> None:
 
 
 # Alphabet mixes English, Chinese, punctuation, whitespace and the reserved markup pieces.
-_pieces = st.sampled_from(list("abcde xyz,.。，的是在了\n") + ["[MASK]", "</document>", "<scenario>", "词语", "word "])
+_pieces = st.sampled_from(list("abcde xyz,.。，的是在了\n") + ["[MASK]", "</document>", "<scenario>", "词语", "word ",
+                                                           "&lt;chunk>", "&#91;MASK]", "&amp;", "   ", "\n\n"])
 _docs = st.lists(_pieces, min_size=20, max_size=120).map("".join)
 
 
@@ -143,6 +165,7 @@ def test_property_true_spans_are_recovered(doc: str, data: st.DataObject, k: int
     # Convention: whitespace at a cut belongs to the earlier chunk (markers are stripped).
     expected = [0] + [c + len(doc[c:]) - len(doc[c:].lstrip()) for c in cuts] + [n]
     assert [(s.start, s.end) for s in mem.scenarios] == list(zip(expected, expected[1:], strict=False))
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0 and mem.meta["alignment"]["gap_chars"] == 0
 
 
 @settings(max_examples=300, deadline=None)
@@ -153,3 +176,11 @@ def test_property_garbage_still_tiles(doc: str, garbage: str, markers: list[tupl
     alignment = align_markers(doc, markers)
     assert tiling_problems(alignment.spans, len(doc)) == []
     assert sorted(i for g in alignment.groups for i in g) == list(range(len(markers)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(_pieces, max_size=40).map("".join))
+def test_property_escaping_is_exactly_reversible(text: str) -> None:
+    escaped = escape_markup(text)
+    assert unescape_markup(escaped) == text
+    assert "[MASK]" not in escaped and "<scenario>" not in escaped and "</document>" not in escaped

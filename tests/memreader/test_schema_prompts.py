@@ -92,7 +92,7 @@ def test_config_collects_every_problem(tmp_path) -> None:
     class Cfg:
         steps: int = field(3, help="steps")
         name: str = field("x", help="name")
-        tags: list = field([], help="tags")
+        tags: list[str] = field([], help="tags")
 
     path = tmp_path / "c.yaml"
     path.write_text("steps: many\nbogus: 1\n")
@@ -101,3 +101,18 @@ def test_config_collects_every_problem(tmp_path) -> None:
     assert "steps: expected int" in str(err.value) and "unknown key 'bogus'" in str(err.value)
     cfg = load_config(Cfg, None, ["steps=5", "tags=[a, b]"])
     assert cfg.steps == 5 and cfg.tags == ["a", "b"]
+    assert load_config(Cfg, None, ["tags=x,y"]).tags == ["x", "y"]  # comma form of a list override
+
+
+def test_type_and_check_problems_are_reported_together() -> None:
+    from data_gen.pipeline import GenConfig
+    from eval.qa import QAConfig
+
+    with pytest.raises(ConfigError) as err:
+        load_config(GenConfig, None, ["limit=abc", "val_fraction=2", "teacher=x"])
+    text = str(err.value)
+    assert "limit: expected int" in text and "val_fraction" in text and "teacher: 'x'" in text
+    assert load_config(QAConfig, None, [f"memories={__file__}", f"qa={__file__}",
+                                        "baselines=fixed-180"]).baselines == ["fixed-180"]
+    with pytest.raises(ConfigError, match="memories: nope.jsonl does not exist"):
+        load_config(QAConfig, None, ["memories=nope.jsonl", f"qa={__file__}"])
