@@ -28,6 +28,8 @@ from memreader.registry import load_embedder
 from memreader.schema import DocumentMemory, read_memories
 from retrieval.index import MemoryIndex
 
+_INPUTS = (("memories", "run `memreader read` first"), ("qa", "a JSONL of id/question/answers per line"))
+
 
 @dataclass
 class QAConfig:
@@ -50,13 +52,7 @@ class QAConfig:
 
     def check(self) -> list[str]:
         """Problems beyond types."""
-        problems = []
-        for key, hint in (("memories", "run `memreader read` first"), ("qa", "a JSONL of id/question/answers")):
-            value = getattr(self, key)
-            if not value:
-                problems.append(f"{key}: required ({hint})")
-            elif not Path(value).is_file():
-                problems.append(f"{key}: {value} does not exist ({hint})")
+        problems = [f"{key}: required ({hint})" for key, hint in _INPUTS if not getattr(self, key)]
         if self.top_k < 1:
             problems.append("top_k must be >= 1")
         return problems
@@ -104,6 +100,10 @@ def evaluate_system(
 
 def run_qa(cfg: QAConfig) -> dict[str, Any]:
     """Evaluate MemReader memories and every baseline on the same questions."""
+    missing = [f"{key}: {getattr(cfg, key)} does not exist ({hint})" for key, hint in _INPUTS
+               if not Path(getattr(cfg, key)).is_file()]
+    if missing:
+        raise FileNotFoundError("; ".join(missing))
     out_dir = run_dir(cfg.run, "eval")
     write_resolved_config(out_dir, cfg)
     memories = read_memories(cfg.memories)

@@ -114,5 +114,7 @@ def test_type_and_check_problems_are_reported_together() -> None:
     assert "limit: expected int" in text and "val_fraction" in text and "teacher: 'x'" in text
     assert load_config(QAConfig, None, [f"memories={__file__}", f"qa={__file__}",
                                         "baselines=fixed-180"]).baselines == ["fixed-180"]
-    with pytest.raises(ConfigError, match="memories: nope.jsonl does not exist"):
-        load_config(QAConfig, None, ["memories=nope.jsonl", f"qa={__file__}"])
+    from eval.qa import run_qa
+
+    with pytest.raises(FileNotFoundError, match="memories: nope.jsonl does not exist .run `memreader read` first"):
+        run_qa(load_config(QAConfig, None, ["memories=nope.jsonl", f"qa={__file__}"]))
