@@ -382,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"paired {DISPLAY_NAMES[name]:<9} delta {test.delta:+.4f} [{test.interval.low:+.4f}, "
                   f"{test.interval.high:+.4f}]  p_boot {test.p_bootstrap:.4f}  p_perm {test.p_permutation:.4f}")
     seconds = time.perf_counter() - start
-    print(f"score: {len(ids)} examples in {seconds:.1f} s ({len(ids) / seconds:.0f}/s) -> {out}")
+    print(f"score: {len(ids)} examples in {seconds:.1f} s ({len(ids) / seconds:.1f} examples/s) -> {out}")
     return 0
 
 
