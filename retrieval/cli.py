@@ -2,12 +2,14 @@
 
     memreader index --config configs/retrieval/three_layer_minilm.yaml --set run=demo
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo "How many compost bays?"
+    python -m retrieval.cli ask --config ... "question"        (the same, without the memreader command)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from memreader.config import add_config_arguments, load_config
 from retrieval.search import RetrievalConfig, format_hits, run_ask, run_index
@@ -46,3 +48,18 @@ def run_ask_cli(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"index": (add_index_arguments, run_index_cli), "ask": (add_ask_arguments, run_ask_cli)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m retrieval.cli {index,ask} ...``: the same as ``memreader index|ask``."""
+    from memreader.cli import main as memreader_main
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: python -m retrieval.cli {index,ask} [--config FILE] [--set KEY=VALUE] [question]", file=sys.stderr)
+        return 2
+    return memreader_main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

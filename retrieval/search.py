@@ -1,29 +1,24 @@
-"""Index document memories and ask questions over them: the retrieval stage's entry point.
+"""Index document memories and ask questions over them (config, build, ask, formatting).
 
-    python -m retrieval.search index --config configs/retrieval/three_layer_minilm.yaml
-    python -m retrieval.search ask --config configs/retrieval/three_layer_minilm.yaml "your question"
-
-(``memreader index`` / ``memreader ask`` run the same functions.) The index goes to
+The entry points are ``memreader index`` / ``memreader ask`` (or ``python -m retrieval.cli``),
+see :mod:`retrieval.cli`. The index goes to
 ``$MEMREADER_HOME/runs/<run>/retrieval/memories.db`` unless ``db_path`` names another Milvus Lite
 file or a Milvus server URI (its token, if any, is read from ``$MILVUS_TOKEN``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memreader.config import ConfigError, describe_config, field, load_config
+from memreader.config import field
 from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
 from memreader.registry import ALIASES, load_embedder
-from memreader.schema import MemoryValidationError, read_memories
+from memreader.schema import read_memories
 from retrieval.fusion import Hit
 from retrieval.index import (
     DEFAULT_COLLECTION,
@@ -179,39 +174,3 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
 def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
     """Answer one question with the index and search settings of ``cfg``."""
     return ask(cfg.db(), question, cfg.top_k, cfg.mode, cfg.embedder, cfg.collection, cfg.rrf_k, cfg.device)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m retrieval.search {index,ask} --config FILE [--set key=value ...] [question]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m retrieval.search", description=__doc__,
-        epilog=describe_config(RetrievalConfig), formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("command", choices=["index", "ask"])
-    parser.add_argument("question", nargs="?", help="the question (ask only)")
-    parser.add_argument("--config", help="YAML file, e.g. configs/retrieval/three_layer_minilm.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--json", action="store_true", help="ask: print hits as JSON lines")
-    args = parser.parse_intermixed_args(argv)  # the question may follow the options
-    if args.command == "ask" and not args.question:
-        parser.error("ask needs a question, e.g. ask --config FILE \"what is X?\"")
-    try:
-        cfg = load_config(RetrievalConfig, args.config, args.overrides)
-        if args.command == "index":
-            run_index(cfg)  # shows a progress bar and ends with the one-line summary (stderr)
-            return 0
-        hits = run_ask(cfg, args.question)
-    except (ConfigError, MemoryIndexError, MemoryValidationError, FileNotFoundError) as exc:
-        # Expected user errors: their messages name the fix, a traceback would only hide it.
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        for hit in hits:
-            print(json.dumps(hit.to_dict(), ensure_ascii=False))
-    else:
-        print(format_hits(hits))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,8 +11,9 @@ from retrieval_samples import BREAD, EXPECTED_ROWS, EXPECTED_SKIPPED, MEMORIES, 
 
 from memreader.config import ConfigError, load_config
 from memreader.schema import write_memories
+from retrieval.cli import main
 from retrieval.index import MemoryIndex, MemoryIndexError
-from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits, main
+from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits
 
 DOCUMENTS = {m.doc_id: m.document for m in MEMORIES}
 CONFIG = Path(__file__).parents[2] / "configs" / "retrieval" / "three_layer_minilm.yaml"
