@@ -380,13 +380,3 @@ def corpus_bleu(scores: Sequence[ExampleScores], config: MetricConfig) -> tuple[
     for s in scores:
         total = total + s.bleu_stats
     return bleu_from_stats(total, config)
-
-
-def __getattr__(name: str) -> Any:
-    # score_pairs / format_table / ScoreReport live in eval.score (which imports this module);
-    # resolving them lazily lets callers write ``from eval.metrics import score_pairs``.
-    if name in ("score_pairs", "score_examples", "format_table", "ScoreReport", "compare"):
-        from eval import score
-
-        return getattr(score, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

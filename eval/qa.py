@@ -98,8 +98,9 @@ def evaluate_system(
     }
 
 
-def run_qa(cfg: QAConfig) -> dict[str, Any]:
-    """Evaluate MemReader memories and every baseline on the same questions."""
+def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
+    """Evaluate MemReader memories and every baseline on the same questions (``embedder``: an
+    already-loaded ``cfg.embedder`` model, to avoid loading it again)."""
     missing = [f"{key}: {getattr(cfg, key)} does not exist ({hint})" for key, hint in _INPUTS
                if not Path(getattr(cfg, key)).is_file()]
     if missing:
@@ -109,7 +110,7 @@ def run_qa(cfg: QAConfig) -> dict[str, Any]:
     memories = read_memories(cfg.memories)
     questions = load_jsonl(cfg.qa)[: cfg.limit or None]
     documents = {m.doc_id: m.document for m in memories}
-    embedder = load_embedder(cfg.embedder)
+    embedder = embedder or load_embedder(cfg.embedder)
     if cfg.answer_backend == "openai":
         answerer = make_teacher("openai", model=cfg.answer_model, base_url=cfg.base_url or None)
     else:

@@ -23,7 +23,7 @@ class Document:
 
     @property
     def sha256(self) -> str:
-        """Content hash, part of every cache key."""
+        """Content hash; memories record it as ``source_sha256`` so a resumed run can tell changed text."""
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 

@@ -117,7 +117,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     print(f"ask: {cfg.question}\n{format_hits(hits)}")
     stage("index+ask")
     report = run_qa(QAConfig(memories=read["memories"], qa=cfg.qa, run=cfg.run, answer_model=cfg.model,
-                             top_k=cfg.top_k, max_new_tokens=48, batch_size=3 * cfg.batch_size))
+                             top_k=cfg.top_k, max_new_tokens=48, batch_size=3 * cfg.batch_size), embedder)
     stage("eval")
 
     artifacts = {
