@@ -20,7 +20,7 @@ from typing import Any
 
 from data_gen.cache import ReplyCache, cache_key
 from data_gen.sft_export import sft_record, write_sft_splits
-from data_gen.teacher import GenerationParams, TeacherRequestError, make_teacher
+from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import Document, read_corpus
@@ -89,15 +89,15 @@ class CachedTeacher:
 
     def generate(
         self, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str
-    ) -> list[str | TeacherRequestError]:
+    ) -> list[str | GenerationRequestError]:
         """Replies for ``(template_id, messages)`` items, in order; cached ones are not asked again.
 
         Each reply is stored the moment it arrives, so an interruption or a failing neighbour loses
         nothing already paid for. A request that fails for good leaves its
-        :class:`TeacherRequestError` in its slot (and is asked again on the next run).
+        :class:`GenerationRequestError` in its slot (and is asked again on the next run).
         """
         keys = [cache_key(tid, self.model, asdict(params), msgs) for tid, msgs in items]
-        replies: list[str | TeacherRequestError | None] = [self.cache.get(k) for k in keys]
+        replies: list[str | GenerationRequestError | None] = [self.cache.get(k) for k in keys]
         todo = [i for i, r in enumerate(replies) if r is None]
         for start in range(0, len(todo), self.chunk):
             group = todo[start : start + self.chunk]
@@ -108,7 +108,7 @@ class CachedTeacher:
             outs = self.teacher.generate_many([items[i][1] for i in group], params, progress_desc=desc,
                                               on_reply=store, return_exceptions=True)
             for i, out in zip(group, outs, strict=True):
-                replies[i] = out if isinstance(out, TeacherRequestError) else str(out)
+                replies[i] = out if isinstance(out, GenerationRequestError) else str(out)
             self.calls += len(group)
         assert all(r is not None for r in replies), "every item has a reply or an error"
         return replies  # type: ignore[return-value]
@@ -129,10 +129,10 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     write_resolved_config(out_dir, cfg)
     docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
     if cfg.teacher == "openai":
-        backend = make_teacher("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency)
+        backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency)
         chunk = cfg.max_concurrency
     else:
-        backend = make_teacher("local", model_name=cfg.model, batch_size=cfg.batch_size)
+        backend = make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size)
         chunk = cfg.batch_size
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
     teacher = CachedTeacher(backend, cache, cfg.model, chunk)
@@ -156,7 +156,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         outline_msgs.append((tpl.id, msgs))
     live: list[tuple[Document, str, list[str]]] = []
     for doc, lang, reply in zip(docs, langs, teacher.generate(outline_msgs, outline_params, "outline"), strict=True):
-        if isinstance(reply, TeacherRequestError):
+        if isinstance(reply, GenerationRequestError):
             failed(doc.doc_id, "outline request", reply)
         else:
             live.append((doc, lang, _outline_lines(reply)))
@@ -171,7 +171,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     memories: list[DocumentMemory] = []
     on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
     for (doc, _, _), reply, (template_id, _) in zip(live, replies, extract_msgs, strict=True):
-        if isinstance(reply, TeacherRequestError):
+        if isinstance(reply, GenerationRequestError):
             failed(doc.doc_id, "extraction request", reply)
             continue
         meta = {"model": cfg.model, "prompt": template_id, "candidate": 0, "source_sha256": doc.sha256}
@@ -222,7 +222,7 @@ def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: 
         templates[tpl.id] = tpl.version
         items.append((tpl.id, msgs))
     for mem, reply in zip(memories, teacher.generate(items, params, "reverse CoM"), strict=True):
-        if isinstance(reply, TeacherRequestError):
+        if isinstance(reply, GenerationRequestError):
             mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
             log.warning("doc %s: reverse CoM request failed, memory kept without reasoning (%s)", mem.doc_id, reply)
             continue

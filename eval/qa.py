@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_gen.teacher import GenerationParams, make_teacher
+from memreader.generation import GenerationParams, make_chat
 from eval.baselines import baseline_memories
 from eval.datasets import QARecord, load_jsonl
 from eval.score import format_table, score_pairs
@@ -112,9 +112,9 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     documents = {m.doc_id: m.document for m in memories}
     embedder = embedder or load_embedder(cfg.embedder)
     if cfg.answer_backend == "openai":
-        answerer = make_teacher("openai", model=cfg.answer_model, base_url=cfg.base_url or None)
+        answerer = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None)
     else:
-        answerer = make_teacher("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
+        answerer = make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
     systems = [("memreader", memories)] + [(b, baseline_memories(b, documents)) for b in cfg.baselines]
     results = [evaluate_system(n, m, questions, cfg, embedder, answerer, out_dir) for n, m in systems]
     table = format_table({r["system"]: r.pop("_report") for r in results})

@@ -9,6 +9,10 @@ imported lazily) and ``openai`` (any OpenAI-compatible server, e.g. ``vllm serve
 or ``memreader serve``). Finished ``doc_id``s already in the output file are skipped, so an
 interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
 repetition_penalty 1.05.
+
+Guided decoding (``guided: auto|on|off``, see :mod:`memreader.guidance`): each document's memory
+grammar makes a valid, exactly tiling memory the only thing the model can emit. A reply cut off
+by ``max_new_tokens`` follows ``on_truncated`` and never becomes a normal memory.
 """
 
 from __future__ import annotations
@@ -24,10 +28,20 @@ from typing import Any
 
 from tqdm import tqdm
 
-from data_gen.teacher import GenerationParams, TeacherRequestError, make_teacher
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import read_corpus
+from memreader.generation import GenerationParams, GenerationRequestError, make_chat
+from memreader.guidance import (
+    GUIDED_MODES,
+    TRUNCATION_POLICIES,
+    MemoryGrammars,
+    count_fates,
+    count_tokens_for,
+    generate_with_policy,
+    wants_grammar,
+)
+from memreader.memory_grammar import GrammarSettings
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
@@ -57,10 +71,41 @@ class ReadConfig:
     seed: int = field(0, help="sampling seed")
     max_model_len: int = field(8192, help="for backend=vllm: context length")
     fuzzy_threshold: float = field(85.0, help="aligner: rapidfuzz score a fuzzy head/tail must reach")
+    guided: str = field("auto", help="grammar-guided decoding: auto (on for transformers/vllm; for openai, on when "
+                        "the server takes grammars), on, off (free text, then parser + aligner)")
+    on_truncated: str = field("retry_longer", help="a reply cut off by max_new_tokens: retry_longer (once, twice the "
+                              "budget, then skip), skip, or keep_flagged (written with meta.truncated)")
+    head_chars: int = field(12, help="characters before [MASK] in a guided chunk marker (as in SFT targets)")
+    tail_chars: int = field(12, help="characters after [MASK] in a guided chunk marker")
+    min_chunk_chars: int = field(120, help="guided: shortest chunk in characters (English; CJK divides by "
+                                 "cjk_char_weight)")
+    max_chunk_chars: int = field(1200, help="guided: longest chunk in characters (English; CJK divides by "
+                                 "cjk_char_weight)")
+    cjk_char_weight: float = field(2.5, help="how many English characters one CJK character counts as")
+    max_scenarios: int = field(8, help="guided: most chunks per memory (longer documents get longer chunks)")
+    core_tokens: int = field(80, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
+    topic_tokens: int = field(24, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
+    think_tokens: int = field(160, help="guided, think=true: most tokens of the <think> block")
+
+    def grammar_settings(self) -> GrammarSettings:
+        """The memory-grammar settings of this run."""
+        return GrammarSettings(
+            head_chars=self.head_chars, tail_chars=self.tail_chars, min_chunk_chars=self.min_chunk_chars,
+            max_chunk_chars=self.max_chunk_chars, cjk_char_weight=self.cjk_char_weight,
+            max_scenarios=self.max_scenarios, core_tokens=self.core_tokens, topic_tokens=self.topic_tokens,
+            think_tokens=self.think_tokens if self.think else 0)
 
     def check(self) -> list[str]:
         """Problems beyond types."""
         problems = []
+        if self.guided not in GUIDED_MODES:
+            problems.append(f"guided: {self.guided!r} is not one of {', '.join(GUIDED_MODES)}")
+        if self.on_truncated not in TRUNCATION_POLICIES:
+            problems.append(f"on_truncated: {self.on_truncated!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
+        try:
+            self.grammar_settings()
+        except ValueError as exc:
+            problems.append(str(exc))
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.backend not in ("transformers", "vllm", "openai"):
@@ -81,7 +126,9 @@ def read_key(cfg: ReadConfig) -> str:
                                     "output folder, or adapter='' for the base model")
         adapter_sha = hashlib.sha256(weights.read_bytes()).hexdigest()
     keyed = {k: getattr(cfg, k) for k in ("backend", "model", "think", "max_new_tokens", "temperature", "top_p",
-                                          "repetition_penalty", "seed", "fuzzy_threshold")}
+                                          "repetition_penalty", "seed", "fuzzy_threshold", "guided", "head_chars",
+                                          "tail_chars", "min_chunk_chars", "max_chunk_chars", "cjk_char_weight",
+                                          "max_scenarios", "core_tokens", "topic_tokens", "think_tokens")}
     blob = json.dumps({**keyed, "adapter_sha256": adapter_sha}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -107,12 +154,11 @@ def _done(path: Path) -> dict[str, tuple[str | None, str | None]]:
 def make_backend(cfg: ReadConfig) -> Any:
     """The generation backend named by ``cfg.backend``."""
     if cfg.backend == "transformers":
-        return make_teacher("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None)
+        return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None)
     if cfg.backend == "openai":
-        return make_teacher("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size)
-    from inference.vllm_backend import VLLMBackend
-
-    return VLLMBackend(cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len)
+        return make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size,
+                         guided=cfg.guided)
+    return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len)
 
 
 def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[str, Any]:
@@ -133,40 +179,75 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
     todo = [d for d in docs if d.doc_id not in done]
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
     name = "memreader_think" if cfg.think else "memreader"
-    failed: list[str] = []
-    stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0}
+    failed: dict[str, str] = {}
+    stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0, "guided": 0,
+             "unguided": 0}
+    single_chunk: list[str] = []
+    fates: list[str] = []
     t0 = time.perf_counter()
+    grammars = None
     if todo:
         backend = backend or make_backend(cfg)
+        if wants_grammar(cfg.guided, cfg.backend):
+            grammars = MemoryGrammars(cfg.grammar_settings(), count_tokens_for(backend))
     bar = tqdm(total=len(todo), desc="read", unit="doc")
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start : start + cfg.batch_size]
-        rendered = [render(name, detect_lang(d.text), document=d.text) for d in batch]
-        outputs = backend.generate_many([m for m, _ in rendered], params, return_exceptions=True)
+        plans, plan_errors = grammars.plan([d.text for d in batch], cfg.max_new_tokens) if grammars else ([None] * len(batch), {})
+        for i, error in plan_errors.items():  # not written: named in the summary with the fix
+            failed[batch[i].doc_id] = error
+            log.warning("doc %s: no guided memory possible: %s", batch[i].doc_id, error)
+        live = [i for i in range(len(batch)) if i not in plan_errors]
+        rendered = [render(name, detect_lang(batch[i].text), document=batch[i].text) for i in live]
+
+        def call(idx: list[int], p: GenerationParams, live: list[int] = live, rendered: list = rendered,
+                 plans: list = plans) -> list[Any]:
+            return backend.generate_many([rendered[k][0] for k in idx], p, return_exceptions=True,
+                                         grammars=[plans[live[k]].lark if plans[live[k]] else None for k in idx])
+
+        outputs, batch_fates = generate_with_policy(call, len(live), params, cfg.on_truncated) if live else ([], [])
+        fates.extend(batch_fates)
         memories = []
-        for doc, out, (_, tpl) in zip(batch, outputs, rendered, strict=True):
-            if isinstance(out, TeacherRequestError):  # not written: the next run asks again
-                failed.append(doc.doc_id)
+        for k, (out, fate) in enumerate(zip(outputs, batch_fates, strict=True)):
+            doc, (_, tpl), plan = batch[live[k]], rendered[k], plans[live[k]]
+            if isinstance(out, GenerationRequestError):  # not written: the next run asks again
+                failed[doc.doc_id] = str(out)
                 log.warning("doc %s: request failed for good (%s)", doc.doc_id, out)
                 continue
+            if fate == "truncated-skipped":  # not written: the next run asks again
+                log.warning("doc %s: reply cut off at the token budget; skipped (on_truncated=%s)", doc.doc_id,
+                            cfg.on_truncated)
+                continue
             meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": tpl.id, "backend": cfg.backend,
-                    "source_sha256": doc.sha256, "read_key": key}
+                    "source_sha256": doc.sha256, "read_key": key,
+                    "generation": {**out.info(), "fate": fate, "grammar": plan.meta() if plan else None}}
+            if fate == "truncated-kept":
+                meta["truncated"] = True
             mem = memory_from_output(doc.doc_id, doc.text, out, meta, "whole", cfg.fuzzy_threshold)
             stats["fallbacks"] += "fallback" in mem.meta
             stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
             stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)
             stats["coverage_exact_sum"] += mem.meta.get("alignment", {}).get("coverage_exact", 0.0)
+            stats["guided" if out.guided else "unguided"] += 1
+            if plan is not None and plan.single_chunk:
+                single_chunk.append(doc.doc_id)
             memories.append(mem)
         write_memories(out_path, memories, append=True)  # written per batch: a crash loses one batch
         bar.update(len(batch))
     bar.close()
     seconds = time.perf_counter() - t0
-    n = len(todo) - len(failed)
+    truncated = count_fates(fates)
+    n = len(todo) - len(failed) - truncated.get("truncated-skipped", 0)
     summary = {
         "documents": len(docs),
         "read": n,
         "skipped_done": len(docs) - len(todo),
         "failed": failed,
+        "guided": stats["guided"],
+        "unguided": stats["unguided"],
+        "fates": truncated,
+        "truncated_skipped": truncated.get("truncated-skipped", 0),
+        "single_chunk_no_boundary": single_chunk,
         "fallback_whole_document": stats["fallbacks"],
         "repaired_outputs": stats["repaired"],
         "merged_scenarios": stats["merged_scenarios"],
@@ -178,11 +259,19 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
     write_json(out_dir / "summary.json", summary)
     print(
         f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {len(docs) - len(todo)} already done, "
-        f"{len(failed)} failed, "
-        f"{stats['repaired']} repaired, {stats['fallbacks']} whole-document fallbacks → {out_path}"
+        f"{stats['guided']} guided / {stats['unguided']} unguided, {len(failed)} failed, "
+        f"{summary['truncated_skipped']} cut off and skipped, {stats['repaired']} repaired, "
+        f"{stats['fallbacks']} whole-document fallbacks → {out_path}"
     )
     if failed:
-        print(f"WARNING: {len(failed)} document(s) failed and were not written; rerun to retry them: {failed[:5]}")
+        named = "; ".join(f"{d}: {e}" for d, e in list(failed.items())[:3])
+        print(f"WARNING: {len(failed)} document(s) failed and were not written ({named})")
+    if summary["truncated_skipped"]:
+        print(f"WARNING: {summary['truncated_skipped']} reply(ies) were cut off by max_new_tokens={cfg.max_new_tokens} "
+              "and not written; raise max_new_tokens and rerun (finished documents are kept)")
+    if single_chunk:
+        print(f"NOTE: {len(single_chunk)} document(s) had no chunk boundary in range and are one chunk each: "
+              f"{single_chunk[:5]} (lower min_chunk_chars to cut them)")
     if stats["fallbacks"]:
         print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
     return summary

@@ -11,7 +11,7 @@ work, tests and small demos. On a GPU, serve the same base model and adapter wit
 
     vllm serve Qwen/Qwen2.5-1.5B-Instruct --enable-lora --lora-modules memreader=<adapter folder>
 
-The same client (:class:`data_gen.teacher.OpenAITeacher`, ``base_url=http://host:port/v1``) talks
+The same client (:class:`memreader.generation.OpenAIChat`, ``base_url=http://host:port/v1``) talks
 to either server; with vLLM, ask for ``model="memreader"`` to get the adapter.
 """
 
@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from data_gen.teacher import GenerationParams, generate_chat_batch
+from memreader.generation import GenerationParams, generate_chat_batch
 
 log = logging.getLogger(__name__)
 

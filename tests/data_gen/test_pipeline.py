@@ -7,7 +7,7 @@ import json
 import pytest
 
 import data_gen.pipeline as pipeline
-from data_gen.teacher import TeacherRequestError
+from memreader.generation import GenerationRequestError
 from memreader.markup import render_memory
 from memreader.schema import read_memories
 
@@ -29,7 +29,7 @@ class ScriptedTeacher:
         outs = []
         for i, m in enumerate(list_of_messages):
             out = self._reply(m[-1]["content"])
-            if isinstance(out, TeacherRequestError):
+            if isinstance(out, GenerationRequestError):
                 if not return_exceptions:
                     raise out
             elif on_reply is not None:
@@ -58,7 +58,7 @@ def corpus(tmp_path):
 def test_generate_writes_memories_sft_and_manifest_and_caches(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = ScriptedTeacher()
-    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: teacher)
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
     cfg = pipeline.GenConfig(input=str(corpus), run="t", val_fraction=0.34)
     manifest = pipeline.generate(cfg)
     assert teacher.calls == 9  # outline + extraction + reverse CoM for 3 documents
@@ -88,7 +88,7 @@ def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -
         def _reply(prompt: str) -> str:
             return "I cannot do that."
 
-    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: Refuser())
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Refuser())
     manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="t2", reverse_com=False))
     assert manifest["memories"] == 0 and len(manifest["failures"]) == 3
     assert "no <scenario> or <chunk>" in manifest["failures"][0]["error"]
@@ -110,7 +110,7 @@ def test_whole_document_fallback_is_flagged_and_counted(tmp_path, corpus, monkey
         def _reply(prompt: str) -> str:
             return "A long ramble without any structure."
 
-    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: Rambler())
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Rambler())
     cfg = pipeline.GenConfig(input=str(corpus), run="t3", reverse_com=False, on_unusable="whole")
     manifest = pipeline.generate(cfg)
     assert manifest["memories"] == 3 and manifest["whole_document_fallbacks"] == ["a", "b", "c"]
@@ -129,11 +129,11 @@ def test_failed_request_loses_nothing_already_paid_for(tmp_path, corpus, monkeyp
 
         def _reply(self, prompt: str):
             if self.fail and "<scenario>" in prompt and "cider" in prompt:
-                return TeacherRequestError("HTTP 413: prompt too large", 413)
+                return GenerationRequestError("HTTP 413: prompt too large", 413)
             return ScriptedTeacher._reply(prompt)
 
     teacher = OneBad()
-    monkeypatch.setattr(pipeline, "make_teacher", lambda kind, **kw: teacher)
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
     cfg = pipeline.GenConfig(input=str(corpus), run="t4", reverse_com=False, val_fraction=0)
     manifest = pipeline.generate(cfg)
     assert [f["doc_id"] for f in manifest["failures"]] == ["a"]

@@ -1,4 +1,4 @@
-"""Teacher clients: OpenAITeacher against a scripted real HTTP server, LocalTeacher on the embedded model."""
+"""Teacher clients: OpenAIChat against a scripted real HTTP server, LocalChat on the embedded model."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from data_gen.teacher import (
+from memreader.generation import (
     GenerationParams,
-    LocalTeacher,
-    OpenAITeacher,
-    TeacherReply,
-    TeacherRequestError,
+    LocalChat,
+    OpenAIChat,
+    Reply,
+    GenerationRequestError,
     _retry_after,
-    make_teacher,
+    make_chat,
 )
 
 SECRET = "sk-test-SECRET-0123456789"
@@ -129,11 +129,11 @@ def fake() -> Iterator[Any]:
         server.server_close()
 
 
-def _teacher(url: str, **kw: Any) -> OpenAITeacher:
+def _teacher(url: str, **kw: Any) -> OpenAIChat:
     opts: dict[str, Any] = {"max_concurrency": 4, "max_retries": 3, "timeout_s": 0.3,
                             "backoff_base_s": 0.01, "backoff_max_s": 1.0}
     opts.update(kw)
-    return OpenAITeacher("fake-model", base_url=url, api_key=SECRET, **opts)
+    return OpenAIChat("fake-model", base_url=url, api_key=SECRET, **opts)
 
 
 def _msgs(prompt: str) -> list[dict[str, str]]:
@@ -146,7 +146,7 @@ PARAMS = GenerationParams(temperature=0.7, top_p=0.8, max_new_tokens=16, seed=1)
 def test_retries_429_500_timeout_then_success_in_input_order(fake: Any, caplog: pytest.LogCaptureFixture) -> None:
     server = fake({"a": ["429"], "b": ["500", "500"], "c": ["slow"], "d": []})
     teacher = _teacher(server.url)
-    caplog.set_level(logging.WARNING, logger="data_gen.teacher")
+    caplog.set_level(logging.WARNING, logger="memreader.generation")
     start = time.perf_counter()
     replies = teacher.generate_many([_msgs(p) for p in "abcd"], PARAMS)
     assert replies == ["echo:a", "echo:b", "echo:c", "echo:d"]
@@ -158,7 +158,7 @@ def test_retries_429_500_timeout_then_success_in_input_order(fake: Any, caplog: 
     assert time.perf_counter() - start >= 0.25
     assert "APITimeoutError" in caplog.text
     first = replies[0]
-    assert isinstance(first, TeacherReply) and first.prompt_tokens == 7 and first.completion_tokens == 3
+    assert isinstance(first, Reply) and first.prompt_tokens == 7 and first.completion_tokens == 3
     assert first.finish_reason == "stop" and first.reasoning is None
 
 
@@ -175,7 +175,7 @@ def test_concurrency_never_exceeds_max(fake: Any) -> None:
 def test_client_errors_are_not_retried(fake: Any, action: str, status: int, hint: str) -> None:
     server = fake({"bad": [action] * 5})
     teacher = _teacher(server.url)
-    with pytest.raises(TeacherRequestError) as info:
+    with pytest.raises(GenerationRequestError) as info:
         teacher.generate_many([_msgs("ok"), _msgs("bad")], PARAMS)
     assert server.attempts["bad"] == 1 and teacher.retries == 0
     assert info.value.status == status
@@ -184,7 +184,7 @@ def test_client_errors_are_not_retried(fake: Any, action: str, status: int, hint
 
 def test_gives_up_after_max_retries(fake: Any) -> None:
     server = fake({"x": ["500"] * 10})
-    with pytest.raises(TeacherRequestError, match=r"failed 3 times, last with HTTP 500") as info:
+    with pytest.raises(GenerationRequestError, match=r"failed 3 times, last with HTTP 500") as info:
         _teacher(server.url, max_retries=2).generate_many([_msgs("x")], PARAMS)
     assert server.attempts["x"] == 3 and info.value.status == 500
 
@@ -194,7 +194,7 @@ def test_connection_refused_is_retried_then_reported(fake: Any) -> None:
     url = server.url
     server.shutdown()
     server.server_close()  # nothing listens on this port any more
-    with pytest.raises(TeacherRequestError, match="APIConnectionError") as info:
+    with pytest.raises(GenerationRequestError, match="APIConnectionError") as info:
         _teacher(url, max_retries=1).generate_many([_msgs("x")], PARAMS)
     assert info.value.status is None
 
@@ -205,7 +205,7 @@ def test_api_key_never_in_logs_repr_or_errors(fake: Any, caplog: pytest.LogCaptu
     teacher = _teacher(server.url, max_retries=3)
     texts = [repr(teacher), str(teacher.generate_many([_msgs("a")], PARAMS))]
     for prompt, retries in (("echo-key", 3), ("down", 1)):
-        with pytest.raises(TeacherRequestError) as info:
+        with pytest.raises(GenerationRequestError) as info:
             _teacher(server.url, max_retries=retries).generate_many([_msgs(prompt)], PARAMS)
         texts += [str(info.value), "".join(traceback.format_exception(info.value))]
     assert "Incorrect API key provided: Bearer ***" in texts[2]  # the server's echo, redacted
@@ -227,7 +227,7 @@ def test_agenerate_in_user_loop_shares_the_bound(fake: Any) -> None:
     server = fake({}, delay_s=0.05)
     teacher = _teacher(server.url, max_concurrency=2)
 
-    async def run() -> list[TeacherReply]:
+    async def run() -> list[Reply]:
         try:
             return await asyncio.gather(*(teacher.agenerate(_msgs(f"q{i}"), PARAMS) for i in range(6)))
         finally:
@@ -258,29 +258,29 @@ def test_generation_params_key_and_validation() -> None:
         GenerationParams(temperature=-1, top_p=0, max_new_tokens=0)
 
 
-def test_make_teacher_and_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_chat_and_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("MEMREADER_TEACHER_BASE_URL", "MEMREADER_TEACHER_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ValueError, match="MEMREADER_TEACHER_API_KEY"):
-        make_teacher("openai", model="m")
+        make_chat("openai", model="m")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://fallback/v1")
     monkeypatch.setenv("MEMREADER_TEACHER_BASE_URL", "http://primary/v1")
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    teacher = make_teacher("openai", model="m")
-    assert isinstance(teacher, OpenAITeacher) and teacher.base_url == "http://primary/v1"
+    teacher = make_chat("openai", model="m")
+    assert isinstance(teacher, OpenAIChat) and teacher.base_url == "http://primary/v1"
     assert SECRET not in repr(teacher)
-    assert isinstance(make_teacher("local", batch_size=2), LocalTeacher)  # loads lazily: no model yet
+    assert isinstance(make_chat("local", batch_size=2), LocalChat)  # loads lazily: no model yet
     with pytest.raises(ValueError, match="'openai'"):
-        make_teacher("vllm")
+        make_chat("vllm")
 
 
 @pytest.mark.integration
 def test_local_teacher_on_embedded_model(memreader_home: Path) -> None:
-    teacher = LocalTeacher(batch_size=2, device="cpu")
+    teacher = LocalChat(batch_size=2, device="cpu")
     prompts = [_msgs("Name a colour."), _msgs("What is 2 + 2? Answer with one number, please."), _msgs("Hi")]
     greedy = GenerationParams(temperature=0, max_new_tokens=8)
     batched = teacher.generate_many(prompts, greedy)
-    assert all(isinstance(r, TeacherReply) and r.strip() for r in batched)
+    assert all(isinstance(r, Reply) and r.strip() for r in batched)
     assert all(0 < r.completion_tokens <= 8 and r.prompt_tokens > 5 for r in batched)
     assert "<|im_end|>" not in "".join(batched)  # special tokens skipped
     # left padding must not change greedy output: each prompt alone gives the same text, in input order

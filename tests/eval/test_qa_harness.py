@@ -44,7 +44,7 @@ def test_run_qa_scores_memreader_and_baseline(tmp_path, monkeypatch) -> None:
         json.dumps({"id": "q1", "question": "Where did the lighthouse keeper live?",
                     "answers": ["The keeper lived in a small cottage beside the tower and logged every passing vessel."]}) + "\n"
         + json.dumps({"id": "q2", "question": "What do bees make from nectar?", "answers": ["Honey."]}) + "\n")
-    monkeypatch.setattr(qa, "make_teacher", lambda kind, **kw: EchoFirstPassage())
+    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
     cfg = qa.QAConfig(memories=str(tmp_path / "m.jsonl"), qa=str(tmp_path / "qa.jsonl"), run="q", top_k=2)
     report = qa.run_qa(cfg)
     systems = {s["system"]: s for s in report["systems"]}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from data_gen.teacher import TeacherRequestError
+from memreader.generation import GenerationRequestError
 from inference.reader import ReadConfig, read_corpus_memories
 from memreader.markup import render_memory
 from memreader.schema import MemoryValidationError, read_memories
@@ -98,7 +98,7 @@ def test_failed_requests_are_not_written_and_retried(tmp_path, corpus, monkeypat
         def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
             outs = super().generate_many(list_of_messages, params)
             assert return_exceptions
-            return [TeacherRequestError("HTTP 500 five times", 500) if "document 3" in d else o
+            return [GenerationRequestError("HTTP 500 five times", 500) if "document 3" in d else o
                     for d, o in zip(self.seen[-len(outs):], outs, strict=True)]
 
     cfg = ReadConfig(input=str(corpus), run="f", batch_size=5)

@@ -1,4 +1,4 @@
-"""``memreader serve`` on the embedded SmolLM2, driven over real HTTP by OpenAITeacher and urllib."""
+"""``memreader serve`` on the embedded SmolLM2, driven over real HTTP by OpenAIChat and urllib."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from data_gen.teacher import GenerationParams, OpenAITeacher, TeacherRequestError
+from memreader.generation import GenerationParams, OpenAIChat, GenerationRequestError
 from inference.server import ChatServer, add_arguments, build_server
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def _http(url: str, body: bytes | dict[str, Any] | None = None) -> tuple[int, di
 
 
 def test_openai_teacher_through_the_server(server: ChatServer) -> None:
-    teacher = OpenAITeacher(MODEL, base_url=server.url, api_key="any", max_concurrency=2, timeout_s=120)
+    teacher = OpenAIChat(MODEL, base_url=server.url, api_key="any", max_concurrency=2, timeout_s=120)
     prompts = ["Name one fruit.", "Say hello in French."]
     replies = teacher.generate_many([[{"role": "user", "content": p}] for p in prompts],
                                     GenerationParams(temperature=0, max_new_tokens=16))
@@ -107,8 +107,8 @@ def test_unknown_routes_are_404(server: ChatServer) -> None:
 
 
 def test_teacher_does_not_retry_a_wrong_model_name(server: ChatServer) -> None:
-    teacher = OpenAITeacher("no-such-model", base_url=server.url, api_key="any", backoff_base_s=0.01)
-    with pytest.raises(TeacherRequestError, match=r"HTTP 404.*GET <base_url>/models"):
+    teacher = OpenAIChat("no-such-model", base_url=server.url, api_key="any", backoff_base_s=0.01)
+    with pytest.raises(GenerationRequestError, match=r"HTTP 404.*GET <base_url>/models"):
         teacher.generate_many([[{"role": "user", "content": "x"}]], GenerationParams(max_new_tokens=4))
     assert teacher.retries == 0
 

@@ -1,0 +1,115 @@
+"""Guided memory generation for the stages: grammars per document, and the truncation policy.
+
+    grammars = MemoryGrammars(settings, count_tokens_for(backend))
+    plans, errors = grammars.plan([doc.text for doc in docs], max_new_tokens)
+    replies, fate = generate_with_policy(call, len(docs), params, on_truncated="retry_longer")
+
+``guided: auto|on|off`` is one setting in the teacher, reader and demo configs; ``auto`` means on
+for the local (transformers) and vLLM backends, and for an OpenAI-compatible endpoint it means
+"send the grammar when the server says it takes one". A reply cut off by its token budget
+(``finish_reason == "length"``) never becomes a normal memory: ``retry_longer`` asks once more with
+twice the budget and then skips, ``skip`` skips at once, ``keep_flagged`` keeps it marked
+``meta["truncated"]`` (never an SFT target).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from memreader.generation.params import GenerationParams, Reply
+from memreader.memory_grammar import (
+    BoundaryGraph,
+    GrammarPlan,
+    GrammarSettings,
+    GuidanceError,
+    memory_grammar,
+)
+
+log = logging.getLogger(__name__)
+
+GUIDED_MODES = ("auto", "on", "off")
+TRUNCATION_POLICIES = ("retry_longer", "skip", "keep_flagged")
+
+
+def wants_grammar(mode: str, backend: str) -> bool:
+    """Whether a stage builds grammars: ``off`` never; ``on``/``auto`` for every backend (an
+    OpenAI-compatible client then sends them only to servers that take them, and says so)."""
+    if mode not in GUIDED_MODES:
+        raise ValueError(f"guided={mode!r} must be one of {', '.join(GUIDED_MODES)}")
+    return mode != "off" and backend in ("local", "transformers", "vllm", "openai")
+
+
+def approx_tokens(text: str) -> int:
+    """A tokenizer-free upper estimate (UTF-8 bytes / 3, at least one per CJK character) for
+    endpoints whose tokenizer is not at hand."""
+    return math.ceil(len(text.encode("utf-8")) / 3) + 1
+
+
+def count_tokens_for(backend: Any) -> Callable[[str], int]:
+    """Token counting in the backend's own tokenizer when it has one, else :func:`approx_tokens`."""
+    get = getattr(backend, "tokenizer", None)
+    if get is None:
+        return approx_tokens
+    tok = get()
+    return lambda text: len(tok.encode(text, add_special_tokens=False))
+
+
+@dataclass
+class MemoryGrammars:
+    """Builds each document's memory grammar, sized to a token budget."""
+
+    settings: GrammarSettings
+    count_tokens: Callable[[str], int]
+
+    def plan(self, texts: Sequence[str], max_new_tokens: int) -> tuple[list[GrammarPlan | None], dict[int, str]]:
+        """One plan per text; a text that cannot be guided gets None and its error message in ``errors``."""
+        plans: list[GrammarPlan | None] = []
+        errors: dict[int, str] = {}
+        for i, text in enumerate(texts):
+            try:
+                graph = BoundaryGraph.build(text, self.settings)
+                plans.append(memory_grammar(graph, self.settings, max_new_tokens, self.count_tokens))
+            except GuidanceError as exc:
+                plans.append(None)
+                errors[i] = str(exc)
+        return plans, errors
+
+
+Call = Callable[[list[int], GenerationParams], list[Any]]
+"""``call(indices, params)`` → one reply (or a request error) per index, in order."""
+
+
+def generate_with_policy(call: Call, n: int, params: GenerationParams,
+                         on_truncated: str = "retry_longer") -> tuple[list[Any], list[str]]:
+    """Replies for items ``0..n-1`` and each one's fate under the truncation policy.
+
+    Fates: ``ok``; ``retried`` (cut off, then complete with twice the budget); ``truncated-skipped``
+    (the caller must not write it); ``truncated-kept`` (keep_flagged: write it flagged). Request
+    errors pass through with fate ``error``.
+    """
+    if on_truncated not in TRUNCATION_POLICIES:
+        raise ValueError(f"on_truncated={on_truncated!r} must be one of {', '.join(TRUNCATION_POLICIES)}")
+    replies = call(list(range(n)), params)
+    fates = ["ok" if isinstance(r, Reply) and not r.truncated else ("error" if not isinstance(r, Reply) else "cut")
+             for r in replies]
+    cut = [i for i, f in enumerate(fates) if f == "cut"]
+    if cut and on_truncated == "retry_longer":
+        longer = replace(params, max_new_tokens=params.max_new_tokens * 2)
+        log.warning("%d repl%s hit max_new_tokens=%d; asking again with %d", len(cut), "y" if len(cut) == 1 else "ies",
+                    params.max_new_tokens, longer.max_new_tokens)
+        for i, again in zip(cut, call(cut, longer), strict=True):
+            replies[i] = again
+            fates[i] = "retried" if isinstance(again, Reply) and not again.truncated else "cut"
+    for i, f in enumerate(fates):
+        if f == "cut":
+            fates[i] = "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
+    return replies, fates
+
+
+def count_fates(fates: Sequence[str]) -> dict[str, int]:
+    """How many replies met each fate (for manifests and summary lines)."""
+    return {f: fates.count(f) for f in sorted(set(fates))}

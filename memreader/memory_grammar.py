@@ -1,0 +1,256 @@
+"""A per-document grammar whose every sentence is a valid memory that tiles the document exactly.
+
+    graph = BoundaryGraph.build(document, GrammarSettings())
+    lark = memory_grammar(graph, GrammarSettings(), max_new_tokens=512, count_tokens=len)
+
+The document decides where a chunk may end: after a sentence or paragraph end (clause ends when
+a stretch has no sentence end in range, the first end past the range when it has neither). Each
+reachable start position becomes one grammar rule, and each allowed end one alternative of it, so
+a chunk marker ``HEAD[MASK]TAIL`` is a literal: its HEAD starts exactly where the previous chunk
+ended and its TAIL ends at an allowed boundary. The model picks *where* to cut and writes the
+outline and core text; it cannot skip, repeat or invent chunk text (llguidance's ``substring``
+constraint alone would ignore position, which is why the order lives in the rules).
+
+Markers are rendered exactly as :func:`memreader.markup.render_chunk_marker` renders SFT targets,
+so a guided reply and a training target have one format. Limits (topic and core tokens, chunk
+count) are planned from the token budget so that every path of the grammar closes inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from memreader.markup import render_chunk_marker
+from memreader.parser import cjk_ratio
+
+
+class GuidanceError(ValueError):
+    """A document for which no guided memory can be built with these settings (message: problem — fix)."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem} — fix: {fix}")
+
+
+@dataclass(frozen=True)
+class GrammarSettings:
+    """Shape of a guided memory; character lengths are for English, CJK text divides them."""
+
+    head_chars: int = 12
+    tail_chars: int = 12
+    min_chunk_chars: int = 120
+    max_chunk_chars: int = 1200
+    cjk_char_weight: float = 2.5
+    max_scenarios: int = 8
+    topic_tokens: int = 24
+    min_topic_tokens: int = 6
+    core_tokens: int = 80
+    min_core_tokens: int = 8
+    think_tokens: int = 0
+    token_safety: float = 1.15
+
+    def problems(self) -> list[str]:
+        """Every out-of-range value, with its valid range."""
+        out = []
+        for name in ("head_chars", "tail_chars", "min_chunk_chars", "max_scenarios", "min_topic_tokens",
+                     "min_core_tokens"):
+            if getattr(self, name) < 1:
+                out.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.max_chunk_chars < self.min_chunk_chars:
+            out.append(f"max_chunk_chars={self.max_chunk_chars} must be >= min_chunk_chars={self.min_chunk_chars}")
+        if self.topic_tokens < self.min_topic_tokens or self.core_tokens < self.min_core_tokens:
+            out.append("topic_tokens/core_tokens must be >= min_topic_tokens/min_core_tokens")
+        if self.cjk_char_weight < 1 or self.token_safety < 1 or self.think_tokens < 0:
+            out.append("cjk_char_weight and token_safety must be >= 1, think_tokens >= 0")
+        return out
+
+    def __post_init__(self) -> None:
+        if self.problems():
+            raise GuidanceError("bad grammar settings: " + "; ".join(self.problems()),
+                                "fix the values named (head_chars, min_chunk_chars, ... in the stage config)")
+
+
+# A sentence ends after terminal punctuation (plus closing quotes/brackets) followed by a blank or
+# the end; CJK terminal punctuation needs no blank. A paragraph or line ends at a newline.
+_SENTENCE_END = re.compile(r"(?:[.!?;…]+[\"'”’)\]]*(?=\s|$)|[。！？；]+[”’」』）)]*|\n)")
+_CLAUSE_END = re.compile(r"(?:[,:]+(?=\s)|[，、：]+)")
+
+
+@dataclass
+class BoundaryGraph:
+    """Allowed chunk ends from each reachable start; every path from 0 ends at ``len(document)``."""
+
+    document: str
+    edges: dict[int, list[int]]
+    min_chars: int
+    max_chars: int
+    relaxed: list[int] = field(default_factory=list)  # starts with no end in range (took the first one past it)
+
+    @property
+    def starts(self) -> list[int]:
+        """Reachable chunk starts, in document order."""
+        return sorted(self.edges)
+
+    @property
+    def single_chunk(self) -> bool:
+        """True when the only memory possible is the whole document as one chunk."""
+        return self.edges.get(0) == [len(self.document)]
+
+    def longest_path(self) -> int:
+        """Most chunks any path can have."""
+        best = {len(self.document): 0}
+        for s in reversed(self.starts):
+            best[s] = 1 + max(best[e] for e in self.edges[s])
+        return best[0]
+
+    @classmethod
+    def build(cls, document: str, settings: GrammarSettings) -> BoundaryGraph:
+        """Boundaries of ``document`` and the edges between them (see the module docstring)."""
+        n = len(document)
+        if not document.strip():
+            raise GuidanceError("the document is empty (or only whitespace): there is nothing to read",
+                                "drop empty documents from the corpus")
+        weight = settings.cjk_char_weight if cjk_ratio(document[:4000]) > 0.3 else 1.0
+        min_chars = max(1, round(settings.min_chunk_chars / weight))
+        max_chars = max(min_chars, round(settings.max_chunk_chars / weight))
+        # Longer documents get longer chunks, so that no path has more than max_scenarios chunks.
+        min_chars = max(min_chars, math.ceil(n / settings.max_scenarios))
+        if min_chars > max_chars:
+            raise GuidanceError(
+                f"the document has {n} characters: more than max_scenarios x max_chunk_chars "
+                f"({settings.max_scenarios} x {max_chars} for its language) fit one guided memory",
+                "raise max_scenarios or max_chunk_chars, or split the document into shorter ones")
+        sentence = _ends(document, _SENTENCE_END)
+        clause = sorted(set(_ends(document, _CLAUSE_END)) - set(sentence))
+        edges: dict[int, list[int]] = {}
+        relaxed: list[int] = []
+        todo = [0]
+        while todo:
+            s = todo.pop()
+            if s in edges:
+                continue
+            ends = _in_range(sentence, s, min_chars, max_chars, n) or _in_range(clause, s, min_chars, max_chars, n)
+            if n - s <= max_chars:
+                ends = sorted({*ends, n})
+            if not ends:  # nothing in range: the first boundary past it (or the end) keeps the graph whole
+                relaxed.append(s)
+                ends = [next((b for b in sorted({*sentence, *clause}) if b > s + max_chars), n)]
+            if s == 0 and len(ends) > 1:
+                ends = [e for e in ends if e < n] or ends  # a memory has at least two chunks when it can
+            edges[s] = ends
+            todo.extend(e for e in ends if e < n and e not in edges)
+        return cls(document, edges, min_chars, max_chars, sorted(relaxed))
+
+
+def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
+    """Chunk ends after each match, moved past following whitespace (the next chunk starts at text)."""
+    out = set()
+    n = len(document)
+    for m in pattern.finditer(document):
+        p = m.end()
+        while p < n and document[p].isspace():
+            p += 1
+        if 0 < p < n and document[:p].strip():
+            out.add(p)
+    return sorted(out)
+
+
+def _in_range(bounds: list[int], s: int, lo: int, hi: int, n: int) -> list[int]:
+    """Boundaries ``e`` with ``lo <= e - s <= hi`` that leave text for the chunks after them."""
+    return [e for e in bounds if lo <= e - s <= hi and e < n]
+
+
+def lark_string(text: str) -> str:
+    """A lark string literal for ``text`` (JSON escapes, which llguidance's lark reads)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+@dataclass
+class GrammarPlan:
+    """The lark grammar and the limits it was sized with."""
+
+    lark: str
+    scenarios_max: int
+    topic_tokens: int
+    core_tokens: int
+    worst_case_tokens: int
+    single_chunk: bool
+    relaxed_starts: int
+
+    def meta(self) -> dict[str, int | bool]:
+        """What a memory records about the grammar that produced it."""
+        return {"scenarios_max": self.scenarios_max, "topic_tokens": self.topic_tokens,
+                "core_tokens": self.core_tokens, "worst_case_tokens": self.worst_case_tokens,
+                "single_chunk": self.single_chunk, "relaxed_starts": self.relaxed_starts}
+
+
+_OPEN = "<scenario>\n<chunk>"
+_CLOSE_CHUNK = "</chunk>\n"
+_CLOSE = "\n</scenario>"
+
+
+def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_tokens: int,
+                   count_tokens: Callable[[str], int]) -> GrammarPlan:
+    """The lark grammar of every valid memory of ``graph.document``, sized to ``max_new_tokens``.
+
+    ``count_tokens`` gives a string's token count in the generating model's tokenizer; forced text
+    is charged ``token_safety`` times that, since a model may spell a literal in more tokens.
+    """
+    doc, n = graph.document, len(graph.document)
+    markers = {(s, e): render_chunk_marker(doc[s:e], settings.head_chars, settings.tail_chars)
+               for s, ends in graph.edges.items() for e in ends}
+    unique = sorted(set(markers.values()))
+    marker_cost = dict(zip(unique, _count_all(unique, count_tokens), strict=True))
+
+    def forced(tokens: int) -> int:
+        return math.ceil(tokens * settings.token_safety)
+
+    per_scenario = forced(count_tokens(_OPEN) + count_tokens(_CLOSE_CHUNK) + count_tokens(_CLOSE + "\n"))
+    k_max = graph.longest_path()
+    fixed = forced(count_tokens("<outline>\n</outline>\n")) + 1  # + the end-of-sequence token
+    if settings.think_tokens:
+        fixed += settings.think_tokens + forced(count_tokens("<think></think>\n"))
+
+    def worst(core: int, topic: int) -> int:
+        best = {n: 0}
+        for s in reversed(graph.starts):
+            best[s] = max(forced(marker_cost[markers[s, e]]) + per_scenario + core + best[e] for e in graph.edges[s])
+        return fixed + k_max * (topic + 1) + best[0]
+
+    topic, core = settings.topic_tokens, settings.core_tokens
+    while worst(core, topic) > max_new_tokens and core > settings.min_core_tokens:
+        core = max(settings.min_core_tokens, core * 3 // 4)
+    while worst(core, topic) > max_new_tokens and topic > settings.min_topic_tokens:
+        topic = max(settings.min_topic_tokens, topic * 3 // 4)
+    need = worst(core, topic)
+    if need > max_new_tokens:
+        raise GuidanceError(
+            f"a guided memory of this document ({n} characters, up to {k_max} chunks) needs up to {need} new "
+            f"tokens even with {core}-token core contents, but max_new_tokens is {max_new_tokens}",
+            f"raise max_new_tokens to at least {need}, or raise min_chunk_chars so fewer chunks fit")
+
+    lines = [
+        "%llguidance {}",
+        "start: " + ("think " if settings.think_tokens else "") + "outline s0",
+        f"outline: {lark_string('<outline>' + chr(10))} (topic {lark_string(chr(10))}){{1,{k_max}}} "
+        f"{lark_string('</outline>' + chr(10))}",
+        f"topic[max_tokens={topic}]: /[^<\\n\\[ \\t][^<\\n\\[]*/",
+        f"core[max_tokens={core}]: /[^<\\n\\[ \\t][^<\\n\\[]*/",
+    ]
+    if settings.think_tokens:
+        lines.append(f"think: {lark_string('<think>')} reasoning {lark_string('</think>' + chr(10))}")
+        lines.append(f"reasoning[max_tokens={settings.think_tokens}]: /[^<]+/")
+    for s in graph.starts:
+        alts = []
+        for e in graph.edges[s]:
+            body = f"{lark_string(markers[s, e] + _CLOSE_CHUNK)} core {lark_string(_CLOSE)}"
+            alts.append(body if e == n else f"{body} {lark_string(chr(10))} s{e}")
+        lines.append(f"s{s}: {lark_string(_OPEN)} ({' | '.join(alts)})")
+    return GrammarPlan("\n".join(lines) + "\n", k_max, topic, core, need, graph.single_chunk, len(graph.relaxed))
+
+
+def _count_all(texts: list[str], count_tokens: Callable[[str], int]) -> list[int]:
+    return [count_tokens(t) for t in texts]
