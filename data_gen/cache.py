@@ -1,8 +1,12 @@
 """A crash-safe cache of teacher replies (SQLite, one row per call).
 
 The key covers everything that changes a reply: the prompt template id (name, language, version),
-the model, the sampling parameters and the exact messages (which contain the document, so its
-hash is covered). A rerun repeats no call; Ctrl-C loses at most the calls still in flight.
+the backend and its base URL, the model, the sampling parameters, the grammar that guided it (if
+any) and the exact messages (which contain the document, so its hash is covered). A rerun repeats
+no call; Ctrl-C loses at most the calls still in flight. Each row also keeps how the reply was
+made (guided, finish_reason, token counts) and whether it turned out usable: a reply that was cut
+off or could not become a memory is replayed by default (no paid call is repeated) and asked
+again with ``retry_unusable``.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 
-def cache_key(template_id: str, model: str, params: dict[str, Any], messages: list[dict[str, str]]) -> str:
+def cache_key(template_id: str, model: str, params: dict[str, Any], messages: list[dict[str, str]],
+              backend: str = "", base_url: str = "", grammar: str | None = None) -> str:
     """Stable hash of one teacher call."""
     blob = json.dumps(
-        {"template": template_id, "model": model, "params": params, "messages": messages},
+        {"template": template_id, "model": model, "params": params, "messages": messages, "backend": backend,
+         "base_url": base_url, "grammar_sha256": hashlib.sha256(grammar.encode()).hexdigest() if grammar else None},
         ensure_ascii=False,
         sort_keys=True,
     )
@@ -25,29 +31,46 @@ def cache_key(template_id: str, model: str, params: dict[str, Any], messages: li
 
 
 class ReplyCache:
-    """Key → reply text, persisted after every insert."""
+    """Key → (reply text, how it was made, usable?), persisted after every insert."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path)
         self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(replies)")}
+        if "info" not in columns:  # caches written before replies carried their metadata
+            self._db.execute("ALTER TABLE replies ADD COLUMN info TEXT")
+        if "usable" not in columns:
+            self._db.execute("ALTER TABLE replies ADD COLUMN usable INTEGER")
         self._db.commit()
         self.hits = 0
         self.misses = 0
+        self.reasked = 0
 
-    def get(self, key: str) -> str | None:
-        """The cached reply, or None."""
-        row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        return row[0]
+    def get(self, key: str, retry_unusable: bool = False) -> tuple[str, dict[str, Any]] | None:
+        """The cached reply and its info, or None. With ``retry_unusable``, a reply that was cut off
+        or marked unusable counts as missing (so it is asked again)."""
+        row = self._db.execute("SELECT reply, info, usable FROM replies WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            info = json.loads(row[1]) if row[1] else {}
+            unusable = row[2] == 0 or info.get("finish_reason") == "length"
+            if not (retry_unusable and unusable):
+                self.hits += 1
+                return row[0], info
+            self.reasked += 1
+        self.misses += 1
+        return None
 
-    def put(self, key: str, reply: str) -> None:
+    def put(self, key: str, reply: str, info: dict[str, Any] | None = None) -> None:
         """Store one reply and commit at once."""
-        self._db.execute("INSERT OR REPLACE INTO replies (key, reply) VALUES (?, ?)", (key, reply))
+        self._db.execute("INSERT OR REPLACE INTO replies (key, reply, info, usable) VALUES (?, ?, ?, NULL)",
+                         (key, reply, json.dumps(info or {}, sort_keys=True)))
+        self._db.commit()
+
+    def mark_unusable(self, key: str) -> None:
+        """Remember that this reply could not become a memory (``retry_unusable`` asks again)."""
+        self._db.execute("UPDATE replies SET usable = 0 WHERE key = ?", (key,))
         self._db.commit()
 
     def __len__(self) -> int:

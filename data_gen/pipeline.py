@@ -4,7 +4,9 @@
     python -m data_gen.pipeline --config configs/data_gen/openai_teacher.yaml --set input=corpus.jsonl
 
 One outline pass and one extraction pass per document (multi-path sampling and evaluator scoring
-build on this later), parse + align into a validated :class:`DocumentMemory`, then export SFT
+build on this later), guided by the document's memory grammar where the backend takes one
+(``guided``; see :mod:`memreader.guidance`), parse + align into a validated :class:`DocumentMemory`,
+then export SFT
 records in TRL's conversational prompt-completion format (loss on the completion only). Every
 teacher call goes through a SQLite cache keyed by template version, model, sampling parameters and
 the messages, so a rerun or a resumed crash repeats no call.
@@ -15,16 +17,27 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from data_gen.cache import ReplyCache, cache_key
+from data_gen.cache import ReplyCache
+from data_gen.cached_teacher import CachedTeacher
 from data_gen.sft_export import sft_record, write_sft_splits
-from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import Document, read_corpus
+from memreader.generation import GenerationParams, GenerationRequestError, make_chat
+from memreader.guidance import (
+    GUIDED_MODES,
+    TRUNCATION_POLICIES,
+    MemoryGrammars,
+    count_fates,
+    count_tokens_for,
+    generate_with_policy,
+    wants_grammar,
+)
 from memreader.markup import render_memory
+from memreader.memory_grammar import GrammarSettings
 from memreader.parser import ParseError
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
@@ -63,10 +76,36 @@ class GenConfig:
     tail_chars: int = field(12, help="characters after [MASK] in SFT targets")
     val_fraction: float = field(0.1, help="share of documents held out for validation (at least one when >0)")
     split_seed: int = field(13, help="seed of the train/validation split")
+    guided: str = field("auto", help="grammar-guided extraction: auto (on for the local teacher; for openai, on when "
+                        "the server takes grammars, e.g. vLLM), on, off (free text, then parser + aligner)")
+    on_truncated: str = field("retry_longer", help="a reply cut off by its token budget: retry_longer (once, twice "
+                              "the budget, then skip), skip, or keep_flagged (memory flagged, never an SFT target)")
+    retry_unusable: bool = field(False, help="ask the teacher again for cached replies that were cut off or unusable")
+    min_chunk_chars: int = field(150, help="guided: shortest chunk in characters (English; CJK divides by "
+                                 "cjk_char_weight)")
+    max_chunk_chars: int = field(1200, help="guided: longest chunk (English characters)")
+    cjk_char_weight: float = field(2.5, help="how many English characters one CJK character counts as")
+    core_tokens: int = field(80, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
+    topic_tokens: int = field(24, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
+
+    def grammar_settings(self) -> GrammarSettings:
+        """Memory-grammar settings: chunk markers as in the SFT targets, at most max_parts chunks."""
+        return GrammarSettings(
+            head_chars=self.head_chars, tail_chars=self.tail_chars, min_chunk_chars=self.min_chunk_chars,
+            max_chunk_chars=self.max_chunk_chars, cjk_char_weight=self.cjk_char_weight, max_scenarios=self.max_parts,
+            core_tokens=self.core_tokens, topic_tokens=self.topic_tokens)
 
     def check(self) -> list[str]:
         """Problems a config file can have beyond types."""
         problems = []
+        if self.guided not in GUIDED_MODES:
+            problems.append(f"guided: {self.guided!r} is not one of {', '.join(GUIDED_MODES)}")
+        if self.on_truncated not in TRUNCATION_POLICIES:
+            problems.append(f"on_truncated: {self.on_truncated!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
+        try:
+            self.grammar_settings()
+        except ValueError as exc:
+            problems.append(str(exc))
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
@@ -78,40 +117,6 @@ class GenConfig:
         if self.min_parts < 1 or self.max_parts < self.min_parts:
             problems.append(f"min_parts/max_parts: need 1 <= min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
         return problems
-
-
-class CachedTeacher:
-    """A teacher whose every reply is stored in a :class:`ReplyCache` as soon as it arrives."""
-
-    def __init__(self, teacher: Any, cache: ReplyCache, model: str, chunk: int) -> None:
-        self.teacher, self.cache, self.model, self.chunk = teacher, cache, model, max(1, chunk)
-        self.calls = 0
-
-    def generate(
-        self, items: list[tuple[str, list[dict[str, str]]]], params: GenerationParams, desc: str
-    ) -> list[str | GenerationRequestError]:
-        """Replies for ``(template_id, messages)`` items, in order; cached ones are not asked again.
-
-        Each reply is stored the moment it arrives, so an interruption or a failing neighbour loses
-        nothing already paid for. A request that fails for good leaves its
-        :class:`GenerationRequestError` in its slot (and is asked again on the next run).
-        """
-        keys = [cache_key(tid, self.model, asdict(params), msgs) for tid, msgs in items]
-        replies: list[str | GenerationRequestError | None] = [self.cache.get(k) for k in keys]
-        todo = [i for i, r in enumerate(replies) if r is None]
-        for start in range(0, len(todo), self.chunk):
-            group = todo[start : start + self.chunk]
-
-            def store(j: int, reply: str, group: list[int] = group) -> None:
-                self.cache.put(keys[group[j]], str(reply))
-
-            outs = self.teacher.generate_many([items[i][1] for i in group], params, progress_desc=desc,
-                                              on_reply=store, return_exceptions=True)
-            for i, out in zip(group, outs, strict=True):
-                replies[i] = out if isinstance(out, GenerationRequestError) else str(out)
-            self.calls += len(group)
-        assert all(r is not None for r in replies), "every item has a reply or an error"
-        return replies  # type: ignore[return-value]
 
 
 def _outline_lines(reply: str) -> list[str]:
@@ -129,13 +134,14 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     write_resolved_config(out_dir, cfg)
     docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
     if cfg.teacher == "openai":
-        backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency)
-        chunk = cfg.max_concurrency
+        backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
+                            guided=cfg.guided)
+        chunk, base_url = cfg.max_concurrency, backend.base_url or ""
     else:
         backend = make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size)
-        chunk = cfg.batch_size
+        chunk, base_url = cfg.batch_size, ""
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
-    teacher = CachedTeacher(backend, cache, cfg.model, chunk)
+    teacher = CachedTeacher(backend, cache, cfg.model, chunk, cfg.teacher, base_url, cfg.retry_unusable)
     t0 = time.perf_counter()
 
     outline_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.outline_max_new_tokens, seed=cfg.seed)
@@ -145,47 +151,79 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
 
     failures: list[dict[str, str]] = []
 
-    def failed(doc_id: str, stage: str, error: Exception) -> None:
+    def failed(doc_id: str, stage: str, error: Exception | str) -> None:
         failures.append({"doc_id": doc_id, "stage": stage, "error": str(error)})
         log.warning("doc %s: %s failed, no memory for it (%s)", doc_id, stage, error)
 
-    outline_msgs = []
-    for doc, lang in zip(docs, langs, strict=True):
+    plans: list = [None] * len(docs)
+    if wants_grammar(cfg.guided, cfg.teacher):
+        plans, errors = MemoryGrammars(cfg.grammar_settings(), count_tokens_for(backend)).plan(
+            [d.text for d in docs], cfg.max_new_tokens)
+        for i, error in errors.items():  # checked before any paid call
+            failed(docs[i].doc_id, "guidance", error)
+    outline_msgs, planned = [], []
+    for doc, lang, plan in zip(docs, langs, plans, strict=True):
+        if wants_grammar(cfg.guided, cfg.teacher) and plan is None:
+            continue
         msgs, tpl = render("teacher_outline", lang, document=doc.text, min_parts=cfg.min_parts, max_parts=cfg.max_parts)
         templates[tpl.id] = tpl.version
         outline_msgs.append((tpl.id, msgs))
-    live: list[tuple[Document, str, list[str]]] = []
-    for doc, lang, reply in zip(docs, langs, teacher.generate(outline_msgs, outline_params, "outline"), strict=True):
+        planned.append((doc, lang, plan))
+    live: list[tuple[Document, str, list[str], object]] = []
+    for (doc, lang, plan), reply in zip(planned, teacher.generate(outline_msgs, outline_params, "outline"), strict=True):
         if isinstance(reply, GenerationRequestError):
             failed(doc.doc_id, "outline request", reply)
         else:
-            live.append((doc, lang, _outline_lines(reply)))
+            live.append((doc, lang, _outline_lines(reply), plan))
 
     extract_msgs = []
-    for doc, lang, outline in live:
+    for doc, lang, outline, _ in live:
         msgs, tpl = render("teacher_extraction", lang, document=doc.text, outline="\n".join(outline) or "-")
         templates[tpl.id] = tpl.version
         extract_msgs.append((tpl.id, msgs))
-    replies = teacher.generate(extract_msgs, extract_params, "extraction")
+    grammars = [plan.lark if plan is not None else None for *_, plan in live]
+
+    def call(idx: list[int], params: GenerationParams) -> list:
+        return teacher.generate([extract_msgs[k] for k in idx], params, "extraction", [grammars[k] for k in idx])
+
+    replies, fates = generate_with_policy(call, len(live), extract_params, cfg.on_truncated) if live else ([], [])
 
     memories: list[DocumentMemory] = []
+    single_chunk: list[str] = []
     on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
-    for (doc, _, _), reply, (template_id, _) in zip(live, replies, extract_msgs, strict=True):
+    for k, ((doc, _, _, plan), reply, fate) in enumerate(zip(live, replies, fates, strict=True)):
         if isinstance(reply, GenerationRequestError):
             failed(doc.doc_id, "extraction request", reply)
             continue
-        meta = {"model": cfg.model, "prompt": template_id, "candidate": 0, "source_sha256": doc.sha256}
+        if fate == "truncated-skipped":
+            failed(doc.doc_id, "extraction reply", f"cut off at the token budget (on_truncated={cfg.on_truncated}); "
+                   "raise max_new_tokens, then rerun with retry_unusable=true")
+            continue
+        meta = {"model": cfg.model, "prompt": extract_msgs[k][0], "candidate": 0, "source_sha256": doc.sha256,
+                "generation": {**reply.info(), "fate": fate, "grammar": plan.meta() if plan else None}}
+        if fate == "truncated-kept":
+            meta["truncated"] = True
         try:
-            memories.append(memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable))
+            mem = memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable)
         except ParseError as exc:
+            teacher.mark_unusable(extract_msgs[k], extract_params, grammars[k])
             failed(doc.doc_id, "extraction reply", exc)
+            continue
+        if "fallback" in mem.meta:
+            teacher.mark_unusable(extract_msgs[k], extract_params, grammars[k])
+        if plan is not None and plan.single_chunk:
+            single_chunk.append(doc.doc_id)
+        memories.append(mem)
 
     if cfg.reverse_com and memories:
         _add_reasoning(teacher, memories, cfg, templates)
 
     fallbacks = [m.doc_id for m in memories if "fallback" in m.meta]
+    truncated_kept = [m.doc_id for m in memories if m.meta.get("truncated")]
     n_mem = write_memories(out_dir / "memories.jsonl", memories)
-    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates) for m in memories]
+    # A cut-off reply is never a training target, even when kept (flagged) as a memory.
+    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates) for m in memories if not m.meta.get("truncated")]
+    guided = sum(1 for m in memories if m.meta.get("generation", {}).get("guided"))
     split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed)
     seconds = time.perf_counter() - t0
     manifest = {
@@ -193,8 +231,14 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         "memories": n_mem,
         "failures": failures,
         "whole_document_fallbacks": fallbacks,
+        "guided": guided,
+        "unguided": len(memories) - guided,
+        "extraction_fates": count_fates(fates),
+        "truncated_kept": truncated_kept,
+        "single_chunk_no_boundary": single_chunk,
         "sft": split,
-        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls, "cache_hits": cache.hits},
+        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls, "cache_hits": cache.hits,
+                    "reasked_unusable": cache.reasked},
         "templates": templates,
         "repairs": sum(1 for m in memories if m.meta.get("parse_diagnostics")),
         "without_reasoning": [m.doc_id for m in memories if cfg.reverse_com and not m.reasoning],
@@ -203,10 +247,15 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     }
     write_json(out_dir / "manifest.json", manifest)
     cache.close()
+    skipped = count_fates(fates).get("truncated-skipped", 0)
     print(
-        f"gen: {len(docs)} docs → {n_mem} memories, {len(failures)} failed, "
-        f"{teacher.calls} teacher calls ({cache.hits} cached) in {seconds:.1f}s → {out_dir}"
+        f"gen: {len(docs)} docs → {n_mem} memories ({guided} guided, {len(memories) - guided} unguided), "
+        f"{len(failures)} failed ({skipped} cut off), {teacher.calls} teacher calls ({cache.hits} cached) "
+        f"in {seconds:.1f}s → {out_dir}"
     )
+    if single_chunk:
+        print(f"NOTE: {len(single_chunk)} document(s) had no chunk boundary in range and are one chunk each: "
+              f"{single_chunk[:5]} (lower min_chunk_chars to cut them)")
     if fallbacks:
         print(f"WARNING: {len(fallbacks)}/{len(docs)} teacher replies had no usable chunk and were kept as "
               "WHOLE-DOCUMENT memories (on_unusable=whole); their SFT targets teach one chunk per document")
@@ -221,10 +270,20 @@ def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: 
         msgs, tpl = render("reverse_com", detect_lang(mem.document), document=mem.document, memory=target)
         templates[tpl.id] = tpl.version
         items.append((tpl.id, msgs))
-    for mem, reply in zip(memories, teacher.generate(items, params, "reverse CoM"), strict=True):
+    def call(idx: list[int], p: GenerationParams) -> list:
+        return teacher.generate([items[k] for k in idx], p, "reverse CoM")
+
+    # The reasoning is part of the SFT target: a cut-off one is retried once, longer, then left out.
+    replies, fates = generate_with_policy(call, len(items), params, "retry_longer")
+    for mem, reply, fate in zip(memories, replies, fates, strict=True):
         if isinstance(reply, GenerationRequestError):
             mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
             log.warning("doc %s: reverse CoM request failed, memory kept without reasoning (%s)", mem.doc_id, reply)
+            continue
+        if fate == "truncated-skipped":
+            mem.meta["reverse_com_error"] = f"reasoning cut off at {2 * cfg.com_max_new_tokens} tokens; left out"
+            log.warning("doc %s: reverse CoM reply cut off even at twice the budget; memory kept without reasoning",
+                        mem.doc_id)
             continue
         text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
         mem.reasoning = text or None

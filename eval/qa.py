@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.generation import GenerationParams, make_chat
 from eval.baselines import baseline_memories
 from eval.datasets import QARecord, load_jsonl
 from eval.score import format_table, score_pairs
 from memreader.config import add_config_arguments, field, load_config, stage_main
+from memreader.generation import GenerationParams, make_chat
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
 from memreader.registry import load_embedder
@@ -118,6 +118,10 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     systems = [("memreader", memories)] + [(b, baseline_memories(b, documents)) for b in cfg.baselines]
     results = [evaluate_system(n, m, questions, cfg, embedder, answerer, out_dir) for n, m in systems]
     table = format_table({r["system"]: r.pop("_report") for r in results})
+    provenance = {name: memory_provenance(mems) for name, mems in systems}
+    for r in results:
+        r["memories"] = provenance[r["system"]]
+    table += "\n" + "\n".join(f"{name}: {_provenance_line(p)}" for name, p in provenance.items())
     settings = (f"questions={len(questions)} top_k={cfg.top_k} answer_model={cfg.answer_model} "
                 f"embedder={cfg.embedder} profile={cfg.profile}")
     report = {"settings": settings, "systems": results}
@@ -127,6 +131,26 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     print(table)
     print(f"eval: {len(systems)} systems x {len(questions)} questions → {out_dir / 'report.json'}")
     return report
+
+
+def memory_provenance(memories: list[Any]) -> dict[str, int]:
+    """How each system's memories were made: guided, unguided, whole-document fallbacks, truncated
+    (kept flagged), or built by a chunking baseline (no model)."""
+    counts = {"memories": len(memories), "guided": 0, "unguided": 0, "fallback": 0, "truncated": 0, "baseline": 0}
+    for m in memories:
+        gen = m.meta.get("generation")
+        if gen is None:
+            counts["baseline" if "baseline" in m.meta or "chunker" in m.meta else "unguided"] += 1
+        else:
+            counts["guided" if gen.get("guided") else "unguided"] += 1
+        counts["fallback"] += "fallback" in m.meta
+        counts["truncated"] += bool(m.meta.get("truncated"))
+    return counts
+
+
+def _provenance_line(p: dict[str, int]) -> str:
+    return (f"{p['memories']} memories: {p['guided']} guided, {p['unguided']} unguided, {p['fallback']} "
+            f"whole-document fallbacks, {p['truncated']} truncated (flagged), {p['baseline']} from a chunker")
 
 
 CONFIG_CLASS = QAConfig

@@ -77,12 +77,12 @@ class ReadConfig:
                               "budget, then skip), skip, or keep_flagged (written with meta.truncated)")
     head_chars: int = field(12, help="characters before [MASK] in a guided chunk marker (as in SFT targets)")
     tail_chars: int = field(12, help="characters after [MASK] in a guided chunk marker")
-    min_chunk_chars: int = field(120, help="guided: shortest chunk in characters (English; CJK divides by "
+    min_chunk_chars: int = field(150, help="guided: shortest chunk in characters (English; CJK divides by "
                                  "cjk_char_weight)")
     max_chunk_chars: int = field(1200, help="guided: longest chunk in characters (English; CJK divides by "
                                  "cjk_char_weight)")
     cjk_char_weight: float = field(2.5, help="how many English characters one CJK character counts as")
-    max_scenarios: int = field(8, help="guided: most chunks per memory (longer documents get longer chunks)")
+    max_scenarios: int = field(6, help="guided: most chunks per memory (longer documents get longer chunks)")
     core_tokens: int = field(80, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
     topic_tokens: int = field(24, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
     think_tokens: int = field(160, help="guided, think=true: most tokens of the <think> block")

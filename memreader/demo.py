@@ -35,8 +35,10 @@ class DemoConfig:
     teacher: str = field("local", help="'local' (in-process, the embedded model) or 'openai' (any OpenAI-compatible "
                          "endpoint from MEMREADER_TEACHER_BASE_URL / _API_KEY): a real teacher fills every layer")
     teacher_model: str = field("", help="teacher model name for teacher=openai (e.g. deepseek-chat); empty = model")
-    gen_max_new_tokens: int = field(320, help="teacher extraction budget")
-    read_max_new_tokens: int = field(320, help="MemReader reading budget")
+    gen_max_new_tokens: int = field(512, help="teacher extraction budget (a guided memory's limits are sized to it)")
+    read_max_new_tokens: int = field(512, help="MemReader reading budget (a guided memory's limits are sized to it)")
+    guided: str = field("auto", help="grammar-guided decoding for teacher and reader: auto (on for local models), "
+                        "on, off (free text, then parser + aligner: the 135M model then fails the format)")
     train_steps: int = field(8, help="LoRA optimizer steps")
     batch_size: int = field(8, help="sequences per generate call: on CPU, batch 8 decodes ~2.9x the tokens/s "
                             "of batch 1 (memory-bandwidth bound; docs/BENCHMARKS.md)")
@@ -83,7 +85,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     gen = generate(GenConfig(
         input=cfg.corpus, run=cfg.run, model=cfg.teacher_model or cfg.model, teacher=cfg.teacher, batch_size=cfg.batch_size,
         max_new_tokens=cfg.gen_max_new_tokens, outline_max_new_tokens=96, com_max_new_tokens=96,
-        val_fraction=0.25, on_unusable="whole",
+        val_fraction=0.25, on_unusable="whole", guided=cfg.guided,
     ))
     stage("gen")
     trained = train(SFTRunConfig(
@@ -102,7 +104,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         stale.unlink()
     read = read_corpus_memories(ReadConfig(
         input=cfg.corpus, run=cfg.run, model=cfg.model, adapter=str(adapter), max_new_tokens=cfg.read_max_new_tokens,
-        batch_size=cfg.batch_size,
+        batch_size=cfg.batch_size, guided=cfg.guided,
     ))
     stage("read")
     memories = read_memories(read["memories"])
@@ -130,8 +132,14 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     }
     checks = {
         "usable teacher replies": f"{gen['memories'] - len(gen['whole_document_fallbacks'])}/{gen['documents']} "
-                                  f"(the rest kept as flagged whole-document memories)",
-        "usable MemReader outputs": f"{read['read'] - read['fallback_whole_document']}/{read['read']}",
+                                  f"({gen['guided']} guided, {len(gen['whole_document_fallbacks'])} whole-document "
+                                  f"fallbacks, {gen['extraction_fates'].get('truncated-skipped', 0)} cut off)",
+        "usable MemReader outputs": f"{read['read'] - read['fallback_whole_document']}/{read['documents']} "
+                                    f"({read['guided']} guided, {read['fallback_whole_document']} whole-document "
+                                    f"fallbacks, {read['truncated_skipped']} cut off)",
+        "scenarios per memory": _scenario_line(memories),
+        "single chunk (no boundary)": f"{len(read['single_chunk_no_boundary'])} "
+                                      f"{read['single_chunk_no_boundary'][:4] or ''}",
         "memories tile their documents": f"{len(memories)} memories validated on write and re-read",
         "adapter moved from init": f"max |lora_B| = {lora_b_max:.3g} (init 0)",
         "index layers": ", ".join(f"{k}={counts.get(k, 0)}" for k in (*LAYERS, "single")),
@@ -147,11 +155,21 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         print(f"  {k:<30} {v}")
     if counts.get("outline", 0) + counts.get("core", 0) == 0:
         print("NOTE: the outline and core layers are empty: every memory is a whole-document fallback because "
-              f"{cfg.model} does not follow the memory format. Run `memreader demo --set teacher=openai "
-              "--set teacher_model=<model>` with MEMREADER_TEACHER_BASE_URL/_API_KEY set to fill them.")
+              f"{cfg.model} does not follow the memory format unguided (guided={cfg.guided}). Run with guided=auto, "
+              "or `--set teacher=openai --set teacher_model=<model>` with MEMREADER_TEACHER_BASE_URL/_API_KEY set.")
     print(f"\nQA ({report['settings']}):\n" + Path(artifacts["evaluation report"]).with_name("report.txt").read_text())
     print(f"demo: all stages finished in {time.perf_counter() - t0:.0f} s → {root}")
     return summary
+
+
+def _scenario_line(memories: list[Any]) -> str:
+    """Scenarios per memory and mean chunk length, e.g. ``2-4 (mean 2.9), chunks mean 312 chars``."""
+    if not memories:
+        return "no memories"
+    counts = [len(m.scenarios) for m in memories]
+    lengths = [s.end - s.start for m in memories for s in m.scenarios]
+    return (f"{min(counts)}-{max(counts)} (mean {sum(counts) / len(counts):.1f}), chunks mean "
+            f"{sum(lengths) / len(lengths):.0f} chars")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -41,7 +41,7 @@ class GrammarSettings:
 
     head_chars: int = 12
     tail_chars: int = 12
-    min_chunk_chars: int = 120
+    min_chunk_chars: int = 150
     max_chunk_chars: int = 1200
     cjk_char_weight: float = 2.5
     max_scenarios: int = 8

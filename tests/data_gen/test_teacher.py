@@ -18,10 +18,10 @@ import pytest
 
 from memreader.generation import (
     GenerationParams,
+    GenerationRequestError,
     LocalChat,
     OpenAIChat,
     Reply,
-    GenerationRequestError,
     _retry_after,
     make_chat,
 )

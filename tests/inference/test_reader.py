@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from memreader.generation import GenerationRequestError
 from inference.reader import ReadConfig, read_corpus_memories
+from memreader.generation import GenerationRequestError
 from memreader.markup import render_memory
 from memreader.schema import MemoryValidationError, read_memories
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from memreader.generation import GenerationParams, OpenAIChat, GenerationRequestError
 from inference.server import ChatServer, add_arguments, build_server
+from memreader.generation import GenerationParams, GenerationRequestError, OpenAIChat
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
