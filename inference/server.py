@@ -5,7 +5,8 @@
     python -m inference.server --model smollm2-135m-instruct --port 8000
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` (non-streaming; ``model``, ``messages``,
-``temperature``, ``top_p``, ``max_tokens``, ``seed`` and vLLM's ``repetition_penalty``), ``GET /health``.
+``temperature``, ``top_p``, ``max_tokens``, ``seed``, vLLM's ``repetition_penalty`` and vLLM's
+``structured_outputs: {"grammar": <lark>}`` for guided decoding through llguidance), ``GET /health``.
 Requests are served by threads but generate one at a time (one model, one lock): this is for CPU
 work, tests and small demos. On a GPU, serve the same base model and adapter with vLLM instead:
 
@@ -133,8 +134,16 @@ class ChatServer(ThreadingHTTPServer):
                 f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the model's context of "
                 f"{self.context_length} tokens; shorten the messages or lower max_tokens",
                 param="messages", code="context_length_exceeded")
+        grammar = _grammar(body)
+        if grammar is not None:
+            from memreader.generation.guided import compile_matcher, ll_tokenizer
+
+            try:
+                compile_matcher(ll_tokenizer(self.tokenizer), grammar)
+            except ValueError as exc:
+                raise RequestError(str(exc), param="structured_outputs.grammar") from None
         with self.lock:
-            gen = generate_chat_batch(self.model, self.tokenizer, [messages], params)[0]
+            gen = generate_chat_batch(self.model, self.tokenizer, [messages], params, [grammar])[0]
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -145,6 +154,17 @@ class ChatServer(ThreadingHTTPServer):
             "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
                       "total_tokens": gen.prompt_tokens + gen.completion_tokens},
         }
+
+
+def _grammar(body: dict[str, Any]) -> str | None:
+    """The lark grammar of vLLM's ``structured_outputs`` field (the only structured output served here)."""
+    so = body.get("structured_outputs")
+    if so is None:
+        return None
+    if not isinstance(so, dict) or set(so) - {"grammar"} or not isinstance(so.get("grammar"), str):
+        raise RequestError("structured_outputs must be {\"grammar\": \"<lark grammar>\"}; json, regex and choice "
+                           "are not served by memreader serve", param="structured_outputs")
+    return so["grammar"]
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -93,7 +93,7 @@ def generate_with_policy(call: Call, n: int, params: GenerationParams,
     """
     if on_truncated not in TRUNCATION_POLICIES:
         raise ValueError(f"on_truncated={on_truncated!r} must be one of {', '.join(TRUNCATION_POLICIES)}")
-    replies = call(list(range(n)), params)
+    replies = _as_replies(call(list(range(n)), params))
     fates = ["ok" if isinstance(r, Reply) and not r.truncated else ("error" if not isinstance(r, Reply) else "cut")
              for r in replies]
     cut = [i for i, f in enumerate(fates) if f == "cut"]
@@ -101,13 +101,19 @@ def generate_with_policy(call: Call, n: int, params: GenerationParams,
         longer = replace(params, max_new_tokens=params.max_new_tokens * 2)
         log.warning("%d repl%s hit max_new_tokens=%d; asking again with %d", len(cut), "y" if len(cut) == 1 else "ies",
                     params.max_new_tokens, longer.max_new_tokens)
-        for i, again in zip(cut, call(cut, longer), strict=True):
+        for i, again in zip(cut, _as_replies(call(cut, longer)), strict=True):
             replies[i] = again
             fates[i] = "retried" if isinstance(again, Reply) and not again.truncated else "cut"
     for i, f in enumerate(fates):
         if f == "cut":
             fates[i] = "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
     return replies, fates
+
+
+def _as_replies(outputs: Sequence[Any]) -> list[Any]:
+    """Plain strings (a backend that reports nothing about its replies) become :class:`Reply` objects
+    with an unknown finish_reason; replies and request errors pass through."""
+    return [Reply(o) if isinstance(o, str) and not isinstance(o, Reply) else o for o in outputs]
 
 
 def count_fates(fates: Sequence[str]) -> dict[str, int]:

@@ -7,7 +7,8 @@ import json
 import pytest
 
 import data_gen.pipeline as pipeline
-from memreader.generation import GenerationRequestError
+from data_gen.cache import ReplyCache, cache_key
+from memreader.generation import GenerationRequestError, Reply
 from memreader.markup import render_memory
 from memreader.schema import read_memories
 
@@ -23,11 +24,14 @@ class ScriptedTeacher:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.seen: list[tuple[str, int, bool]] = []  # (progress_desc, max_new_tokens, got a grammar)
 
-    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None):
         self.calls += len(list_of_messages)
         outs = []
         for i, m in enumerate(list_of_messages):
+            self.seen.append((progress_desc, params.max_new_tokens, bool(grammars and grammars[i])))
             out = self._reply(m[-1]["content"])
             if isinstance(out, GenerationRequestError):
                 if not return_exceptions:
@@ -151,3 +155,89 @@ def test_validation_split_never_empty_when_asked(tmp_path) -> None:
     split = write_sft_splits(tmp_path, recs, 0.5, seed=1)
     assert (split["train"], split["val"]) == (1, 1)
     assert write_sft_splits(tmp_path, recs, 0.0, seed=1)["val"] == 0
+
+
+def test_extraction_is_guided_for_the_local_teacher_only_where_asked(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    teacher = ScriptedTeacher()
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    pipeline.generate(pipeline.GenConfig(input=str(corpus), run="g1", reverse_com=False))
+    assert {(d, g) for d, _, g in teacher.seen} == {("outline", False), ("extraction", True)}
+    teacher.seen.clear()
+    pipeline.generate(pipeline.GenConfig(input=str(corpus), run="g2", reverse_com=False, guided="off"))
+    assert not any(g for *_, g in teacher.seen)
+
+
+class CutOff(ScriptedTeacher):
+    """Extraction replies are cut off (finish_reason length) until the budget reaches ``enough``."""
+
+    enough = 10**9
+
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None):
+        outs = super().generate_many(list_of_messages, params, progress_desc, None, return_exceptions, grammars)
+        if progress_desc == "extraction" and params.max_new_tokens < self.enough:
+            outs = [Reply(o[: len(o) // 2], finish_reason="length") for o in outs]
+        for i, o in enumerate(outs):
+            if on_reply is not None:
+                on_reply(i, o)
+        return outs
+
+
+def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    teacher = CutOff()
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    cfg = pipeline.GenConfig(input=str(corpus), run="c1", reverse_com=False, max_new_tokens=500, guided="off")
+    manifest = pipeline.generate(cfg)
+    budgets = [b for d, b, _ in teacher.seen if d == "extraction"]
+    assert budgets == [500] * 3 + [1000] * 3  # one retry each, twice the budget
+    assert manifest["memories"] == 0 and manifest["extraction_fates"] == {"truncated-skipped": 3}
+    assert all("cut off" in f["error"] for f in manifest["failures"])
+    # enough budget on the retry: every document becomes a normal memory
+    teacher.enough, teacher.seen = 1000, []
+    manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="c2", reverse_com=False, max_new_tokens=500,
+                                                    guided="off"))
+    assert manifest["memories"] == 3 and manifest["extraction_fates"] == {"retried": 3}
+
+
+def test_cut_off_replies_kept_flagged_are_never_sft_targets(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: CutOff())
+    cfg = pipeline.GenConfig(input=str(corpus), run="c3", reverse_com=False, guided="off", on_truncated="keep_flagged",
+                             on_unusable="whole", val_fraction=0)
+    manifest = pipeline.generate(cfg)
+    mems = read_memories(manifest["files"]["memories"])
+    assert len(mems) == 3 and all(m.meta["truncated"] for m in mems)
+    assert manifest["truncated_kept"] == ["a", "b", "c"] and manifest["sft"]["train"] == 0
+
+
+def test_retry_unusable_asks_the_teacher_again(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class Rambler(ScriptedTeacher):
+        @staticmethod
+        def _reply(prompt: str) -> str:
+            return "A long ramble without any structure."
+
+    teacher = Rambler()
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    cfg = pipeline.GenConfig(input=str(corpus), run="r1", reverse_com=False, on_unusable="whole", guided="off")
+    pipeline.generate(cfg)
+    teacher.calls = 0
+    pipeline.generate(cfg)  # default: the unusable replies are replayed, no paid call repeated
+    assert teacher.calls == 0
+    again = pipeline.generate(pipeline.GenConfig(**{**cfg.__dict__, "retry_unusable": True}))
+    assert teacher.calls == 3 and again["teacher"]["reasked_unusable"] == 3  # the extractions, not the outlines
+
+
+def test_cache_key_covers_backend_url_and_grammar(tmp_path) -> None:
+    msgs = [{"role": "user", "content": "x"}]
+    base = cache_key("t@1", "m", {"seed": 0}, msgs, "openai", "http://a/v1", None)
+    assert base != cache_key("t@1", "m", {"seed": 0}, msgs, "openai", "http://b/v1", None)
+    assert base != cache_key("t@1", "m", {"seed": 0}, msgs, "local", "http://a/v1", None)
+    assert base != cache_key("t@1", "m", {"seed": 0}, msgs, "openai", "http://a/v1", "start: x")
+    cache = ReplyCache(tmp_path / "c.sqlite")
+    cache.put(base, "text", {"finish_reason": "length", "guided": True})
+    assert cache.get(base) == ("text", {"finish_reason": "length", "guided": True})
+    assert cache.get(base, retry_unusable=True) is None and cache.reasked == 1

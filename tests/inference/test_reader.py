@@ -7,7 +7,7 @@ import json
 import pytest
 
 from inference.reader import ReadConfig, read_corpus_memories
-from memreader.generation import GenerationRequestError
+from memreader.generation import GenerationRequestError, Reply
 from memreader.markup import render_memory
 from memreader.schema import MemoryValidationError, read_memories
 
@@ -16,9 +16,14 @@ class Backend:
     def __init__(self, fail_after: int | None = None, garbage: bool = False) -> None:
         self.seen: list[str] = []
         self.fail_after, self.garbage = fail_after, garbage
+        self.grammars: list[str | None] = []
+        self.budgets: list[int] = []
 
-    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None):
         assert (params.temperature, params.top_p, params.repetition_penalty) == (0.1, 0.1, 1.05)
+        self.grammars += list(grammars or [None] * len(list_of_messages))
+        self.budgets += [params.max_new_tokens] * len(list_of_messages)
         if self.fail_after is not None and len(self.seen) >= self.fail_after:
             raise KeyboardInterrupt  # simulate Ctrl-C in the middle of a run
         outs = []
@@ -66,7 +71,8 @@ def test_transformers_backend_on_tiny_random_model(tmp_path, corpus, tiny_model,
     """The real transformers path (chat template, batched generation, parse, align, write) on a
     random 2-layer model: its output is noise, so every memory must be a loud, valid fallback."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    cfg = ReadConfig(input=str(corpus), run="tiny", model=tiny_model, batch_size=3, max_new_tokens=6, limit=3)
+    cfg = ReadConfig(input=str(corpus), run="tiny", model=tiny_model, batch_size=3, max_new_tokens=6, limit=3,
+                     guided="off", on_truncated="keep_flagged")
     summary = read_corpus_memories(cfg)
     assert summary["read"] == 3
     mems = read_memories(summary["memories"])
@@ -74,8 +80,10 @@ def test_transformers_backend_on_tiny_random_model(tmp_path, corpus, tiny_model,
     for mem in mems:
         assert "".join(mem.chunks) == mem.document
         assert mem.meta["backend"] == "transformers" and mem.meta["prompt"] == "memreader.en@1"
-    # 6 tokens from a random model never contain a chunk block: every memory is a flagged fallback.
+    # 6 tokens from a random model never contain a chunk block: every memory is a flagged fallback,
+    # and flagged as cut off (kept only because on_truncated=keep_flagged).
     assert summary["fallback_whole_document"] == 3 and all(m.meta["fallback"] for m in mems)
+    assert all(m.meta["truncated"] and m.meta["generation"]["finish_reason"] == "length" for m in mems)
 
 
 def test_resume_refuses_changed_text_or_settings(tmp_path, corpus, monkeypatch) -> None:
@@ -95,7 +103,8 @@ def test_failed_requests_are_not_written_and_retried(tmp_path, corpus, monkeypat
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
 
     class Flaky(Backend):
-        def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False):
+        def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                          grammars=None):
             outs = super().generate_many(list_of_messages, params)
             assert return_exceptions
             return [GenerationRequestError("HTTP 500 five times", 500) if "document 3" in d else o
@@ -103,7 +112,75 @@ def test_failed_requests_are_not_written_and_retried(tmp_path, corpus, monkeypat
 
     cfg = ReadConfig(input=str(corpus), run="f", batch_size=5)
     summary = read_corpus_memories(cfg, backend=Flaky())
-    assert summary["failed"] == ["d3"] and summary["read"] == 4
+    assert list(summary["failed"]) == ["d3"] and "HTTP 500" in summary["failed"]["d3"] and summary["read"] == 4
     assert "WARNING: 1 document(s) failed" in capsys.readouterr().out
     again = read_corpus_memories(cfg, backend=Backend())
     assert again["read"] == 1 and again["skipped_done"] == 4
+
+
+def test_guided_reading_sends_one_grammar_per_document(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    backend = Backend()
+    summary = read_corpus_memories(ReadConfig(input=str(corpus), run="gd", batch_size=5), backend=backend)
+    assert len(backend.grammars) == 5 and all(g and g.startswith("%llguidance") for g in backend.grammars)
+    assert "document 3 h[MASK]re and there" in backend.grammars[3]  # built from that document's own text
+    mem = read_memories(summary["memories"])[0]
+    assert mem.meta["generation"]["grammar"]["single_chunk"] is True  # 37 characters: no boundary in range
+    assert summary["single_chunk_no_boundary"] == ["d0", "d1", "d2", "d3", "d4"]
+    off = Backend()
+    read_corpus_memories(ReadConfig(input=str(corpus), run="gd2", batch_size=5, guided="off"), backend=off)
+    assert off.grammars == [None] * 5
+
+
+def test_cut_off_replies_are_retried_longer_then_skipped(tmp_path, corpus, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class Cut(Backend):
+        def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                          grammars=None):
+            outs = super().generate_many(list_of_messages, params, grammars=grammars)
+            return [Reply(o[:40], finish_reason="length") if "document 1" in d else Reply(o, finish_reason="stop")
+                    for d, o in zip(self.seen[-len(outs):], outs, strict=True)]
+
+    backend = Cut()
+    cfg = ReadConfig(input=str(corpus), run="cut", batch_size=5, max_new_tokens=300, guided="off")
+    summary = read_corpus_memories(cfg, backend=backend)
+    assert backend.budgets == [300] * 5 + [600]  # only the cut-off one, once, twice the budget
+    assert summary["read"] == 4 and summary["truncated_skipped"] == 1 and summary["fates"]["truncated-skipped"] == 1
+    assert "d1" not in [m.doc_id for m in read_memories(summary["memories"])]
+    assert "cut off by max_new_tokens=300" in capsys.readouterr().out
+    kept = read_corpus_memories(ReadConfig(**{**cfg.__dict__, "run": "cut2", "on_truncated": "keep_flagged"}),
+                                backend=Cut())
+    flagged = [m for m in read_memories(kept["memories"]) if m.meta.get("truncated")]
+    assert [m.doc_id for m in flagged] == ["d1"] and flagged[0].meta["generation"]["fate"] == "truncated-kept"
+
+
+def test_unguidable_document_is_named_with_the_fix(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path = tmp_path / "long.jsonl"
+    long_text = "A sentence of words. " * 200  # 4,200 characters > max_scenarios x max_chunk_chars
+    path.write_text(json.dumps({"id": "long", "text": long_text}) + "\n" +
+                    json.dumps({"id": "ok", "text": "document ok has words here and there"}) + "\n")
+    backend = Backend()
+    summary = read_corpus_memories(ReadConfig(input=str(path), run="u", max_scenarios=2, max_chunk_chars=1000),
+                                   backend=backend)
+    assert list(summary["failed"]) == ["long"] and "max_scenarios" in summary["failed"]["long"]
+    assert len(backend.seen) == 1 and summary["read"] == 1  # no model call spent on it
+
+
+@pytest.mark.integration
+def test_guided_reading_on_tiny_random_model_gives_exact_memories(tmp_path, tiny_model, monkeypatch) -> None:
+    """A random model cannot follow any format; guided, every output is a valid tiling memory."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path = tmp_path / "c.jsonl"
+    text = ("The garden has three compost bays behind the shed. Volunteers turn the piles every week. "
+            "In spring the finished compost goes onto the vegetable beds. The school class visits on Fridays. "
+            "Last year the garden produced four hundred kilograms of vegetables for the food bank.")
+    path.write_text(json.dumps({"id": "g", "text": text}) + "\n")
+    cfg = ReadConfig(input=str(path), run="tg", model=tiny_model, max_new_tokens=400, min_chunk_chars=60,
+                     core_tokens=12, topic_tokens=8)
+    summary = read_corpus_memories(cfg)
+    assert summary["guided"] == 1 and summary["fallback_whole_document"] == 0 and summary["read"] == 1
+    mem = read_memories(summary["memories"])[0]
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0 and len(mem.scenarios) >= 2
+    assert mem.meta["generation"]["guided"] and mem.meta["generation"]["finish_reason"] == "stop"

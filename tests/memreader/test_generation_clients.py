@@ -22,9 +22,9 @@ from memreader.generation import (
     LocalChat,
     OpenAIChat,
     Reply,
-    _retry_after,
     make_chat,
 )
+from memreader.generation.openai_chat import _retry_after
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -39,8 +39,10 @@ class FakeOpenAI(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, plan: dict[str, list[str]], delay_s: float = 0.0, slow_s: float = 0.6,
-                 retry_after: str = "0.25") -> None:
+                 retry_after: str = "0.25", owned_by: str = "openai") -> None:
         super().__init__(("127.0.0.1", 0), _FakeHandler)
+        self.owned_by = owned_by
+        self.bodies: list[dict[str, Any]] = []
         self.plan, self.delay_s, self.slow_s, self.retry_after = plan, delay_s, slow_s, retry_after
         self.attempts: Counter[str] = Counter()
         self.auth: set[str] = set()
@@ -70,11 +72,16 @@ class _FakeHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client timed out and hung up: exactly what the "slow" action provokes
 
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._send(200, {"object": "list", "data": [
+            {"id": "fake-model", "object": "model", "created": 0, "owned_by": self.server.owned_by}]})
+
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         prompt = body["messages"][-1]["content"]
         srv = self.server
         with srv.lock:
+            srv.bodies.append(body)
             attempt = srv.attempts[prompt]
             srv.attempts[prompt] += 1
             srv.auth.add(self.headers.get("Authorization", ""))
@@ -146,7 +153,7 @@ PARAMS = GenerationParams(temperature=0.7, top_p=0.8, max_new_tokens=16, seed=1)
 def test_retries_429_500_timeout_then_success_in_input_order(fake: Any, caplog: pytest.LogCaptureFixture) -> None:
     server = fake({"a": ["429"], "b": ["500", "500"], "c": ["slow"], "d": []})
     teacher = _teacher(server.url)
-    caplog.set_level(logging.WARNING, logger="memreader.generation")
+    caplog.set_level(logging.WARNING, logger="memreader.generation.openai_chat")
     start = time.perf_counter()
     replies = teacher.generate_many([_msgs(p) for p in "abcd"], PARAMS)
     assert replies == ["echo:a", "echo:b", "echo:c", "echo:d"]
@@ -271,7 +278,30 @@ def test_make_chat_and_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert SECRET not in repr(teacher)
     assert isinstance(make_chat("local", batch_size=2), LocalChat)  # loads lazily: no model yet
     with pytest.raises(ValueError, match="'openai'"):
-        make_chat("vllm")
+        make_chat("tgi")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"\.\[gpu\]"):
+            make_chat("vllm", model="m")
+
+
+@pytest.mark.parametrize(("owner", "mode", "sent"), [
+    ("vllm", "auto", True), ("memreader", "auto", True), ("openai", "auto", False), ("deepseek", "auto", False),
+    ("openai", "on", True), ("vllm", "off", False),
+])
+def test_grammar_goes_only_to_servers_that_take_it(fake: Any, owner: str, mode: str, sent: bool) -> None:
+    server = fake({}, owned_by=owner)
+    teacher = _teacher(server.url, guided=mode)
+    grammar = 'start: "echo:" /[a-z]+/'
+    replies = teacher.generate_many([_msgs("a"), _msgs("b")], GenerationParams(seed=0), grammars=[grammar, None])
+    bodies = {b["messages"][-1]["content"]: b for b in server.bodies}
+    assert ("structured_outputs" in bodies["a"]) is sent
+    assert "structured_outputs" not in bodies["b"]  # no grammar for this row: never guided
+    if sent:
+        assert bodies["a"]["structured_outputs"] == {"grammar": grammar}
+    assert [r.guided for r in replies] == [sent, False]
+    assert replies[0].info()["guided"] is sent and replies[0].finish_reason == "stop"
 
 
 @pytest.mark.integration

@@ -1,0 +1,229 @@
+"""Guided memory grammars: the boundary graph, what the lark grammar accepts (real llguidance and the
+embedded SmolLM2 tokenizer), hypothesis round trips through the parser and aligner, token budgets."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from memreader.assemble import memory_from_output
+from memreader.generation.guided import accepts
+from memreader.markup import render_memory
+from memreader.memory_grammar import BoundaryGraph, GrammarSettings, GuidanceError, memory_grammar
+
+SMALL = GrammarSettings(min_chunk_chars=20, max_chunk_chars=80, topic_tokens=8, min_topic_tokens=3,
+                        core_tokens=12, min_core_tokens=4)
+DOC = ("The cat sat on a mat today. It was warm and the sun was out! Birds sang in the old oak tree? "
+       "Then rain came down hard.\nEveryone ran inside quickly. The price rose to 3.5 dollars at noon. "
+       "The end of the story is here.")
+
+
+@pytest.fixture(scope="module")
+def hf_tok(smollm2_path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def ll_tok(hf_tok):
+    from memreader.generation.guided import ll_tokenizer
+
+    return ll_tokenizer(hf_tok)
+
+
+def _count(hf_tok):
+    return lambda text: len(hf_tok.encode(text, add_special_tokens=False))
+
+
+def _check_graph(graph: BoundaryGraph) -> None:
+    """Edges point forward, every target is a state or the end, and the end is reachable from each state."""
+    n = len(graph.document)
+    for s, ends in graph.edges.items():
+        assert ends and ends == sorted(set(ends)), (s, ends)
+        for e in ends:
+            assert s < e <= n
+            assert e == n or e in graph.edges, f"end {e} of state {s} has no edges"
+    reach = {n}
+    for s in reversed(graph.starts):
+        assert any(e in reach for e in graph.edges[s])
+        reach.add(s)
+    assert 0 in graph.edges
+
+
+def _first_path(graph: BoundaryGraph, pick: int = 0) -> list[int]:
+    path = [0]
+    while path[-1] < len(graph.document):
+        ends = graph.edges[path[-1]]
+        path.append(ends[min(pick, len(ends) - 1)])
+    return path
+
+
+def _render(doc: str, path: list[int], s: GrammarSettings, topic: str = "topic words", core: str = "core words"):
+    chunks = [doc[a:b] for a, b in zip(path, path[1:], strict=False)]
+    return render_memory([f"{topic} {i}" for i in range(len(chunks))], chunks,
+                         [f"{core} {i}" for i in range(len(chunks))], head_chars=s.head_chars, tail_chars=s.tail_chars)
+
+
+def test_graph_boundaries_follow_sentences_and_chunk_sizes() -> None:
+    graph = BoundaryGraph.build(DOC, SMALL)
+    _check_graph(graph)
+    n = len(DOC)
+    sentence_ends = {m.end() for m in re.finditer(r"[.!?](?:\s+)", DOC)} | {DOC.index("Everyone")}
+    decimal = DOC.index("3.5") + 2
+    assert graph.min_chars == max(20, -(-n // 8)) and graph.max_chars == 80 and graph.relaxed == []
+    for s, ends in graph.edges.items():
+        assert s == 0 or s in sentence_ends
+        for e in ends:
+            assert e != decimal
+            if e < n:
+                assert e in sentence_ends, (s, e)
+                assert graph.min_chars <= e - s <= 80, (s, e)
+            else:
+                assert e - s <= 80
+    assert len(graph.edges) >= 5 and graph.longest_path() >= 5 and not graph.single_chunk
+
+
+def test_state_zero_drops_the_whole_document_edge() -> None:
+    doc = "Short first sentence here. A second one follows now. And a third closes it."
+    graph = BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=10, max_chunk_chars=200))
+    _check_graph(graph)
+    assert len(doc) not in graph.edges[0] and graph.edges[0]
+    assert any(len(doc) in ends for ends in graph.edges.values())
+    assert not graph.single_chunk and graph.longest_path() >= 2
+
+
+@pytest.mark.parametrize("doc", ["one long run of words with no stop at all " * 2,
+                                 "a long stretch without any sentence end " * 40])
+def test_document_without_boundary_is_a_single_chunk(doc: str) -> None:
+    graph = BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=20, max_chunk_chars=400))
+    assert graph.single_chunk and graph.edges == {0: [len(doc)]} and graph.longest_path() == 1
+
+
+@pytest.mark.parametrize("doc", ["", "   \n\t "])
+def test_empty_document_is_refused_with_a_fix(doc: str) -> None:
+    with pytest.raises(GuidanceError, match="empty") as info:
+        BoundaryGraph.build(doc, SMALL)
+    assert "fix:" in str(info.value)
+
+
+def test_too_long_document_names_max_scenarios() -> None:
+    doc = "Word soup sentence here. " * 40  # 1000 chars > 8 x 80
+    with pytest.raises(GuidanceError, match="max_scenarios"):
+        BoundaryGraph.build(doc, SMALL)
+    BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=20, max_chunk_chars=80, max_scenarios=13))
+
+
+def test_cjk_documents_get_shorter_chunks() -> None:
+    sentence = "今天天气很好我们一起去公园散步看花。"  # 18 characters
+    doc = sentence * 8
+    s = GrammarSettings(min_chunk_chars=50, max_chunk_chars=200)
+    graph = BoundaryGraph.build(doc, s)
+    _check_graph(graph)
+    assert (graph.min_chars, graph.max_chars) == (20, 80)
+    for start, ends in graph.edges.items():
+        assert start % 18 == 0
+        for e in ends:
+            assert e % 18 == 0 and e - start <= 80
+            assert e == len(doc) or e - start >= 20
+    english = BoundaryGraph.build("Plain words go here. " * 8, s)
+    assert english.max_chars == 200
+
+
+def test_grammar_accepts_a_true_memory_and_rejects_broken_ones(hf_tok, ll_tok) -> None:
+    graph = BoundaryGraph.build(DOC, SMALL)
+    plan = memory_grammar(graph, SMALL, 4000, _count(hf_tok))
+    path = _first_path(graph)
+    assert len(path) >= 5
+    good = _render(DOC, path, SMALL)
+    assert accepts(ll_tok, plan.lark, good)
+    assert accepts(ll_tok, plan.lark, _render(DOC, _first_path(graph, 1), SMALL))
+    chunks = [DOC[a:b] for a, b in zip(path, path[1:], strict=False)]
+    skipped = [chunks[0], *chunks[2:]]  # the second chunk starts past the end of the first
+    out = render_memory(["t"] * len(skipped), skipped, ["c"] * len(skipped), head_chars=12, tail_chars=12)
+    assert not accepts(ll_tok, plan.lark, out)
+    swapped = [chunks[0], chunks[2], chunks[1], *chunks[3:]]
+    out = render_memory(["t"] * len(chunks), swapped, ["c"] * len(chunks), head_chars=12, tail_chars=12)
+    assert not accepts(ll_tok, plan.lark, out)
+    head = chunks[1][:12]
+    assert not accepts(ll_tok, plan.lark, good.replace(head, head.upper(), 1))  # invented head
+    tail = chunks[1].strip()[-12:]
+    assert not accepts(ll_tok, plan.lark, good.replace(tail + "</chunk>", tail[:-2] + "!!</chunk>", 1))
+    assert not accepts(ll_tok, plan.lark, good[:-1])  # a memory cut short is no sentence
+    assert not accepts(ll_tok, plan.lark, good.replace("core words 1", "core [x] 1"))
+
+
+def test_budget_shrinks_cores_then_refuses(hf_tok) -> None:
+    graph = BoundaryGraph.build(DOC, SMALL)
+    full = memory_grammar(graph, SMALL, 100_000, _count(hf_tok))
+    assert full.core_tokens == SMALL.core_tokens and full.topic_tokens == SMALL.topic_tokens
+    assert full.worst_case_tokens <= 100_000 and full.scenarios_max == graph.longest_path()
+    tight = memory_grammar(graph, SMALL, full.worst_case_tokens - 1, _count(hf_tok))
+    assert tight.worst_case_tokens <= full.worst_case_tokens - 1
+    assert SMALL.min_core_tokens <= tight.core_tokens < SMALL.core_tokens
+    with pytest.raises(GuidanceError, match="max_new_tokens") as info:
+        memory_grammar(graph, SMALL, 50, _count(hf_tok))
+    assert "raise max_new_tokens to at least" in str(info.value)
+
+
+# Random documents: English and Chinese sentences, odd punctuation, newlines, reserved markup.
+_WORDS = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "tree", "<chunk>", "[MASK]",
+          "</scenario>", "&lt;chunk>", "&#91;MASK]", "3.5", "x<y", "a[b]", "Zoë", "don't"]
+_HAN = list("天地人山水火木金土日月风云雨雪花草")
+_english = st.tuples(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=7).map(" ".join),
+                     st.sampled_from([".", "!", "?", ";", ",", ""]),
+                     st.sampled_from([" ", " ", "\n", "\n\n", "  "])).map("".join)
+_chinese = st.tuples(st.lists(st.sampled_from(_HAN), min_size=2, max_size=12).map("".join),
+                     st.sampled_from(["。", "！", "，"]), st.sampled_from(["", "", "\n"])).map("".join)
+_docs = st.tuples(st.sampled_from(["", "\n"]), st.lists(st.one_of(_english, _chinese), min_size=1, max_size=14)
+                  .map("".join)).map("".join)
+PROP = GrammarSettings(min_chunk_chars=20, max_chunk_chars=100, topic_tokens=8, min_topic_tokens=3,
+                       core_tokens=12, min_core_tokens=4)
+
+
+def _junctions_unique(doc: str, path: list[int], k: int) -> bool:
+    """Whether each ``tail\\s*head`` junction of the path occurs once in ``doc``: the aligner places a
+    boundary at the first junction past the previous head, so a repeated one is ambiguous to it."""
+    chunks = [doc[a:b].strip() for a, b in zip(path, path[1:], strict=False)]
+    for prev, nxt in zip(chunks, chunks[1:], strict=False):
+        if len(prev) > 2 * k:
+            head = nxt if len(nxt) <= 2 * k else nxt[:k].strip()
+            pat = re.compile(re.escape(prev[-k:].strip()) + r"\s*" + re.escape(head))
+            if sum(1 for i in range(len(doc)) if pat.match(doc, i)) != 1:
+                return False
+    return True
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(doc=_docs, data=st.data())
+def test_property_any_graph_path_is_accepted_and_aligns_exactly(hf_tok, ll_tok, doc: str, data) -> None:
+    assume(doc.strip())
+    graph = BoundaryGraph.build(doc, PROP)
+    _check_graph(graph)
+    path = [0]
+    while path[-1] < len(doc):
+        path.append(data.draw(st.sampled_from(graph.edges[path[-1]])))
+    plan = memory_grammar(graph, PROP, 100_000, _count(hf_tok))
+    out = _render(doc, path, PROP, topic="t", core="c")
+    assert accepts(ll_tok, plan.lark, out), out
+    assume(_junctions_unique(doc, path, PROP.head_chars))  # see the xfail test below
+    mem = memory_from_output("d", doc, out)
+    assert [(s.start, s.end) for s in mem.scenarios] == list(zip(path, path[1:], strict=False))
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="the aligner takes the first tail+head junction even when the marker "
+                   "(a chunk with a tail is longer than head+tail) rules it out; guided output of repetitive "
+                   "text can misalign although the grammar fixed the path")
+def test_repeated_junction_in_guided_output_aligns_to_the_grammar_path(hf_tok, ll_tok) -> None:
+    doc = "alpha alpha gamma alpha gamma\nalpha "
+    graph = BoundaryGraph.build(doc, PROP)
+    assert graph.edges == {0: [30], 30: [36]}
+    out = _render(doc, [0, 30, 36], PROP)
+    assert accepts(ll_tok, memory_grammar(graph, PROP, 100_000, _count(hf_tok)).lark, out)
+    mem = memory_from_output("d", doc, out)
+    assert [(s.start, s.end) for s in mem.scenarios] == [(0, 30), (30, 36)]
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0
