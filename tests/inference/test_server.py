@@ -139,3 +139,33 @@ def test_cli_arguments() -> None:
     args = add_arguments(argparse.ArgumentParser()).parse_args(
         ["--model", MODEL, "--adapter", "out/adapter", "--host", "0.0.0.0", "--port", "9000"])
     assert (args.model, args.adapter, args.host, args.port) == (MODEL, "out/adapter", "0.0.0.0", 9000)
+
+
+def test_guided_reading_over_http_gives_exact_memories(server: ChatServer, tmp_path: Path, monkeypatch) -> None:
+    """memreader read (backend=openai, guided=auto) against memreader serve: the client sees
+    owned_by=memreader, sends each document's grammar, and every memory tiles its document."""
+    from inference.reader import ReadConfig, read_corpus_memories
+    from memreader.schema import read_memories
+
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path = tmp_path / "c.jsonl"
+    text = ("The ferry leaves at seven every morning. In winter the first crossing is at eight. "
+            "Bicycles travel free on weekdays. Dogs must stay on a lead on the upper deck.")
+    path.write_text(json.dumps({"id": "ferry", "text": text}) + "\n")
+    cfg = ReadConfig(input=str(path), run="http", backend="openai", model=MODEL, base_url=server.url,
+                     max_new_tokens=300, min_chunk_chars=40, core_tokens=10, topic_tokens=8, temperature=0.1)
+    summary = read_corpus_memories(cfg)
+    assert summary["guided"] == 1 and summary["read"] == 1
+    mem = read_memories(summary["memories"])[0]
+    assert mem.meta["generation"]["guided"] and mem.meta["alignment"]["coverage_exact"] == 1.0
+    assert len(mem.scenarios) >= 2 and "".join(mem.chunks) == text
+
+
+def test_bad_grammar_is_a_400(server: ChatServer) -> None:
+    status, body = _http(server.url + "/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+        "structured_outputs": {"grammar": "start: undefined_rule"}})
+    assert status == 400 and "grammar" in body["error"]["message"]
+    status, body = _http(server.url + "/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "structured_outputs": {"json": {}}})
+    assert status == 400 and body["error"]["param"] == "structured_outputs"
