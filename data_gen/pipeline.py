@@ -204,7 +204,8 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         if fate == "truncated-kept":
             meta["truncated"] = True
         try:
-            mem = memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable)
+            mem = memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable,
+                                     graph=plan.graph if plan is not None and reply.guided else None)
         except ParseError as exc:
             teacher.mark_unusable(extract_msgs[k], extract_params, grammars[k])
             failed(doc.doc_id, "extraction reply", exc)

@@ -223,7 +223,8 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
                     "generation": {**out.info(), "fate": fate, "grammar": plan.meta() if plan else None}}
             if fate == "truncated-kept":
                 meta["truncated"] = True
-            mem = memory_from_output(doc.doc_id, doc.text, out, meta, "whole", cfg.fuzzy_threshold)
+            mem = memory_from_output(doc.doc_id, doc.text, out, meta, "whole", cfg.fuzzy_threshold,
+                                     plan.graph if plan is not None and out.guided else None)
             stats["fallbacks"] += "fallback" in mem.meta
             stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
             stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)

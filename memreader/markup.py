@@ -65,7 +65,7 @@ def render_memory(
     parts: list[str] = []
     if reasoning is not None:
         parts.append(f"<think>{escape_markup(reasoning.strip())}</think>")
-    topics = (escape_markup(o.replace("\n", " ").strip()) for o in outline)
+    topics = (escape_markup(" ".join(o.splitlines()).strip()) for o in outline)
     parts.append("<outline>\n" + "\n".join(topics) + "\n</outline>")
     for chunk, core in zip(chunks, cores, strict=True):
         marker = render_chunk_marker(chunk, head_chars, tail_chars)

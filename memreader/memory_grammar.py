@@ -88,6 +88,8 @@ class BoundaryGraph:
     min_chars: int
     max_chars: int
     relaxed: list[int] = field(default_factory=list)  # starts with no end in range (took the first one past it)
+    head_chars: int = 12  # marker shape, so a guided reply can be walked back along the graph
+    tail_chars: int = 12
 
     @property
     def starts(self) -> list[int]:
@@ -142,7 +144,7 @@ class BoundaryGraph:
                 ends = [e for e in ends if e < n] or ends  # a memory has at least two chunks when it can
             edges[s] = ends
             todo.extend(e for e in ends if e < n and e not in edges)
-        return cls(document, edges, min_chars, max_chars, sorted(relaxed))
+        return cls(document, edges, min_chars, max_chars, sorted(relaxed), settings.head_chars, settings.tail_chars)
 
 
 def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
@@ -173,6 +175,7 @@ class GrammarPlan:
     """The lark grammar and the limits it was sized with."""
 
     lark: str
+    graph: BoundaryGraph
     scenarios_max: int
     topic_tokens: int
     core_tokens: int
@@ -187,6 +190,8 @@ class GrammarPlan:
                 "single_chunk": self.single_chunk, "relaxed_starts": self.relaxed_starts}
 
 
+# Free text never holds "<" (no tag can open), "[" (no [MASK]) or any line break str.splitlines knows.
+_NO_FREE = "<\\[\\n\\r\\x0b\\x0c\\x1c-\\x1e\\x85\\u2028\\u2029"
 _OPEN = "<scenario>\n<chunk>"
 _CLOSE_CHUNK = "</chunk>\n"
 _CLOSE = "\n</scenario>"
@@ -237,8 +242,8 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
         "start: " + ("think " if settings.think_tokens else "") + "outline s0",
         f"outline: {lark_string('<outline>' + chr(10))} (topic {lark_string(chr(10))}){{1,{k_max}}} "
         f"{lark_string('</outline>' + chr(10))}",
-        f"topic[max_tokens={topic}]: /[^<\\n\\[ \\t][^<\\n\\[]*/",
-        f"core[max_tokens={core}]: /[^<\\n\\[ \\t][^<\\n\\[]*/",
+        f"topic[max_tokens={topic}]: /[^{_NO_FREE} \\t][^{_NO_FREE}]*/",
+        f"core[max_tokens={core}]: /[^{_NO_FREE} \\t][^{_NO_FREE}]*/",
     ]
     if settings.think_tokens:
         lines.append(f"think: {lark_string('<think>')} reasoning {lark_string('</think>' + chr(10))}")
@@ -249,7 +254,8 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
             body = f"{lark_string(markers[s, e] + _CLOSE_CHUNK)} core {lark_string(_CLOSE)}"
             alts.append(body if e == n else f"{body} {lark_string(chr(10))} s{e}")
         lines.append(f"s{s}: {lark_string(_OPEN)} ({' | '.join(alts)})")
-    return GrammarPlan("\n".join(lines) + "\n", k_max, topic, core, need, graph.single_chunk, len(graph.relaxed))
+    return GrammarPlan("\n".join(lines) + "\n", graph, k_max, topic, core, need, graph.single_chunk,
+                       len(graph.relaxed))
 
 
 def _count_all(texts: list[str], count_tokens: Callable[[str], int]) -> list[int]:

@@ -209,21 +209,40 @@ def test_property_any_graph_path_is_accepted_and_aligns_exactly(hf_tok, ll_tok, 
     plan = memory_grammar(graph, PROP, 100_000, _count(hf_tok))
     out = _render(doc, path, PROP, topic="t", core="c")
     assert accepts(ll_tok, plan.lark, out), out
-    assume(_junctions_unique(doc, path, PROP.head_chars))  # see the xfail test below
-    mem = memory_from_output("d", doc, out)
-    assert [(s.start, s.end) for s in mem.scenarios] == list(zip(path, path[1:], strict=False))
+    spans = list(zip(path, path[1:], strict=False))
+    mem = memory_from_output("d", doc, out, graph=graph)  # the guided path: walk the graph
+    assert [(s.start, s.end) for s in mem.scenarios] == spans
     assert mem.meta["alignment"]["coverage_exact"] == 1.0
+    if _junctions_unique(doc, path, PROP.head_chars):  # search alone is exact too when junctions are unique
+        plain = memory_from_output("d", doc, out)
+        assert [(s.start, s.end) for s in plain.scenarios] == spans
+        assert plain.meta["alignment"]["coverage_exact"] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="the aligner takes the first tail+head junction even when the marker "
-                   "(a chunk with a tail is longer than head+tail) rules it out; guided output of repetitive "
-                   "text can misalign although the grammar fixed the path")
 def test_repeated_junction_in_guided_output_aligns_to_the_grammar_path(hf_tok, ll_tok) -> None:
+    """Search alone takes the first tail+head junction (here the wrong one); the graph walk does not."""
     doc = "alpha alpha gamma alpha gamma\nalpha "
     graph = BoundaryGraph.build(doc, PROP)
     assert graph.edges == {0: [30], 30: [36]}
     out = _render(doc, [0, 30, 36], PROP)
     assert accepts(ll_tok, memory_grammar(graph, PROP, 100_000, _count(hf_tok)).lark, out)
-    mem = memory_from_output("d", doc, out)
+    assert memory_from_output("d", doc, out).meta["alignment"]["coverage_exact"] < 1.0  # search is fooled
+    mem = memory_from_output("d", doc, out, graph=graph)
     assert [(s.start, s.end) for s in mem.scenarios] == [(0, 30), (30, 36)]
-    assert mem.meta["alignment"]["coverage_exact"] == 1.0
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0 and mem.meta["alignment"]["methods"] == {"grammar-path": 2}
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\r", "\x0b", "\x85"])
+def test_free_text_cannot_hold_a_line_break(hf_tok, ll_tok, brk: str) -> None:
+    """The parser splits the outline with str.splitlines: no line break of any kind may enter a topic."""
+    doc = "The cat sat on a mat today. It was warm and the sun was out! Birds sang in the old oak tree?"
+    graph = BoundaryGraph.build(doc, SMALL)
+    path = [0]
+    while path[-1] < len(doc):
+        path.append(graph.edges[path[-1]][0])
+    lark = memory_grammar(graph, SMALL, 100_000, _count(hf_tok)).lark
+    out = _render(doc, path, SMALL)
+    assert accepts(ll_tok, lark, out)
+    assert not accepts(ll_tok, lark, out.replace("topic words 0", f"topic{brk}words 0"))
+    assert not accepts(ll_tok, lark, out.replace("core words 0", f"core{brk}words 0"))
+    assert render_memory([f"a{brk}b"], [doc], ["c"]).count("\n") == render_memory(["a b"], [doc], ["c"]).count("\n")
