@@ -254,6 +254,9 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         f"{len(failures)} failed ({skipped} cut off), {teacher.calls} teacher calls ({cache.hits} cached) "
         f"in {seconds:.1f}s → {out_dir}"
     )
+    if manifest["without_reasoning"]:
+        print(f"NOTE: {len(manifest['without_reasoning'])}/{n_mem} memories have no reasoning path (the reverse-CoM "
+              "reply was cut off or failed): their SFT targets are the memory alone")
     if single_chunk:
         print(f"NOTE: {len(single_chunk)} document(s) had no chunk boundary in range and are one chunk each: "
               f"{single_chunk[:5]} (lower min_chunk_chars to cut them)")
@@ -274,17 +277,19 @@ def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: 
     def call(idx: list[int], p: GenerationParams) -> list:
         return teacher.generate([items[k] for k in idx], p, "reverse CoM")
 
-    # The reasoning is part of the SFT target: a cut-off one is retried once, longer, then left out.
-    replies, fates = generate_with_policy(call, len(items), params, "retry_longer")
+    # The reasoning is part of the SFT target: a cut-off one is never kept (keep_flagged counts as skip
+    # here); retry_longer asks once more with twice com_max_new_tokens first.
+    policy = "retry_longer" if cfg.on_truncated == "retry_longer" else "skip"
+    replies, fates = generate_with_policy(call, len(items), params, policy)
     for mem, reply, fate in zip(memories, replies, fates, strict=True):
         if isinstance(reply, GenerationRequestError):
             mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
             log.warning("doc %s: reverse CoM request failed, memory kept without reasoning (%s)", mem.doc_id, reply)
             continue
         if fate == "truncated-skipped":
-            mem.meta["reverse_com_error"] = f"reasoning cut off at {2 * cfg.com_max_new_tokens} tokens; left out"
-            log.warning("doc %s: reverse CoM reply cut off even at twice the budget; memory kept without reasoning",
-                        mem.doc_id)
+            mem.meta["reverse_com_error"] = "reasoning cut off at its token budget; left out of the SFT target"
+            log.warning("doc %s: reverse CoM reply cut off (on_truncated=%s); memory kept without reasoning",
+                        mem.doc_id, cfg.on_truncated)
             continue
         text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
         mem.reasoning = text or None

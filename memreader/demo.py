@@ -137,6 +137,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         "usable MemReader outputs": f"{read['read'] - read['fallback_whole_document']}/{read['documents']} "
                                     f"({read['guided']} guided, {read['fallback_whole_document']} whole-document "
                                     f"fallbacks, {read['truncated_skipped']} cut off)",
+        "reasoning paths (CoM)": f"{gen['memories'] - len(gen['without_reasoning'])}/{gen['memories']} "
+                                 "(a cut-off reasoning is left out of its SFT target)",
         "scenarios per memory": _scenario_line(memories),
         "single chunk (no boundary)": f"{len(read['single_chunk_no_boundary'])} "
                                       f"{read['single_chunk_no_boundary'][:4] or ''}",
