@@ -18,6 +18,7 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from data_gen.cache import ReplyCache
@@ -25,7 +26,8 @@ from data_gen.cached_teacher import CachedTeacher
 from data_gen.sft_export import sft_record, write_sft_splits
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
-from memreader.corpus import Document, read_corpus
+from memreader.corpus import CorpusError, Document, read_corpus, split_empty
+from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.guidance import (
     GUIDED_MODES,
@@ -41,6 +43,7 @@ from memreader.memory_grammar import GrammarSettings
 from memreader.parser import ParseError
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
+from memreader.runlock import RunLock
 from memreader.schema import DocumentMemory, write_memories
 
 log = logging.getLogger(__name__)
@@ -53,40 +56,40 @@ class GenConfig:
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
     text_field: str = field("text", help="name of the text field in the corpus")
-    limit: int = field(0, help="only the first N documents (0 = all)")
+    limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
     teacher: str = field("local", help="teacher backend: 'local' (in-process transformers) or 'openai'")
     model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
     base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL / OPENAI_BASE_URL)")
-    max_concurrency: int = field(8, help="parallel requests to an OpenAI-compatible teacher")
-    batch_size: int = field(4, help="documents per generate call for the local teacher")
-    temperature: float = field(0.7, help="sampling temperature (paper: 0.7)")
-    top_p: float = field(0.8, help="nucleus sampling (paper: 0.8)")
-    max_new_tokens: int = field(768, help="token budget of the extraction reply")
-    outline_max_new_tokens: int = field(160, help="token budget of the outline reply")
-    seed: int = field(0, help="sampling seed (part of the cache key)")
-    min_parts: int = field(2, help="fewest outline topics asked for")
-    max_parts: int = field(6, help="most outline topics asked for")
+    max_concurrency: int = field(8, ge=1, help="parallel requests to an OpenAI-compatible teacher")
+    batch_size: int = field(4, ge=1, help="documents per generate call for the local teacher")
+    temperature: float = field(0.7, ge=0, help="sampling temperature (paper: 0.7)")
+    top_p: float = field(0.8, gt=0, le=1, help="nucleus sampling (paper: 0.8)")
+    max_new_tokens: int = field(768, ge=1, help="token budget of the extraction reply")
+    outline_max_new_tokens: int = field(160, ge=1, help="token budget of the outline reply")
+    seed: int = field(0, ge=0, help="sampling seed (part of the cache key)")
+    min_parts: int = field(2, ge=1, help="fewest outline topics asked for")
+    max_parts: int = field(6, ge=1, help="most outline topics asked for")
     reverse_com: bool = field(True, help="ask the teacher for the reasoning path (CoM) behind each memory")
-    com_max_new_tokens: int = field(256, help="token budget of the reverse-CoM reply")
+    com_max_new_tokens: int = field(256, ge=1, help="token budget of the reverse-CoM reply")
     on_unusable: str = field("skip", help="a teacher reply with no chunk at all: 'skip' the document (no SFT "
                              "record), or keep it as a 'whole'-document one-chunk memory (flagged, counted, "
                              "warned about; only sensible for smoke runs with a weak teacher)")
-    head_chars: int = field(12, help="characters before [MASK] in SFT targets")
-    tail_chars: int = field(12, help="characters after [MASK] in SFT targets")
-    val_fraction: float = field(0.1, help="share of documents held out for validation (at least one when >0)")
-    split_seed: int = field(13, help="seed of the train/validation split")
+    head_chars: int = field(12, ge=1, help="characters before [MASK] in SFT targets")
+    tail_chars: int = field(12, ge=1, help="characters after [MASK] in SFT targets")
+    val_fraction: float = field(0.1, ge=0, lt=1, help="share of documents held out for validation (at least one when >0)")
+    split_seed: int = field(13, ge=0, help="seed of the train/validation split")
     guided: str = field("auto", help="grammar-guided extraction: auto (on for the local teacher; for openai, on when "
                         "the server takes grammars, e.g. vLLM), on, off (free text, then parser + aligner)")
     on_truncated: str = field("retry_longer", help="a reply cut off by its token budget: retry_longer (once, twice "
                               "the budget, then skip), skip, or keep_flagged (memory flagged, never an SFT target)")
     retry_unusable: bool = field(False, help="ask the teacher again for cached replies that were cut off or unusable")
-    min_chunk_chars: int = field(150, help="guided: shortest chunk in characters (English; CJK divides by "
+    min_chunk_chars: int = field(150, ge=1, help="guided: shortest chunk in characters (English; CJK divides by "
                                  "cjk_char_weight)")
-    max_chunk_chars: int = field(1200, help="guided: longest chunk (English characters)")
-    cjk_char_weight: float = field(2.5, help="how many English characters one CJK character counts as")
-    core_tokens: int = field(80, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
-    topic_tokens: int = field(24, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
+    max_chunk_chars: int = field(1200, ge=1, help="guided: longest chunk (English characters)")
+    cjk_char_weight: float = field(2.5, ge=1, help="how many English characters one CJK character counts as")
+    core_tokens: int = field(80, ge=1, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
+    topic_tokens: int = field(24, ge=1, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
 
     def grammar_settings(self) -> GrammarSettings:
         """Memory-grammar settings: chunk markers as in the SFT targets, at most max_parts chunks."""
@@ -129,10 +132,20 @@ def _outline_lines(reply: str) -> list[str]:
 
 
 def generate(cfg: GenConfig) -> dict[str, Any]:
-    """Run the pipeline; returns the manifest (also written to the run folder)."""
+    """Run the pipeline; returns the manifest (also written to the run folder). One writer per run
+    folder; a run in which every document failed raises :class:`RunFailed` (exit code 1)."""
     out_dir = run_dir(cfg.run, "gen")
-    write_resolved_config(out_dir, cfg)
-    docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
+    with RunLock(out_dir):
+        return _generate(cfg, out_dir)
+
+
+def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
+    docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
+    if not docs:
+        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
+                          "give documents with text")
+    if empty:  # before any paid call
+        log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
     if cfg.teacher == "openai":
         backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
                             guided=cfg.guided)
@@ -140,6 +153,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     else:
         backend = make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size)
         chunk, base_url = cfg.batch_size, ""
+    write_resolved_config(out_dir, cfg)  # after the checks: a refused run leaves the earlier record as it was
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
     teacher = CachedTeacher(backend, cache, cfg.model, chunk, cfg.teacher, base_url, cfg.retry_unusable)
     t0 = time.perf_counter()
@@ -229,6 +243,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     manifest = {
         "documents": len(docs),
+        "skipped_empty": empty,
         "memories": n_mem,
         "failures": failures,
         "whole_document_fallbacks": fallbacks,
@@ -263,6 +278,13 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     if fallbacks:
         print(f"WARNING: {len(fallbacks)}/{len(docs)} teacher replies had no usable chunk and were kept as "
               "WHOLE-DOCUMENT memories (on_unusable=whole); their SFT targets teach one chunk per document")
+    if empty:
+        print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no teacher call): {empty[:5]}")
+    if n_mem == 0:
+        raise RunFailed(f"every one of the {len(docs)} documents failed; no memory and no SFT record was written "
+                        f"(first failure: {failures[0]['stage']}: {failures[0]['error']})" if failures else
+                        f"no memory was written for the {len(docs)} documents",
+                        f"fix the cause, then rerun: paid replies are cached in {out_dir / 'teacher_cache.sqlite'}")
     return manifest
 
 

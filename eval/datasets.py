@@ -19,10 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memreader.errors import MemReaderError
+
 CRUD_QA_SPLITS = {"1doc": "questanswer_1doc", "2docs": "questanswer_2docs", "3docs": "questanswer_3docs"}
 
 
-class DatasetError(ValueError):
+class DatasetError(MemReaderError, ValueError):
     """A data file is unusable; the message names the file, line and field, and what was expected."""
 
     def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):

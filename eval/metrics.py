@@ -28,6 +28,7 @@ from typing import Any
 
 from eval.tokenize import TOKENIZERS, init_jieba, postprocess, tokenize, tokenizer_signature
 from memreader.config import ConfigError, field
+from memreader.errors import MemReaderError
 
 METRICS = ("bleu_1", "bleu_avg", "rouge_l", "meteor")
 DISPLAY_NAMES = {"bleu_1": "BLEU-1", "bleu_avg": "BLEU-Avg", "rouge_l": "ROUGE-L", "meteor": "METEOR"}
@@ -43,7 +44,7 @@ _CHOICES = {
 }
 
 
-class MetricSetupError(RuntimeError):
+class MetricSetupError(MemReaderError, RuntimeError):
     """Something the metrics need is not installed; the message names the fix."""
 
 
@@ -54,13 +55,13 @@ class MetricConfig:
     tokenizer: str = field("jieba", help=f"tokenizer for all metrics: {', '.join(TOKENIZERS)}")
     keep_whitespace: bool = field(True, help="BLEU/ROUGE-L keep whitespace tokens (jieba emits them)")
     lowercase: bool = field(False, help="BLEU/ROUGE-L lower-case tokens after tokenizing")
-    bleu_max_order: int = field(4, help="largest n-gram order of BLEU-Avg")
+    bleu_max_order: int = field(4, ge=1, help="largest n-gram order of BLEU-Avg")
     bleu_smoothing: str = field("none", help="'none', or 'add1' = (matches+1)/(total+1) at every order")
     bleu_brevity_penalty: bool = field(True, help="BLEU-Avg includes the brevity penalty (false: CRUD's bleu/bp)")
     bleu_level: str = field("sentence", help="'sentence': mean of per-example BLEU; 'corpus': pooled counts")
-    meteor_alpha: float = field(0.9, help="METEOR precision/recall weight")
-    meteor_beta: float = field(3.0, help="METEOR fragmentation penalty exponent")
-    meteor_gamma: float = field(0.5, help="METEOR fragmentation penalty weight")
+    meteor_alpha: float = field(0.9, ge=0, le=1, help="METEOR precision/recall weight")
+    meteor_beta: float = field(3.0, ge=0, help="METEOR fragmentation penalty exponent")
+    meteor_gamma: float = field(0.5, ge=0, le=1, help="METEOR fragmentation penalty weight")
     meteor_wordnet: bool = field(True, help="METEOR synonym stage with WordNet 3.0 (false: explicit wordnet:off)")
     meteor_keep_whitespace: bool = field(False, help="METEOR keeps whitespace tokens (MoM drops them)")
     meteor_lowercase: bool = field(True, help="METEOR lower-cases words (nltk's default preprocess)")

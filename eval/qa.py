@@ -43,12 +43,12 @@ class QAConfig:
     answer_backend: str = field("local", help="'local' (transformers) or 'openai' (HTTP endpoint)")
     base_url: str = field("", help="for answer_backend=openai")
     embedder: str = field("minilm-l6", help="sentence-transformers model for the index (paper: bge-base-zh-v1.5)")
-    top_k: int = field(8, help="chunks retrieved per question (paper: 8)")
+    top_k: int = field(8, ge=1, help="chunks retrieved per question (paper: 8)")
     mode: str = field("three_layer", help="retrieval mode for MemReader memories: three_layer | single | chunk_only")
-    max_new_tokens: int = field(64, help="answer length budget")
-    batch_size: int = field(4, help="questions per generate call")
+    max_new_tokens: int = field(64, ge=1, help="answer length budget")
+    batch_size: int = field(4, ge=1, help="questions per generate call")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
-    limit: int = field(0, help="only the first N questions (0 = all)")
+    limit: int = field(0, ge=0, help="only the first N questions (0 = all)")
 
     def check(self) -> list[str]:
         """Problems beyond types."""

@@ -30,7 +30,8 @@ from tqdm import tqdm
 
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
-from memreader.corpus import read_corpus
+from memreader.corpus import CorpusError, read_corpus, split_empty
+from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.guidance import (
     GUIDED_MODES,
@@ -44,6 +45,7 @@ from memreader.guidance import (
 from memreader.memory_grammar import GrammarSettings
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
+from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
 
 log = logging.getLogger(__name__)
@@ -56,36 +58,36 @@ class ReadConfig:
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
     text_field: str = field("text", help="name of the text field in the corpus")
-    limit: int = field(0, help="only the first N documents (0 = all)")
+    limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
     backend: str = field("transformers", help="'transformers', 'vllm' (GPU) or 'openai' (HTTP server)")
     model: str = field("smollm2-135m-instruct", help="base model (registry name, folder, hub id, or served name)")
     adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
     base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_TEACHER_BASE_URL)")
     think: bool = field(False, help="use the <think> (CoM) prompt variant")
-    batch_size: int = field(4, help="documents per generate call")
-    max_new_tokens: int = field(512, help="token budget per memory")
-    temperature: float = field(0.1, help="paper: 0.1")
-    top_p: float = field(0.1, help="paper: 0.1")
-    repetition_penalty: float = field(1.05, help="paper: 1.05")
-    seed: int = field(0, help="sampling seed")
-    max_model_len: int = field(8192, help="for backend=vllm: context length")
-    fuzzy_threshold: float = field(85.0, help="aligner: rapidfuzz score a fuzzy head/tail must reach")
+    batch_size: int = field(4, ge=1, help="documents per generate call")
+    max_new_tokens: int = field(512, ge=1, help="token budget per memory")
+    temperature: float = field(0.1, ge=0, help="paper: 0.1")
+    top_p: float = field(0.1, gt=0, le=1, help="paper: 0.1")
+    repetition_penalty: float = field(1.05, gt=0, help="paper: 1.05")
+    seed: int = field(0, ge=0, help="sampling seed")
+    max_model_len: int = field(8192, ge=1, help="for backend=vllm: context length")
+    fuzzy_threshold: float = field(85.0, ge=0, le=100, help="aligner: rapidfuzz score a fuzzy head/tail must reach")
     guided: str = field("auto", help="grammar-guided decoding: auto (on for transformers/vllm; for openai, on when "
                         "the server takes grammars), on, off (free text, then parser + aligner)")
     on_truncated: str = field("retry_longer", help="a reply cut off by max_new_tokens: retry_longer (once, twice the "
                               "budget, then skip), skip, or keep_flagged (written with meta.truncated)")
-    head_chars: int = field(12, help="characters before [MASK] in a guided chunk marker (as in SFT targets)")
-    tail_chars: int = field(12, help="characters after [MASK] in a guided chunk marker")
-    min_chunk_chars: int = field(150, help="guided: shortest chunk in characters (English; CJK divides by "
+    head_chars: int = field(12, ge=1, help="characters before [MASK] in a guided chunk marker (as in SFT targets)")
+    tail_chars: int = field(12, ge=1, help="characters after [MASK] in a guided chunk marker")
+    min_chunk_chars: int = field(150, ge=1, help="guided: shortest chunk in characters (English; CJK divides by "
                                  "cjk_char_weight)")
-    max_chunk_chars: int = field(1200, help="guided: longest chunk in characters (English; CJK divides by "
+    max_chunk_chars: int = field(1200, ge=1, help="guided: longest chunk in characters (English; CJK divides by "
                                  "cjk_char_weight)")
-    cjk_char_weight: float = field(2.5, help="how many English characters one CJK character counts as")
-    max_scenarios: int = field(6, help="guided: most chunks per memory (longer documents get longer chunks)")
-    core_tokens: int = field(80, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
-    topic_tokens: int = field(24, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
-    think_tokens: int = field(160, help="guided, think=true: most tokens of the <think> block")
+    cjk_char_weight: float = field(2.5, ge=1, help="how many English characters one CJK character counts as")
+    max_scenarios: int = field(6, ge=1, help="guided: most chunks per memory (longer documents get longer chunks)")
+    core_tokens: int = field(80, ge=1, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
+    topic_tokens: int = field(24, ge=1, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
+    think_tokens: int = field(160, ge=0, help="guided, think=true: most tokens of the <think> block")
 
     def grammar_settings(self) -> GrammarSettings:
         """The memory-grammar settings of this run."""
@@ -162,11 +164,19 @@ def make_backend(cfg: ReadConfig) -> Any:
 
 
 def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[str, Any]:
-    """Read every not-yet-read document; returns the run summary."""
+    """Read every not-yet-read document; returns the run summary. One writer per run folder: a
+    second process on the same run is refused, naming the first."""
     out_dir = run_dir(cfg.run, "read")
-    write_resolved_config(out_dir, cfg)
+    with RunLock(out_dir):
+        return _read(cfg, out_dir, backend)
+
+
+def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]:
     out_path = out_dir / "memories.jsonl"
-    docs = read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None)
+    docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
+    if not docs:
+        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
+                          "give documents with text")
     key = read_key(cfg)
     done = _done(out_path)
     stale = [d.doc_id for d in docs if d.doc_id in done and done[d.doc_id] != (d.sha256, key)]
@@ -176,7 +186,12 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
             f"settings (model, adapter weights, prompt, decoding), e.g. {stale[:3]}; resuming would mix them. "
             "Use a new run name, or delete the file to read everything again."
         )
+    write_resolved_config(out_dir, cfg)  # only now: a refused run leaves the earlier record as it was
     todo = [d for d in docs if d.doc_id not in done]
+    if done:
+        print(f"read: resumed: {len(docs) - len(todo)} of {len(docs)} documents already done in {out_path}")
+    if empty:
+        log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
     name = "memreader_think" if cfg.think else "memreader"
     failed: dict[str, str] = {}
@@ -243,6 +258,7 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
         "documents": len(docs),
         "read": n,
         "skipped_done": len(docs) - len(todo),
+        "skipped_empty": empty,
         "failed": failed,
         "guided": stats["guided"],
         "unguided": stats["unguided"],
@@ -275,6 +291,11 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
               f"{single_chunk[:5]} (lower min_chunk_chars to cut them)")
     if stats["fallbacks"]:
         print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
+    if empty:
+        print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
+    if todo and n == 0:
+        raise RunFailed(f"every one of the {len(todo)} documents to read failed or was cut off; nothing was written",
+                        f"see the warnings above and {out_dir / 'summary.json'}")
     return summary
 
 

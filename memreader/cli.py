@@ -21,6 +21,8 @@ import importlib
 import logging
 import sys
 
+from memreader.errors import MemReaderError, RunFailed
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "gen": ("data_gen.pipeline", "teacher-side memory generation → memories + SFT data"),
     "train": ("training.sft", "LoRA fine-tuning with TRL SFTTrainer"),
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         from memreader.config import describe_config
 
         parser.epilog = describe_config(config_class)
+    _quiet_libraries(verbose)
     args = parser.parse_args(rest)
     try:
         return int(runner(args) or 0)
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # Our own exception types carry a message that names the problem and the fix: no traceback.
         print(f"memreader {name}: error: {exc}\n(run with -v for the traceback)", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, RunFailed) else 2
 
 
 _OWN_PACKAGES = ("memreader", "data_gen", "training", "inference", "retrieval", "eval")
@@ -89,7 +92,24 @@ _OWN_PACKAGES = ("memreader", "data_gen", "training", "inference", "retrieval", 
 
 def _is_user_error(exc: BaseException) -> bool:
     """Errors raised on purpose by this project (its own exception classes), or a missing file."""
-    return isinstance(exc, FileNotFoundError) or type(exc).__module__.split(".")[0] in _OWN_PACKAGES
+    return (isinstance(exc, (MemReaderError, FileNotFoundError))
+            or type(exc).__module__.split(".")[0] in _OWN_PACKAGES)
+
+
+_CHATTY = ("httpx", "httpcore", "openai", "urllib3", "grpc", "pymilvus", "milvus_lite", "faiss", "faiss.loader",
+           "sentence_transformers", "datasets", "jieba")
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Library chatter (every HTTP request, gRPC and Milvus start-up lines, faiss probing for optional
+    builds) stays at WARNING unless ``-v``."""
+    if verbose:
+        return
+    import os
+
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # gRPC's C core prints too_many_pings otherwise
 
 
 if __name__ == "__main__":

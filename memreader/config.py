@@ -1,7 +1,9 @@
 """Stage configs: dataclasses filled from YAML, then overridden by ``--set key=value`` flags.
 
-Every field carries ``metadata={"help": ...}``; :func:`load_config` collects *all* problems
-(unknown keys, wrong types) before failing, so one run shows every mistake in a config file.
+Every field carries ``metadata={"help": ...}`` and, when numeric, its valid range (``ge``, ``gt``,
+``le``, ``lt``); :func:`load_config` collects *all* problems (YAML syntax, unknown keys, wrong
+types, out-of-range values, bad run names, the config's own ``check()``) before failing, so one run
+shows every mistake in a config file.
 """
 
 from __future__ import annotations
@@ -14,19 +16,41 @@ from typing import Any, TypeVar
 
 import yaml
 
+from memreader.errors import MemReaderError
+
 T = TypeVar("T")
+_BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b), "le": ("<=", lambda v, b: v <= b),
+           "lt": ("<", lambda v, b: v < b)}
 
 
-class ConfigError(ValueError):
+class ConfigError(MemReaderError, ValueError):
     """A config file or override is wrong; the message lists every problem."""
 
 
-def field(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:  # noqa: A002
-    """A dataclass field with a help text (mutable defaults go through ``default_factory``)."""
+def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | None = None,  # noqa: A002
+          gt: float | None = None, le: float | None = None, lt: float | None = None, **kw: Any) -> Any:
+    """A dataclass field with a help text and, for numbers, its valid range (mutable defaults go
+    through ``default_factory``)."""
+    meta = {"help": help, **{k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}}
     if isinstance(default, (list, dict)):
         value = default
-        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kw)
-    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta, **kw)
+    return dataclasses.field(default=default, metadata=meta, **kw)
+
+
+def range_problems(config: Any) -> list[str]:
+    """Every numeric field of a dataclass outside its declared range, with the range."""
+    out = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        failed = [f"{op} {f.metadata[k]}" for k, (op, ok) in _BOUNDS.items() if k in f.metadata
+                  and not ok(value, f.metadata[k])]
+        if failed:
+            want = " and ".join(f"{op} {f.metadata[k]}" for k, (op, _) in _BOUNDS.items() if k in f.metadata)
+            out.append(f"{f.name}={value!r} is out of range: it must be {want}")
+    return out
 
 
 def _coerce(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
@@ -75,7 +99,17 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key=value (e.g. --set max_new_tokens=256)")
     key, raw = item.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override --set {item!r}: the value is not valid YAML ({_yaml_reason(exc)})",
+                          "quote the value, e.g. --set 'key=\"[text\"'") from None
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(exc, 'problem', None) or exc}{where}"
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
@@ -87,7 +121,12 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist; pass an existing YAML (see configs/)")
         where = str(path)
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {_yaml_reason(exc)}", "fix the syntax there") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path} is not UTF-8 text", "save the config file as UTF-8") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping of field: value")
         data.update(loaded)
@@ -111,6 +150,14 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             cfg = cls(**kwargs)
         except (TypeError, ValueError) as exc:  # reported below with the other problems
             problems.append(f"cannot build {cls.__name__}: {exc}")
+    if cfg is not None:
+        problems += range_problems(cfg)
+        if "run" in fields:
+            from memreader.paths import run_name_problem
+
+            bad_run = run_name_problem(cfg.run)
+            if bad_run:
+                problems.append(bad_run)
     check = getattr(cfg, "check", None)
     if callable(check):
         try:

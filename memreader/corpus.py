@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memreader.errors import MemReaderError
 
-class CorpusError(ValueError):
+
+class CorpusError(MemReaderError, ValueError):
     """A corpus file is unreadable or a record lacks a field; the message names file and line."""
 
 
@@ -64,4 +66,14 @@ def read_corpus(
         docs.append(Document(doc_id, rec[text_field], meta))
         if limit is not None and len(docs) >= limit:
             break
+    if not docs:
+        raise CorpusError(f"corpus file {path} holds no documents", f"add one JSON object per line with "
+                          f"{id_field!r} and {text_field!r} fields")
     return docs
+
+
+def split_empty(docs: list[Document]) -> tuple[list[Document], list[str]]:
+    """(documents with text, ids of those whose text is empty or only whitespace): empty documents
+    are skipped before any model or paid call, and named in the run's summary."""
+    kept = [d for d in docs if d.text.strip()]
+    return kept, [d.doc_id for d in docs if not d.text.strip()]

@@ -35,14 +35,14 @@ class DemoConfig:
     teacher: str = field("local", help="'local' (in-process, the embedded model) or 'openai' (any OpenAI-compatible "
                          "endpoint from MEMREADER_TEACHER_BASE_URL / _API_KEY): a real teacher fills every layer")
     teacher_model: str = field("", help="teacher model name for teacher=openai (e.g. deepseek-chat); empty = model")
-    gen_max_new_tokens: int = field(512, help="teacher extraction budget (a guided memory's limits are sized to it)")
-    read_max_new_tokens: int = field(512, help="MemReader reading budget (a guided memory's limits are sized to it)")
+    gen_max_new_tokens: int = field(512, ge=1, help="teacher extraction budget (a guided memory's limits are sized to it)")
+    read_max_new_tokens: int = field(512, ge=1, help="MemReader reading budget (a guided memory's limits are sized to it)")
     guided: str = field("auto", help="grammar-guided decoding for teacher and reader: auto (on for local models), "
                         "on, off (free text, then parser + aligner: the 135M model then fails the format)")
-    train_steps: int = field(8, help="LoRA optimizer steps")
-    batch_size: int = field(8, help="sequences per generate call: on CPU, batch 8 decodes ~2.9x the tokens/s "
+    train_steps: int = field(8, ge=1, help="LoRA optimizer steps")
+    batch_size: int = field(8, ge=1, help="sequences per generate call: on CPU, batch 8 decodes ~2.9x the tokens/s "
                             "of batch 1 (memory-bandwidth bound; docs/BENCHMARKS.md)")
-    top_k: int = field(3, help="chunks retrieved per question")
+    top_k: int = field(3, ge=1, help="chunks retrieved per question")
     question: str = field("How many compost bays stand behind the tool shed?", help="sample question for 'ask'")
 
 

@@ -24,15 +24,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from memreader.errors import MemReaderError
 from memreader.markup import render_chunk_marker
 from memreader.parser import cjk_ratio
 
 
-class GuidanceError(ValueError):
+class GuidanceError(MemReaderError, ValueError):
     """A document for which no guided memory can be built with these settings (message: problem — fix)."""
-
-    def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem} — fix: {fix}")
 
 
 @dataclass(frozen=True)

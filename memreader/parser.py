@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from memreader.errors import MemReaderError
 from memreader.markup import MASK, unescape_markup
 
 
-class ParseError(ValueError):
+class ParseError(MemReaderError, ValueError):
     """The output holds nothing that can become a memory."""
 
 

@@ -20,11 +20,25 @@ def memreader_home() -> Path:
     return home
 
 
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid run name (one path component: letters, digits, '.', '_', '-',
+    not '.' or '..'), or None. The one place run names are checked."""
+    if not name:
+        return None  # empty: a timestamp is used
+    if name in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        return (f"run={name!r} is not a valid run name: use one folder name of letters, digits, '.', '_' and '-' "
+                "(not '.' or '..'); runs live under $MEMREADER_HOME/runs/")
+    return None
+
+
 def run_dir(run: str | None, stage: str | None = None) -> Path:
     """``$MEMREADER_HOME/runs/<run>[/<stage>]``; ``run`` defaults to a timestamp."""
     name = run or time.strftime("%Y%m%d-%H%M%S")
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        raise ValueError(f"run name {name!r} may only contain letters, digits, '.', '_' and '-'")
+    problem = run_name_problem(name)
+    if problem:
+        from memreader.config import ConfigError
+
+        raise ConfigError(problem)
     path = memreader_home() / "runs" / name
     if stage:
         path = path / stage
@@ -32,16 +46,23 @@ def run_dir(run: str | None, stage: str | None = None) -> Path:
     return path
 
 
-def write_resolved_config(folder: Path, config: Any, name: str = "config.yaml") -> Path:
-    """Write the fully resolved config of a stage next to its outputs."""
-    data = asdict(config) if is_dataclass(config) else dict(config)
-    path = folder / name
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename: a reader (or a crash) never
+    sees a half-written record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
     return path
+
+
+def write_resolved_config(folder: Path, config: Any, name: str = "config.yaml") -> Path:
+    """Write the fully resolved config of a stage next to its outputs (atomically; call it once the
+    run's checks have passed, so a refused run never rewrites the record of an earlier one)."""
+    data = asdict(config) if is_dataclass(config) else dict(config)
+    return write_atomic(folder / name, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
 def write_json(path: Path, data: Any) -> Path:
-    """Pretty JSON, UTF-8, parent folders created."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    return path
+    """Pretty JSON, UTF-8, parent folders created, written atomically."""
+    return write_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memreader.errors import MemReaderError
 from memreader.paths import memreader_home
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ _MARKER = "memreader_conversion.json"
 ALIASES = {"smollm2": SMOLLM2, "minilm": MINILM, "all-minilm-l6-v2": MINILM}
 
 
-class ModelNotFoundError(RuntimeError):
+class ModelNotFoundError(MemReaderError, RuntimeError):
     """A model name cannot be resolved to weights on this machine."""
 
 

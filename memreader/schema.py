@@ -14,10 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memreader.errors import MemReaderError
+
 SCHEMA_VERSION = 1
 
 
-class MemoryValidationError(ValueError):
+class MemoryValidationError(MemReaderError, ValueError):
     """A document memory breaks the schema or the tiling invariant."""
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memreader.errors import MemReaderError
 from memreader.schema import DocumentMemory
 from retrieval.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
 
@@ -22,7 +23,7 @@ MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
 MAX_DOC_ID_BYTES = 400  # leaves room for the "{layer}/{scenario}/" prefix in a 512-byte primary key
 
 
-class MemoryIndexError(RuntimeError):
+class MemoryIndexError(MemReaderError, RuntimeError):
     """The index is missing, incomplete, or does not match the embedder or the input."""
 
 

@@ -43,13 +43,13 @@ class RetrievalConfig:
     embedder: str = field("minilm-l6", help="sentence-transformers model for rows and queries: a registry name, "
                           "a local folder or a hub id (paper: BAAI/bge-base-zh-v1.5)")
     device: str = field("auto", help="embedding device: auto, cpu or cuda")
-    batch_size: int = field(64, help="texts per embedding batch when indexing")
+    batch_size: int = field(64, ge=1, help="texts per embedding batch when indexing")
     replace: bool = field(True, help="true: drop and rebuild the index; false: add the memories to it, replacing "
                           "the rows of documents already there")
-    top_k: int = field(8, help="chunks returned per question, and the search depth of each layer (paper: 8)")
+    top_k: int = field(8, ge=1, help="chunks returned per question, and the search depth of each layer (paper: 8)")
     mode: str = field("three_layer", help="three_layer (per-layer search + RRF), single (one averaged vector per "
                       "scenario) or chunk_only (raw chunks only)")
-    rrf_k: float = field(60.0, help="reciprocal rank fusion constant: score = sum 1/(rrf_k + rank)")
+    rrf_k: float = field(60.0, ge=0, help="reciprocal rank fusion constant: score = sum 1/(rrf_k + rank)")
 
     def check(self) -> list[str]:
         """Every problem with the values (empty when fine)."""

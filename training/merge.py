@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from memreader.errors import MemReaderError
 from memreader.paths import write_json
 from memreader.registry import ModelNotFoundError, resolve_model
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-class MergeError(ValueError):
+class MergeError(MemReaderError, ValueError):
     """The adapter, base or output folder cannot be used; the message says which and how to fix it."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from memreader.errors import MemReaderError
 from memreader.paths import write_json
 
 log = logging.getLogger(__name__)
@@ -32,11 +33,11 @@ _PROMPT_ROLES = {"system", "user"}
 _WORST_SHOWN = 10
 
 
-class DataFormatError(ValueError):
+class DataFormatError(MemReaderError, ValueError):
     """An SFT JSONL file is malformed; the message lists every bad line."""
 
 
-class PreflightError(ValueError):
+class PreflightError(MemReaderError, ValueError):
     """Examples would be truncated under ``truncation_policy=refuse``; the message names them and the fix."""
 
 

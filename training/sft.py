@@ -70,22 +70,22 @@ class SFTRunConfig:
     run: str | None = field(None, help="run name; outputs go to $MEMREADER_HOME/runs/<run>/train "
                             "(default: a timestamp; required when launched on several processes)")
     overwrite: bool = field(False, help="allow training into a run folder that already holds an adapter")
-    lora_r: int = field(16, help="LoRA rank")
-    lora_alpha: int = field(32, help="LoRA alpha (scaling = alpha / r)")
-    lora_dropout: float = field(0.05, help="dropout on the LoRA branch")
+    lora_r: int = field(16, ge=1, help="LoRA rank")
+    lora_alpha: int = field(32, gt=0, help="LoRA alpha (scaling = alpha / r)")
+    lora_dropout: float = field(0.05, ge=0, lt=1, help="dropout on the LoRA branch")
     lora_target_modules: str = field("all-linear", help="'all-linear' (every linear layer but lm_head) or "
                                      "comma-separated module names, e.g. 'q_proj,v_proj'")
-    learning_rate: float = field(2e-4, help="peak learning rate (AdamW)")
+    learning_rate: float = field(2e-4, gt=0, help="peak learning rate (AdamW)")
     lr_scheduler_type: str = field("cosine", help="transformers scheduler name: cosine, linear, constant, ...")
-    warmup_steps: float = field(0.03, help="warm-up: a step count, or a fraction of all steps if < 1")
-    weight_decay: float = field(0.0, help="AdamW weight decay")
-    num_train_epochs: float = field(3.0, help="epochs over the train set (ignored when max_steps > 0)")
-    max_steps: int = field(-1, help="optimizer steps to run; > 0 overrides num_train_epochs")
-    per_device_train_batch_size: int = field(1, help="micro-batch size per process")
-    per_device_eval_batch_size: int = field(1, help="eval micro-batch size per process")
-    gradient_accumulation_steps: int = field(8, help="micro-batches per optimizer step "
+    warmup_steps: float = field(0.03, ge=0, help="warm-up: a step count, or a fraction of all steps if < 1")
+    weight_decay: float = field(0.0, ge=0, help="AdamW weight decay")
+    num_train_epochs: float = field(3.0, gt=0, help="epochs over the train set (ignored when max_steps > 0)")
+    max_steps: int = field(-1, ge=-1, help="optimizer steps to run; > 0 overrides num_train_epochs")
+    per_device_train_batch_size: int = field(1, ge=1, help="micro-batch size per process")
+    per_device_eval_batch_size: int = field(1, ge=1, help="eval micro-batch size per process")
+    gradient_accumulation_steps: int = field(8, ge=1, help="micro-batches per optimizer step "
                                              "(global batch = this x micro-batch x processes)")
-    max_length: int = field(4096, help="max tokens of prompt + completion; longer examples are refused or "
+    max_length: int = field(4096, ge=1, help="max tokens of prompt + completion; longer examples are refused or "
                             "dropped (truncation_policy), never silently truncated")
     truncation_policy: str = field("refuse", help="'refuse': stop if any example exceeds max_length; "
                                    "'drop': drop those examples with a loud warning")
@@ -93,11 +93,11 @@ class SFTRunConfig:
     attn_implementation: str | None = field(None, help="attention kernel: sdpa, flash_attention_2, eager "
                                             "(default: transformers' choice)")
     gradient_checkpointing: bool = field(True, help="recompute activations in backward (less memory, ~20% slower)")
-    logging_steps: int = field(10, help="log loss / lr / tokens every N steps (step 1 is always logged)")
-    eval_steps: int = field(0, help="evaluate on val_file every N steps; 0 = once at the end")
-    save_steps: int = field(500, help="write a resumable checkpoint every N steps; 0 = no checkpoints")
-    save_total_limit: int = field(2, help="keep at most this many checkpoints")
-    seed: int = field(42, help="random seed (LoRA init, data order)")
+    logging_steps: int = field(10, ge=1, help="log loss / lr / tokens every N steps (step 1 is always logged)")
+    eval_steps: int = field(0, ge=0, help="evaluate on val_file every N steps; 0 = once at the end")
+    save_steps: int = field(500, ge=0, help="write a resumable checkpoint every N steps; 0 = no checkpoints")
+    save_total_limit: int = field(2, ge=1, help="keep at most this many checkpoints")
+    seed: int = field(42, ge=0, help="random seed (LoRA init, data order)")
     deepspeed: str | None = field(None, help="DeepSpeed JSON (configs/deepspeed/zero2.json) for torchrun "
                                   "launches; with accelerate launch, the accelerate profile names it instead")
     report_to: str = field("none", help="experiment trackers: none, tensorboard, wandb, ...")

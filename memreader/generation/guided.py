@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from memreader.errors import MemReaderError
+
 _LL_TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-class GuidedDecodingUnavailable(RuntimeError):
+class GuidedDecodingUnavailable(MemReaderError, RuntimeError):
     """Guided decoding was asked for but cannot run here (message: problem and fix)."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from memreader.config import field
+from memreader.errors import MemReaderError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ OnReply = Callable[[int, "Reply"], None]
 """Called with (input index, reply) as soon as a reply exists."""
 
 
-class GenerationRequestError(RuntimeError):
+class GenerationRequestError(MemReaderError, RuntimeError):
     """A teacher call failed for good: a non-retryable client error, or retries exhausted.
 
     Raised ``from None``: the client library's exception text may echo request details (a server can

@@ -8,6 +8,7 @@ import pytest
 
 import data_gen.pipeline as pipeline
 from data_gen.cache import ReplyCache, cache_key
+from memreader.errors import RunFailed
 from memreader.generation import GenerationRequestError, Reply
 from memreader.markup import render_memory
 from memreader.schema import read_memories
@@ -93,7 +94,9 @@ def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -
             return "I cannot do that."
 
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Refuser())
-    manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="t2", reverse_com=False))
+    with pytest.raises(RunFailed, match="every one of the 3 documents failed"):  # exit code 1, not a silent 0
+        pipeline.generate(pipeline.GenConfig(input=str(corpus), run="t2", reverse_com=False))
+    manifest = json.loads((tmp_path / "home" / "runs" / "t2" / "gen" / "manifest.json").read_text())
     assert manifest["memories"] == 0 and len(manifest["failures"]) == 3
     assert "no <scenario> or <chunk>" in manifest["failures"][0]["error"]
 
@@ -189,7 +192,9 @@ def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -
     teacher = CutOff()
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
     cfg = pipeline.GenConfig(input=str(corpus), run="c1", reverse_com=False, max_new_tokens=500, guided="off")
-    manifest = pipeline.generate(cfg)
+    with pytest.raises(RunFailed):
+        pipeline.generate(cfg)
+    manifest = json.loads((tmp_path / "home" / "runs" / "c1" / "gen" / "manifest.json").read_text())
     budgets = [b for d, b, _ in teacher.seen if d == "extraction"]
     assert budgets == [500] * 3 + [1000] * 3  # one retry each, twice the budget
     assert manifest["memories"] == 0 and manifest["extraction_fates"] == {"truncated-skipped": 3}
