@@ -20,9 +20,9 @@ class CachedTeacher:
     replayed for another; so is the grammar that guided a reply.
     """
 
-    def __init__(self, teacher: Any, cache: ReplyCache, model: str, chunk: int, backend: str = "",
+    def __init__(self, teacher: Any, cache: ReplyCache, model: str, backend: str = "",
                  base_url: str = "", retry_unusable: bool = False) -> None:
-        self.teacher, self.cache, self.model, self.chunk = teacher, cache, model, max(1, chunk)
+        self.teacher, self.cache, self.model = teacher, cache, model
         self.backend, self.base_url, self.retry_unusable = backend, base_url, retry_unusable
         self.calls = 0
 
@@ -49,18 +49,17 @@ class CachedTeacher:
             hit = self.cache.get(k, self.retry_unusable)
             replies.append(None if hit is None else _reply(*hit))
         todo = [i for i, r in enumerate(replies) if r is None]
-        for start in range(0, len(todo), self.chunk):
-            group = todo[start : start + self.chunk]
+        if todo:  # one call, so one progress bar per stage; replies are stored as each one arrives
 
-            def store(j: int, reply: Reply, group: list[int] = group) -> None:
-                self.cache.put(keys[group[j]], str(reply), reply.info() if isinstance(reply, Reply) else {})
+            def store(j: int, reply: Reply) -> None:
+                self.cache.put(keys[todo[j]], str(reply), reply.info() if isinstance(reply, Reply) else {})
 
-            outs = self.teacher.generate_many([items[i][1] for i in group], params, progress_desc=desc,
+            outs = self.teacher.generate_many([items[i][1] for i in todo], params, progress_desc=desc,
                                               on_reply=store, return_exceptions=True,
-                                              grammars=[rows[i] for i in group])
-            for i, out in zip(group, outs, strict=True):
+                                              grammars=[rows[i] for i in todo])
+            for i, out in zip(todo, outs, strict=True):
                 replies[i] = out if isinstance(out, (Reply, GenerationRequestError)) else Reply(str(out))
-            self.calls += len(group)
+            self.calls += len(todo)
         assert all(r is not None for r in replies), "every item has a reply or an error"
         return replies  # type: ignore[return-value]
 

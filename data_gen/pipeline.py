@@ -149,13 +149,13 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
     if cfg.teacher == "openai":
         backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
                             guided=cfg.guided)
-        chunk, base_url = cfg.max_concurrency, backend.base_url or ""
+        base_url = backend.base_url or ""
     else:
         backend = make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size)
-        chunk, base_url = cfg.batch_size, ""
+        base_url = ""
     write_resolved_config(out_dir, cfg)  # after the checks: a refused run leaves the earlier record as it was
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
-    teacher = CachedTeacher(backend, cache, cfg.model, chunk, cfg.teacher, base_url, cfg.retry_unusable)
+    teacher = CachedTeacher(backend, cache, cfg.model, cfg.teacher, base_url, cfg.retry_unusable)
     t0 = time.perf_counter()
 
     outline_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.outline_max_new_tokens, seed=cfg.seed)

@@ -81,6 +81,9 @@ class MetricConfig:
                 out.append(f"{f.name}: {value!r} is not one of {', '.join(_CHOICES[f.name])}")
         if isinstance(self.bleu_max_order, int) and not 1 <= self.bleu_max_order <= 9:
             out.append(f"bleu_max_order: {self.bleu_max_order!r} must be between 1 and 9")
+        from memreader.config import range_problems
+
+        out += [p for p in range_problems(self) if not p.startswith("bleu_max_order")]
         if self.bleu_level == "corpus" and self.multi_ref == "max":
             out.append("bleu_level 'corpus' pools counts, so multi_ref must be 'first' or 'native', not 'max'")
         return out

@@ -112,7 +112,7 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     documents = {m.doc_id: m.document for m in memories}
     embedder = embedder or load_embedder(cfg.embedder)
     if cfg.answer_backend == "openai":
-        answerer = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None)
+        answerer = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
     else:
         answerer = make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
     systems = [("memreader", memories)] + [(b, baseline_memories(b, documents)) for b in cfg.baselines]

@@ -42,7 +42,6 @@ from eval.metrics import (
     PROFILES,
     ExampleScores,
     MetricConfig,
-    MetricSetupError,
     corpus_bleu,
     prepare,
     resolve_config,
@@ -64,6 +63,7 @@ from eval.stats import (
     permutation_p,
 )
 from memreader.config import ConfigError
+from memreader.errors import MemReaderError
 from memreader.paths import run_dir, write_json
 
 _LIBRARIES = ("jieba", "nltk", "rouge-score", "sacrebleu", "numpy")
@@ -213,6 +213,9 @@ def score_pairs(
     ids = [str(i) for i in ids] if ids is not None else [str(i) for i in range(len(predictions))]
     if len(ids) != len(predictions):
         raise ValueError(f"{len(ids)} ids for {len(predictions)} predictions")
+    if not predictions:
+        raise DatasetError("<inputs>", "there is no (prediction, reference) pair to score: both inputs are empty; "
+                           "give files with at least one line each")
     start = time.perf_counter()
     examples = score_examples(predictions, references, config, workers=workers, progress=progress)
     keep = _included(examples, config)
@@ -330,7 +333,10 @@ def _overrides(items: Sequence[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like key=value (e.g. --set meteor_wordnet=false)")
         key, raw = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(raw)
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it") from None
     return out
 
 
@@ -354,6 +360,11 @@ def run(args: argparse.Namespace) -> int:
     """Score the files named in ``args``, print the table and write the JSON report."""
     start = time.perf_counter()
     try:
+        bad = [f"--bootstrap {args.bootstrap} must be >= 1 (resamples for the 95% intervals)"] if args.bootstrap < 1 else []
+        if args.workers is not None and args.workers < 1:
+            bad.append(f"--workers {args.workers} must be >= 1 (or left out: all CPUs)")
+        if bad:
+            raise ConfigError("; ".join(bad))
         overrides = _overrides(args.set)
         ids, preds, refs = join_by_id(load_predictions(args.pred), load_references(args.ref), args.pred, args.ref)
         options = {"workers": args.workers, "n_resamples": args.bootstrap, "seed": args.seed}
@@ -371,8 +382,8 @@ def run(args: argparse.Namespace) -> int:
             data["baseline"] = {"pred": str(args.baseline), "pred_sha256": _sha256(args.baseline),
                                 "report": base.to_dict(per_example=not args.no_per_example),
                                 "paired_tests": {m: t.to_dict() for m, t in tests.items()}}
-    except (DatasetError, ConfigError, MetricSetupError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except MemReaderError as exc:
+        print(f"memreader score: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else run_dir(args.run, "score") / "scores.json"
     write_json(out, data)

@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,8 @@ class ReadConfig:
     backend: str = field("transformers", help="'transformers', 'vllm' (GPU) or 'openai' (HTTP server)")
     model: str = field("smollm2-135m-instruct", help="base model (registry name, folder, hub id, or served name)")
     adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
-    base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_TEACHER_BASE_URL)")
+    base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_READER_BASE_URL; the teacher's "
+                          "URL is never used, so a corpus never goes to the teacher's provider)")
     think: bool = field(False, help="use the <think> (CoM) prompt variant")
     batch_size: int = field(4, ge=1, help="documents per generate call")
     max_new_tokens: int = field(512, ge=1, help="token budget per memory")
@@ -100,6 +102,9 @@ class ReadConfig:
     def check(self) -> list[str]:
         """Problems beyond types."""
         problems = []
+        if self.backend == "openai" and not (self.base_url or os.environ.get("MEMREADER_READER_BASE_URL")):
+            problems.append("base_url: backend=openai needs the reading server's URL (base_url=... or "
+                            "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
         if self.guided not in GUIDED_MODES:
             problems.append(f"guided: {self.guided!r} is not one of {', '.join(GUIDED_MODES)}")
         if self.on_truncated not in TRUNCATION_POLICIES:
@@ -159,7 +164,7 @@ def make_backend(cfg: ReadConfig) -> Any:
         return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None)
     if cfg.backend == "openai":
         return make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size,
-                         guided=cfg.guided)
+                         guided=cfg.guided, env_prefix="MEMREADER_READER")
     return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len)
 
 

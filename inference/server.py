@@ -8,7 +8,11 @@ Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` (non-streaming; ``m
 ``temperature``, ``top_p``, ``max_tokens``, ``seed``, vLLM's ``repetition_penalty`` and vLLM's
 ``structured_outputs: {"grammar": <lark>}`` for guided decoding through llguidance), ``GET /health``.
 Requests are served by threads but generate one at a time (one model, one lock): this is for CPU
-work, tests and small demos. On a GPU, serve the same base model and adapter with vLLM instead:
+work, tests and small demos. Safe defaults: ``--api-key`` (or ``MEMREADER_SERVE_API_KEY``) makes every
+request but ``/health`` need ``Authorization: Bearer <key>`` (401 otherwise); a 500 says only
+"internal server error" (the details go to the server log); a generation stops when its client
+hangs up; ``max_tokens`` is capped by ``--max-tokens-cap``; a port in use is reported before the
+model loads. On a GPU, serve the same base model and adapter with vLLM instead:
 
     vllm serve Qwen/Qwen2.5-1.5B-Instruct --enable-lora --lora-modules memreader=<adapter folder>
 
@@ -19,8 +23,12 @@ to either server; with vLLM, ask for ``model="memreader"`` to get the adapter.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
+import os
+import select
+import socket
 import threading
 import time
 import uuid
@@ -29,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from memreader.errors import MemReaderError
 from memreader.generation import GenerationParams, generate_chat_batch
 
 log = logging.getLogger(__name__)
@@ -82,10 +91,11 @@ class ChatServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], model: Any, tokenizer: Any, model_ids: list[str],
-                 default_max_tokens: int = 512) -> None:
+                 default_max_tokens: int = 512, api_key: str | None = None, max_tokens_cap: int = 4096) -> None:
         super().__init__(address, _Handler)
         self.model, self.tokenizer, self.model_ids = model, tokenizer, model_ids
-        self.default_max_tokens = default_max_tokens
+        self.default_max_tokens, self.max_tokens_cap = default_max_tokens, max_tokens_cap
+        self.api_key = api_key or None
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.created = int(time.time())
         self.lock = threading.Lock()
@@ -102,8 +112,16 @@ class ChatServer(ThreadingHTTPServer):
             {"id": m, "object": "model", "created": self.created, "owned_by": "memreader"} for m in self.model_ids
         ]}
 
-    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Validate one chat completion request and answer it in the OpenAI schema."""
+    def authorized(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header carries the server's key (always, when it has none)."""
+        if self.api_key is None:
+            return True
+        given = (header or "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(given.encode(), self.api_key.encode())
+
+    def complete(self, body: dict[str, Any], connection: Any = None) -> dict[str, Any]:
+        """Validate one chat completion request and answer it in the OpenAI schema. With the
+        client's ``connection``, generation stops as soon as the client hangs up."""
         model = body.get("model", self.model_ids[0])
         if model not in self.model_ids:
             raise RequestError(f"model {model!r} is not served here; use one of {self.model_ids}",
@@ -117,6 +135,9 @@ class ChatServer(ThreadingHTTPServer):
         max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise RequestError(f"max_tokens={max_tokens!r} must be an integer >= 1", param="max_tokens")
+        if max_tokens > self.max_tokens_cap:
+            raise RequestError(f"max_tokens={max_tokens} is above this server's cap of {self.max_tokens_cap}",
+                               param="max_tokens")
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise RequestError(f"seed={seed!r} must be an integer", param="seed")
@@ -142,8 +163,18 @@ class ChatServer(ThreadingHTTPServer):
                 compile_matcher(ll_tokenizer(self.tokenizer), grammar)
             except ValueError as exc:
                 raise RequestError(str(exc), param="structured_outputs.grammar") from None
-        with self.lock:
-            gen = generate_chat_batch(self.model, self.tokenizer, [messages], params, [grammar])[0]
+        stop = threading.Event()
+        watcher = _watch_disconnect(connection, stop) if connection is not None else None
+        try:
+            with self.lock:
+                if stop.is_set():
+                    raise RequestError("the client went away before generation started", status=499)
+                gen = generate_chat_batch(self.model, self.tokenizer, [messages], params, [grammar],
+                                          stop_event=stop)[0]
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join(timeout=2)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -167,6 +198,24 @@ def _grammar(body: dict[str, Any]) -> str | None:
     return so["grammar"]
 
 
+def _watch_disconnect(connection: Any, stop: threading.Event) -> threading.Thread:
+    """Set ``stop`` when the client closes its connection (a readable socket with nothing to read)."""
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                ready, _, _ = select.select([connection], [], [], 0.2)
+                if ready and connection.recv(1, socket.MSG_PEEK) == b"":
+                    log.info("client disconnected: stopping its generation")
+                    stop.set()
+            except (OSError, ValueError):  # the socket is gone: same as a hang-up
+                stop.set()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ChatServer
     protocol_version = "HTTP/1.1"  # keep-alive, so OpenAI clients reuse connections
@@ -180,14 +229,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up; nothing left to tell it
+            log.info("client went away before the %d answer was sent", status)
 
     def _error(self, err: RequestError) -> None:
         kind = "not_found_error" if err.status == 404 else "invalid_request_error"
         self._send(err.status, {"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}})
 
+    def _refuse_unauthorized(self) -> bool:
+        if self.server.authorized(self.headers.get("Authorization")):
+            return False
+        self._send(401, {"error": {"message": "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                                   "type": "authentication_error", "param": None, "code": "invalid_api_key"}})
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         path = self.path.split("?", 1)[0].rstrip("/")
+        if path != "/health" and self._refuse_unauthorized():
+            return
         if path == "/v1/models":
             self._send(HTTPStatus.OK, self.server.models_payload())
         elif path == "/health":
@@ -205,6 +266,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise RequestError(f"request body must be 1..{_MAX_BODY_BYTES} bytes with a Content-Length header",
                                    status=413 if length > _MAX_BODY_BYTES else 400)
             raw = self.rfile.read(length)
+            if self._refuse_unauthorized():
+                return
             if path != "/v1/chat/completions":
                 raise RequestError(f"no route POST {self.path}; use /v1/chat/completions", status=404)
             try:
@@ -213,14 +276,14 @@ class _Handler(BaseHTTPRequestHandler):
                 raise RequestError(f"request body is not valid JSON: {exc}") from exc
             if not isinstance(body, dict):
                 raise RequestError("request body must be a JSON object")
-            answer = self.server.complete(body)
+            answer = self.server.complete(body, self.connection)
         except RequestError as err:
             log.info("POST %s -> %d %s", path, err.status, err.message)
             self._error(err)
             return
-        except Exception as exc:  # a server-side failure: log the traceback, answer 500 (clients retry 5xx)
+        except Exception:  # a server-side failure: traceback to the log only, a generic 500 (clients retry 5xx)
             log.exception("POST %s failed", path)
-            self._send(500, {"error": {"message": f"generation failed: {type(exc).__name__}: {exc}",
+            self._send(500, {"error": {"message": "internal server error (details are in the server log)",
                                        "type": "server_error", "param": None, "code": None}})
             return
         usage = answer["usage"]
@@ -231,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def build_server(model_name: str, adapter: str | None = None, host: str = "127.0.0.1", port: int = 8000, *,
                  served_model_name: str | None = None, device: str = "auto",
-                 default_max_tokens: int = 512) -> ChatServer:
+                 default_max_tokens: int = 512, api_key: str | None = None, max_tokens_cap: int = 4096) -> ChatServer:
     """Load the model (+ LoRA adapter) and bind the server; ``port=0`` picks a free port (see ``.url``).
 
     Served model ids: ``served_model_name`` if given, else the model name, plus ``"memreader"`` when an
@@ -240,11 +303,26 @@ def build_server(model_name: str, adapter: str | None = None, host: str = "127.0
     """
     from memreader.registry import load_causal_lm, runtime
 
+    _check_port(host, port)  # before the (slow) model load
     model, tokenizer = load_causal_lm(model_name, adapter=adapter, rt=runtime(device))
     ids = [served_model_name or model_name]
     if adapter and "memreader" not in ids:
         ids.append("memreader")
-    return ChatServer((host, port), model, tokenizer, ids, default_max_tokens=default_max_tokens)
+    return ChatServer((host, port), model, tokenizer, ids, default_max_tokens=default_max_tokens, api_key=api_key,
+                      max_tokens_cap=max_tokens_cap)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail fast, naming the fix, when the address cannot be bound."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise MemReaderError(f"cannot listen on {host}:{port} ({exc.strerror})",
+                                 "stop the process using that port, or pass another --port (0 picks a free one)") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -258,15 +336,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
     parser.add_argument("--default-max-tokens", type=int, default=512,
                         help="max_tokens for requests that do not set it")
+    parser.add_argument("--max-tokens-cap", type=int, default=4096,
+                        help="largest max_tokens a request may ask for (larger ones get 400)")
+    parser.add_argument("--api-key", default=None,
+                        help="require 'Authorization: Bearer <key>' on every request except /health "
+                             "(default: $MEMREADER_SERVE_API_KEY; no key = open, for 127.0.0.1 only)")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C."""
     if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
-        raise SystemExit(f"--adapter {args.adapter} has no adapter_config.json; pass a LoRA output folder")
+        raise MemReaderError(f"--adapter {args.adapter} has no adapter_config.json", "pass a LoRA output folder")
+    if args.default_max_tokens < 1 or args.max_tokens_cap < args.default_max_tokens:
+        raise MemReaderError(f"--default-max-tokens {args.default_max_tokens} / --max-tokens-cap {args.max_tokens_cap}",
+                             "need 1 <= --default-max-tokens <= --max-tokens-cap")
+    api_key = args.api_key or os.environ.get("MEMREADER_SERVE_API_KEY") or None
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without an API key: anyone who reaches it can use the model "
+                    "(set --api-key or MEMREADER_SERVE_API_KEY)", args.host)
     server = build_server(args.model, args.adapter, args.host, args.port, served_model_name=args.served_model_name,
-                          device=args.device, default_max_tokens=args.default_max_tokens)
+                          device=args.device, default_max_tokens=args.default_max_tokens, api_key=api_key,
+                          max_tokens_cap=args.max_tokens_cap)
     log.info("serving %s at %s (OpenAI-compatible; Ctrl-C stops)", ", ".join(server.model_ids), server.url)
     try:
         server.serve_forever()

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         top.error(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_libraries(verbose)  # before the stage imports gRPC / Milvus / faiss
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(
         prog=f"memreader {name}", description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -75,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         from memreader.config import describe_config
 
         parser.epilog = describe_config(config_class)
-    _quiet_libraries(verbose)
     args = parser.parse_args(rest)
     try:
         return int(runner(args) or 0)

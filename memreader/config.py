@@ -38,11 +38,14 @@ def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | Non
     return dataclasses.field(default=default, metadata=meta, **kw)
 
 
-def range_problems(config: Any) -> list[str]:
-    """Every numeric field of a dataclass outside its declared range, with the range."""
+def range_problems(config: Any, values: dict[str, Any] | None = None) -> list[str]:
+    """Every numeric field of a dataclass (or of ``values``, given for its class) outside its
+    declared range, with the range."""
     out = []
     for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
+        if values is not None and f.name not in values:
+            continue
+        value = values[f.name] if values is not None else getattr(config, f.name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         failed = [f"{op} {f.metadata[k]}" for k, (op, ok) in _BOUNDS.items() if k in f.metadata
@@ -77,6 +80,8 @@ def _coerce(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
             problems.append(f"{key}: expected {annotation.__name__}, got {value!r}")
             return value
     if annotation is str:
+        if isinstance(value, bool):  # YAML 1.1 reads a bare on/off as a boolean: give the word back
+            return "on" if value else "off"
         return value if isinstance(value, str) else str(value)
     if origin in (list, tuple):
         if isinstance(value, str):
@@ -150,14 +155,15 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             cfg = cls(**kwargs)
         except (TypeError, ValueError) as exc:  # reported below with the other problems
             problems.append(f"cannot build {cls.__name__}: {exc}")
-    if cfg is not None:
-        problems += range_problems(cfg)
-        if "run" in fields:
-            from memreader.paths import run_name_problem
+    # ranges and the run name are checked on the values given even when the config could not be built
+    problems += range_problems(cfg) if cfg is not None else range_problems(cls, kwargs)
+    run_name = cfg.run if cfg is not None and "run" in fields else kwargs.get("run")
+    if "run" in fields and isinstance(run_name, str):
+        from memreader.paths import run_name_problem
 
-            bad_run = run_name_problem(cfg.run)
-            if bad_run:
-                problems.append(bad_run)
+        bad_run = run_name_problem(run_name)
+        if bad_run:
+            problems.append(bad_run)
     check = getattr(cfg, "check", None)
     if callable(check):
         try:

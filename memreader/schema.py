@@ -159,11 +159,16 @@ def write_memories(path: str | Path, memories: Iterable[DocumentMemory], append:
 def iter_memories(path: str | Path) -> Iterator[DocumentMemory]:
     """Read and validate memories from JSONL; errors name the file and line."""
     path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MemoryValidationError(f"{where}: not UTF-8 (byte {exc.start}); memories files are UTF-8 JSONL "
+                                            "written by memreader gen/read — regenerate or re-encode it") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:

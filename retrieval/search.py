@@ -156,13 +156,12 @@ def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
 def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
     """Build the index of ``cfg``; a local ``X.db`` gets ``X.config.yaml`` and ``X.manifest.json`` beside it."""
     db = cfg.db()
-    if not is_server_uri(db):
+    summary = build_index_from_file(cfg.memories_path(), db, cfg.embedder, cfg.collection, cfg.batch_size,
+                                    cfg.replace, cfg.device, progress)
+    if not is_server_uri(db):  # the record is written only for an index that was built
         out = run_dir(cfg.run, "retrieval") if not cfg.db_path else Path(db).parent
         out.mkdir(parents=True, exist_ok=True)
         write_resolved_config(out, cfg, name=Path(db).stem + ".config.yaml")
-    summary = build_index_from_file(cfg.memories_path(), db, cfg.embedder, cfg.collection, cfg.batch_size,
-                                    cfg.replace, cfg.device, progress)
-    if not is_server_uri(db):
         write_json(Path(db).with_suffix(".manifest.json"), {
             "memories": str(cfg.memories_path().resolve()), "index": db, "collection": summary.collection,
             "embedder": summary.embedder, "documents": summary.documents, "scenarios": summary.scenarios,

@@ -156,7 +156,8 @@ class LocalChat:
                 raise error
             replies[i] = error
         order = sorted((i for i, r in enumerate(replies) if r is None), key=lambda i: len(str(list_of_messages[i])))
-        with tqdm(total=len(order), desc=progress_desc or f"local {self.model_name}", unit="reply") as bar:
+        # No description: the caller shows its own progress (reader batches), so no second bar.
+        with tqdm(total=len(order), desc=progress_desc, unit="reply", disable=progress_desc is None) as bar:
             for b, lo in enumerate(range(0, len(order), self.batch_size)):
                 idx = order[lo: lo + self.batch_size]
                 batch_params = params if params.seed is None else replace(params, seed=params.seed + b)
@@ -169,7 +170,7 @@ class LocalChat:
                 bar.update(len(idx))
         assert all(r is not None for r in replies), "every prompt gets exactly one reply"
         log_summary(f"local {self.model_name}", len(order), time.perf_counter() - start,
-                    sum(r.completion_tokens or 0 for r in replies if isinstance(r, Reply)), 0)
+                    sum(r.completion_tokens or 0 for r in replies if isinstance(r, Reply)), 0, progress_desc is not None)
         return replies
 
     def _too_long(self, list_of_messages: Sequence[Messages], params: GenerationParams) -> dict[int, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from memreader.config import ConfigError
 from memreader.generation.params import (
     GenerationParams,
     GenerationRequestError,
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 _RETRYABLE_STATUS = {408, 429}  # plus every 5xx
 _HINTS = {
     400: "check the model name, the message format, and that prompt + max_new_tokens fit the context",
-    401: "set a valid key in MEMREADER_TEACHER_API_KEY (or OPENAI_API_KEY)",
+    401: "set a valid key in MEMREADER_TEACHER_API_KEY (MEMREADER_READER_API_KEY for `read`; OPENAI_API_KEY "
+         "is used for api.openai.com only)",
     403: "this key has no access to the model; use another key or model",
     404: "check the model name (GET <base_url>/models lists them) and that base_url ends in /v1",
     413: "the prompt is too large; use smaller document windows",
@@ -65,6 +67,15 @@ def _retry_after(headers: Any) -> float | None:
     return None
 
 
+def is_openai(base_url: str | None) -> bool:
+    """True for OpenAI's own API (no base URL, or a URL on api.openai.com)."""
+    if not base_url:
+        return True
+    from urllib.parse import urlparse
+
+    return (urlparse(base_url).hostname or "").lower() == "api.openai.com"
+
+
 class OpenAIChat:
     """Chat completions from an OpenAI-compatible server (OpenAI, DeepSeek, vLLM, ``memreader serve``).
 
@@ -75,17 +86,19 @@ class OpenAIChat:
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, max_concurrency: int = 8,
                  max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 1.0,
-                 backoff_max_s: float = 30, guided: str = "auto") -> None:
+                 backoff_max_s: float = 30, guided: str = "auto", env_prefix: str = "MEMREADER_TEACHER") -> None:
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
             raise ValueError(f"need max_concurrency >= 1, max_retries >= 0, timeout_s > 0; got {max_concurrency}, "
                              f"{max_retries}, {timeout_s}")
         env = os.environ.get
-        self.model = model
-        self.base_url = base_url or env("MEMREADER_TEACHER_BASE_URL") or env("OPENAI_BASE_URL") or None
-        key = api_key or env("MEMREADER_TEACHER_API_KEY") or env("OPENAI_API_KEY")
-        if not key and not self.base_url:
-            raise ValueError("no teacher API key: set MEMREADER_TEACHER_API_KEY (or OPENAI_API_KEY), or point "
-                             "MEMREADER_TEACHER_BASE_URL at a local server such as `memreader serve`")
+        self.model, self.env_prefix = model, env_prefix
+        self.base_url = base_url or env(f"{env_prefix}_BASE_URL") or None
+        # OPENAI_API_KEY goes to OpenAI's own endpoint only: never to a third-party URL.
+        key = api_key or env(f"{env_prefix}_API_KEY") or (env("OPENAI_API_KEY") if is_openai(self.base_url) else None)
+        if not key and is_openai(self.base_url):
+            raise ConfigError(f"no API key for {self.base_url or 'api.openai.com'}: set {env_prefix}_API_KEY (or "
+                              f"OPENAI_API_KEY for OpenAI itself), or point {env_prefix}_BASE_URL / base_url at "
+                              "another endpoint such as `memreader serve`")
         self._api_key = key or "EMPTY"  # local servers (vLLM, memreader serve) accept any key
         self.max_concurrency, self.max_retries, self.timeout_s = max_concurrency, max_retries, timeout_s
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
@@ -245,11 +258,12 @@ class OpenAIChat:
         for m in list_of_messages:
             check_messages(m)
         start, retries_before = time.perf_counter(), self.retries
-        with tqdm(total=len(list_of_messages), desc=progress_desc or f"teacher {self.model}", unit="req") as bar:
+        with tqdm(total=len(list_of_messages), desc=progress_desc, unit="req", disable=progress_desc is None) as bar:
             replies = asyncio.run(self._run_all(list_of_messages, params, bar, on_reply, return_exceptions,
                                                 grammars or [None] * len(list_of_messages)))
         log_summary(f"teacher {self.model}", len(replies), time.perf_counter() - start,
-                     sum(getattr(r, 'completion_tokens', 0) or 0 for r in replies), self.retries - retries_before)
+                    sum(getattr(r, 'completion_tokens', 0) or 0 for r in replies), self.retries - retries_before,
+                    progress_desc is not None)
         return list(replies)
 
 

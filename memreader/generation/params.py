@@ -133,9 +133,10 @@ def check_messages(messages: Messages) -> None:
             raise ValueError(f"each message needs 'role' and 'content' keys, got {m!r:.200}")
 
 
-def log_summary(name: str, n: int, seconds: float, completion_tokens: int, retries: int) -> None:
+def log_summary(name: str, n: int, seconds: float, completion_tokens: int, retries: int, loud: bool = True) -> None:
+    """One line per ``generate_many``: at INFO for a stage's own call, at DEBUG inside a caller's loop."""
     rate = n / seconds if seconds > 0 else float("inf")
     tok = f", {completion_tokens / seconds:.1f} tok/s" if completion_tokens and seconds > 0 else ""
-    log.info("%s: %d replies in %.1f s (%.2f/s%s), %d retries", name, n, seconds, rate, tok, retries)
+    log.log(logging.INFO if loud else logging.DEBUG, "%s: %d replies in %.1f s (%.2f/s%s), %d retries", name, n, seconds, rate, tok, retries)
 
 

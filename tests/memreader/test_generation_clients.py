@@ -276,6 +276,13 @@ def test_make_chat_and_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     teacher = make_chat("openai", model="m")
     assert isinstance(teacher, OpenAIChat) and teacher.base_url == "http://primary/v1"
     assert SECRET not in repr(teacher)
+    assert teacher._api_key == "EMPTY"  # an OpenAI key never goes to a third-party endpoint
+    assert make_chat("openai", model="m", base_url="https://api.openai.com/v1")._api_key == SECRET
+    monkeypatch.setenv("MEMREADER_TEACHER_API_KEY", "sk-own")
+    assert make_chat("openai", model="m")._api_key == "sk-own"
+    # the reader's prefix: never the teacher's URL
+    monkeypatch.setenv("MEMREADER_READER_BASE_URL", "http://reader/v1")
+    assert make_chat("openai", model="m", env_prefix="MEMREADER_READER").base_url == "http://reader/v1"
     assert isinstance(make_chat("local", batch_size=2), LocalChat)  # loads lazily: no model yet
     with pytest.raises(ValueError, match="'openai'"):
         make_chat("tgi")

@@ -29,3 +29,30 @@ def test_stage_yaml_loads(path: Path) -> None:
 def test_every_stage_has_a_config() -> None:
     for stage in STAGES:
         assert list((CONFIGS / stage).glob("*.yaml")), f"configs/{stage}/ has no YAML"
+
+
+def test_bare_on_off_reach_string_fields_as_words(tmp_path) -> None:
+    """YAML 1.1 reads a bare off/on as a boolean; a string field gets the word back."""
+    from inference.reader import ReadConfig
+    from memreader.config import load_config
+
+    path = tmp_path / "r.yaml"
+    path.write_text("input: c.jsonl\nguided: off\n", encoding="utf-8")
+    assert load_config(ReadConfig, path).guided == "off"
+    assert load_config(ReadConfig, None, ["input=c.jsonl", "guided=on"]).guided == "on"
+
+
+def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
+    import dataclasses
+
+    from data_gen.pipeline import GenConfig
+    from eval.qa import QAConfig
+    from inference.reader import ReadConfig
+    from memreader.demo import DemoConfig
+    from retrieval.search import RetrievalConfig
+    from training.sft import SFTRunConfig
+
+    for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, SFTRunConfig):
+        for f in dataclasses.fields(cls):
+            if f.type in ("int", "float", int, float):
+                assert {"ge", "gt", "le", "lt"} & set(f.metadata), f"{cls.__name__}.{f.name} has no range"

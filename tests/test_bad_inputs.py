@@ -1,0 +1,206 @@
+"""The bad-input matrix: every subcommand x every class of bad input gets exit code 2 (1 for a run
+that did nothing), a message naming the problem, no traceback, and files of an earlier good run
+left exactly as they were. No model is loaded: each error comes before any model work."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memreader.cli import main
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    for var in ("MEMREADER_READER_BASE_URL", "MEMREADER_TEACHER_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def _files(tmp: Path) -> dict[str, Path]:
+    corpus = tmp / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "text": "Some words here. More words there."}\n', encoding="utf-8")
+    bad_yaml = tmp / "bad.yaml"
+    bad_yaml.write_text("run: demo\nlimit: [1, 2\n", encoding="utf-8")
+    not_utf8 = tmp / "latin1.jsonl"
+    not_utf8.write_bytes('{"id": "a", "text": "caf\xe9"}\n'.encode("latin-1"))
+    empty = tmp / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    blank = tmp / "blank.jsonl"
+    blank.write_text('{"id": "a", "text": "   "}\n{"id": "b", "text": ""}\n', encoding="utf-8")
+    return {"corpus": corpus, "bad_yaml": bad_yaml, "not_utf8": not_utf8, "empty": empty, "blank": blank}
+
+
+# (case name, argv with {placeholders}, exit code, text the message must contain)
+CONFIG_STAGES = [("gen", "input"), ("read", "input"), ("train", "train_file"), ("index", "memories"),
+                 ("eval", "memories"), ("demo", None)]
+CASES: list[tuple[str, list[str], int, str]] = []
+for stage, _ in CONFIG_STAGES:
+    CASES += [
+        (f"{stage}-missing-config", [stage, "--config", "{tmp}/nope.yaml"], 2, "does not exist"),
+        (f"{stage}-yaml-syntax", [stage, "--config", "{bad_yaml}"], 2, "is not valid YAML"),
+        (f"{stage}-set-yaml-syntax", [stage, "--set", "run=[x"], 2, "not valid YAML"),
+        (f"{stage}-run-escapes", [stage, "--set", "run=../../x"], 2, "not a valid run name"),
+        (f"{stage}-run-dotdot", [stage, "--set", "run=.."], 2, "not a valid run name"),
+        (f"{stage}-unknown-key", [stage, "--set", "no_such_key=1"], 2, "unknown key 'no_such_key'"),
+    ]
+CASES += [
+    ("ask-run-escapes", ["ask", "--set", "run=../x", "q"], 2, "not a valid run name"),
+    ("gen-negative-max-new-tokens", ["gen", "--set", "input={corpus}", "--set", "max_new_tokens=-5"], 2,
+     "max_new_tokens=-5 is out of range"),
+    ("gen-negative-temperature", ["gen", "--set", "input={corpus}", "--set", "temperature=-1"], 2,
+     "temperature=-1.0 is out of range"),
+    ("gen-zero-concurrency", ["gen", "--set", "input={corpus}", "--set", "max_concurrency=0"], 2,
+     "max_concurrency=0 is out of range"),
+    ("gen-negative-head-chars", ["gen", "--set", "input={corpus}", "--set", "head_chars=-3"], 2,
+     "head_chars=-3 is out of range"),
+    ("gen-negative-limit", ["gen", "--set", "input={corpus}", "--set", "limit=-1"], 2, "limit=-1 is out of range"),
+    ("read-negative-limit", ["read", "--set", "input={corpus}", "--set", "limit=-1"], 2, "limit=-1 is out of range"),
+    ("read-top-p-zero", ["read", "--set", "input={corpus}", "--set", "top_p=0"], 2, "top_p=0.0 is out of range"),
+    ("read-openai-without-url", ["read", "--set", "input={corpus}", "--set", "backend=openai"], 2,
+     "never falls back to the teacher"),
+    ("gen-missing-input", ["gen", "--set", "input={tmp}/missing.jsonl"], 2, "does not exist"),
+    ("read-missing-input", ["read", "--set", "input={tmp}/missing.jsonl"], 2, "does not exist"),
+    ("read-not-utf8", ["read", "--set", "input={not_utf8}"], 2, "not UTF-8"),
+    ("gen-empty-corpus", ["gen", "--set", "input={empty}"], 2, "holds no documents"),
+    ("read-empty-corpus", ["read", "--set", "input={empty}"], 2, "holds no documents"),
+    ("gen-blank-texts", ["gen", "--set", "input={blank}"], 2, "has empty text"),
+    ("read-blank-texts", ["read", "--set", "input={blank}"], 2, "has empty text"),
+    ("train-missing-file", ["train", "--set", "train_file={tmp}/missing.jsonl"], 2, "missing.jsonl"),
+    ("index-not-utf8", ["index", "--set", "memories={not_utf8}"], 2, "not UTF-8"),
+    ("index-missing", ["index", "--set", "memories={tmp}/missing.jsonl"], 2, "does not exist"),
+    ("eval-missing-memories", ["eval", "--set", "memories={tmp}/missing.jsonl", "--set", "qa={corpus}"], 2,
+     "does not exist"),
+    ("score-both-empty", ["score", "--pred", "{empty}", "--ref", "{empty}"], 2, "both inputs are empty"),
+    ("score-negative-bootstrap", ["score", "--pred", "{empty}", "--ref", "{empty}", "--bootstrap", "-5"], 2,
+     "--bootstrap -5 must be >= 1"),
+    ("score-zero-workers", ["score", "--pred", "{empty}", "--ref", "{empty}", "--workers", "0"], 2,
+     "--workers 0 must be >= 1"),
+    ("score-meteor-alpha", ["score", "--pred", "{empty}", "--ref", "{empty}", "--set", "meteor_alpha=-3"], 2,
+     "meteor_alpha=-3 is out of range"),
+    ("merge-missing-adapter", ["merge", "--adapter", "{tmp}/nope"], 2, "nope"),
+    ("serve-missing-adapter", ["serve", "--adapter", "{tmp}/nope"], 2, "adapter_config.json"),
+    ("serve-bad-token-cap", ["serve", "--default-max-tokens", "9", "--max-tokens-cap", "4"], 2, "--max-tokens-cap"),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "code", "needle"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_matrix(home: Path, capsys: pytest.CaptureFixture[str], name: str, argv: list[str], code: int,
+                          needle: str) -> None:
+    files = {k: str(v) for k, v in _files(home).items()}
+    args = [a.format(tmp=home, **files) for a in argv]
+    assert main(args) == code, capsys.readouterr()
+    err = capsys.readouterr().err
+    assert f"memreader {args[0]}: error:" in err and needle in err, err
+    assert "Traceback" not in err
+    assert not (home / "x").exists() and not (home.parent / "x").exists()  # nothing written outside runs/
+
+
+def test_matrix_size_is_reported() -> None:
+    """The matrix covers every subcommand (help aside)."""
+    from memreader.cli import COMMANDS
+
+    covered = {argv[0] for _, argv, _, _ in CASES}
+    assert covered == set(COMMANDS), set(COMMANDS) - covered
+    print(f"bad-input matrix: {len(CASES)} cases over {len(covered)} subcommands")
+
+
+def test_serve_port_in_use_is_reported_before_the_model_loads(home: Path, capsys) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert main(["serve", "--port", str(port), "--model", str(home / "no-such-model")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
+
+
+class _Backend:
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None):
+        from memreader.markup import render_memory
+
+        outs = []
+        for msgs in list_of_messages:
+            doc = msgs[-1]["content"].split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
+            outs.append(render_memory(["x"], [doc], ["c"]))
+        return outs
+
+
+def test_refused_resume_leaves_the_earlier_record_unchanged(home: Path, capsys) -> None:
+    from inference.reader import ReadConfig, read_corpus_memories
+
+    corpus = _files(home)["corpus"]
+    read_corpus_memories(ReadConfig(input=str(corpus), run="good", guided="off"), backend=_Backend())
+    folder = home / "home" / "runs" / "good" / "read"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert main(["read", "--set", f"input={corpus}", "--set", "run=good", "--set", "guided=off",
+                 "--set", "temperature=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "other settings" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+
+
+def test_second_writer_is_refused_naming_the_holder(home: Path, capsys) -> None:
+    corpus = _files(home)["corpus"]
+    folder = home / "home" / "runs" / "busy" / "read"
+    folder.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (folder / ".memreader.lock").write_text(f"{holder.pid} {socket.gethostname()}\n")
+        assert main(["read", "--set", f"input={corpus}", "--set", "run=busy"]) == 2
+        err = capsys.readouterr().err
+        assert f"being written by process {holder.pid}" in err and "Traceback" not in err
+        assert not (folder / "memories.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_stale_lock_is_taken_over(home: Path) -> None:
+    from memreader.runlock import RunLock
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(done.stdout)  # that process has exited
+    folder = home / "run"
+    folder.mkdir()
+    (folder / ".memreader.lock").write_text(f"{dead_pid} {socket.gethostname()}\n")
+    with RunLock(folder) as lock:
+        assert lock.held and (folder / ".memreader.lock").read_text().split()[0] == str(os.getpid())
+    assert not (folder / ".memreader.lock").exists()
+
+
+def test_all_failed_run_exits_1(home: Path, capsys, monkeypatch) -> None:
+    import data_gen.pipeline as pipeline
+
+    class Refuser(_Backend):
+        def generate_many(self, list_of_messages, *a, **kw):
+            return ["I cannot do that."] * len(list_of_messages)
+
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Refuser())
+    corpus = _files(home)["corpus"]
+    assert main(["gen", "--set", f"input={corpus}", "--set", "guided=off", "--set", "reverse_com=false"]) == 1
+    err = capsys.readouterr().err
+    assert "every one of the 1 documents failed" in err and "Traceback" not in err
+
+
+def test_empty_text_documents_are_skipped_before_any_call(home: Path, capsys) -> None:
+    from inference.reader import ReadConfig, read_corpus_memories
+
+    corpus = home / "mixed.jsonl"
+    corpus.write_text(json.dumps({"id": "e", "text": " \n"}) + "\n" +
+                      json.dumps({"id": "t", "text": "Real text here."}) + "\n", encoding="utf-8")
+    backend = _Backend()
+    calls: list[int] = []
+    real = backend.generate_many
+    backend.generate_many = lambda msgs, *a, **kw: (calls.append(len(msgs)), real(msgs, *a, **kw))[1]
+    summary = read_corpus_memories(ReadConfig(input=str(corpus), run="mixed", guided="off"), backend=backend)
+    assert calls == [1] and summary["skipped_empty"] == ["e"] and summary["read"] == 1
+    assert "1 document(s) with empty text were skipped" in capsys.readouterr().out
