@@ -43,3 +43,19 @@ def test_cli_reports_guidance_errors_without_traceback(tmp_path, monkeypatch, ca
     code = main(["read", "--set", f"input={corpus}", "--set", "min_chunk_chars=0"])
     err = capsys.readouterr().err
     assert code == 2 and "min_chunk_chars=0 must be >= 1" in err and "Traceback" not in err
+
+
+def test_document_longer_than_the_window_is_a_named_request_error(tiny_model) -> None:
+    """The tiny model's window is 1,024 tokens: a longer prompt fails alone, naming the fix; the
+    other prompt of the batch is still answered."""
+    from memreader.generation import GenerationParams, GenerationRequestError, LocalChat
+
+    chat = LocalChat(tiny_model, device="cpu", batch_size=2)
+    long_doc = "word " * 2000
+    outs = chat.generate_many([[{"role": "user", "content": long_doc}], [{"role": "user", "content": "hi"}]],
+                              GenerationParams(temperature=0, max_new_tokens=4), return_exceptions=True)
+    assert isinstance(outs[0], GenerationRequestError)
+    assert "window of 1024 tokens" in str(outs[0]) and "split the document" in str(outs[0])
+    assert not isinstance(outs[1], Exception) and outs[1].completion_tokens <= 4
+    with pytest.raises(GenerationRequestError, match="max_new_tokens"):
+        chat.generate_many([[{"role": "user", "content": long_doc}]], GenerationParams(max_new_tokens=4))
