@@ -44,8 +44,9 @@ def wants_grammar(mode: str, backend: str) -> bool:
 
 
 def approx_tokens(text: str) -> int:
-    """A tokenizer-free upper estimate (UTF-8 bytes / 3, at least one per CJK character) for
-    endpoints whose tokenizer is not at hand."""
+    """A tokenizer-free estimate (UTF-8 bytes / 3: one token per CJK character, about 3 English
+    characters per token) for endpoints whose tokenizer is not at hand; a tokenizer that needs more
+    can cut a reply off, which the truncation policy then handles."""
     return math.ceil(len(text.encode("utf-8")) / 3) + 1
 
 

@@ -159,8 +159,9 @@ def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
 
 
 def _in_range(bounds: list[int], s: int, lo: int, hi: int, n: int) -> list[int]:
-    """Boundaries ``e`` with ``lo <= e - s <= hi`` that leave text for the chunks after them."""
-    return [e for e in bounds if lo <= e - s <= hi and e < n]
+    """Boundaries ``e`` with ``lo <= e - s <= hi`` that leave at least ``lo`` characters after them
+    (so the last chunk is not a scrap: a short ending joins the chunk before it)."""
+    return [e for e in bounds if lo <= e - s <= hi and n - e >= lo]
 
 
 def lark_string(text: str) -> str:

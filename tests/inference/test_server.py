@@ -91,7 +91,8 @@ def test_models_and_health(server: ChatServer) -> None:
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": 5}, 400, "temperature"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}, 400, "stream"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400, "context"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}, 400, "cap of 4096"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "word " * 6000}], "max_tokens": 4096}, 400, "context"),
     ({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}, 404, MODEL),
 ])
 def test_bad_requests_get_clear_json_errors(server: ChatServer, body: Any, status: int, needle: str) -> None:

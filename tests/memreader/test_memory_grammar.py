@@ -220,16 +220,21 @@ def test_property_any_graph_path_is_accepted_and_aligns_exactly(hf_tok, ll_tok, 
 
 
 def test_repeated_junction_in_guided_output_aligns_to_the_grammar_path(hf_tok, ll_tok) -> None:
-    """Search alone takes the first tail+head junction (here the wrong one); the graph walk does not."""
-    doc = "alpha alpha gamma alpha gamma\nalpha "
-    graph = BoundaryGraph.build(doc, PROP)
-    assert graph.edges == {0: [30], 30: [36]}
-    out = _render(doc, [0, 30, 36], PROP)
-    assert accepts(ll_tok, memory_grammar(graph, PROP, 100_000, _count(hf_tok)).lark, out)
-    assert memory_from_output("d", doc, out).meta["alignment"]["coverage_exact"] < 1.0  # search is fooled
+    """Search alone takes the first tail+head junction (here the wrong one, and it cannot tell: it
+    reports an exact tiling); the graph walk recovers the path the grammar generated."""
+    tiny = GrammarSettings(min_chunk_chars=8, max_chunk_chars=60, head_chars=4, tail_chars=4, topic_tokens=8,
+                           min_topic_tokens=3, core_tokens=12, min_core_tokens=4)
+    doc = "ef. ef. ab. ab. ab ab ab ef. ab. ab ab ab ef.."
+    graph = BoundaryGraph.build(doc, tiny)
+    assert graph.edges[0] == [8, 12, 16, 29, 33] and graph.edges[8] == [16, 29, 33, 46] and graph.edges[33] == [46]
+    path = [(0, 8), (8, 33), (33, 46)]
+    out = render_memory(["t0", "t1", "t2"], [doc[a:b] for a, b in path], ["c0", "c1", "c2"], None, 4, 4)
+    assert accepts(ll_tok, memory_grammar(graph, tiny, 100_000, _count(hf_tok)).lark, out)
+    searched = memory_from_output("d", doc, out)
+    assert [(s.start, s.end) for s in searched.scenarios] != path  # search is fooled (and cannot tell)
     mem = memory_from_output("d", doc, out, graph=graph)
-    assert [(s.start, s.end) for s in mem.scenarios] == [(0, 30), (30, 36)]
-    assert mem.meta["alignment"]["coverage_exact"] == 1.0 and mem.meta["alignment"]["methods"] == {"grammar-path": 2}
+    assert [(s.start, s.end) for s in mem.scenarios] == path
+    assert mem.meta["alignment"]["coverage_exact"] == 1.0 and mem.meta["alignment"]["methods"] == {"grammar-path": 3}
 
 
 @pytest.mark.parametrize("brk", ["\u2028", "\r", "\x0b", "\x85"])
