@@ -170,14 +170,19 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
         log.warning("doc %s: %s failed, no memory for it (%s)", doc_id, stage, error)
 
     plans: list = [None] * len(docs)
+    refused: set[int] = set()
     if wants_grammar(cfg.guided, cfg.teacher):
         plans, errors = MemoryGrammars(cfg.grammar_settings(), count_tokens_for(backend)).plan(
             [d.text for d in docs], cfg.max_new_tokens)
         for i, error in errors.items():  # checked before any paid call
-            failed(docs[i].doc_id, "guidance", error)
+            if cfg.teacher == "openai" and cfg.guided == "auto":  # the endpoint may not take grammars anyway
+                log.warning("doc %s: no grammar possible (%s); asking unguided", docs[i].doc_id, error)
+            else:
+                refused.add(i)
+                failed(docs[i].doc_id, "guidance", error)
     outline_msgs, planned = [], []
-    for doc, lang, plan in zip(docs, langs, plans, strict=True):
-        if wants_grammar(cfg.guided, cfg.teacher) and plan is None:
+    for i, (doc, lang, plan) in enumerate(zip(docs, langs, plans, strict=True)):
+        if i in refused:
             continue
         msgs, tpl = render("teacher_outline", lang, document=doc.text, min_parts=cfg.min_parts, max_parts=cfg.max_parts)
         templates[tpl.id] = tpl.version

@@ -214,6 +214,10 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start : start + cfg.batch_size]
         plans, plan_errors = grammars.plan([d.text for d in batch], cfg.max_new_tokens) if grammars else ([None] * len(batch), {})
+        if cfg.backend == "openai" and cfg.guided == "auto":  # the server may not take grammars: ask unguided
+            for i, error in plan_errors.items():
+                log.warning("doc %s: no grammar possible (%s); asking unguided", batch[i].doc_id, error)
+            plan_errors = {}
         for i, error in plan_errors.items():  # not written: named in the summary with the fix
             failed[batch[i].doc_id] = error
             log.warning("doc %s: no guided memory possible: %s", batch[i].doc_id, error)

@@ -109,7 +109,8 @@ def _quiet_libraries(verbose: bool) -> None:
 
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # gRPC's C core prints too_many_pings otherwise
+    # gRPC's C core prints benign keepalive "too_many_pings" GOAWAYs at ERROR; real failures still raise in pymilvus
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 if __name__ == "__main__":
