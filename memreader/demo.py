@@ -1,12 +1,14 @@
 """``memreader demo``: every stage, for real, on the embedded models and the bundled demo corpus.
 
-    memreader demo                    # ~10 minutes on a 2-core CPU
+    memreader demo                    # ~8 minutes on a 2-core CPU
     memreader demo --run demo2 --set train_steps=4
 
 Stages: teacher generation (embedded SmolLM2 as teacher) → LoRA SFT (TRL) → MemReader reading
 with the adapter → three-layer Milvus Lite index + one sample question → QA evaluation against a
-fixed-length chunking baseline. A 135M model is a weak teacher and student: the point of the demo
-is that every stage runs and every artifact is valid, not the scores. Everything lands under
+fixed-length chunking baseline. Teacher and reader decode guided (``guided=auto``): each
+document's memory grammar makes a valid, exactly tiling memory with several scenarios the only
+thing the 135M model can emit. It is still a weak teacher and student: the point of the demo is
+that every stage runs and every artifact is valid, not the scores. Everything lands under
 ``$MEMREADER_HOME/runs/<run>/``.
 """
 
@@ -26,7 +28,7 @@ DEMO_DATA = Path(__file__).with_name("demo_data")
 
 @dataclass
 class DemoConfig:
-    """Knobs of the demo run (defaults sized for ~10 minutes on 2 CPU cores)."""
+    """Knobs of the demo run (defaults sized for ~8 minutes on 2 CPU cores)."""
 
     run: str = field("demo", help="run name under $MEMREADER_HOME/runs/")
     corpus: str = field(str(DEMO_DATA / "corpus.jsonl"), help="demo corpus JSONL")
