@@ -181,17 +181,22 @@ class GrammarPlan:
     worst_case_tokens: int
     single_chunk: bool
     relaxed_starts: int
+    outline_tied: bool = False  # one outline line per scenario, enforced by the grammar
 
     def meta(self) -> dict[str, int | bool]:
         """What a memory records about the grammar that produced it."""
         return {"scenarios_max": self.scenarios_max, "topic_tokens": self.topic_tokens,
                 "core_tokens": self.core_tokens, "worst_case_tokens": self.worst_case_tokens,
-                "single_chunk": self.single_chunk, "relaxed_starts": self.relaxed_starts}
+                "single_chunk": self.single_chunk, "relaxed_starts": self.relaxed_starts,
+                "outline_tied": self.outline_tied}
 
 
 # Free text never holds "<" (no tag can open), "[" (no [MASK]) or any line break str.splitlines knows.
 _NO_FREE = "<\\[\\n\\r\\x0b\\x0c\\x1c-\\x1e\\x85\\u2028\\u2029"
 _OPEN = "<scenario>\n<chunk>"
+# Above this many (edge x line count) alternatives the outline's line count is left free (the
+# count-indexed grammar grows with both); demo-sized documents stay far below it.
+_TIED_LIMIT = 6000
 _CLOSE_CHUNK = "</chunk>\n"
 _CLOSE = "\n</scenario>"
 
@@ -236,26 +241,65 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
             f"tokens even with {core}-token core contents, but max_new_tokens is {max_new_tokens}",
             f"raise max_new_tokens to at least {need}, or raise min_chunk_chars so fewer chunks fit")
 
+    think = "think " if settings.think_tokens else ""
     lines = [
         "%llguidance {}",
-        "start: " + ("think " if settings.think_tokens else "") + "outline s0",
-        f"outline: {lark_string('<outline>' + chr(10))} (topic {lark_string(chr(10))}){{1,{k_max}}} "
-        f"{lark_string('</outline>' + chr(10))}",
         f"topic[max_tokens={topic}]: /[^{_NO_FREE} \\t][^{_NO_FREE}]*/",
         f"core[max_tokens={core}]: /[^{_NO_FREE} \\t][^{_NO_FREE}]*/",
     ]
     if settings.think_tokens:
         lines.append(f"think: {lark_string('<think>')} reasoning {lark_string('</think>' + chr(10))}")
         lines.append(f"reasoning[max_tokens={settings.think_tokens}]: /[^<]+/")
-    for s in graph.starts:
-        alts = []
-        for e in graph.edges[s]:
-            body = f"{lark_string(markers[s, e] + _CLOSE_CHUNK)} core {lark_string(_CLOSE)}"
-            alts.append(body if e == n else f"{body} {lark_string(chr(10))} s{e}")
-        lines.append(f"s{s}: {lark_string(_OPEN)} ({' | '.join(alts)})")
+
+    def scenario(s: int, e: int, nxt: str) -> str:
+        body = f"{lark_string(markers[s, e] + _CLOSE_CHUNK)} core {lark_string(_CLOSE)}"
+        return body if e == n else f"{body} {lark_string(chr(10))} {nxt}"
+
+    def outline(lines_spec: str) -> str:
+        return (f"{lark_string('<outline>' + chr(10))} (topic {lark_string(chr(10))}){lines_spec} "
+                f"{lark_string('</outline>' + chr(10))}")
+
+    tied = sum(len(v) for v in graph.edges.values()) * k_max <= _TIED_LIMIT
+    if tied:
+        # One outline line per scenario: the model picks the line count K first, then the scenario
+        # rules s<start>_<left> only allow paths with exactly K chunks.
+        counts = _chunk_counts(graph)
+        lo, hi = counts[0]
+        lines.append("start: " + think + "(" + " | ".join(f"o{k} s0_{k}" for k in range(lo, hi + 1)) + ")")
+        lines += [f"o{k}: {outline(f'{{{k}}}')}" for k in range(lo, hi + 1)]
+        todo, seen = [(0, k) for k in range(lo, hi + 1)], set()
+        while todo:
+            s, left = todo.pop()
+            if (s, left) in seen:
+                continue
+            seen.add((s, left))
+            alts = []
+            for e in graph.edges[s]:
+                if e == n and left == 1:
+                    alts.append(scenario(s, e, ""))
+                elif e < n and counts[e][0] <= left - 1 <= counts[e][1]:
+                    alts.append(scenario(s, e, f"s{e}_{left - 1}"))
+                    todo.append((e, left - 1))
+            lines.append(f"s{s}_{left}: {lark_string(_OPEN)} ({' | '.join(alts)})")
+    else:
+        lines.append(f"start: {think}outline s0")
+        lines.append(f"outline: {outline(f'{{1,{k_max}}}')}")
+        for s in graph.starts:
+            alts = [scenario(s, e, f"s{e}") for e in graph.edges[s]]
+            lines.append(f"s{s}: {lark_string(_OPEN)} ({' | '.join(alts)})")
     return GrammarPlan("\n".join(lines) + "\n", graph, k_max, topic, core, need, graph.single_chunk,
-                       len(graph.relaxed))
+                       len(graph.relaxed), tied)
 
 
 def _count_all(texts: list[str], count_tokens: Callable[[str], int]) -> list[int]:
     return [count_tokens(t) for t in texts]
+
+
+def _chunk_counts(graph: BoundaryGraph) -> dict[int, tuple[int, int]]:
+    """(fewest, most) chunks from each start to the document end."""
+    n = len(graph.document)
+    out = {n: (0, 0)}
+    for s in reversed(graph.starts):
+        ends = graph.edges[s]
+        out[s] = (1 + min(out[e][0] for e in ends), 1 + max(out[e][1] for e in ends))
+    return out

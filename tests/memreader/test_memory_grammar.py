@@ -251,3 +251,30 @@ def test_free_text_cannot_hold_a_line_break(hf_tok, ll_tok, brk: str) -> None:
     assert not accepts(ll_tok, lark, out.replace("topic words 0", f"topic{brk}words 0"))
     assert not accepts(ll_tok, lark, out.replace("core words 0", f"core{brk}words 0"))
     assert render_memory([f"a{brk}b"], [doc], ["c"]).count("\n") == render_memory(["a b"], [doc], ["c"]).count("\n")
+
+
+def test_outline_line_count_is_tied_to_the_scenarios(hf_tok, ll_tok) -> None:
+    """Small graphs: exactly one outline line per scenario, so the parser pairs them without repair."""
+    doc = "The cat sat on a mat today. It was warm and the sun was out! Birds sang in the old oak tree?"
+    graph = BoundaryGraph.build(doc, SMALL)
+    plan = memory_grammar(graph, SMALL, 100_000, _count(hf_tok))
+    assert plan.outline_tied and plan.meta()["outline_tied"]
+    path = [0]
+    while path[-1] < len(doc):
+        path.append(graph.edges[path[-1]][0])
+    chunks = [doc[a:b] for a, b in zip(path, path[1:], strict=False)]
+    good = render_memory([f"topic {i}" for i in range(len(chunks))], chunks, ["core"] * len(chunks))
+    assert accepts(ll_tok, plan.lark, good)
+    one_more = render_memory([f"topic {i}" for i in range(len(chunks) + 1)], chunks + [""], ["core"] * (len(chunks) + 1))
+    assert not accepts(ll_tok, plan.lark, one_more.rsplit("<scenario>", 1)[0].rstrip("\n"))  # extra outline line
+    one_less = good.replace("topic 0\n", "", 1)
+    assert not accepts(ll_tok, plan.lark, one_less)
+    parsed = memory_from_output("d", doc, good, graph=graph)
+    assert not parsed.meta["parse_diagnostics"] and parsed.outline == [f"topic {i}" for i in range(len(chunks))]
+
+
+def test_large_graphs_leave_the_outline_count_free(hf_tok) -> None:
+    big = GrammarSettings(max_scenarios=64)
+    doc = " ".join(f"Sentence number {i} talks about item {i % 7} in some detail here." for i in range(400))
+    plan = memory_grammar(BoundaryGraph.build(doc, big), big, 100_000, _count(hf_tok))
+    assert not plan.outline_tied and "outline: " in plan.lark
