@@ -30,8 +30,7 @@ from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.guidance import (
-    GUIDED_MODES,
-    TRUNCATION_POLICIES,
+    GuidedConfig,
     MemoryGrammars,
     count_fates,
     count_tokens_for,
@@ -39,7 +38,6 @@ from memreader.guidance import (
     wants_grammar,
 )
 from memreader.markup import render_memory
-from memreader.memory_grammar import GrammarSettings
 from memreader.parser import ParseError
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
@@ -50,8 +48,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class GenConfig:
-    """Settings of one data-generation run."""
+class GenConfig(GuidedConfig):
+    """Settings of one data-generation run (the guided-decoding keys come from :class:`GuidedConfig`)."""
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
@@ -60,7 +58,7 @@ class GenConfig:
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
     teacher: str = field("local", help="teacher backend: 'local' (in-process transformers) or 'openai'")
     model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
-    base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL / OPENAI_BASE_URL)")
+    base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL)")
     max_concurrency: int = field(8, ge=1, help="parallel requests to an OpenAI-compatible teacher")
     batch_size: int = field(4, ge=1, help="documents per generate call for the local teacher")
     temperature: float = field(0.7, ge=0, help="sampling temperature (paper: 0.7)")
@@ -79,46 +77,22 @@ class GenConfig:
     tail_chars: int = field(12, ge=1, help="characters after [MASK] in SFT targets")
     val_fraction: float = field(0.1, ge=0, lt=1, help="share of documents held out for validation (at least one when >0)")
     split_seed: int = field(13, ge=0, help="seed of the train/validation split")
-    guided: str = field("auto", help="grammar-guided extraction: auto (on for the local teacher; for openai, on when "
-                        "the server takes grammars, e.g. vLLM), on, off (free text, then parser + aligner)")
-    on_truncated: str = field("retry_longer", help="a reply cut off by its token budget: retry_longer (once, twice "
-                              "the budget, then skip), skip, or keep_flagged (memory flagged, never an SFT target)")
     retry_unusable: bool = field(False, help="ask the teacher again for cached replies that were cut off or unusable")
-    min_chunk_chars: int = field(150, ge=1, help="guided: shortest chunk in characters (English; CJK divides by "
-                                 "cjk_char_weight)")
-    max_chunk_chars: int = field(1200, ge=1, help="guided: longest chunk (English characters)")
-    cjk_char_weight: float = field(2.5, ge=1, help="how many English characters one CJK character counts as")
-    core_tokens: int = field(80, ge=1, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
-    topic_tokens: int = field(24, ge=1, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
-
-    def grammar_settings(self) -> GrammarSettings:
-        """Memory-grammar settings: chunk markers as in the SFT targets, at most max_parts chunks."""
-        return GrammarSettings(
-            head_chars=self.head_chars, tail_chars=self.tail_chars, min_chunk_chars=self.min_chunk_chars,
-            max_chunk_chars=self.max_chunk_chars, cjk_char_weight=self.cjk_char_weight, max_scenarios=self.max_parts,
-            core_tokens=self.core_tokens, topic_tokens=self.topic_tokens)
+    def marker(self) -> dict[str, int]:
+        """Chunk markers as in the SFT targets, at most max_parts chunks."""
+        return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_parts}
 
     def check(self) -> list[str]:
         """Problems a config file can have beyond types."""
-        problems = []
-        if self.guided not in GUIDED_MODES:
-            problems.append(f"guided: {self.guided!r} is not one of {', '.join(GUIDED_MODES)}")
-        if self.on_truncated not in TRUNCATION_POLICIES:
-            problems.append(f"on_truncated: {self.on_truncated!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
-        try:
-            self.grammar_settings()
-        except ValueError as exc:
-            problems.append(str(exc))
+        problems = self.guided_problems(**self.marker())
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
         if self.teacher not in ("local", "openai"):
             problems.append(f"teacher: {self.teacher!r} is not 'local' or 'openai'")
-        if not 0 <= self.val_fraction < 1:
-            problems.append(f"val_fraction: {self.val_fraction} must be in [0, 1)")
-        if self.min_parts < 1 or self.max_parts < self.min_parts:
-            problems.append(f"min_parts/max_parts: need 1 <= min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
+        if self.max_parts < self.min_parts:
+            problems.append(f"min_parts/max_parts: need min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
         return problems
 
 
@@ -170,16 +144,13 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
         log.warning("doc %s: %s failed, no memory for it (%s)", doc_id, stage, error)
 
     plans: list = [None] * len(docs)
-    refused: set[int] = set()
+    refused: dict[int, str] = {}
     if wants_grammar(cfg.guided, cfg.teacher):
-        plans, errors = MemoryGrammars(cfg.grammar_settings(), count_tokens_for(backend)).plan(
-            [d.text for d in docs], cfg.max_new_tokens)
-        for i, error in errors.items():  # checked before any paid call
-            if cfg.teacher == "openai" and cfg.guided == "auto":  # the endpoint may not take grammars anyway
-                log.warning("doc %s: no grammar possible (%s); asking unguided", docs[i].doc_id, error)
-            else:
-                refused.add(i)
-                failed(docs[i].doc_id, "guidance", error)
+        grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count_tokens_for(backend),
+                                  may_go_unguided=cfg.teacher == "openai" and cfg.guided == "auto")
+        plans, refused = grammars.plan([d.text for d in docs], cfg.max_new_tokens)
+        for i, error in refused.items():  # checked before any paid call
+            failed(docs[i].doc_id, "guidance", error)
     outline_msgs, planned = [], []
     for i, (doc, lang, plan) in enumerate(zip(docs, langs, plans, strict=True)):
         if i in refused:
@@ -200,10 +171,10 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
         msgs, tpl = render("teacher_extraction", lang, document=doc.text, outline="\n".join(outline) or "-")
         templates[tpl.id] = tpl.version
         extract_msgs.append((tpl.id, msgs))
-    grammars = [plan.lark if plan is not None else None for *_, plan in live]
+    larks = [plan.lark if plan is not None else None for *_, plan in live]
 
     def call(idx: list[int], params: GenerationParams) -> list:
-        return teacher.generate([extract_msgs[k] for k in idx], params, "extraction", [grammars[k] for k in idx])
+        return teacher.generate([extract_msgs[k] for k in idx], params, "extraction", [larks[k] for k in idx])
 
     replies, fates = generate_with_policy(call, len(live), extract_params, cfg.on_truncated) if live else ([], [])
 
@@ -226,11 +197,11 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
             mem = memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable,
                                      graph=plan.graph if plan is not None and reply.guided else None)
         except ParseError as exc:
-            teacher.mark_unusable(extract_msgs[k], extract_params, grammars[k])
+            teacher.mark_unusable(extract_msgs[k], extract_params, larks[k])
             failed(doc.doc_id, "extraction reply", exc)
             continue
         if "fallback" in mem.meta:
-            teacher.mark_unusable(extract_msgs[k], extract_params, grammars[k])
+            teacher.mark_unusable(extract_msgs[k], extract_params, larks[k])
         if plan is not None and plan.single_chunk:
             single_chunk.append(doc.doc_id)
         memories.append(mem)

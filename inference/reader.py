@@ -35,15 +35,13 @@ from memreader.corpus import CorpusError, read_corpus, split_empty
 from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.guidance import (
-    GUIDED_MODES,
-    TRUNCATION_POLICIES,
+    GuidedConfig,
     MemoryGrammars,
     count_fates,
     count_tokens_for,
     generate_with_policy,
     wants_grammar,
 )
-from memreader.memory_grammar import GrammarSettings
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
 from memreader.runlock import RunLock
@@ -53,8 +51,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ReadConfig:
-    """Settings of one MemReader reading run."""
+class ReadConfig(GuidedConfig):
+    """Settings of one MemReader reading run (the guided-decoding keys come from :class:`GuidedConfig`)."""
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
@@ -75,50 +73,26 @@ class ReadConfig:
     seed: int = field(0, ge=0, help="sampling seed")
     max_model_len: int = field(8192, ge=1, help="for backend=vllm: context length")
     fuzzy_threshold: float = field(85.0, ge=0, le=100, help="aligner: rapidfuzz score a fuzzy head/tail must reach")
-    guided: str = field("auto", help="grammar-guided decoding: auto (on for transformers/vllm; for openai, on when "
-                        "the server takes grammars), on, off (free text, then parser + aligner)")
-    on_truncated: str = field("retry_longer", help="a reply cut off by max_new_tokens: retry_longer (once, twice the "
-                              "budget, then skip), skip, or keep_flagged (written with meta.truncated)")
     head_chars: int = field(12, ge=1, help="characters before [MASK] in a guided chunk marker (as in SFT targets)")
     tail_chars: int = field(12, ge=1, help="characters after [MASK] in a guided chunk marker")
-    min_chunk_chars: int = field(150, ge=1, help="guided: shortest chunk in characters (English; CJK divides by "
-                                 "cjk_char_weight)")
-    max_chunk_chars: int = field(1200, ge=1, help="guided: longest chunk in characters (English; CJK divides by "
-                                 "cjk_char_weight)")
-    cjk_char_weight: float = field(2.5, ge=1, help="how many English characters one CJK character counts as")
     max_scenarios: int = field(6, ge=1, help="guided: most chunks per memory (longer documents get longer chunks)")
-    core_tokens: int = field(80, ge=1, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
-    topic_tokens: int = field(24, ge=1, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
     think_tokens: int = field(160, ge=0, help="guided, think=true: most tokens of the <think> block")
 
-    def grammar_settings(self) -> GrammarSettings:
-        """The memory-grammar settings of this run."""
-        return GrammarSettings(
-            head_chars=self.head_chars, tail_chars=self.tail_chars, min_chunk_chars=self.min_chunk_chars,
-            max_chunk_chars=self.max_chunk_chars, cjk_char_weight=self.cjk_char_weight,
-            max_scenarios=self.max_scenarios, core_tokens=self.core_tokens, topic_tokens=self.topic_tokens,
-            think_tokens=self.think_tokens if self.think else 0)
+    def marker(self) -> dict[str, int]:
+        """Chunk-marker shape, chunk count and think budget of this run's memory grammars."""
+        return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_scenarios,
+                "think_tokens": self.think_tokens if self.think else 0}
 
     def check(self) -> list[str]:
         """Problems beyond types."""
-        problems = []
+        problems = self.guided_problems(**self.marker())
         if self.backend == "openai" and not (self.base_url or os.environ.get("MEMREADER_READER_BASE_URL")):
             problems.append("base_url: backend=openai needs the reading server's URL (base_url=... or "
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
-        if self.guided not in GUIDED_MODES:
-            problems.append(f"guided: {self.guided!r} is not one of {', '.join(GUIDED_MODES)}")
-        if self.on_truncated not in TRUNCATION_POLICIES:
-            problems.append(f"on_truncated: {self.on_truncated!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
-        try:
-            self.grammar_settings()
-        except ValueError as exc:
-            problems.append(str(exc))
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.backend not in ("transformers", "vllm", "openai"):
             problems.append(f"backend: {self.backend!r} is not transformers, vllm or openai")
-        if self.batch_size < 1:
-            problems.append("batch_size must be >= 1")
         return problems
 
 
@@ -209,15 +183,12 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
     if todo:
         backend = backend or make_backend(cfg)
         if wants_grammar(cfg.guided, cfg.backend):
-            grammars = MemoryGrammars(cfg.grammar_settings(), count_tokens_for(backend))
+            grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count_tokens_for(backend),
+                                      may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
     bar = tqdm(total=len(todo), desc="read", unit="doc")
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start : start + cfg.batch_size]
         plans, plan_errors = grammars.plan([d.text for d in batch], cfg.max_new_tokens) if grammars else ([None] * len(batch), {})
-        if cfg.backend == "openai" and cfg.guided == "auto":  # the server may not take grammars: ask unguided
-            for i, error in plan_errors.items():
-                log.warning("doc %s: no grammar possible (%s); asking unguided", batch[i].doc_id, error)
-            plan_errors = {}
         for i, error in plan_errors.items():  # not written: named in the summary with the fix
             failed[batch[i].doc_id] = error
             log.warning("doc %s: no guided memory possible: %s", batch[i].doc_id, error)

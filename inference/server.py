@@ -159,6 +159,8 @@ class ChatServer(ThreadingHTTPServer):
         if grammar is not None:
             from memreader.generation.guided import compile_matcher, ll_tokenizer
 
+            # Compiled here as well as in generation (milliseconds): a bad grammar gets its 400 at once
+            # instead of after waiting for the model lock.
             try:
                 compile_matcher(ll_tokenizer(self.tokenizer), grammar)
             except ValueError as exc:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from memreader.config import field
 from memreader.generation.params import GenerationParams, Reply
 from memreader.memory_grammar import (
     BoundaryGraph,
@@ -60,14 +61,60 @@ def count_tokens_for(backend: Any) -> Callable[[str], int]:
 
 
 @dataclass
+class GuidedConfig:
+    """The guided-decoding keys every generating stage config shares (``gen``, ``read``)."""
+
+    guided: str = field("auto", help="grammar-guided decoding: auto (on for local/transformers/vllm; for openai, "
+                        "on when the server takes grammars, e.g. vLLM), on, off (free text, then parser + aligner)")
+    on_truncated: str = field("retry_longer", help="a reply cut off by its token budget: retry_longer (once, twice "
+                              "the budget, then skip), skip, or keep_flagged (written flagged meta.truncated, never "
+                              "an SFT target)")
+    min_chunk_chars: int = field(150, ge=1, help="guided: shortest chunk in characters (English; CJK divides by "
+                                 "cjk_char_weight)")
+    max_chunk_chars: int = field(1200, ge=1, help="guided: longest chunk in characters (English; CJK divides by "
+                                 "cjk_char_weight)")
+    cjk_char_weight: float = field(2.5, ge=1, help="how many English characters one CJK character counts as")
+    core_tokens: int = field(80, ge=1, help="guided: most tokens per core content (shrunk to fit max_new_tokens)")
+    topic_tokens: int = field(24, ge=1, help="guided: most tokens per outline line (shrunk to fit max_new_tokens)")
+
+    def grammar_settings(self, head_chars: int, tail_chars: int, max_scenarios: int,
+                         think_tokens: int = 0) -> GrammarSettings:
+        """The memory-grammar settings of these keys plus the stage's marker shape and chunk count."""
+        return GrammarSettings(
+            head_chars=head_chars, tail_chars=tail_chars, min_chunk_chars=self.min_chunk_chars,
+            max_chunk_chars=self.max_chunk_chars, cjk_char_weight=self.cjk_char_weight, max_scenarios=max_scenarios,
+            core_tokens=self.core_tokens, topic_tokens=self.topic_tokens, think_tokens=think_tokens)
+
+    def guided_problems(self, **marker: int) -> list[str]:
+        """Invalid guided keys (``marker``: the ``grammar_settings`` arguments of the stage)."""
+        problems = []
+        if self.guided not in GUIDED_MODES:
+            problems.append(f"guided: {self.guided!r} is not one of {', '.join(GUIDED_MODES)}")
+        if self.on_truncated not in TRUNCATION_POLICIES:
+            problems.append(f"on_truncated: {self.on_truncated!r} is not one of {', '.join(TRUNCATION_POLICIES)}")
+        try:
+            self.grammar_settings(**marker)
+        except ValueError as exc:
+            problems.append(str(exc))
+        return problems
+
+
+@dataclass
 class MemoryGrammars:
-    """Builds each document's memory grammar, sized to a token budget."""
+    """Builds each document's memory grammar, sized to a token budget.
+
+    ``may_go_unguided``: the backend may not take grammars anyway (an OpenAI-compatible endpoint
+    with ``guided=auto``), so a document without a possible grammar is asked unguided (warned)
+    instead of being refused.
+    """
 
     settings: GrammarSettings
     count_tokens: Callable[[str], int]
+    may_go_unguided: bool = False
 
     def plan(self, texts: Sequence[str], max_new_tokens: int) -> tuple[list[GrammarPlan | None], dict[int, str]]:
-        """One plan per text; a text that cannot be guided gets None and its error message in ``errors``."""
+        """One plan per text; a text that cannot be guided gets None and, unless it may go unguided,
+        its error message in ``errors`` (the caller refuses it before any model call)."""
         plans: list[GrammarPlan | None] = []
         errors: dict[int, str] = {}
         for i, text in enumerate(texts):
@@ -76,7 +123,10 @@ class MemoryGrammars:
                 plans.append(memory_grammar(graph, self.settings, max_new_tokens, self.count_tokens))
             except GuidanceError as exc:
                 plans.append(None)
-                errors[i] = str(exc)
+                if self.may_go_unguided:
+                    log.warning("text %d: no grammar possible (%s); asking unguided", i, exc)
+                else:
+                    errors[i] = str(exc)
         return plans, errors
 
 

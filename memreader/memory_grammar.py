@@ -179,9 +179,17 @@ class GrammarPlan:
     topic_tokens: int
     core_tokens: int
     worst_case_tokens: int
-    single_chunk: bool
-    relaxed_starts: int
     outline_tied: bool = False  # one outline line per scenario, enforced by the grammar
+
+    @property
+    def single_chunk(self) -> bool:
+        """The document allows one chunk only (no boundary in range)."""
+        return self.graph.single_chunk
+
+    @property
+    def relaxed_starts(self) -> int:
+        """Starts with no end in range, which took the first end past it."""
+        return len(self.graph.relaxed)
 
     def meta(self) -> dict[str, int | bool]:
         """What a memory records about the grammar that produced it."""
@@ -212,7 +220,7 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
     markers = {(s, e): render_chunk_marker(doc[s:e], settings.head_chars, settings.tail_chars)
                for s, ends in graph.edges.items() for e in ends}
     unique = sorted(set(markers.values()))
-    marker_cost = dict(zip(unique, _count_all(unique, count_tokens), strict=True))
+    marker_cost = {m: count_tokens(m) for m in unique}
 
     def forced(tokens: int) -> int:
         return math.ceil(tokens * settings.token_safety)
@@ -287,12 +295,7 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
         for s in graph.starts:
             alts = [scenario(s, e, f"s{e}") for e in graph.edges[s]]
             lines.append(f"s{s}: {lark_string(_OPEN)} ({' | '.join(alts)})")
-    return GrammarPlan("\n".join(lines) + "\n", graph, k_max, topic, core, need, graph.single_chunk,
-                       len(graph.relaxed), tied)
-
-
-def _count_all(texts: list[str], count_tokens: Callable[[str], int]) -> list[int]:
-    return [count_tokens(t) for t in texts]
+    return GrammarPlan("\n".join(lines) + "\n", graph, k_max, topic, core, need, tied)
 
 
 def _chunk_counts(graph: BoundaryGraph) -> dict[int, tuple[int, int]]:
