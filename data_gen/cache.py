@@ -19,14 +19,15 @@ from typing import Any
 
 
 def cache_key(template_id: str, model: str, params: dict[str, Any], messages: list[dict[str, str]],
-              backend: str = "", base_url: str = "", grammar: str | None = None) -> str:
-    """Stable hash of one teacher call."""
-    blob = json.dumps(
-        {"template": template_id, "model": model, "params": params, "messages": messages, "backend": backend,
-         "base_url": base_url, "grammar_sha256": hashlib.sha256(grammar.encode()).hexdigest() if grammar else None},
-        ensure_ascii=False,
-        sort_keys=True,
-    )
+              backend: str = "", base_url: str = "", grammar: str | None = None, sample: int | None = None) -> str:
+    """Stable hash of one teacher call; ``sample`` is the candidate index of multi-path sampling
+    (left out of the key when None, so single-reply keys stay what they were)."""
+    fields: dict[str, Any] = {
+        "template": template_id, "model": model, "params": params, "messages": messages, "backend": backend,
+        "base_url": base_url, "grammar_sha256": hashlib.sha256(grammar.encode()).hexdigest() if grammar else None}
+    if sample is not None:
+        fields["sample"] = sample
+    blob = json.dumps(fields, ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -75,6 +76,46 @@ class ReplyCache:
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+
+class ScoreCache:
+    """Evaluator scores of candidate memories, one row per (memory, evaluator settings), committed at once.
+
+    Lives in the same SQLite file as the replies (its own table), so a resumed run rescores nothing.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, score TEXT NOT NULL)")
+        self._db.commit()
+        self.hits = 0
+
+    @staticmethod
+    def key(memory: Any, scorer: Any) -> str:
+        """Hash of what a score depends on: the text, spans and cores, and the scorer's signature."""
+        blob = json.dumps({"document": hashlib.sha256(memory.document.encode("utf-8")).hexdigest(),
+                           "spans": [[s.start, s.end] for s in memory.scenarios], "cores": memory.cores,
+                           "scorer": scorer.signature()}, ensure_ascii=False, sort_keys=True)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored score, or None."""
+        row = self._db.execute("SELECT score FROM scores WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        self.hits += 1
+        return json.loads(row[0])
+
+    def put(self, key: str, score: dict[str, Any]) -> None:
+        """Store one score and commit at once."""
+        self._db.execute("INSERT OR REPLACE INTO scores (key, score) VALUES (?, ?)", (key, json.dumps(score)))
+        self._db.commit()
 
     def close(self) -> None:
         """Close the database."""

@@ -1,46 +1,53 @@
-"""Teacher-side data generation: outline → extraction → (reverse CoM) → memories + SFT records.
+"""Teacher-side data generation: outline → N candidates → evaluator scoring → RRF → reverse CoM → SFT records.
 
-    memreader gen --config configs/data_gen/smollm2_local.yaml
+    memreader gen --config configs/data_gen/smollm2_local.yaml --set num_candidates=4
     python -m data_gen.pipeline --config configs/data_gen/openai_teacher.yaml --set input=corpus.jsonl
 
-One outline pass and one extraction pass per document (multi-path sampling and evaluator scoring
-build on this later), guided by the document's memory grammar where the backend takes one
-(``guided``; see :mod:`memreader.guidance`), parse + align into a validated :class:`DocumentMemory`,
-then export SFT
-records in TRL's conversational prompt-completion format (loss on the completion only). Every
-teacher call goes through a SQLite cache keyed by template version, model, sampling parameters and
-the messages, so a rerun or a resumed crash repeats no call.
+MoM's data construction: per document, an outline, then ``num_candidates`` candidate memories
+(multi-path sampling, guided by the document's memory grammar where the backend takes one; see
+:mod:`memreader.guidance`), each scored by an evaluator LM for atomic-chunk clarity and core-content
+completeness (:mod:`data_gen.scoring`), ranked and fused with RRF (:mod:`data_gen.selection`); the
+winner gets its reasoning path (reverse CoM) and becomes an SFT record in TRL's conversational
+prompt-completion format (loss on the completion only). Every document runs as its own coroutine
+and asks for its next step as soon as its previous reply is in (:mod:`data_gen.teacher_flow`,
+:mod:`data_gen.flow`), so an endpoint always has ``max_concurrency`` requests in flight. Every
+teacher call and every score goes through a SQLite cache (candidates keyed by their sample index),
+so a rerun or a resumed crash repeats no call and rescores nothing, and raising ``num_candidates``
+pays only for the new candidates. Outputs: ``memories.jsonl`` (winners), ``candidates.jsonl``
+(every candidate with its scores, ranks, RRF and ``selected``), SFT splits and ``manifest.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_gen.cache import ReplyCache
+from tqdm.auto import tqdm
+
+from data_gen.cache import ReplyCache, ScoreCache
 from data_gen.cached_teacher import CachedTeacher
+from data_gen.flow import Dispatcher, gather_bounded
+from data_gen.selection import check_rrf_k
 from data_gen.sft_export import sft_record, write_sft_splits
-from memreader.assemble import memory_from_output
+from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
-from memreader.generation import GenerationParams, GenerationRequestError, make_chat
+from memreader.generation import make_chat
 from memreader.guidance import (
     GuidedConfig,
     MemoryGrammars,
     count_fates,
     count_tokens_for,
-    generate_with_policy,
     wants_grammar,
 )
-from memreader.markup import render_memory
-from memreader.parser import ParseError
-from memreader.paths import run_dir, write_json, write_resolved_config
-from memreader.prompts import detect_lang, render
+from memreader.paths import run_dir, write_json, write_jsonl, write_resolved_config
+from memreader.prompts import detect_lang
 from memreader.runlock import RunLock
 from memreader.schema import DocumentMemory, write_memories
 
@@ -78,6 +85,18 @@ class GenConfig(GuidedConfig):
     val_fraction: float = field(0.1, ge=0, lt=1, help="share of documents held out for validation (at least one when >0)")
     split_seed: int = field(13, ge=0, help="seed of the train/validation split")
     retry_unusable: bool = field(False, help="ask the teacher again for cached replies that were cut off or unusable")
+    num_candidates: int = field(3, ge=1, help="candidate memories sampled per document (MoM multi-path sampling); "
+                                "the evaluator scores them and RRF keeps one. Raising it reuses cached candidates")
+    rrf_k: float = field(60.0, gt=0, help="RRF smoothing constant k (MoM: 60)")
+    evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM for clarity/completeness (registry "
+                           "name or folder; paper: Qwen2.5-7B-Instruct)")
+    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl (conditional perplexity; the default, "
+                                 "measured best on small evaluators), prob or margin (the paper's yes/no question)")
+    evaluator_device: str = field("auto", help="evaluator device: auto, cpu, cuda")
+    evaluator_dtype: str = field("auto", help="evaluator dtype: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16")
+    score_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
+    score_batch_memories: int = field(64, ge=1, help="most candidate memories scored in one scorer call")
+    active_units: int = field(0, ge=0, help="documents in progress at once (0 = 4 x max_concurrency or 2 x batch_size)")
     def marker(self) -> dict[str, int]:
         """Chunk markers as in the SFT targets, at most max_parts chunks."""
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_parts}
@@ -91,18 +110,15 @@ class GenConfig(GuidedConfig):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
         if self.teacher not in ("local", "openai"):
             problems.append(f"teacher: {self.teacher!r} is not 'local' or 'openai'")
+        if self.clarity_variant not in ("ppl", "prob", "margin"):
+            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of ppl, prob, margin")
+        try:
+            check_rrf_k(self.rrf_k)
+        except ValueError as exc:
+            problems.append(str(exc))
         if self.max_parts < self.min_parts:
             problems.append(f"min_parts/max_parts: need min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
         return problems
-
-
-def _outline_lines(reply: str) -> list[str]:
-    """Outline topics from an outline reply; tolerant of a missing tag."""
-    text = reply
-    if "<outline>" in reply:
-        text = reply.split("<outline>", 1)[1].split("</outline>", 1)[0]
-    lines = [ln.strip(" -*•\t") for ln in text.splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith("<")]
 
 
 def generate(cfg: GenConfig) -> dict[str, Any]:
@@ -113,6 +129,27 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
         return _generate(cfg, out_dir)
 
 
+def _backend(cfg: GenConfig) -> tuple[Any, str]:
+    if cfg.teacher == "openai":
+        backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
+                            guided=cfg.guided)
+        return backend, backend.base_url or ""
+    return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size), ""
+
+
+def _scorer(cfg: GenConfig, backend: Any) -> Any:
+    """The evaluator; the in-process teacher's weights are shared when it is the same model on the same device."""
+    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+
+    settings = ScorerSettings(model=cfg.evaluator, device=cfg.evaluator_device, dtype=cfg.evaluator_dtype,
+                              clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.score_batch_tokens)
+    if cfg.teacher == "local" and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
+            and cfg.evaluator_dtype == "auto":
+        backend.tokenizer()  # loads the model
+        return EvaluatorScorer(settings, model=backend._model, tokenizer=backend._tokenizer)
+    return EvaluatorScorer(settings)
+
+
 def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
     docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
     if not docs:
@@ -120,130 +157,101 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
                           "give documents with text")
     if empty:  # before any paid call
         log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
-    if cfg.teacher == "openai":
-        backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
-                            guided=cfg.guided)
-        base_url = backend.base_url or ""
-    else:
-        backend = make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size)
-        base_url = ""
+    backend, base_url = _backend(cfg)
     write_resolved_config(out_dir, cfg)  # after the checks: a refused run leaves the earlier record as it was
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
-    teacher = CachedTeacher(backend, cache, cfg.model, cfg.teacher, base_url, cfg.retry_unusable)
-    t0 = time.perf_counter()
+    score_cache = ScoreCache(out_dir / "teacher_cache.sqlite")
+    try:
+        return _run(cfg, out_dir, docs, empty, backend, base_url, cache, score_cache)
+    finally:
+        cache.close()
+        score_cache.close()
 
-    outline_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.outline_max_new_tokens, seed=cfg.seed)
-    extract_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=cfg.seed)
-    langs = [detect_lang(d.text) for d in docs]
-    templates: dict[str, str] = {}
 
+def _units(cfg: GenConfig, docs: list[Document], backend: Any) -> tuple[list[Unit], list[dict[str, str]]]:
+    """One unit per document; refused documents (no possible grammar) are failures before any call."""
     failures: list[dict[str, str]] = []
-
-    def failed(doc_id: str, stage: str, error: Exception | str) -> None:
-        failures.append({"doc_id": doc_id, "stage": stage, "error": str(error)})
-        log.warning("doc %s: %s failed, no memory for it (%s)", doc_id, stage, error)
-
     plans: list = [None] * len(docs)
     refused: dict[int, str] = {}
     if wants_grammar(cfg.guided, cfg.teacher):
         grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count_tokens_for(backend),
                                   may_go_unguided=cfg.teacher == "openai" and cfg.guided == "auto")
         plans, refused = grammars.plan([d.text for d in docs], cfg.max_new_tokens)
-        for i, error in refused.items():  # checked before any paid call
-            failed(docs[i].doc_id, "guidance", error)
-    outline_msgs, planned = [], []
-    for i, (doc, lang, plan) in enumerate(zip(docs, langs, plans, strict=True)):
+    units = []
+    for i, doc in enumerate(docs):
         if i in refused:
+            failures.append({"doc_id": doc.doc_id, "stage": "guidance", "error": refused[i]})
+            log.warning("doc %s: no guided memory possible (%s)", doc.doc_id, refused[i])
             continue
-        msgs, tpl = render("teacher_outline", lang, document=doc.text, min_parts=cfg.min_parts, max_parts=cfg.max_parts)
-        templates[tpl.id] = tpl.version
-        outline_msgs.append((tpl.id, msgs))
-        planned.append((doc, lang, plan))
-    live: list[tuple[Document, str, list[str], object]] = []
-    for (doc, lang, plan), reply in zip(planned, teacher.generate(outline_msgs, outline_params, "outline"), strict=True):
-        if isinstance(reply, GenerationRequestError):
-            failed(doc.doc_id, "outline request", reply)
-        else:
-            live.append((doc, lang, _outline_lines(reply), plan))
+        units.append(Unit(doc, doc.doc_id, doc.text, detect_lang(doc.text), plans[i]))
+    return units, failures
 
-    extract_msgs = []
-    for doc, lang, outline, _ in live:
-        msgs, tpl = render("teacher_extraction", lang, document=doc.text, outline="\n".join(outline) or "-")
-        templates[tpl.id] = tpl.version
-        extract_msgs.append((tpl.id, msgs))
-    larks = [plan.lark if plan is not None else None for *_, plan in live]
 
-    def call(idx: list[int], params: GenerationParams) -> list:
-        return teacher.generate([extract_msgs[k] for k in idx], params, "extraction", [larks[k] for k in idx])
-
-    replies, fates = generate_with_policy(call, len(live), extract_params, cfg.on_truncated) if live else ([], [])
-
+def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], backend: Any, base_url: str,
+         cache: ReplyCache, score_cache: ScoreCache) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    units, failures = _units(cfg, docs, backend)
+    results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache)) if units else ([], None, None)
+    unit_results, teacher, flow = results
+    fates: list[str] = []
+    candidates: list[dict[str, Any]] = []
     memories: list[DocumentMemory] = []
-    single_chunk: list[str] = []
-    on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
-    for k, ((doc, _, _, plan), reply, fate) in enumerate(zip(live, replies, fates, strict=True)):
-        if isinstance(reply, GenerationRequestError):
-            failed(doc.doc_id, "extraction request", reply)
-            continue
-        if fate == "truncated-skipped":
-            failed(doc.doc_id, "extraction reply", f"cut off at the token budget (on_truncated={cfg.on_truncated}); "
-                   "raise max_new_tokens, then rerun with retry_unusable=true")
-            continue
-        meta = {"model": cfg.model, "prompt": extract_msgs[k][0], "candidate": 0, "source_sha256": doc.sha256,
-                "generation": {**reply.info(), "fate": fate, "grammar": plan.meta() if plan else None}}
-        if fate == "truncated-kept":
-            meta["truncated"] = True
-        try:
-            mem = memory_from_output(doc.doc_id, doc.text, reply, meta, on_unparseable,
-                                     graph=plan.graph if plan is not None and reply.guided else None)
-        except ParseError as exc:
-            teacher.mark_unusable(extract_msgs[k], extract_params, larks[k])
-            failed(doc.doc_id, "extraction reply", exc)
-            continue
-        if "fallback" in mem.meta:
-            teacher.mark_unusable(extract_msgs[k], extract_params, larks[k])
-        if plan is not None and plan.single_chunk:
-            single_chunk.append(doc.doc_id)
-        memories.append(mem)
-
-    if cfg.reverse_com and memories:
-        _add_reasoning(teacher, memories, cfg, templates)
-
+    candidate_failures: list[dict[str, Any]] = []
+    for res in unit_results:
+        failures += res.failures
+        candidate_failures += res.candidate_failures
+        fates += res.fates
+        candidates += res.candidates
+        if res.memory is not None:
+            memories.append(res.memory)
+    templates = flow.templates if flow else {}
     fallbacks = [m.doc_id for m in memories if "fallback" in m.meta]
     truncated_kept = [m.doc_id for m in memories if m.meta.get("truncated")]
+    single_chunk = [r.unit.unit_id for r in unit_results if r.memory is not None and r.unit.plan is not None
+                    and r.unit.plan.single_chunk]
     n_mem = write_memories(out_dir / "memories.jsonl", memories)
+    write_jsonl(out_dir / "candidates.jsonl", candidates)
     # A cut-off reply is never a training target, even when kept (flagged) as a memory.
     records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates) for m in memories if not m.meta.get("truncated")]
     guided = sum(1 for m in memories if m.meta.get("generation", {}).get("guided"))
     split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed)
     seconds = time.perf_counter() - t0
+    calls = teacher.calls if teacher else 0
+    flow_stats = teacher.dispatcher.stats.summary(cfg.max_concurrency if cfg.teacher == "openai" else None) \
+        if teacher else {}
     manifest = {
         "documents": len(docs),
         "skipped_empty": empty,
         "memories": n_mem,
         "failures": failures,
+        "candidate_failures": candidate_failures,
         "whole_document_fallbacks": fallbacks,
         "guided": guided,
         "unguided": len(memories) - guided,
         "extraction_fates": count_fates(fates),
         "truncated_kept": truncated_kept,
         "single_chunk_no_boundary": single_chunk,
+        "selection": {"num_candidates": cfg.num_candidates, "rrf_k": cfg.rrf_k, "candidates": len(candidates),
+                      "scored_now": flow.scored_now if flow else 0, "scores_cached": score_cache.hits,
+                      "evaluator": cfg.evaluator, "clarity_variant": cfg.clarity_variant},
         "sft": split,
-        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls, "cache_hits": cache.hits,
-                    "reasked_unusable": cache.reasked},
+        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": calls, "cache_hits": cache.hits,
+                    "reasked_unusable": cache.reasked, "flow": flow_stats},
         "templates": templates,
         "repairs": sum(1 for m in memories if m.meta.get("parse_diagnostics")),
         "without_reasoning": [m.doc_id for m in memories if cfg.reverse_com and not m.reasoning],
         "seconds": round(seconds, 2),
-        "files": {"memories": str(out_dir / "memories.jsonl"), **split["files"]},
+        "files": {"memories": str(out_dir / "memories.jsonl"), "candidates": str(out_dir / "candidates.jsonl"),
+                  **split["files"]},
     }
     write_json(out_dir / "manifest.json", manifest)
-    cache.close()
     skipped = count_fates(fates).get("truncated-skipped", 0)
+    rate = f", {flow_stats['requests_per_s']} req/s" if flow_stats.get("requests") else ""
+    share = f", {flow_stats['efficiency']:.0%} of the ideal throughput" if "efficiency" in flow_stats else ""
     print(
-        f"gen: {len(docs)} docs → {n_mem} memories ({guided} guided, {len(memories) - guided} unguided), "
-        f"{len(failures)} failed ({skipped} cut off), {teacher.calls} teacher calls ({cache.hits} cached) "
-        f"in {seconds:.1f}s → {out_dir}"
+        f"gen: {len(docs)} docs → {n_mem} memories ({guided} guided, {len(memories) - guided} unguided) from "
+        f"{len(candidates)} candidates (N={cfg.num_candidates}), {len(failures)} failures ({skipped} cut off), "
+        f"{calls} teacher calls ({cache.hits} cached{rate}{share}) in {seconds:.1f}s → {out_dir}"
     )
     if manifest["without_reasoning"]:
         print(f"NOTE: {len(manifest['without_reasoning'])}/{n_mem} memories have no reasoning path (the reverse-CoM "
@@ -264,33 +272,29 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def _add_reasoning(teacher: CachedTeacher, memories: list[DocumentMemory], cfg: GenConfig, templates: dict[str, str]) -> None:
-    params = GenerationParams(cfg.temperature, cfg.top_p, cfg.com_max_new_tokens, seed=cfg.seed)
-    items = []
-    for mem in memories:
-        target = render_memory(mem.outline, mem.chunks, mem.cores, None, cfg.head_chars, cfg.tail_chars)
-        msgs, tpl = render("reverse_com", detect_lang(mem.document), document=mem.document, memory=target)
-        templates[tpl.id] = tpl.version
-        items.append((tpl.id, msgs))
-    def call(idx: list[int], p: GenerationParams) -> list:
-        return teacher.generate([items[k] for k in idx], p, "reverse CoM")
-
-    # The reasoning is part of the SFT target: a cut-off one is never kept (keep_flagged counts as skip
-    # here); retry_longer asks once more with twice com_max_new_tokens first.
-    policy = "retry_longer" if cfg.on_truncated == "retry_longer" else "skip"
-    replies, fates = generate_with_policy(call, len(items), params, policy)
-    for mem, reply, fate in zip(memories, replies, fates, strict=True):
-        if isinstance(reply, GenerationRequestError):
-            mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
-            log.warning("doc %s: reverse CoM request failed, memory kept without reasoning (%s)", mem.doc_id, reply)
-            continue
-        if fate == "truncated-skipped":
-            mem.meta["reverse_com_error"] = "reasoning cut off at its token budget; left out of the SFT target"
-            log.warning("doc %s: reverse CoM reply cut off (on_truncated=%s); memory kept without reasoning",
-                        mem.doc_id, cfg.on_truncated)
-            continue
-        text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
-        mem.reasoning = text or None
+async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, cache: ReplyCache,
+                score_cache: ScoreCache) -> tuple[list[UnitResult], CachedTeacher, TeacherFlow]:
+    """Every unit as its own coroutine (at most ``active_units`` alive), one progress bar per step."""
+    local = cfg.teacher == "local"
+    lock = asyncio.Lock() if local else None  # teacher and evaluator share the CPU/GPU: one at a time
+    dispatcher = Dispatcher(backend, max_concurrency=cfg.max_concurrency, batch_size=cfg.batch_size,
+                            compute_lock=lock)
+    teacher = CachedTeacher(dispatcher, cache, cfg.model, cfg.teacher, base_url, cfg.retry_unusable)
+    scorer = _scorer(cfg, backend) if cfg.num_candidates > 1 else None
+    n = len(units)
+    steps = (("outline", n), ("candidates", n * cfg.num_candidates), ("scoring", n), ("com", n))
+    bars = {name: tqdm(total=total, desc=f"gen {name}", unit="req" if name != "scoring" else "doc", position=i,
+                       leave=True) for i, (name, total) in enumerate(steps)}
+    flow = TeacherFlow(cfg, teacher, scorer, score_cache, bars, lock)
+    active = cfg.active_units or max(4 * cfg.max_concurrency, 2 * cfg.batch_size)
+    try:
+        results = await gather_bounded([lambda u=u: flow.run(u) for u in units], active)
+    finally:
+        for bar in bars.values():
+            bar.close()
+        await flow.score_batcher.aclose()
+        await dispatcher.aclose()
+    return results, teacher, flow
 
 
 CONFIG_CLASS = GenConfig

@@ -19,7 +19,6 @@ as strings) and every id must appear in both files.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import math
 import os
@@ -64,7 +63,7 @@ from eval.stats import (
 )
 from memreader.config import ConfigError
 from memreader.errors import MemReaderError
-from memreader.paths import run_dir, write_json
+from memreader.paths import run_dir, sha256_file, write_json
 
 _LIBRARIES = ("jieba", "nltk", "rouge-score", "sacrebleu", "numpy")
 
@@ -307,10 +306,6 @@ def format_table(reports: ScoreReport | Mapping[str, ScoreReport], digits: int =
     return "\n".join(lines)
 
 
-def _sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def join_by_id(predictions: Mapping[str, str], references: Mapping[str, list[str]],
                pred_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str], list[list[str]]]:
     """``(ids, predictions, references)`` in reference-file order; any id on one side only is an error."""
@@ -370,8 +365,8 @@ def run(args: argparse.Namespace) -> int:
         options = {"workers": args.workers, "n_resamples": args.bootstrap, "seed": args.seed}
         report = score_pairs(preds, refs, args.profile, ids=ids, progress=sys.stderr.isatty(), **options, **overrides)
         reports = {Path(args.pred).stem: report}
-        data = {"inputs": {"pred": str(args.pred), "pred_sha256": _sha256(args.pred),
-                           "ref": str(args.ref), "ref_sha256": _sha256(args.ref)},
+        data = {"inputs": {"pred": str(args.pred), "pred_sha256": sha256_file(args.pred),
+                           "ref": str(args.ref), "ref_sha256": sha256_file(args.ref)},
                 "report": report.to_dict(per_example=not args.no_per_example)}
         if args.baseline:
             _, base_preds, _ = join_by_id(load_predictions(args.baseline), dict(zip(ids, refs, strict=True)),
@@ -379,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
             base = score_pairs(base_preds, refs, args.profile, ids=ids, **options, **overrides)
             reports[Path(args.baseline).stem] = base
             tests = compare(report, base, args.bootstrap, seed=args.seed)
-            data["baseline"] = {"pred": str(args.baseline), "pred_sha256": _sha256(args.baseline),
+            data["baseline"] = {"pred": str(args.baseline), "pred_sha256": sha256_file(args.baseline),
                                 "report": base.to_dict(per_example=not args.no_per_example),
                                 "paired_tests": {m: t.to_dict() for m, t in tests.items()}}
     except MemReaderError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -159,6 +159,29 @@ def generate_with_policy(call: Call, n: int, params: GenerationParams,
         if f == "cut":
             fates[i] = "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
     return replies, fates
+
+
+async def ask_with_policy(ask: Callable[[GenerationParams], Awaitable[Any]], params: GenerationParams,
+                          on_truncated: str = "retry_longer") -> tuple[Any, str]:
+    """One reply and its fate under the truncation policy (the per-request form of
+    :func:`generate_with_policy`, same fates); ``ask(params)`` returns a reply or a request error."""
+    if on_truncated not in TRUNCATION_POLICIES:
+        raise ValueError(f"on_truncated={on_truncated!r} must be one of {', '.join(TRUNCATION_POLICIES)}")
+    reply = _as_replies([await ask(params)])[0]
+    if not isinstance(reply, Reply):
+        return reply, "error"
+    if not reply.truncated:
+        return reply, "ok"
+    if on_truncated == "retry_longer":
+        longer = replace(params, max_new_tokens=params.max_new_tokens * 2)
+        log.info("a reply hit max_new_tokens=%d; asking again with %d", params.max_new_tokens, longer.max_new_tokens)
+        again = _as_replies([await ask(longer)])[0]
+        if not isinstance(again, Reply):
+            return again, "error"
+        if not again.truncated:
+            return again, "retried"
+        reply = again
+    return reply, "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
 
 
 def _as_replies(outputs: Sequence[Any]) -> list[Any]:

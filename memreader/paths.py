@@ -66,3 +66,19 @@ def write_resolved_config(folder: Path, config: Any, name: str = "config.yaml") 
 def write_json(path: Path, data: Any) -> Path:
     """Pretty JSON, UTF-8, parent folders created, written atomically."""
     return write_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+def write_jsonl(path: Path, rows: Any) -> Path:
+    """One JSON object per line, UTF-8, written atomically."""
+    return write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -33,7 +33,6 @@ The same flags work as ``memreader train --config ... --set key=value``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.config import ConfigError, describe_config, field, load_config
-from memreader.paths import run_dir, write_json, write_resolved_config
+from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
 from memreader.registry import resolve_model
 from training.preflight import (
     POLICIES,
@@ -227,14 +226,6 @@ def build_trainer(
     )
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _summarize(cfg: SFTRunConfig, trainer: Any, seconds: float, counts: dict[str, int]) -> dict[str, Any]:
     import peft
     import torch
@@ -264,8 +255,8 @@ def _summarize(cfg: SFTRunConfig, trainer: Any, seconds: float, counts: dict[str
         "device": str(trainer.args.device),
         "bf16": bool(trainer.args.bf16),
         **counts,
-        "data": {"train_file": cfg.train_file, "train_sha256": _sha256(cfg.train_file),
-                 "val_file": cfg.val_file, "val_sha256": _sha256(cfg.val_file) if cfg.val_file else None},
+        "data": {"train_file": cfg.train_file, "train_sha256": sha256_file(cfg.train_file),
+                 "val_file": cfg.val_file, "val_sha256": sha256_file(cfg.val_file) if cfg.val_file else None},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "trl": trl.__version__, "peft": peft.__version__},
     }

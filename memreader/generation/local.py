@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -45,12 +45,16 @@ class ChatGeneration:
 
 def generate_chat_batch(model: Any, tokenizer: Any, batch: Sequence[Messages], params: GenerationParams,
                         grammars: Sequence[str | None] | None = None,
-                        stop_event: threading.Event | None = None) -> list[ChatGeneration]:
+                        stop_event: threading.Event | None = None,
+                        seeds: Sequence[int | None] | None = None) -> list[ChatGeneration]:
     """Left-padded batched generation through the tokenizer's chat template (greedy when temperature == 0).
 
     ``grammars[i]`` (lark, or None) constrains row ``i``; a guided row whose grammar is not complete
     when the budget runs out is ``"length"``. ``stop_event``, once set, ends generation early
-    (a server whose client went away); the rows are then ``"length"``.
+    (a server whose client went away); the rows are then ``"length"``. Sampling: row ``i`` draws
+    from its own generator seeded by :func:`~memreader.generation.sampling.row_seed` of
+    ``seeds[i]`` (default ``params.seed``) and its messages, so its reply does not depend on the
+    other rows of the batch; a row without a seed is unseeded.
     """
     import torch
     from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -78,12 +82,17 @@ def generate_chat_batch(model: Any, tokenizer: Any, batch: Sequence[Messages], p
                 return torch.full((input_ids.shape[0],), stop_event.is_set(), dtype=torch.bool)
 
         kwargs["stopping_criteria"] = StoppingCriteriaList([_Stop()])
-    if params.temperature == 0:
-        kwargs["do_sample"] = False
-    else:  # OpenAI semantics: no top-k cut, whatever the model's generation_config says
-        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
+    # Greedy for temperature 0; otherwise the per-row SeededSampler draws the token (last processor)
+    # and generate's greedy step takes it: OpenAI semantics, no top-k cut whatever generation_config says.
+    kwargs["do_sample"] = False
+    if params.temperature > 0:
+        from memreader.generation.sampling import SeededSampler, row_seed
+
+        row_seeds = list(seeds) if seeds is not None else [params.seed] * len(batch)
+        sampler = SeededSampler([None if s is None else row_seed(s, m) for s, m in zip(row_seeds, batch, strict=True)],
+                                params.temperature, params.top_p)
+        processors = [processor] if processor is not None else []
+        kwargs["logits_processor"] = LogitsProcessorList([*processors, sampler])
     with torch.inference_mode():
         out = model.generate(**enc, **kwargs)
     new = out[:, enc["input_ids"].shape[1]:].tolist()
@@ -127,10 +136,11 @@ class LocalChat:
                 self._model, self._tokenizer = load_causal_lm(self.model_name, adapter=self.adapter, rt=rt)
 
     def _generate(self, batch: Sequence[Messages], params: GenerationParams,
-                  grammars: Sequence[str | None] | None = None) -> list[Reply]:
+                  grammars: Sequence[str | None] | None = None,
+                  seeds: Sequence[int | None] | None = None) -> list[Reply]:
         self._load()
         with self._lock:
-            gens = generate_chat_batch(self._model, self._tokenizer, batch, params, grammars)
+            gens = generate_chat_batch(self._model, self._tokenizer, batch, params, grammars, seeds=seeds)
         return [Reply(g.text, finish_reason=g.finish_reason, prompt_tokens=g.prompt_tokens,
                       completion_tokens=g.completion_tokens, guided=g.guided) for g in gens]
 
@@ -142,10 +152,12 @@ class LocalChat:
     def generate_many(
         self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
         on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[Any]:
         """Batched generation, prompts grouped by length to cut padding; results in input order.
 
-        With a seed, batch ``b`` samples with ``seed + b``: reproducible for the same inputs and batch_size.
+        ``seeds[i]`` (default ``params.seed``) seeds prompt ``i``'s own sampler: the same prompt and
+        seed give the same reply whatever the batch size or the neighbours in its batch.
         """
         for m in list_of_messages:
             check_messages(m)
@@ -158,11 +170,11 @@ class LocalChat:
         order = sorted((i for i, r in enumerate(replies) if r is None), key=lambda i: len(str(list_of_messages[i])))
         # No description: the caller shows its own progress (reader batches), so no second bar.
         with tqdm(total=len(order), desc=progress_desc, unit="reply", disable=progress_desc is None) as bar:
-            for b, lo in enumerate(range(0, len(order), self.batch_size)):
+            for lo in range(0, len(order), self.batch_size):
                 idx = order[lo: lo + self.batch_size]
-                batch_params = params if params.seed is None else replace(params, seed=params.seed + b)
                 rows = None if grammars is None else [grammars[i] for i in idx]
-                outs = self._generate([list_of_messages[i] for i in idx], batch_params, rows)
+                row_seeds = None if seeds is None else [seeds[i] for i in idx]
+                outs = self._generate([list_of_messages[i] for i in idx], params, rows, row_seeds)
                 for i, reply in zip(idx, outs, strict=True):
                     replies[i] = reply
                     if on_reply is not None:

@@ -22,6 +22,7 @@ import random
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -83,6 +84,8 @@ class OpenAIChat:
     honouring ``Retry-After`` (capped at ``backoff_max_s``); other 4xx fail at once with
     :class:`GenerationRequestError`. The API key never appears in logs, ``repr`` or error messages.
     """
+
+    concurrent_requests = True  # agenerate may be awaited many times at once (data_gen.flow.Dispatcher)
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, max_concurrency: int = 8,
                  max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 1.0,
@@ -218,10 +221,12 @@ class OpenAIChat:
 
     async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm,
                        on_reply: OnReply | None, return_exceptions: bool,
-                       grammars: Sequence[str | None]) -> list[Reply | GenerationRequestError]:
+                       grammars: Sequence[str | None],
+                       seeds: Sequence[int | None] | None) -> list[Reply | GenerationRequestError]:
         async def one(i: int, messages: Messages) -> Reply | GenerationRequestError:
+            p = params if seeds is None else replace(params, seed=seeds[i])
             try:
-                reply = await self.agenerate(messages, params, grammars[i])
+                reply = await self.agenerate(messages, p, grammars[i])
             except GenerationRequestError as exc:
                 if not return_exceptions:
                     raise
@@ -247,8 +252,11 @@ class OpenAIChat:
     def generate_many(
         self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
         on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[Any]:
-        """All requests concurrently (at most ``max_concurrency``); fails fast on the first one that fails for good."""
+        """All requests concurrently (at most ``max_concurrency``); fails fast on the first one that fails for good.
+
+        ``seeds[i]`` (default ``params.seed``) is request ``i``'s ``seed``."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -260,7 +268,7 @@ class OpenAIChat:
         start, retries_before = time.perf_counter(), self.retries
         with tqdm(total=len(list_of_messages), desc=progress_desc, unit="req", disable=progress_desc is None) as bar:
             replies = asyncio.run(self._run_all(list_of_messages, params, bar, on_reply, return_exceptions,
-                                                grammars or [None] * len(list_of_messages)))
+                                                grammars or [None] * len(list_of_messages), seeds))
         log_summary(f"teacher {self.model}", len(replies), time.perf_counter() - start,
                     sum(getattr(r, 'completion_tokens', 0) or 0 for r in replies), self.retries - retries_before,
                     progress_desc is not None)

@@ -113,6 +113,7 @@ class ChatBackend(Protocol):
     def generate_many(
         self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
         on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[Any]:
         """Many chat completions, in input order, with a progress bar and a one-line summary.
 
@@ -121,6 +122,7 @@ class ChatBackend(Protocol):
         fails for good (:class:`GenerationRequestError`) yields the exception in its slot instead of
         stopping the others. ``grammars[i]`` (a lark grammar, or None) constrains reply ``i`` where
         the backend can take a grammar; a backend that cannot raises for a non-None grammar.
+        ``seeds[i]`` (default ``params.seed``) seeds reply ``i`` on its own, independent of batching.
         """
         ...
 

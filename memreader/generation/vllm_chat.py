@@ -57,22 +57,26 @@ class VLLMChat:
     def generate_many(
         self, messages_list: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
         on_reply: OnReply | None = None, return_exceptions: bool = False,
-        grammars: Sequence[str | None] | None = None,
+        grammars: Sequence[str | None] | None = None, seeds: Sequence[int | None] | None = None,
     ) -> list[Reply]:
         """One reply per conversation, in input order (vLLM batches internally; ``on_reply`` is
-        called for each reply once the batch returns; there are no per-request failures to return)."""
+        called for each reply once the batch returns; there are no per-request failures to return).
+        ``seeds[i]`` (default ``params.seed``) seeds request ``i`` on its own (vLLM's per-request
+        generator), so a reply does not depend on its batch."""
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        def sampling(grammar: str | None) -> Any:
+        def sampling(grammar: str | None, seed: int | None) -> Any:
             return SamplingParams(
                 temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
-                repetition_penalty=params.repetition_penalty, seed=params.seed,
+                repetition_penalty=params.repetition_penalty, seed=seed,
                 structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar is not None else None)
 
         rows = list(grammars) if grammars is not None else [None] * len(messages_list)
+        row_seeds = list(seeds) if seeds is not None else [params.seed] * len(messages_list)
         t0 = time.perf_counter()
-        outs = self.llm.chat(list(messages_list), [sampling(g) for g in rows], lora_request=self.lora,
+        outs = self.llm.chat(list(messages_list), [sampling(g, s) for g, s in zip(rows, row_seeds, strict=True)],
+                             lora_request=self.lora,
                              use_tqdm=progress_desc is not None)
         replies = []
         for i, (o, g) in enumerate(zip(outs, rows, strict=True)):

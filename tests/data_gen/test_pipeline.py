@@ -20,19 +20,35 @@ DOCS = [
 ]
 
 
+def stage(prompt: str) -> str:
+    """Which teacher step a prompt belongs to."""
+    if "Document memory:" in prompt or "文档记忆：" in prompt:
+        return "reverse CoM"
+    if "outline" in prompt.lower() and "<scenario>" not in prompt:
+        return "outline"
+    return "extraction"
+
+
+def Cfg(**kw):  # noqa: N802 - reads like the config class it builds
+    """A GenConfig with one candidate per document unless a test asks for more."""
+    return pipeline.GenConfig(**{"num_candidates": 1, **kw})
+
+
 class ScriptedTeacher:
     """Answers like a well-behaved teacher, computed from the document in the prompt."""
 
     def __init__(self) -> None:
         self.calls = 0
-        self.seen: list[tuple[str, int, bool]] = []  # (progress_desc, max_new_tokens, got a grammar)
+        self.seen: list[tuple[str, int, bool]] = []  # (stage, max_new_tokens, got a grammar)
+        self.seeds: list[int | None] = []
 
     def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
-                      grammars=None):
+                      grammars=None, seeds=None):
         self.calls += len(list_of_messages)
         outs = []
         for i, m in enumerate(list_of_messages):
-            self.seen.append((progress_desc, params.max_new_tokens, bool(grammars and grammars[i])))
+            self.seen.append((stage(m[-1]["content"]), params.max_new_tokens, bool(grammars and grammars[i])))
+            self.seeds.append(seeds[i] if seeds else params.seed)
             out = self._reply(m[-1]["content"])
             if isinstance(out, GenerationRequestError):
                 if not return_exceptions:
@@ -64,7 +80,7 @@ def test_generate_writes_memories_sft_and_manifest_and_caches(tmp_path, corpus, 
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = ScriptedTeacher()
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
-    cfg = pipeline.GenConfig(input=str(corpus), run="t", val_fraction=0.34)
+    cfg = Cfg(input=str(corpus), run="t", val_fraction=0.34)
     manifest = pipeline.generate(cfg)
     assert teacher.calls == 9  # outline + extraction + reverse CoM for 3 documents
     mems = read_memories(manifest["files"]["memories"])
@@ -95,7 +111,7 @@ def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -
 
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Refuser())
     with pytest.raises(RunFailed, match="every one of the 3 documents failed"):  # exit code 1, not a silent 0
-        pipeline.generate(pipeline.GenConfig(input=str(corpus), run="t2", reverse_com=False))
+        pipeline.generate(Cfg(input=str(corpus), run="t2", reverse_com=False))
     manifest = json.loads((tmp_path / "home" / "runs" / "t2" / "gen" / "manifest.json").read_text())
     assert manifest["memories"] == 0 and len(manifest["failures"]) == 3
     assert "no <scenario> or <chunk>" in manifest["failures"][0]["error"]
@@ -118,7 +134,7 @@ def test_whole_document_fallback_is_flagged_and_counted(tmp_path, corpus, monkey
             return "A long ramble without any structure."
 
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Rambler())
-    cfg = pipeline.GenConfig(input=str(corpus), run="t3", reverse_com=False, on_unusable="whole")
+    cfg = Cfg(input=str(corpus), run="t3", reverse_com=False, on_unusable="whole")
     manifest = pipeline.generate(cfg)
     assert manifest["memories"] == 3 and manifest["whole_document_fallbacks"] == ["a", "b", "c"]
     assert "WARNING: 3/3 teacher replies had no usable chunk" in capsys.readouterr().out
@@ -141,7 +157,7 @@ def test_failed_request_loses_nothing_already_paid_for(tmp_path, corpus, monkeyp
 
     teacher = OneBad()
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
-    cfg = pipeline.GenConfig(input=str(corpus), run="t4", reverse_com=False, val_fraction=0)
+    cfg = Cfg(input=str(corpus), run="t4", reverse_com=False, val_fraction=0)
     manifest = pipeline.generate(cfg)
     assert [f["doc_id"] for f in manifest["failures"]] == ["a"]
     assert manifest["failures"][0]["stage"] == "extraction request" and "413" in manifest["failures"][0]["error"]
@@ -164,10 +180,10 @@ def test_extraction_is_guided_for_the_local_teacher_only_where_asked(tmp_path, c
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = ScriptedTeacher()
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
-    pipeline.generate(pipeline.GenConfig(input=str(corpus), run="g1", reverse_com=False))
+    pipeline.generate(Cfg(input=str(corpus), run="g1", reverse_com=False))
     assert {(d, g) for d, _, g in teacher.seen} == {("outline", False), ("extraction", True)}
     teacher.seen.clear()
-    pipeline.generate(pipeline.GenConfig(input=str(corpus), run="g2", reverse_com=False, guided="off"))
+    pipeline.generate(Cfg(input=str(corpus), run="g2", reverse_com=False, guided="off"))
     assert not any(g for *_, g in teacher.seen)
 
 
@@ -177,9 +193,9 @@ class CutOff(ScriptedTeacher):
     enough = 10**9
 
     def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
-                      grammars=None):
-        outs = super().generate_many(list_of_messages, params, progress_desc, None, return_exceptions, grammars)
-        if progress_desc == "extraction" and params.max_new_tokens < self.enough:
+                      grammars=None, seeds=None):
+        outs = super().generate_many(list_of_messages, params, progress_desc, None, return_exceptions, grammars, seeds)
+        if stage(list_of_messages[0][-1]["content"]) == "extraction" and params.max_new_tokens < self.enough:
             outs = [Reply(o[: len(o) // 2], finish_reason="length") for o in outs]
         for i, o in enumerate(outs):
             if on_reply is not None:
@@ -191,7 +207,7 @@ def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = CutOff()
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
-    cfg = pipeline.GenConfig(input=str(corpus), run="c1", reverse_com=False, max_new_tokens=500, guided="off")
+    cfg = Cfg(input=str(corpus), run="c1", reverse_com=False, max_new_tokens=500, guided="off")
     with pytest.raises(RunFailed):
         pipeline.generate(cfg)
     manifest = json.loads((tmp_path / "home" / "runs" / "c1" / "gen" / "manifest.json").read_text())
@@ -201,7 +217,7 @@ def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -
     assert all("cut off" in f["error"] for f in manifest["failures"])
     # enough budget on the retry: every document becomes a normal memory
     teacher.enough, teacher.seen = 1000, []
-    manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="c2", reverse_com=False, max_new_tokens=500,
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="c2", reverse_com=False, max_new_tokens=500,
                                                     guided="off"))
     assert manifest["memories"] == 3 and manifest["extraction_fates"] == {"retried": 3}
 
@@ -209,7 +225,7 @@ def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -
 def test_cut_off_replies_kept_flagged_are_never_sft_targets(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: CutOff())
-    cfg = pipeline.GenConfig(input=str(corpus), run="c3", reverse_com=False, guided="off", on_truncated="keep_flagged",
+    cfg = Cfg(input=str(corpus), run="c3", reverse_com=False, guided="off", on_truncated="keep_flagged",
                              on_unusable="whole", val_fraction=0)
     manifest = pipeline.generate(cfg)
     mems = read_memories(manifest["files"]["memories"])
@@ -227,12 +243,12 @@ def test_retry_unusable_asks_the_teacher_again(tmp_path, corpus, monkeypatch) ->
 
     teacher = Rambler()
     monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
-    cfg = pipeline.GenConfig(input=str(corpus), run="r1", reverse_com=False, on_unusable="whole", guided="off")
+    cfg = Cfg(input=str(corpus), run="r1", reverse_com=False, on_unusable="whole", guided="off")
     pipeline.generate(cfg)
     teacher.calls = 0
     pipeline.generate(cfg)  # default: the unusable replies are replayed, no paid call repeated
     assert teacher.calls == 0
-    again = pipeline.generate(pipeline.GenConfig(**{**cfg.__dict__, "retry_unusable": True}))
+    again = pipeline.generate(Cfg(**{**cfg.__dict__, "retry_unusable": True}))
     assert teacher.calls == 3 and again["teacher"]["reasked_unusable"] == 3  # the extractions, not the outlines
 
 

@@ -144,3 +144,22 @@ def test_nothing_cut_off_means_one_call_and_bad_policy_is_refused() -> None:
     assert generate_with_policy(call, 1, GenerationParams())[1] == ["ok"] and len(call.calls) == 1
     with pytest.raises(ValueError, match="on_truncated"):
         generate_with_policy(FakeCall(), 1, GenerationParams(), on_truncated="retry")
+
+
+def test_sampled_rows_do_not_depend_on_their_batch(tiny, plans) -> None:
+    """Each row samples from its own seeded generator: the same prompt and seed give the same reply
+    alone, in a batch with other rows, in another order, guided or not; another seed another reply."""
+    from memreader.generation.local import generate_chat_batch
+
+    model, tokenizer = tiny
+    params = GenerationParams(temperature=1.0, top_p=0.95, max_new_tokens=12, seed=3)
+    prompts = [_messages(DOCS[0]), _messages("Say hello."), _messages(DOCS[1])]
+    alone = [generate_chat_batch(model, tokenizer, [p], params)[0].text for p in prompts]
+    together = [g.text for g in generate_chat_batch(model, tokenizer, prompts[::-1], params)][::-1]
+    assert together == alone
+    seeds = [3, 4, 3]
+    mixed = generate_chat_batch(model, tokenizer, prompts, params, seeds=seeds)
+    assert mixed[0].text == alone[0] and mixed[2].text == alone[2] and mixed[1].text != alone[1]
+    guided_alone = generate_chat_batch(model, tokenizer, [prompts[0]], params, grammars=[plans[0].lark])[0]
+    guided_batch = generate_chat_batch(model, tokenizer, prompts, params, grammars=[plans[0].lark, None, None])[0]
+    assert guided_alone.text == guided_batch.text and guided_alone.guided

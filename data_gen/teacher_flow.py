@@ -1,0 +1,233 @@
+"""One document's way through the teacher: outline → N candidates → scoring → RRF selection → CoM.
+
+Every document (or window of a long one: a *unit*) runs as its own coroutine and asks for its next
+step the moment its previous reply is in (see :mod:`data_gen.flow`). Per unit:
+
+1. **outline**: one teacher call;
+2. **candidates**: ``num_candidates`` extraction calls, candidate ``j`` sampled with its own seed
+   and cached under its sample index, each guided by the unit's memory grammar where the backend
+   takes grammars; each reply becomes a validated memory (or a recorded failure);
+3. **scoring**: the usable candidates are scored by the evaluator LM (:mod:`data_gen.scoring`),
+   batched with every other unit waiting at that moment; scores are cached, so a crash loses none;
+4. **selection**: ranks per metric and RRF (:mod:`data_gen.selection`), the winner is kept;
+5. **reverse CoM**: the reasoning path for the winner only (cached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from data_gen.cache import ScoreCache
+from data_gen.cached_teacher import CachedTeacher
+from data_gen.flow import Batcher
+from data_gen.selection import select_candidates
+from memreader.assemble import memory_from_output
+from memreader.corpus import Document
+from memreader.generation import GenerationParams, GenerationRequestError, Reply
+from memreader.guidance import ask_with_policy
+from memreader.markup import render_memory
+from memreader.parser import ParseError
+from memreader.prompts import render
+from memreader.schema import DocumentMemory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Unit:
+    """What the teacher reads at once: a whole document, or one window of a long one."""
+
+    doc: Document
+    unit_id: str
+    text: str
+    lang: str
+    plan: Any = None  # GrammarPlan or None (unguided)
+    window: Any = None  # memreader.windowing.Window, or None for a whole document
+
+
+@dataclass
+class UnitResult:
+    """What became of one unit: its winning memory (or None), every candidate's row, failures, fates."""
+
+    unit: Unit
+    memory: DocumentMemory | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    fates: list[str] = field(default_factory=list)
+    candidate_failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def fail(self, stage: str, error: Exception | str) -> None:
+        self.failures.append({"doc_id": self.unit.unit_id, "stage": stage, "error": str(error)})
+        log.warning("%s: %s failed (%s)", self.unit.unit_id, stage, error)
+
+    def candidate_failed(self, j: int, stage: str, error: Exception | str) -> None:
+        """One candidate failed; the unit fails only when every candidate did (see :meth:`TeacherFlow.run`)."""
+        self.candidate_failures.append({"doc_id": self.unit.unit_id, "stage": stage, "candidate": j,
+                                        "error": str(error)})
+        log.info("%s: candidate %d: %s failed (%s)", self.unit.unit_id, j, stage, error)
+
+
+def outline_lines(reply: str) -> list[str]:
+    """Outline topics from an outline reply; tolerant of a missing tag."""
+    text = reply
+    if "<outline>" in reply:
+        text = reply.split("<outline>", 1)[1].split("</outline>", 1)[0]
+    lines = [ln.strip(" -*•\t") for ln in text.splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("<")]
+
+
+class TeacherFlow:
+    """Runs units through the five steps; ``cfg`` is a :class:`data_gen.pipeline.GenConfig`."""
+
+    def __init__(self, cfg: Any, teacher: CachedTeacher, scorer: Any, score_cache: ScoreCache,
+                 bars: dict[str, Any], compute_lock: asyncio.Lock | None = None) -> None:
+        self.cfg, self.teacher, self.scorer, self.score_cache, self.bars = cfg, teacher, scorer, score_cache, bars
+        self.templates: dict[str, str] = {}
+        self.outline_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.outline_max_new_tokens, seed=cfg.seed)
+        self.extract_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=cfg.seed)
+        self.com_params = GenerationParams(cfg.temperature, cfg.top_p, cfg.com_max_new_tokens, seed=cfg.seed)
+        self.score_batcher = Batcher(self._score_now, max_items=max(8, cfg.score_batch_memories),
+                                     compute_lock=compute_lock)
+        self.scored_now = 0  # memories the evaluator scored in this run (the rest came from the cache)
+
+    def _item(self, name: str, lang: str, **values: Any) -> tuple[str, list[dict[str, str]]]:
+        msgs, tpl = render(name, lang, **values)
+        self.templates[tpl.id] = tpl.version
+        return tpl.id, msgs
+
+    async def run(self, unit: Unit) -> UnitResult:
+        """All steps for one unit; failures are recorded on the result, never raised."""
+        res = UnitResult(unit)
+        cfg = self.cfg
+        item = self._item("teacher_outline", unit.lang, document=unit.text, min_parts=cfg.min_parts,
+                          max_parts=cfg.max_parts)
+        reply = await self.teacher.ask(item, self.outline_params)
+        self.bars["outline"].update(1)
+        if isinstance(reply, GenerationRequestError):
+            res.fail("outline request", reply)
+            return res
+        outline = outline_lines(reply)
+        extract = self._item("teacher_extraction", unit.lang, document=unit.text, outline="\n".join(outline) or "-")
+        grammar = unit.plan.lark if unit.plan is not None else None
+        cands = await asyncio.gather(*(self._candidate(unit, extract, grammar, j, res)
+                                       for j in range(cfg.num_candidates)))
+        memories = [m for m in cands if m is not None]
+        competing = [m for m in memories if "fallback" not in m.meta and not m.meta.get("truncated")]
+        pool = competing or [m for m in memories if m.meta.get("truncated")] or memories
+        if not pool:  # every candidate failed: the unit fails with each candidate's reason
+            for f in res.candidate_failures:
+                res.fail(f["stage"], f["error"] if cfg.num_candidates == 1 else f"candidate {f['candidate']}: {f['error']}")
+            return res
+        scores: list[dict[str, Any] | None] = [None] * len(pool)
+        if cfg.num_candidates > 1 and len(competing) > 1:
+            scores = await self._scores(pool)
+        self.bars["scoring"].update(1)
+        rows = select_candidates([{"clarity": (s or {}).get("clarity"), "completeness": (s or {}).get("completeness")}
+                                  for s in scores], cfg.rrf_k) if scores[0] is not None else \
+            [{"clarity": None, "completeness": None, "rank_clarity": None, "rank_completeness": None, "rrf": None,
+              "selected": i == 0} for i in range(len(pool))]
+        for mem, row, score in zip(pool, rows, scores, strict=True):
+            res.candidates.append({"doc_id": unit.doc.doc_id, "unit_id": unit.unit_id,
+                                   "candidate": mem.meta["candidate"], **row, "scores": score,
+                                   "scenarios": len(mem.scenarios), "spans": [[s.start, s.end] for s in mem.scenarios],
+                                   "fate": mem.meta["generation"]["fate"]})
+        in_pool = {id(m) for m in pool}
+        for mem in memories:
+            if id(mem) not in in_pool:
+                res.candidates.append({"doc_id": unit.doc.doc_id, "unit_id": unit.unit_id,
+                                       "candidate": mem.meta["candidate"], "clarity": None, "completeness": None,
+                                       "rank_clarity": None, "rank_completeness": None, "rrf": None,
+                                       "selected": False, "scores": None, "scenarios": len(mem.scenarios),
+                                       "spans": [[s.start, s.end] for s in mem.scenarios],
+                                       "fate": mem.meta["generation"]["fate"],
+                                       "excluded": "whole-document fallback" if "fallback" in mem.meta else
+                                       "cut off (kept flagged)"})
+        res.candidates.sort(key=lambda r: r["candidate"])
+        w = next(i for i, r in enumerate(rows) if r["selected"])
+        winner = pool[w]
+        winner.meta["selection"] = {"candidates": cfg.num_candidates, "usable": len(competing), **rows[w],
+                                    "scores": scores[w]}
+        if cfg.reverse_com:
+            await self._reasoning(winner, unit)
+        self.bars["com"].update(1)
+        res.memory = winner
+        return res
+
+    async def _candidate(self, unit: Unit, item: tuple[str, list[dict[str, str]]], grammar: str | None, j: int,
+                         res: UnitResult) -> DocumentMemory | None:
+        cfg = self.cfg
+
+        async def ask(p: GenerationParams) -> Reply | GenerationRequestError:
+            return await self.teacher.ask(item, p, grammar, sample=j)
+
+        reply, fate = await ask_with_policy(ask, self.extract_params, cfg.on_truncated)
+        self.bars["candidates"].update(1)
+        res.fates.append(fate)
+        if fate == "error":
+            res.candidate_failed(j, "extraction request", reply)
+            return None
+        if fate == "truncated-skipped":
+            res.candidate_failed(j, "extraction reply", f"cut off at the token budget (on_truncated={cfg.on_truncated}); "
+                     "raise max_new_tokens, then rerun with retry_unusable=true")
+            return None
+        meta = {"model": cfg.model, "prompt": item[0], "candidate": j, "source_sha256": unit.doc.sha256,
+                "generation": {**reply.info(), "fate": fate, "grammar": unit.plan.meta() if unit.plan else None}}
+        if fate == "truncated-kept":
+            meta["truncated"] = True
+        on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
+        # the params the kept reply was asked with (a retried reply had twice the budget)
+        used = self.extract_params if fate != "retried" else GenerationParams(
+            cfg.temperature, cfg.top_p, cfg.max_new_tokens * 2, seed=cfg.seed)
+        try:
+            mem = memory_from_output(unit.unit_id, unit.text, reply, meta, on_unparseable,
+                                     graph=unit.plan.graph if unit.plan is not None and reply.guided else None)
+        except ParseError as exc:
+            self.teacher.mark_unusable(item, used, grammar, j)
+            res.candidate_failed(j, "extraction reply", exc)
+            return None
+        if "fallback" in mem.meta:
+            self.teacher.mark_unusable(item, used, grammar, j)
+        return mem
+
+    def _score_now(self, memories: list[DocumentMemory]) -> list[dict[str, Any]]:
+        """Runs in a worker thread: one batched scorer call over every memory waiting."""
+        scores = self.scorer.score(memories)
+        self.scored_now += len(memories)
+        return [s.to_dict() for s in scores]
+
+    async def _scores(self, memories: list[DocumentMemory]) -> list[dict[str, Any]]:
+        keys = [self.score_cache.key(m, self.scorer) for m in memories]
+        out: list[dict[str, Any] | None] = [self.score_cache.get(k) for k in keys]
+        todo = [i for i, s in enumerate(out) if s is None]
+        if todo:
+            fresh = await self.score_batcher.submit([memories[i] for i in todo])
+            for i, score in zip(todo, fresh, strict=True):
+                self.score_cache.put(keys[i], score)  # stored at once: a crash loses no scored candidate
+                out[i] = score
+        return out  # type: ignore[return-value]
+
+    async def _reasoning(self, mem: DocumentMemory, unit: Unit) -> None:
+        cfg = self.cfg
+        target = render_memory(mem.outline, mem.chunks, mem.cores, None, cfg.head_chars, cfg.tail_chars)
+        item = self._item("reverse_com", unit.lang, document=unit.text, memory=target)
+
+        async def ask(p: GenerationParams) -> Reply | GenerationRequestError:
+            return await self.teacher.ask(item, p)
+
+        # The reasoning is part of the SFT target: a cut-off one is never kept (keep_flagged counts as
+        # skip here); retry_longer asks once more with twice com_max_new_tokens first.
+        policy = "retry_longer" if cfg.on_truncated == "retry_longer" else "skip"
+        reply, fate = await ask_with_policy(ask, self.com_params, policy)
+        if fate == "error":
+            mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
+            log.warning("%s: reverse CoM request failed, memory kept without reasoning (%s)", unit.unit_id, reply)
+        elif fate == "truncated-skipped":
+            mem.meta["reverse_com_error"] = "reasoning cut off at its token budget; left out of the SFT target"
+            log.warning("%s: reverse CoM reply cut off (on_truncated=%s); memory kept without reasoning",
+                        unit.unit_id, cfg.on_truncated)
+        else:
+            text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
+            mem.reasoning = text or None

@@ -1,0 +1,218 @@
+"""Multi-path sampling, RRF selection, per-candidate caching and the request flow (scripted teacher,
+a scorer computed from the spans; the real evaluator is tested in test_scoring.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+import pytest
+
+import data_gen.pipeline as pipeline
+from data_gen.flow import Batcher, Dispatcher
+from data_gen.selection import SelectionError, metric_ranks, select_candidates
+from memreader.generation import GenerationParams, Reply
+from memreader.markup import render_memory
+from tests.data_gen.test_pipeline import DOCS, ScriptedTeacher, stage
+
+
+class SeededTeacher(ScriptedTeacher):
+    """Cuts each document at a place that depends on the request's seed, like a sampling teacher."""
+
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None, seeds=None):
+        self.calls += len(list_of_messages)
+        outs = []
+        for i, m in enumerate(list_of_messages):
+            seed = seeds[i] if seeds else params.seed
+            self.seen.append((stage(m[-1]["content"]), params.max_new_tokens, bool(grammars and grammars[i])))
+            self.seeds.append(seed)
+            prompt = m[-1]["content"]
+            if stage(prompt) != "extraction":
+                outs.append(Reply(self._reply(prompt), finish_reason="stop"))
+                continue
+            doc = prompt.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
+            cut = 5 + (seed or 0) % (len(doc) - 10)
+            outs.append(Reply(render_memory(["P1", "P2"], [doc[:cut], doc[cut:]], ["c1", "c2"]), finish_reason="stop"))
+        return outs
+
+
+@dataclass
+class FakeScore:
+    clarity: float
+    completeness: float
+
+    def to_dict(self):
+        return {"clarity": self.clarity, "completeness": self.completeness, "variant": "fake"}
+
+
+class SpanScorer:
+    """Clarity prefers a cut near the middle, completeness a cut near the first third (so they disagree)."""
+
+    def __init__(self) -> None:
+        self.scored = 0
+
+    def signature(self):
+        return {"fake": 1}
+
+    def score(self, memories):
+        self.scored += len(memories)
+        out = []
+        for m in memories:
+            cut = m.scenarios[0].end / len(m.document)
+            out.append(FakeScore(round(1 - abs(cut - 0.5), 6), round(1 - abs(cut - 0.33), 6)))
+        return out
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in DOCS))
+    return path
+
+
+@pytest.fixture()
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    teacher, scorer = SeededTeacher(), SpanScorer()
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    monkeypatch.setattr(pipeline, "_scorer", lambda cfg, backend: scorer)
+    return teacher, scorer
+
+
+def _rows(manifest):
+    return [json.loads(x) for x in open(manifest["files"]["candidates"], encoding="utf-8")]
+
+
+def test_n_candidates_scored_and_the_best_rrf_kept(corpus, setup) -> None:
+    teacher, scorer = setup
+    cfg = pipeline.GenConfig(input=str(corpus), run="n4", num_candidates=4, guided="off", val_fraction=0)
+    manifest = pipeline.generate(cfg)
+    assert teacher.calls == 3 + 12 + 3  # outlines, 4 candidates each, CoM for the winners only
+    rows = _rows(manifest)
+    assert len(rows) == 12 and scorer.scored == 12
+    mems = {m["doc_id"]: m for m in map(json.loads, open(manifest["files"]["memories"], encoding="utf-8"))}
+    for doc_id in ("a", "b", "c"):
+        mine = [r for r in rows if r["doc_id"] == doc_id]
+        assert sorted(r["candidate"] for r in mine) == [0, 1, 2, 3]
+        assert sorted(r["rank_clarity"] for r in mine) == [1, 2, 3, 4]
+        best = max(mine, key=lambda r: (r["rrf"], -r["candidate"]))
+        assert [r["selected"] for r in mine].count(True) == 1 and best["selected"]
+        for r in mine:
+            assert r["rrf"] == pytest.approx(1 / (60 + r["rank_clarity"]) + 1 / (60 + r["rank_completeness"]))
+        kept = mems[doc_id]
+        assert [[s["start"], s["end"]] for s in kept["scenarios"]] == best["spans"]
+        assert kept["meta"]["selection"]["rrf"] == best["rrf"] and kept["reasoning"]
+    # distinct seeds per candidate: candidate 0 samples with the run's seed
+    extraction_seeds = [s for (st, *_), s in zip(teacher.seen, teacher.seeds, strict=True) if st == "extraction"]
+    assert len(set(extraction_seeds)) == 4 and cfg.seed in extraction_seeds
+
+
+def test_raising_n_reuses_cached_candidates_and_scores(corpus, setup) -> None:
+    teacher, scorer = setup
+    cfg = pipeline.GenConfig(input=str(corpus), run="grow", num_candidates=2, guided="off", val_fraction=0,
+                             reverse_com=False)
+    pipeline.generate(cfg)
+    first = {(r["doc_id"], r["candidate"]): r["spans"] for r in _rows(pipeline.generate(cfg))}
+    teacher.calls, scorer.scored = 0, 0
+    manifest = pipeline.generate(pipeline.GenConfig(**{**cfg.__dict__, "num_candidates": 3}))
+    assert teacher.calls == 3  # only candidate 2 of each document is new
+    assert scorer.scored == 3 and manifest["selection"]["scores_cached"] == 6
+    again = {(r["doc_id"], r["candidate"]): r["spans"] for r in _rows(manifest)}
+    assert all(again[k] == v for k, v in first.items())  # the same candidates came back from the cache
+
+
+def test_single_candidate_is_kept_without_scoring(corpus, setup) -> None:
+    _, scorer = setup
+    manifest = pipeline.generate(pipeline.GenConfig(input=str(corpus), run="n1", num_candidates=1, guided="off"))
+    rows = _rows(manifest)
+    assert len(rows) == 3 and all(r["selected"] and r["clarity"] is None for r in rows) and scorer.scored == 0
+
+
+def test_bad_selection_settings_are_named() -> None:
+    from memreader.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(pipeline.GenConfig, None, ["input=x.jsonl", "num_candidates=0", "rrf_k=0",
+                                                "clarity_variant=vibes"])
+    text = str(err.value)
+    assert "num_candidates" in text and "rrf_k" in text and "clarity_variant" in text
+
+
+def test_ranks_and_ties_are_deterministic() -> None:
+    assert metric_ranks([0.2, 0.9, 0.2, None, 0.5]) == [3, 1, 4, 5, 2]  # tie: the earlier candidate first
+    rows = select_candidates([{"clarity": 0.5, "completeness": 0.1}, {"clarity": 0.1, "completeness": 0.5}])
+    assert rows[0]["rrf"] == rows[1]["rrf"] and rows[0]["selected"] and not rows[1]["selected"]
+    rows = select_candidates([{"clarity": 0.5, "completeness": None}, {"clarity": 0.7, "completeness": None}])
+    assert rows[1]["selected"] and rows[0]["rank_completeness"] is None and rows[1]["rrf"] == pytest.approx(1 / 61)
+    with pytest.raises(SelectionError, match="k > 0"):
+        select_candidates([{"clarity": 1.0}], k=0)
+    with pytest.raises(SelectionError, match="finite"):
+        select_candidates([{"clarity": float("nan"), "completeness": 1.0}])
+
+
+def test_async_dispatcher_keeps_max_concurrency_in_flight() -> None:
+    class Slow:
+        concurrent_requests = True
+
+        def __init__(self) -> None:
+            self.open = self.peak = 0
+
+        async def agenerate(self, messages, params, grammar=None):
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+            await asyncio.sleep(0.01)
+            self.open -= 1
+            return Reply("ok", finish_reason="stop")
+
+    backend = Slow()
+
+    async def main():
+        d = Dispatcher(backend, max_concurrency=8)
+        replies = await asyncio.gather(*(d.ask([{"role": "user", "content": str(i)}], GenerationParams())
+                                         for i in range(40)))
+        return d, replies
+
+    d, replies = asyncio.run(main())
+    assert backend.peak == 8 and len(replies) == 40 and d.stats.summary(8)["requests"] == 40
+
+
+def test_batch_dispatcher_groups_requests_from_many_coroutines() -> None:
+    teacher = SeededTeacher()
+    calls = []
+    original = teacher.generate_many
+
+    def spy(msgs, params, **kw):
+        calls.append((len(msgs), params.max_new_tokens, kw["seeds"]))
+        return original(msgs, params, **kw)
+
+    teacher.generate_many = spy
+    doc = "<document>\nSome text that is long enough to cut.\n</document>"
+
+    async def main():
+        d = Dispatcher(teacher, batch_size=3)
+        small, big = GenerationParams(max_new_tokens=8), GenerationParams(max_new_tokens=16)
+        return await asyncio.gather(*(d.ask([{"role": "user", "content": f"outline {i} {doc}"}],
+                                            small if i % 2 else big, seed=i) for i in range(7)))
+
+    replies = asyncio.run(main())
+    assert len(replies) == 7 and all(isinstance(r, Reply) for r in replies)
+    assert sorted(n for n, *_ in calls) == [1, 3, 3]  # 4 × 16 tokens → 3 + 1, 3 × 8 tokens → 3
+    assert sorted(s for *_, seeds in calls for s in seeds) == list(range(7))  # every request kept its seed
+
+
+def test_batcher_returns_each_submitters_results() -> None:
+    seen = []
+
+    def double(items):
+        seen.append(len(items))
+        return [x * 2 for x in items]
+
+    async def main():
+        b = Batcher(double, max_items=4)
+        out = await asyncio.gather(b.submit([1, 2]), b.submit([3]), b.submit([4, 5]))
+        await b.aclose()
+        return out
+
+    assert asyncio.run(main()) == [[2, 4], [6], [8, 10]] and sum(seen) == 5 and max(seen) <= 4
