@@ -18,6 +18,17 @@ from pathlib import Path
 from typing import Any
 
 
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in WAL mode with ``synchronous=NORMAL``: every commit survives a crash of this
+    process (the case that matters: Ctrl-C, OOM, a failing stage) without an fsync per reply, which
+    would stall the event loop that keeps the teacher busy; only an OS crash or power cut can lose
+    the last few commits."""
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
+
+
 def cache_key(template_id: str, model: str, params: dict[str, Any], messages: list[dict[str, str]],
               backend: str = "", base_url: str = "", grammar: str | None = None, sample: int | None = None) -> str:
     """Stable hash of one teacher call; ``sample`` is the candidate index of multi-path sampling
@@ -37,7 +48,7 @@ class ReplyCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        self._db = connect(self.path)
         self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(replies)")}
         if "info" not in columns:  # caches written before replies carried their metadata
@@ -91,7 +102,7 @@ class ScoreCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        self._db = connect(self.path)
         self._db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, score TEXT NOT NULL)")
         self._db.commit()
         self.hits = 0
