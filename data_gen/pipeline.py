@@ -33,7 +33,7 @@ from data_gen.cache import ReplyCache, ScoreCache
 from data_gen.cached_teacher import CachedTeacher
 from data_gen.flow import Dispatcher, gather_bounded
 from data_gen.selection import check_rrf_k
-from data_gen.sft_export import sft_record, write_sft_splits
+from data_gen.sft_export import balance, sft_record, write_sft_splits
 from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
@@ -46,7 +46,7 @@ from memreader.guidance import (
     count_tokens_for,
     wants_grammar,
 )
-from memreader.paths import run_dir, write_json, write_jsonl, write_resolved_config
+from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.prompts import detect_lang
 from memreader.runlock import RunLock
 from memreader.schema import DocumentMemory, write_memories
@@ -96,6 +96,11 @@ class GenConfig(GuidedConfig):
     evaluator_dtype: str = field("auto", help="evaluator dtype: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16")
     score_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     score_batch_memories: int = field(64, ge=1, help="most candidate memories scored in one scorer call")
+    domain_field: str = field("", help="corpus field naming each document's domain, for balancing and the "
+                              "stratified split (empty: one domain)")
+    length_edges: list[int] = field([1000, 3000], help="document-length buckets (characters) for balancing and "
+                                    "the stratified split")
+    max_per_stratum: int = field(0, ge=0, help="most SFT records per (language, domain, length bucket); 0 keeps all")
     active_units: int = field(0, ge=0, help="documents in progress at once (0 = 4 x max_concurrency or 2 x batch_size)")
     def marker(self) -> dict[str, int]:
         """Chunk markers as in the SFT targets, at most max_parts chunks."""
@@ -157,6 +162,11 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
                           "give documents with text")
     if empty:  # before any paid call
         log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
+    if cfg.domain_field:
+        missing = [d.doc_id for d in docs if cfg.domain_field not in d.meta]
+        if missing:
+            raise CorpusError(f"{len(missing)} document(s) of {cfg.input} have no {cfg.domain_field!r} field (domain_field), "
+                              f"e.g. {missing[:3]}", "add the field to every record, or set domain_field= (empty)")
     backend, base_url = _backend(cfg)
     write_resolved_config(out_dir, cfg)  # after the checks: a refused run leaves the earlier record as it was
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
@@ -212,9 +222,12 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
     n_mem = write_memories(out_dir / "memories.jsonl", memories)
     write_jsonl(out_dir / "candidates.jsonl", candidates)
     # A cut-off reply is never a training target, even when kept (flagged) as a memory.
-    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates) for m in memories if not m.meta.get("truncated")]
+    domains = {d.doc_id: str(d.meta[cfg.domain_field]) for d in docs} if cfg.domain_field else {}
+    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates, domains.get(m.doc_id))
+               for m in memories if not m.meta.get("truncated")]
+    records, dropped = balance(records, cfg.length_edges, cfg.max_per_stratum, cfg.split_seed)
     guided = sum(1 for m in memories if m.meta.get("generation", {}).get("guided"))
-    split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed)
+    split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed, cfg.length_edges)
     seconds = time.perf_counter() - t0
     calls = teacher.calls if teacher else 0
     flow_stats = teacher.dispatcher.stats.summary(cfg.max_concurrency if cfg.teacher == "openai" else None) \
@@ -234,7 +247,8 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
         "selection": {"num_candidates": cfg.num_candidates, "rrf_k": cfg.rrf_k, "candidates": len(candidates),
                       "scored_now": flow.scored_now if flow else 0, "scores_cached": score_cache.hits,
                       "evaluator": cfg.evaluator, "clarity_variant": cfg.clarity_variant},
-        "sft": split,
+        "sft": {**split, "balanced_away": dropped, "max_per_stratum": cfg.max_per_stratum,
+                "domain_field": cfg.domain_field or None},
         "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": calls, "cache_hits": cache.hits,
                     "reasked_unusable": cache.reasked, "flow": flow_stats},
         "templates": templates,
@@ -243,6 +257,8 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
         "seconds": round(seconds, 2),
         "files": {"memories": str(out_dir / "memories.jsonl"), "candidates": str(out_dir / "candidates.jsonl"),
                   **split["files"]},
+        "sha256": {"memories": sha256_file(out_dir / "memories.jsonl"),
+                   "candidates": sha256_file(out_dir / "candidates.jsonl"), **split["sha256"]},
     }
     write_json(out_dir / "manifest.json", manifest)
     skipped = count_fates(fates).get("truncated-skipped", 0)

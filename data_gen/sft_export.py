@@ -1,19 +1,21 @@
-"""SFT records (TRL conversational prompt-completion) from document memories, and their splits."""
+"""SFT records (TRL conversational prompt-completion) from document memories: balancing by stratum
+(language, domain, length), a stratified validation split, and checksums of what was written."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 from memreader.markup import render_memory
+from memreader.paths import sha256_file, write_jsonl
 from memreader.prompts import detect_lang, render
 from memreader.schema import DocumentMemory
 
 
 def sft_record(
-    mem: DocumentMemory, head_chars: int = 12, tail_chars: int = 12, templates: dict[str, str] | None = None
+    mem: DocumentMemory, head_chars: int = 12, tail_chars: int = 12, templates: dict[str, str] | None = None,
+    domain: str | None = None,
 ) -> dict[str, Any]:
     """One training example: input = instruction + document, target = reasoning (if any) + memory.
 
@@ -30,32 +32,79 @@ def sft_record(
         "id": mem.doc_id,
         "prompt": prompt,
         "completion": [{"role": "assistant", "content": target}],
-        "meta": {"template": tpl.id, "lang": lang, "chars": len(mem.document), "scenarios": len(mem.scenarios)},
+        "meta": {"template": tpl.id, "lang": lang, "chars": len(mem.document), "scenarios": len(mem.scenarios),
+                 **({"domain": domain} if domain is not None else {})},
     }
 
 
-def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction: float, seed: int) -> dict[str, Any]:
-    """Write ``sft_train.jsonl`` / ``sft_val.jsonl``, balanced by language: the validation share is
-    drawn per language so both languages appear on both sides when there are enough records, and
-    at least one record is held out whenever ``val_fraction > 0`` and there are two or more."""
-    by_lang: dict[str, list[dict[str, Any]]] = {}
+def stratum(rec: dict[str, Any], length_edges: list[int]) -> tuple[str, str, str]:
+    """(language, domain, length bucket) of a record: the strata of balancing and of the split.
+    Length buckets are document characters cut at ``length_edges`` (``<1000``, ``1000-3000``, ``>=3000``)."""
+    chars = rec["meta"]["chars"] if "chars" in rec["meta"] else 0
+    edges = sorted(length_edges)
+    lo = max([e for e in edges if e <= chars], default=None)
+    hi = min([e for e in edges if e > chars], default=None)
+    bucket = f"<{hi}" if lo is None and hi is not None else f">={lo}" if hi is None and lo is not None else \
+        f"{lo}-{hi}" if lo is not None else "all"
+    return rec["meta"]["lang"], str(rec["meta"].get("domain", "-")), bucket
+
+
+def balance(records: list[dict[str, Any]], length_edges: list[int], max_per_stratum: int,
+            seed: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """At most ``max_per_stratum`` records per (language, domain, length bucket), drawn with ``seed``
+    (0 keeps everything): a domain or length that dominates the corpus cannot dominate training.
+    Returns the kept records (by id) and how many each stratum dropped."""
+    if max_per_stratum <= 0:
+        return records, {}
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for rec in records:
-        by_lang.setdefault(rec["meta"]["lang"], []).append(rec)
+        groups.setdefault(stratum(rec, length_edges), []).append(rec)
+    rng = random.Random(seed)
+    kept, dropped = [], {}
+    for key in sorted(groups):
+        group = sorted(groups[key], key=lambda r: r["id"])
+        rng.shuffle(group)
+        kept += group[:max_per_stratum]
+        if len(group) > max_per_stratum:
+            dropped["/".join(key)] = len(group) - max_per_stratum
+    return sorted(kept, key=lambda r: r["id"]), dropped
+
+
+def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction: float, seed: int,
+                     length_edges: list[int] | None = None) -> dict[str, Any]:
+    """Write ``sft_train.jsonl`` / ``sft_val.jsonl`` with a validation share drawn per stratum
+    (language, domain, length bucket; see :func:`stratum`), so every stratum with two or more
+    records appears on both sides, and at least one record is held out whenever ``val_fraction > 0``
+    and there are two or more. Returns counts per side and stratum, and each file's sha256."""
+    edges = list(length_edges or [])
+    by_stratum: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for rec in records:
+        by_stratum.setdefault(stratum(rec, edges), []).append(rec)
     rng = random.Random(seed)
     train, val = [], []
-    for lang in sorted(by_lang):
-        group = sorted(by_lang[lang], key=lambda r: r["id"])
+    for key in sorted(by_stratum):
+        group = sorted(by_stratum[key], key=lambda r: r["id"])
         rng.shuffle(group)
         n_val = max(1, round(len(group) * val_fraction)) if val_fraction > 0 and len(group) > 1 else 0
         val += group[:n_val]
         train += group[n_val:]
     if val_fraction > 0 and not val and len(train) > 1:
-        val.append(train.pop())  # every language had a single record: hold out one overall
-    files = {}
+        val.append(train.pop())  # every stratum had a single record: hold out one overall
+    files, sums = {}, {}
     for name, rows in (("sft_train", train), ("sft_val", val)):
         path = out_dir / f"{name}.jsonl"
-        with path.open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        files[name] = str(path)
-    return {"train": len(train), "val": len(val), "by_lang": {k: len(v) for k, v in by_lang.items()}, "files": files}
+        write_jsonl(path, rows)
+        files[name], sums[name] = str(path), sha256_file(path)
+    by_lang: dict[str, int] = {}
+    for rec in records:
+        by_lang[rec["meta"]["lang"]] = by_lang.get(rec["meta"]["lang"], 0) + 1
+
+    def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in rows:
+            k = "/".join(stratum(r, edges))
+            out[k] = out.get(k, 0) + 1
+        return dict(sorted(out.items()))
+
+    return {"train": len(train), "val": len(val), "by_lang": by_lang,
+            "strata": {"train": counts(train), "val": counts(val)}, "files": files, "sha256": sums}
