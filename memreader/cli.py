@@ -2,6 +2,7 @@
 
     memreader demo                       # whole pipeline on the embedded models
     memreader gen   --config configs/data_gen/smollm2_local.yaml
+    memreader assess --input artifacts/runs/demo/read/memories.jsonl
     memreader train --config configs/training/smollm2/135m_lora_cpu_smoke.yaml
     memreader merge --adapter artifacts/runs/demo/train
     memreader read  --config configs/inference/smollm2_cpu.yaml
@@ -25,6 +26,7 @@ from memreader.errors import MemReaderError, RunFailed
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "gen": ("data_gen.pipeline", "teacher-side memory generation → memories + SFT data"),
+    "assess": ("data_gen.assess", "clarity/completeness of any memories file (evaluator LM), written beside it"),
     "train": ("training.sft", "LoRA fine-tuning with TRL SFTTrainer"),
     "merge": ("training.merge", "merge a LoRA adapter into its base model"),
     "read": ("inference.reader", "MemReader batch reading of a corpus (resumable)"),

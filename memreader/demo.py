@@ -41,6 +41,9 @@ class DemoConfig:
     read_max_new_tokens: int = field(512, ge=1, help="MemReader reading budget (a guided memory's limits are sized to it)")
     guided: str = field("auto", help="grammar-guided decoding for teacher and reader: auto (on for local models), "
                         "on, off (free text, then parser + aligner: the 135M model then fails the format)")
+    num_candidates: int = field(2, ge=1, help="teacher candidates per document; the evaluator (the same embedded "
+                                "model) scores them and RRF keeps the best (MoM selection)")
+    clarity_variant: str = field("ppl", help="clarity variant of the evaluator: ppl, prob or margin")
     train_steps: int = field(8, ge=1, help="LoRA optimizer steps")
     batch_size: int = field(8, ge=1, help="sequences per generate call: on CPU, batch 8 decodes ~2.9x the tokens/s "
                             "of batch 1 (memory-bandwidth bound; docs/BENCHMARKS.md)")
@@ -87,7 +90,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     gen = generate(GenConfig(
         input=cfg.corpus, run=cfg.run, model=cfg.teacher_model or cfg.model, teacher=cfg.teacher, batch_size=cfg.batch_size,
         max_new_tokens=cfg.gen_max_new_tokens, outline_max_new_tokens=96, com_max_new_tokens=96,
-        val_fraction=0.25, on_unusable="whole", guided=cfg.guided,
+        val_fraction=0.25, on_unusable="whole", guided=cfg.guided, num_candidates=cfg.num_candidates,
+        evaluator=cfg.model, clarity_variant=cfg.clarity_variant,
     ))
     stage("gen")
     trained = train(SFTRunConfig(
@@ -139,6 +143,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         "usable MemReader outputs": f"{read['read'] - read['fallback_whole_document']}/{read['documents']} "
                                     f"({read['guided']} guided, {read['fallback_whole_document']} whole-document "
                                     f"fallbacks, {read['truncated_skipped']} cut off)",
+        "candidate selection": _selection_line(gen),
         "reasoning paths (CoM)": f"{gen['memories'] - len(gen['without_reasoning'])}/{gen['memories']} "
                                  "(a cut-off reasoning is left out of its SFT target)",
         "scenarios per memory": _scenario_line(memories),
@@ -164,6 +169,14 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     print(f"\nQA ({report['settings']}):\n" + Path(artifacts["evaluation report"]).with_name("report.txt").read_text())
     print(f"demo: all stages finished in {time.perf_counter() - t0:.0f} s → {root}")
     return summary
+
+
+def _selection_line(gen: dict[str, Any]) -> str:
+    """How many candidates were sampled and scored, and which evaluator chose."""
+    sel = gen["selection"]
+    scored = sel["scored_now"] + sel["scores_cached"]
+    return (f"N={sel['num_candidates']}: {sel['candidates']} usable candidates, {scored} scored by {sel['evaluator']} "
+            f"(clarity={sel['clarity_variant']}), RRF k={sel['rrf_k']:g} kept one per document")
 
 
 def _scenario_line(memories: list[Any]) -> str:
