@@ -35,21 +35,16 @@ from data_gen.flow import Dispatcher, gather_bounded
 from data_gen.selection import check_rrf_k
 from data_gen.sft_export import balance, sft_record, write_sft_splits
 from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
+from data_gen.units import make_units, merge_units
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
-from memreader.generation import make_chat
-from memreader.guidance import (
-    GuidedConfig,
-    MemoryGrammars,
-    count_fates,
-    count_tokens_for,
-    wants_grammar,
-)
+from memreader.generation import LocalChat, make_chat
+from memreader.guidance import GuidedConfig, count_fates
 from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
-from memreader.prompts import detect_lang
 from memreader.runlock import RunLock
-from memreader.schema import DocumentMemory, write_memories
+from memreader.schema import write_memories
+from memreader.windowing import WindowSettings
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +95,22 @@ class GenConfig(GuidedConfig):
                               "stratified split (empty: one domain)")
     length_edges: list[int] = field([1000, 3000], help="document-length buckets (characters) for balancing and "
                                     "the stratified split")
+    window_tokens: int = field(0, ge=0, help="long documents: document tokens per window (0 = sized to the teacher's "
+                               "window; no limit for an HTTP endpoint); guided windows also fit one memory grammar")
+    overlap_tokens: int = field(128, ge=0, help="long documents: tokens consecutive windows share (under half a window)")
     max_per_stratum: int = field(0, ge=0, help="most SFT records per (language, domain, length bucket); 0 keeps all")
     active_units: int = field(0, ge=0, help="documents in progress at once (0 = 4 x max_concurrency or 2 x batch_size)")
     def marker(self) -> dict[str, int]:
         """Chunk markers as in the SFT targets, at most max_parts chunks."""
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_parts}
 
+    def windows(self) -> WindowSettings:
+        """How long documents are cut into windows."""
+        return WindowSettings(self.window_tokens, self.overlap_tokens)
+
     def check(self) -> list[str]:
         """Problems a config file can have beyond types."""
-        problems = self.guided_problems(**self.marker())
+        problems = self.guided_problems(**self.marker()) + self.windows().problems()
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
@@ -148,7 +150,7 @@ def _scorer(cfg: GenConfig, backend: Any) -> Any:
 
     settings = ScorerSettings(model=cfg.evaluator, device=cfg.evaluator_device, dtype=cfg.evaluator_dtype,
                               clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.score_batch_tokens)
-    if cfg.teacher == "local" and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
+    if isinstance(backend, LocalChat) and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
             and cfg.evaluator_dtype == "auto":
         backend.tokenizer()  # loads the model
         return EvaluatorScorer(settings, model=backend._model, tokenizer=backend._tokenizer)
@@ -178,53 +180,35 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
         score_cache.close()
 
 
-def _units(cfg: GenConfig, docs: list[Document], backend: Any) -> tuple[list[Unit], list[dict[str, str]]]:
-    """One unit per document; refused documents (no possible grammar) are failures before any call."""
-    failures: list[dict[str, str]] = []
-    plans: list = [None] * len(docs)
-    refused: dict[int, str] = {}
-    if wants_grammar(cfg.guided, cfg.teacher):
-        grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count_tokens_for(backend),
-                                  may_go_unguided=cfg.teacher == "openai" and cfg.guided == "auto")
-        plans, refused = grammars.plan([d.text for d in docs], cfg.max_new_tokens)
-    units = []
-    for i, doc in enumerate(docs):
-        if i in refused:
-            failures.append({"doc_id": doc.doc_id, "stage": "guidance", "error": refused[i]})
-            log.warning("doc %s: no guided memory possible (%s)", doc.doc_id, refused[i])
-            continue
-        units.append(Unit(doc, doc.doc_id, doc.text, detect_lang(doc.text), plans[i]))
-    return units, failures
-
-
 def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], backend: Any, base_url: str,
          cache: ReplyCache, score_cache: ScoreCache) -> dict[str, Any]:
     t0 = time.perf_counter()
-    units, failures = _units(cfg, docs, backend)
+    units, windows, failures = make_units(cfg, docs, backend)
     results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache)) if units else ([], None, None)
     unit_results, teacher, flow = results
     fates: list[str] = []
     candidates: list[dict[str, Any]] = []
-    memories: list[DocumentMemory] = []
     candidate_failures: list[dict[str, Any]] = []
     for res in unit_results:
         failures += res.failures
         candidate_failures += res.candidate_failures
         fates += res.fates
         candidates += res.candidates
-        if res.memory is not None:
-            memories.append(res.memory)
+    memories, unit_memories, window_failures = merge_units(unit_results, windows, cfg.overlap_tokens)
+    failures += window_failures
+    windowed = {doc_id: len(ws) for doc_id, ws in windows.items() if len(ws) > 1}
     templates = flow.templates if flow else {}
     fallbacks = [m.doc_id for m in memories if "fallback" in m.meta]
     truncated_kept = [m.doc_id for m in memories if m.meta.get("truncated")]
     single_chunk = [r.unit.unit_id for r in unit_results if r.memory is not None and r.unit.plan is not None
-                    and r.unit.plan.single_chunk]
+                    and r.unit.plan.single_chunk and r.unit.window is None]
     n_mem = write_memories(out_dir / "memories.jsonl", memories)
     write_jsonl(out_dir / "candidates.jsonl", candidates)
     # A cut-off reply is never a training target, even when kept (flagged) as a memory.
     domains = {d.doc_id: str(d.meta[cfg.domain_field]) for d in docs} if cfg.domain_field else {}
-    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates, domains.get(m.doc_id))
-               for m in memories if not m.meta.get("truncated")]
+    # one SFT record per unit: a long document's windows are what the student will read
+    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates, domains.get(m.doc_id.split("#w")[0]))
+               for m in unit_memories if not m.meta.get("truncated")]
     records, dropped = balance(records, cfg.length_edges, cfg.max_per_stratum, cfg.split_seed)
     guided = sum(1 for m in memories if m.meta.get("generation", {}).get("guided"))
     split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed, cfg.length_edges)
@@ -244,6 +228,7 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
         "extraction_fates": count_fates(fates),
         "truncated_kept": truncated_kept,
         "single_chunk_no_boundary": single_chunk,
+        "windowed": windowed,
         "selection": {"num_candidates": cfg.num_candidates, "rrf_k": cfg.rrf_k, "candidates": len(candidates),
                       "scored_now": flow.scored_now if flow else 0, "scores_cached": score_cache.hits,
                       "evaluator": cfg.evaluator, "clarity_variant": cfg.clarity_variant},
@@ -280,6 +265,9 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
               "WHOLE-DOCUMENT memories (on_unusable=whole); their SFT targets teach one chunk per document")
     if empty:
         print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no teacher call): {empty[:5]}")
+    if windowed:
+        print(f"NOTE: {len(windowed)} long document(s) were read in {sum(windowed.values())} windows and merged "
+              f"(one SFT record per window): {list(windowed)[:5]}")
     if n_mem == 0:
         raise RunFailed(f"every one of the {len(docs)} documents failed; no memory and no SFT record was written "
                         f"(first failure: {failures[0]['stage']}: {failures[0]['error']})" if failures else

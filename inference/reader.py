@@ -13,6 +13,11 @@ repetition_penalty 1.05.
 Guided decoding (``guided: auto|on|off``, see :mod:`memreader.guidance`): each document's memory
 grammar makes a valid, exactly tiling memory the only thing the model can emit. A reply cut off
 by ``max_new_tokens`` follows ``on_truncated`` and never becomes a normal memory.
+
+Long documents (see :mod:`memreader.windowing`): a document longer than the model's window
+(``window_tokens``, 0 = sized to it) or, guided, than one memory grammar takes is read window by
+window, ``overlap_tokens`` shared between neighbours, each window its own prompt and grammar; the
+window memories are merged into one that tiles the document, the mapping kept in ``meta.windows``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
+from memreader.windowing import (
+    WindowSettings,
+    merge_window_memories,
+    model_window_of,
+    plan_windows,
+    prompt_tokens_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +89,26 @@ class ReadConfig(GuidedConfig):
     tail_chars: int = field(12, ge=1, help="characters after [MASK] in a guided chunk marker")
     max_scenarios: int = field(6, ge=1, help="guided: most chunks per memory (longer documents get longer chunks)")
     think_tokens: int = field(160, ge=0, help="guided, think=true: most tokens of the <think> block")
+    window_tokens: int = field(0, ge=0, help="long documents: document tokens per window (each window its own "
+                               "prompt and grammar, memories merged into one that tiles the document); 0 = auto: "
+                               "the model's window minus the prompt and max_new_tokens (no limit when unknown, "
+                               "e.g. backend=openai); guided windows also fit one memory grammar")
+    overlap_tokens: int = field(128, ge=0, help="long documents: tokens consecutive windows share (the merge cuts "
+                                "inside the overlap); under half a window")
 
     def marker(self) -> dict[str, int]:
         """Chunk-marker shape, chunk count and think budget of this run's memory grammars."""
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_scenarios,
                 "think_tokens": self.think_tokens if self.think else 0}
 
+    def windows(self) -> WindowSettings:
+        """How long documents are cut into windows."""
+        return WindowSettings(self.window_tokens, self.overlap_tokens)
+
     def check(self) -> list[str]:
         """Problems beyond types."""
         problems = self.guided_problems(**self.marker())
+        problems += self.windows().problems()
         if self.backend == "openai" and not (self.base_url or os.environ.get("MEMREADER_READER_BASE_URL")):
             problems.append("base_url: backend=openai needs the reading server's URL (base_url=... or "
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
@@ -98,7 +121,7 @@ class ReadConfig(GuidedConfig):
 
 def read_key(cfg: ReadConfig) -> str:
     """Hash of everything besides the document that shapes a memory: model, adapter weights,
-    prompt variant, decoding and alignment settings. Stored in every memory's meta."""
+    prompt variant, decoding, alignment and window settings. Stored in every memory's meta."""
     adapter_sha = None
     if cfg.adapter:
         weights = Path(cfg.adapter) / "adapter_model.safetensors"
@@ -109,7 +132,8 @@ def read_key(cfg: ReadConfig) -> str:
     keyed = {k: getattr(cfg, k) for k in ("backend", "model", "think", "max_new_tokens", "temperature", "top_p",
                                           "repetition_penalty", "seed", "fuzzy_threshold", "guided", "head_chars",
                                           "tail_chars", "min_chunk_chars", "max_chunk_chars", "cjk_char_weight",
-                                          "max_scenarios", "core_tokens", "topic_tokens", "think_tokens")}
+                                          "max_scenarios", "core_tokens", "topic_tokens", "think_tokens",
+                                          "window_tokens", "overlap_tokens")}
     blob = json.dumps({**keyed, "adapter_sha256": adapter_sha}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -162,7 +186,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
     if stale:
         raise MemoryValidationError(
             f"{out_path} already holds {len(stale)} of these documents read from other text or with other "
-            f"settings (model, adapter weights, prompt, decoding), e.g. {stale[:3]}; resuming would mix them. "
+            f"settings (model, adapter weights, prompt, decoding, windows), e.g. {stale[:3]}; resuming would mix them. "
             "Use a new run name, or delete the file to read everything again."
         )
     write_resolved_config(out_dir, cfg)  # only now: a refused run leaves the earlier record as it was
@@ -175,57 +199,94 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
     name = "memreader_think" if cfg.think else "memreader"
     failed: dict[str, str] = {}
     stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0, "guided": 0,
-             "unguided": 0}
+             "unguided": 0, "windowed": 0, "windows": 0}
     single_chunk: list[str] = []
-    fates: list[str] = []
+    fates: list[str] = []  # one per document asked
     t0 = time.perf_counter()
-    grammars = None
+    grammars, sizing = None, {}
     if todo:
         backend = backend or make_backend(cfg)
+        count = count_tokens_for(backend)
         if wants_grammar(cfg.guided, cfg.backend):
-            grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count_tokens_for(backend),
+            grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
                                       may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
+        langs = sorted({detect_lang(d.text) for d in todo})
+        sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
+                  "prompt_tokens": max(prompt_tokens_of(render(name, lang, document="")[0], backend, count)
+                                       for lang in langs),
+                  "model_window": cfg.max_model_len if cfg.backend == "vllm" else model_window_of(backend),
+                  "grammar": grammars.settings if grammars else None}
     bar = tqdm(total=len(todo), desc="read", unit="doc")
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start : start + cfg.batch_size]
-        plans, plan_errors = grammars.plan([d.text for d in batch], cfg.max_new_tokens) if grammars else ([None] * len(batch), {})
-        for i, error in plan_errors.items():  # not written: named in the summary with the fix
-            failed[batch[i].doc_id] = error
-            log.warning("doc %s: no guided memory possible: %s", batch[i].doc_id, error)
-        live = [i for i in range(len(batch)) if i not in plan_errors]
-        rendered = [render(name, detect_lang(batch[i].text), document=batch[i].text) for i in live]
+        texts = [d.text for d in batch]
+        wplan = plan_windows(texts, **sizing)  # long documents: one item per window, merged back below
+        flat, window_texts = wplan.flat(), wplan.texts(texts)
+        plans, plan_errors = grammars.plan(window_texts, cfg.max_new_tokens) if grammars else ([None] * len(flat), {})
+        refused = dict(wplan.errors)
+        for j, error in plan_errors.items():
+            d, w = flat[j]
+            refused.setdefault(d, error if len(wplan.windows[d]) == 1 else f"window {w.index} [{w.start}, "
+                               f"{w.end}): {error}")
+        for d, error in refused.items():  # not written: named in the summary with the fix
+            failed[batch[d].doc_id] = error
+            log.warning("doc %s: no guided memory possible: %s", batch[d].doc_id, error)
+        live = [j for j, (d, _) in enumerate(flat) if d not in refused]
+        langs_of = [detect_lang(t) for t in texts]
+        rendered = [render(name, langs_of[flat[j][0]], document=window_texts[j]) for j in live]
 
         def call(idx: list[int], p: GenerationParams, live: list[int] = live, rendered: list = rendered,
                  plans: list = plans) -> list[Any]:
             return backend.generate_many([rendered[k][0] for k in idx], p, return_exceptions=True,
                                          grammars=[plans[live[k]].lark if plans[live[k]] else None for k in idx])
 
-        outputs, batch_fates = generate_with_policy(call, len(live), params, cfg.on_truncated) if live else ([], [])
-        fates.extend(batch_fates)
+        outputs, window_fates = generate_with_policy(call, len(live), params, cfg.on_truncated) if live else ([], [])
+        per_doc: dict[int, list[int]] = {}  # document → its entries in `live`, in window order
+        for k, j in enumerate(live):
+            per_doc.setdefault(flat[j][0], []).append(k)
         memories = []
-        for k, (out, fate) in enumerate(zip(outputs, batch_fates, strict=True)):
-            doc, (_, tpl), plan = batch[live[k]], rendered[k], plans[live[k]]
-            if isinstance(out, GenerationRequestError):  # not written: the next run asks again
-                failed[doc.doc_id] = str(out)
-                log.warning("doc %s: request failed for good (%s)", doc.doc_id, out)
+        for d, ks in per_doc.items():
+            doc, doc_windows = batch[d], wplan.windows[d]
+            errors = [(flat[live[k]][1], outputs[k]) for k in ks if isinstance(outputs[k], GenerationRequestError)]
+            if errors:  # not written: the next run asks again
+                w, error = errors[0]
+                failed[doc.doc_id] = str(error) if len(doc_windows) == 1 else f"window {w.index}: {error}"
+                log.warning("doc %s: request failed for good (%s)", doc.doc_id, failed[doc.doc_id])
+                fates.append("error")
                 continue
+            doc_fates = [window_fates[k] for k in ks]
+            fate = next((f for f in ("truncated-skipped", "truncated-kept", "retried") if f in doc_fates), "ok")
+            fates.append(fate)
             if fate == "truncated-skipped":  # not written: the next run asks again
                 log.warning("doc %s: reply cut off at the token budget; skipped (on_truncated=%s)", doc.doc_id,
                             cfg.on_truncated)
                 continue
-            meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": tpl.id, "backend": cfg.backend,
-                    "source_sha256": doc.sha256, "read_key": key,
-                    "generation": {**out.info(), "fate": fate, "grammar": plan.meta() if plan else None}}
-            if fate == "truncated-kept":
-                meta["truncated"] = True
-            mem = memory_from_output(doc.doc_id, doc.text, out, meta, "whole", cfg.fuzzy_threshold,
-                                     plan.graph if plan is not None and out.guided else None)
+            meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": rendered[ks[0]][1].id,
+                    "backend": cfg.backend, "source_sha256": doc.sha256, "read_key": key}
+            parts = []
+            for k in ks:
+                out, plan, w = outputs[k], plans[live[k]], flat[live[k]][1]
+                part = {"generation": {**out.info(), "fate": window_fates[k], "grammar": plan.meta() if plan else None}}
+                if window_fates[k] == "truncated-kept":
+                    part["truncated"] = True
+                one = len(doc_windows) == 1
+                parts.append(memory_from_output(doc.doc_id if one else f"{doc.doc_id}#w{w.index}",
+                                                window_texts[live[k]], out, {**meta, **part} if one else part,
+                                                "whole", cfg.fuzzy_threshold,
+                                                plan.graph if plan is not None and out.guided else None))
+            if len(doc_windows) == 1:
+                mem = parts[0]
+            else:
+                mem = merge_window_memories(doc.doc_id, doc.text, doc_windows, parts, {
+                    **meta, "windowing": {"budget_tokens": wplan.budget, "overlap_tokens": cfg.overlap_tokens}})
+                stats["windowed"] += 1
+                stats["windows"] += len(doc_windows)
             stats["fallbacks"] += "fallback" in mem.meta
             stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
             stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)
             stats["coverage_exact_sum"] += mem.meta.get("alignment", {}).get("coverage_exact", 0.0)
-            stats["guided" if out.guided else "unguided"] += 1
-            if plan is not None and plan.single_chunk:
+            stats["guided" if mem.meta["generation"]["guided"] else "unguided"] += 1
+            if all(plans[live[k]] is not None and plans[live[k]].single_chunk for k in ks):
                 single_chunk.append(doc.doc_id)
             memories.append(mem)
         write_memories(out_path, memories, append=True)  # written per batch: a crash loses one batch
@@ -245,6 +306,8 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
         "fates": truncated,
         "truncated_skipped": truncated.get("truncated-skipped", 0),
         "single_chunk_no_boundary": single_chunk,
+        "windowed": stats["windowed"],
+        "windows": stats["windows"],
         "fallback_whole_document": stats["fallbacks"],
         "repaired_outputs": stats["repaired"],
         "merged_scenarios": stats["merged_scenarios"],
@@ -266,6 +329,9 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
     if summary["truncated_skipped"]:
         print(f"WARNING: {summary['truncated_skipped']} reply(ies) were cut off by max_new_tokens={cfg.max_new_tokens} "
               "and not written; raise max_new_tokens and rerun (finished documents are kept)")
+    if stats["windowed"]:
+        print(f"NOTE: {stats['windowed']} long document(s) were read in {stats['windows']} windows and merged "
+              f"(window_tokens={cfg.window_tokens or 'auto'}, overlap_tokens={cfg.overlap_tokens}; meta.windows)")
     if single_chunk:
         print(f"NOTE: {len(single_chunk)} document(s) had no chunk boundary in range and are one chunk each: "
               f"{single_chunk[:5]} (lower min_chunk_chars to cut them)")

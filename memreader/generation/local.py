@@ -198,8 +198,8 @@ class LocalChat:
             if n + params.max_new_tokens > window:
                 out[i] = GenerationRequestError(
                     f"the prompt has {n} tokens; with max_new_tokens={params.max_new_tokens} it exceeds the model's "
-                    f"window of {window} tokens — fix: split the document into shorter ones (long-document "
-                    "windowing is not built yet) or lower max_new_tokens")
+                    f"window of {window} tokens — fix: split the document into windows (window_tokens: 0 sizes "
+                    "them to the model, a set value must be lower) or lower max_new_tokens")
         return out
 
 

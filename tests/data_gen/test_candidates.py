@@ -12,6 +12,7 @@ import pytest
 import data_gen.pipeline as pipeline
 from data_gen.flow import Batcher, Dispatcher
 from data_gen.selection import SelectionError, metric_ranks, select_candidates
+from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, Reply
 from memreader.markup import render_memory
 from tests.data_gen.test_pipeline import DOCS, ScriptedTeacher, stage
@@ -19,6 +20,10 @@ from tests.data_gen.test_pipeline import DOCS, ScriptedTeacher, stage
 
 class SeededTeacher(ScriptedTeacher):
     """Cuts each document at a place that depends on the request's seed, like a sampling teacher."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.documents: list[str] = []  # the document of every extraction prompt
 
     def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
                       grammars=None, seeds=None):
@@ -33,6 +38,7 @@ class SeededTeacher(ScriptedTeacher):
                 outs.append(Reply(self._reply(prompt), finish_reason="stop"))
                 continue
             doc = prompt.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
+            self.documents.append(doc)
             cut = 5 + (seed or 0) % (len(doc) - 10)
             outs.append(Reply(render_memory(["P1", "P2"], [doc[:cut], doc[cut:]], ["c1", "c2"]), finish_reason="stop"))
         return outs
@@ -216,3 +222,42 @@ def test_batcher_returns_each_submitters_results() -> None:
         return out
 
     assert asyncio.run(main()) == [[2, 4], [6], [8, 10]] and sum(seen) == 5 and max(seen) <= 4
+
+
+def test_long_document_is_generated_window_by_window_and_merged(tmp_path, setup) -> None:
+    teacher, _ = setup
+    long_text = " ".join(f"Sentence number {i} talks about topic {i % 7} in some detail." for i in range(60))
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text(json.dumps({"id": "long", "text": long_text}) + "\n"
+                      + json.dumps({"id": "short", "text": DOCS[0][1]}) + "\n")
+    cfg = pipeline.GenConfig(input=str(corpus), run="win", num_candidates=2, guided="off", val_fraction=0,
+                             window_tokens=200, overlap_tokens=40)
+    manifest = pipeline.generate(cfg)
+    n_windows = manifest["windowed"]["long"]
+    assert n_windows >= 3 and "short" not in manifest["windowed"]
+    mems = {m["doc_id"]: m for m in map(json.loads, open(manifest["files"]["memories"], encoding="utf-8"))}
+    long = mems["long"]
+    spans = [(s["start"], s["end"]) for s in long["scenarios"]]
+    assert spans[0][0] == 0 and spans[-1][1] == len(long_text) and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert [w["index"] for w in long["meta"]["windows"]] == list(range(n_windows))
+    units = {r["unit_id"] for r in _rows(manifest) if r["doc_id"] == "long"}
+    assert units == {f"long#w{i}" for i in range(n_windows)}
+    assert manifest["sft"]["train"] == n_windows + 1  # one SFT record per window, one for the short document
+    # each extraction prompt held one window of the long document, never the whole of it
+    windows = [w for w in teacher.documents if w in long_text]
+    assert windows and max(map(len, windows)) < len(long_text) and long_text not in teacher.documents
+
+
+def test_window_smaller_than_the_prompt_is_refused_with_the_fix(tmp_path, corpus, setup, monkeypatch) -> None:
+    from memreader.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="overlap_tokens=100 must be under half"):
+        load_config(pipeline.GenConfig, None, ["input=x.jsonl", "window_tokens=150", "overlap_tokens=100"])
+    teacher, _ = setup
+    teacher.model_window = lambda: 300  # a teacher whose window the prompt and the reply budget fill
+    cfg = pipeline.GenConfig(input=str(corpus), run="tiny-window", num_candidates=1, guided="off",
+                             max_new_tokens=256)
+    with pytest.raises(RunFailed) as err:
+        pipeline.generate(cfg)
+    assert "the window is smaller than the prompt" in str(err.value) and "lower max_new_tokens" in str(err.value)
+    assert teacher.calls == 0  # refused before any call

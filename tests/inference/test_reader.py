@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from inference.reader import ReadConfig, read_corpus_memories
+from memreader.config import ConfigError, load_config
 from memreader.generation import GenerationRequestError, Reply
+from memreader.guidance import approx_tokens
 from memreader.markup import render_memory
+from memreader.prompts import render
 from memreader.schema import MemoryValidationError, read_memories
+from memreader.windowing import MARGIN_TOKENS, prompt_tokens_of
 
 
 class Backend:
@@ -158,14 +163,121 @@ def test_cut_off_replies_are_retried_longer_then_skipped(tmp_path, corpus, monke
 def test_unguidable_document_is_named_with_the_fix(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     path = tmp_path / "long.jsonl"
-    long_text = "A sentence of words. " * 200  # 4,200 characters > max_scenarios x max_chunk_chars
+    long_text = "A sentence of words. " * 200  # 4,200 characters > max_scenarios x max_chunk_chars: windows
     path.write_text(json.dumps({"id": "long", "text": long_text}) + "\n" +
                     json.dumps({"id": "ok", "text": "document ok has words here and there"}) + "\n")
     backend = Backend()
-    summary = read_corpus_memories(ReadConfig(input=str(path), run="u", max_scenarios=2, max_chunk_chars=1000),
-                                   backend=backend)
-    assert list(summary["failed"]) == ["long"] and "max_scenarios" in summary["failed"]["long"]
+    summary = read_corpus_memories(ReadConfig(input=str(path), run="u", max_scenarios=2, max_chunk_chars=1000,
+                                              max_new_tokens=60), backend=backend)
+    # each 1,500-character window needs more than 60 new tokens for its 2 chunks; the short one fits
+    assert list(summary["failed"]) == ["long"] and summary["failed"]["long"].startswith("window 0 [0, ")
+    assert "raise max_new_tokens" in summary["failed"]["long"]
     assert len(backend.seen) == 1 and summary["read"] == 1  # no model call spent on it
+
+
+def _long_corpus(tmp_path, n_sentences: int = 120):
+    sentences = [f"Sentence {i} tells about topic {i % 7} with several more words." for i in range(n_sentences)]
+    text = " ".join(sentences[:40]) + "\n\n" + " ".join(sentences[40:])
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"id": "short", "text": "document ok has words here and there"}) + "\n" +
+                    json.dumps({"id": "long", "text": text}) + "\n")
+    return path, text
+
+
+def test_long_document_is_read_window_by_window_and_merged(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path, text = _long_corpus(tmp_path)
+    backend = Backend()
+    cfg = ReadConfig(input=str(path), run="w", window_tokens=300, overlap_tokens=40)
+    summary = read_corpus_memories(cfg, backend=backend)
+    assert summary["read"] == 2 and summary["windowed"] == 1 and summary["failed"] == {}
+    short, mem = read_memories(summary["memories"])
+    assert "windows" not in short.meta and short.meta["generation"]["grammar"] is not None  # read as before
+    assert mem.doc_id == "long" and mem.document == text and "".join(mem.chunks) == text
+    windows = mem.meta["windows"]
+    assert summary["windows"] == len(windows) == len(backend.seen) - 1 >= 5
+    for w, seen, grammar in zip(windows, backend.seen[1:], backend.grammars[1:], strict=True):
+        assert seen == text[w["start"]:w["end"]] and approx_tokens(seen) <= 300  # each window its own prompt
+        assert grammar.startswith("%llguidance") and seen[:12] in grammar  # and its own grammar
+    assert [w["kept"][0] for w in windows[1:]] == [w["kept"][1] for w in windows[:-1]]
+    assert mem.meta["generation"]["windows"] == len(windows) and mem.meta["read_key"] == short.meta["read_key"]
+    assert mem.meta["windowing"] == {"budget_tokens": 300, "overlap_tokens": 40}
+    assert "1 long document(s) were read in" in capsys.readouterr().out
+    with pytest.raises(MemoryValidationError, match="other settings"):  # other windows: refused on resume
+        read_corpus_memories(ReadConfig(input=str(path), run="w", window_tokens=300, overlap_tokens=20),
+                             backend=Backend())
+    again = read_corpus_memories(cfg, backend=Backend())
+    assert again["skipped_done"] == 2 and again["read"] == 0
+
+
+def test_a_failed_or_cut_off_window_holds_back_its_document_only(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path, _ = _long_corpus(tmp_path)
+
+    class Flaky(Backend):
+        def __init__(self, cut: bool) -> None:
+            super().__init__()
+            self.cut = cut
+
+        def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                          grammars=None):
+            outs = super().generate_many(list_of_messages, params, grammars=grammars)
+            bad = [("Sentence 60 " in d) for d in self.seen[-len(outs):]]
+            if self.cut:
+                return [Reply(o[:40], finish_reason="length") if b else Reply(o, finish_reason="stop")
+                        for o, b in zip(outs, bad, strict=True)]
+            return [GenerationRequestError("HTTP 500 five times", 500) if b else o for o, b in zip(outs, bad, strict=True)]
+
+    cfg = ReadConfig(input=str(path), run="fw", window_tokens=300, overlap_tokens=40, guided="off")
+    summary = read_corpus_memories(cfg, backend=Flaky(cut=False))
+    assert summary["read"] == 1 and summary["windowed"] == 0 and list(summary["failed"]) == ["long"]
+    assert re.fullmatch(r"window \d+: HTTP 500 five times", summary["failed"]["long"])
+    cut = read_corpus_memories(ReadConfig(**{**cfg.__dict__, "run": "cw"}), backend=Flaky(cut=True))
+    assert cut["read"] == 1 and cut["truncated_skipped"] == 1 and cut["fates"] == {"ok": 1, "truncated-skipped": 1}
+    again = read_corpus_memories(cfg, backend=Backend())  # the next run asks for the whole document again
+    assert again["read"] == 1 and again["windowed"] == 1 and again["skipped_done"] == 1
+
+
+class WindowedBackend(Backend):
+    """A backend that knows its model's window, like transformers and vLLM."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__()
+        self.window = window
+
+    def model_window(self) -> int:
+        return self.window
+
+
+def test_auto_windows_fill_the_model_window(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path, text = _long_corpus(tmp_path)
+    backend = WindowedBackend(700)
+    summary = read_corpus_memories(ReadConfig(input=str(path), run="a", max_new_tokens=128, guided="off"),
+                                   backend=backend)
+    assert summary["windowed"] == 1 and summary["windows"] >= 4
+    prompts = [render("memreader", "en", document=seen)[0] for seen in backend.seen]
+    assert all(prompt_tokens_of(p, backend, approx_tokens) + 128 <= 700 for p in prompts)  # every prompt fits
+    sizes = [approx_tokens(seen) for seen in backend.seen[1:-1]]
+    assert min(sizes) > 0.8 * max(sizes)  # and the windows are filled
+    mem = read_memories(summary["memories"])[1]
+    overhead = prompt_tokens_of(render("memreader", "en", document="")[0], backend, approx_tokens)
+    assert "".join(mem.chunks) == text
+    assert mem.meta["windowing"]["budget_tokens"] == 700 - overhead - 128 - MARGIN_TOKENS >= max(sizes)
+
+
+def test_a_window_smaller_than_the_prompt_is_named_with_the_fix(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path, _ = _long_corpus(tmp_path)
+    overhead = prompt_tokens_of(render("memreader", "en", document="")[0], Backend(), approx_tokens)
+    backend = WindowedBackend(overhead + 128 + MARGIN_TOKENS + 20)  # room for 20 document tokens: the short one
+    summary = read_corpus_memories(ReadConfig(input=str(path), run="small", max_new_tokens=128), backend=backend)
+    assert summary["read"] == 1 and list(summary["failed"]) == ["long"] and len(backend.seen) == 1
+    error = summary["failed"]["long"]
+    assert "the window is smaller than the prompt" in error and f"prompt {overhead}" in error
+    assert "fix: lower max_new_tokens, or use a model (or max_model_len) with a longer window" in error
+    with pytest.raises(ConfigError, match="overlap_tokens=64 must be under half of window_tokens=100"):
+        load_config(ReadConfig, None, [f"input={path}", "window_tokens=100", "overlap_tokens=64"])
 
 
 @pytest.mark.integration
@@ -184,3 +296,20 @@ def test_guided_reading_on_tiny_random_model_gives_exact_memories(tmp_path, tiny
     mem = read_memories(summary["memories"])[0]
     assert mem.meta["alignment"]["coverage_exact"] == 1.0 and len(mem.scenarios) >= 2
     assert mem.meta["generation"]["guided"] and mem.meta["generation"]["finish_reason"] == "stop"
+
+
+@pytest.mark.integration
+def test_long_document_on_tiny_random_model_is_windowed_to_its_window(tmp_path, tiny_model, monkeypatch) -> None:
+    """The real transformers path: the 1,024-token window of the tiny model, its chat template and
+    tokenizer size the windows; no window prompt overflows it, and the merged memory tiles the text."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path, text = _long_corpus(tmp_path, n_sentences=260)
+    cfg = ReadConfig(input=str(path), run="tw", model=tiny_model, max_new_tokens=8, guided="off",
+                     on_truncated="keep_flagged", overlap_tokens=64)
+    summary = read_corpus_memories(cfg)
+    assert summary["read"] == 2 and summary["failed"] == {} and summary["windowed"] == 1
+    mem = read_memories(summary["memories"])[1]
+    assert "".join(mem.chunks) == text and len(mem.meta["windows"]) == summary["windows"] >= 3
+    prompts = [w["generation"]["prompt_tokens"] for w in mem.meta["windows"]]
+    assert all(p + 8 <= 1024 for p in prompts) and max(prompts) > 850  # filled, never overflowing
+    assert mem.meta["truncated"] and mem.meta["generation"]["finish_reason"] == "length"
