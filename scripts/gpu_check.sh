@@ -11,8 +11,14 @@
 #   2. nvidia-smi
 #   3. import check: torch sees the GPU; trl/peft/transformers and the repo's memreader package import
 #   4. scripts/gpu_sft_mfu.py: bf16 matmul peak + LoRA SFT of a Qwen2.5-1.5B-shaped model -> tokens/s, MFU
-#   5. scripts/bench_scoring.py --device cuda --dtype bfloat16 (scorer throughput), if that script exists
-# Results: $OUT/gpu_sft_mfu.json and $OUT/gpu_check.log ($OUT defaults to artifacts/gpu_check).
+#   5. scripts/bench_scoring.py --device cuda in float32 and bfloat16 (evaluator scorer throughput vs a naive
+#      loop, FLOP share of the measured peak); with .gpu/evaluator the evaluator has random weights:
+#        mkdir -p .gpu/evaluator && echo /.gpu/ >> .git/info/exclude
+#        cp $MEMREADER_HOME/models/smollm2-135m-instruct/{config.json,tokenizer*.json,chat_template.jinja} .gpu/evaluator/
+#        mkdir -p .gpu/datasets && cp ../shared/datasets/{crud_event_summary.jsonl,hotpotqa_100_corpus.json} .gpu/datasets/
+#      (then name .gpu in the device call's carry)
+#   SCORER_ONLY=1 skips step 4.
+# Results: $OUT/gpu_sft_mfu.json, $OUT/scoring_*.json and $OUT/gpu_check.log ($OUT defaults to artifacts/gpu_check).
 #
 # Wheels for .whl/ (on a machine with pip access, in the repo root; .whl/ is git-ignored locally):
 #   echo /.whl/ >> .git/info/exclude
@@ -58,13 +64,23 @@ print(f"torch {torch.__version__} (cuda {torch.version.cuda}) on {torch.cuda.get
 EOF
 
 # 4. LoRA SFT throughput and MFU
-step "4. LoRA SFT MFU (scripts/gpu_sft_mfu.py $*)"
-"$PY" scripts/gpu_sft_mfu.py --out "$OUT/gpu_sft_mfu.json" "$@" 2>&1 | tee -a "$LOG"
+if [ -z "${SCORER_ONLY:-}" ]; then
+  step "4. LoRA SFT MFU (scripts/gpu_sft_mfu.py $*)"
+  "$PY" scripts/gpu_sft_mfu.py --out "$OUT/gpu_sft_mfu.json" "$@" 2>&1 | tee -a "$LOG"
+fi
 
 # 5. scorer throughput (optional script)
 if [ -f scripts/bench_scoring.py ]; then
   step "5. scorer throughput (scripts/bench_scoring.py)"
-  "$PY" scripts/bench_scoring.py --device cuda --dtype bfloat16 2>&1 | tee -a "$LOG"
+  # The GPU machine has no model hub and the evaluator's weights (540 MB) exceed what a call carries:
+  # with .gpu/evaluator (config + tokenizer of the evaluator, copied here beforehand, see the header)
+  # the scorer runs the real architecture with random weights (same speed; the AUCs are skipped).
+  EVAL_ARGS=()
+  if [ -d .gpu/evaluator ]; then EVAL_ARGS=(--model .gpu/evaluator --random-init); fi
+  # ../shared beside the checkout does not travel to a lent machine: a copy in .gpu/datasets does
+  if [ -d .gpu/datasets ]; then EVAL_ARGS+=(--datasets .gpu/datasets); fi
+  "$PY" scripts/bench_scoring.py --device cuda --dtype float32 "${EVAL_ARGS[@]}" --out "$OUT/scoring_fp32.json" 2>&1 | tee -a "$LOG"
+  "$PY" scripts/bench_scoring.py --device cuda --dtype bfloat16 "${EVAL_ARGS[@]}" --out "$OUT/scoring_bf16.json" 2>&1 | tee -a "$LOG"
 else
   step "5. scripts/bench_scoring.py not present: skipped"
 fi
