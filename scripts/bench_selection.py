@@ -53,6 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["MEMREADER_HOME"] = args.home or os.environ.get("MEMREADER_HOME") or tempfile.mkdtemp(prefix="sel_")
     home = Path(os.environ["MEMREADER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
     corpus = home / f"crud{args.docs}.jsonl"
     write_corpus(corpus, args.docs)
 
