@@ -99,7 +99,9 @@ class TeacherFlow:
         return tpl.id, msgs
 
     async def run(self, unit: Unit) -> UnitResult:
-        """All steps for one unit; failures are recorded on the result, never raised."""
+        """All steps for one unit. A failed request or an unusable reply is recorded on the result (the
+        unit fails only when every candidate did); an evaluator error (bad settings, a tokenizer
+        without the answer words) stops the run, with every reply and score so far already cached."""
         res = UnitResult(unit)
         cfg = self.cfg
         item = self._item("teacher_outline", unit.lang, document=unit.text, min_parts=cfg.min_parts,

@@ -3,7 +3,8 @@
     memreader demo                    # ~8 minutes on a 2-core CPU
     memreader demo --run demo2 --set train_steps=4
 
-Stages: teacher generation (embedded SmolLM2 as teacher) → LoRA SFT (TRL) → MemReader reading
+Stages: teacher generation (embedded SmolLM2 as teacher: two candidates per document, scored by the
+same model as evaluator, RRF keeps one) → LoRA SFT (TRL) → MemReader reading
 with the adapter → three-layer Milvus Lite index + one sample question → QA evaluation against a
 fixed-length chunking baseline. Teacher and reader decode guided (``guided=auto``): each
 document's memory grammar makes a valid, exactly tiling memory with several scenarios the only
