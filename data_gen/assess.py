@@ -102,9 +102,15 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     print(f"assess: {len(rows)} memories, mean clarity ({cfg.clarity_variant}) {summary['mean_clarity']} over "
           f"{len(clarity)} with a boundary, mean completeness {summary['mean_completeness']} over {len(completeness)} "
           f"with cores ({chunk_only} chunk-only) in {seconds:.1f}s → {out['scores']}")
+    empty_cores = [r["doc_id"] for r in rows if r.get("chunk_terms") is not None and r.get("chunk_ppl") is not None
+                   and any(p is None for p in r["chunk_ppl"])]
+    if empty_cores:
+        print(f"NOTE: {len(empty_cores)} memory(ies) have some empty cores, each scored 0 in completeness (the "
+              f"worst value): {empty_cores[:5]} — give every scenario a core, or leave all cores empty to "
+              "score clarity alone")
     if summary["single_chunk"]:
         print(f"NOTE: {summary['single_chunk']} memory(ies) have one chunk and no boundary: their clarity is the "
-              "documented constant and is left out of the mean")
+              "variant's neutral value (0.5; margin 0.0), flagged single_chunk and left out of the mean")
     return summary
 
 

@@ -153,8 +153,12 @@ def _scorer(cfg: GenConfig, backend: Any) -> Any:
     if isinstance(backend, LocalChat) and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
             and cfg.evaluator_dtype == "auto":
         backend.tokenizer()  # loads the model
-        return EvaluatorScorer(settings, model=backend._model, tokenizer=backend._tokenizer)
-    return EvaluatorScorer(settings)
+        scorer = EvaluatorScorer(settings, model=backend._model, tokenizer=backend._tokenizer)
+    else:
+        scorer = EvaluatorScorer(settings)
+    if cfg.clarity_variant in ("prob", "margin"):
+        scorer.answer_ids()  # an evaluator without one-token answer words is refused before any teacher call
+    return scorer
 
 
 def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:

@@ -341,3 +341,25 @@ def test_vllm_engine_reads_prompt_logprobs_like_the_hf_engine(model, tokenizer):
         assert b.boundary_details["p_split"] == pytest.approx(a.boundary_details["p_split"], rel=TOL)
         assert b.chunk_terms == close(a.chunk_terms)
     assert engine.batches == 1  # one generate call for everything
+
+
+def test_assess_scores_a_memories_file_and_writes_beside_it(tmp_path, model, tokenizer, capsys) -> None:
+    from data_gen.assess import AssessConfig, assess, outputs
+    from memreader.schema import write_memories
+
+    with_cores = _memory("cores", [("Rivers run to the sea. ", "rivers"), ("Bridges cross the rivers. ", "bridges")])
+    chunk_only = _memory("chunks", [("Towns grow along rivers. ", ""), ("Markets open at dawn. ", "")])
+    single = _memory("single", [("One short note only. ", "a note")])
+    path = tmp_path / "memories.jsonl"
+    write_memories(path, [with_cores, chunk_only, single])
+    scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
+    summary = assess(AssessConfig(input=str(path), block=2), scorer=scorer)
+    rows = [json.loads(x) for x in outputs(path)["scores"].read_text().splitlines()]
+    direct = scorer.score([with_cores, chunk_only, single])
+    assert [r["doc_id"] for r in rows] == ["cores", "chunks", "single"]
+    assert rows[0]["clarity"] == close(direct[0].clarity) and rows[0]["completeness"] == close(direct[0].completeness)
+    assert rows[1]["completeness"] is None and rows[2]["single_chunk"] and rows[2]["clarity"] == 0.5
+    assert summary["with_cores"] == 2 and summary["single_chunk"] == 1
+    assert summary["mean_clarity"] == close((direct[0].clarity + direct[1].clarity) / 2)  # single chunk left out
+    assert json.loads(outputs(path)["summary"].read_text())["input_sha256"] == summary["input_sha256"]
+    assert "1 memory(ies) have one chunk" in capsys.readouterr().out
