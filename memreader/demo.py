@@ -1,6 +1,6 @@
 """``memreader demo``: every stage, for real, on the embedded models and the bundled demo corpus.
 
-    memreader demo                    # ~8 minutes on a 2-core CPU
+    memreader demo                    # ~9.5 minutes on a 2-core CPU
     memreader demo --run demo2 --set train_steps=4
 
 Stages: teacher generation (embedded SmolLM2 as teacher: two candidates per document, scored by the
@@ -29,7 +29,7 @@ DEMO_DATA = Path(__file__).with_name("demo_data")
 
 @dataclass
 class DemoConfig:
-    """Knobs of the demo run (defaults sized for ~8 minutes on 2 CPU cores)."""
+    """Knobs of the demo run (defaults sized for ~9.5 minutes on 2 CPU cores)."""
 
     run: str = field("demo", help="run name under $MEMREADER_HOME/runs/")
     corpus: str = field(str(DEMO_DATA / "corpus.jsonl"), help="demo corpus JSONL")
