@@ -23,6 +23,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from data_gen.scoring import VARIANTS
 from memreader.config import ConfigError, add_config_arguments, describe_config, field, load_config
 from memreader.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.schema import read_memories
@@ -47,8 +48,8 @@ class AssessConfig:
             problems.append("input: give a memories JSONL (--input FILE)")
         elif not Path(self.input).is_file():
             problems.append(f"input: {self.input} does not exist")
-        if self.clarity_variant not in ("ppl", "prob", "margin"):
-            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of ppl, prob, margin")
+        if self.clarity_variant not in VARIANTS:
+            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
         return problems
 
 

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from data_gen.cache import ReplyCache, ScoreCache
 from data_gen.cached_teacher import CachedTeacher
 from data_gen.flow import Dispatcher, gather_bounded
+from data_gen.scoring import VARIANTS
 from data_gen.selection import check_rrf_k
 from data_gen.sft_export import balance, sft_record, write_sft_splits
 from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
@@ -44,14 +45,15 @@ from memreader.guidance import GuidedConfig, count_fates
 from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.runlock import RunLock
 from memreader.schema import write_memories
-from memreader.windowing import WindowSettings
+from memreader.windowing import WindowConfig
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class GenConfig(GuidedConfig):
-    """Settings of one data-generation run (the guided-decoding keys come from :class:`GuidedConfig`)."""
+class GenConfig(GuidedConfig, WindowConfig):
+    """Settings of one data-generation run (guided-decoding and window keys from :class:`GuidedConfig` and
+    :class:`~memreader.windowing.WindowConfig`)."""
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
@@ -95,18 +97,11 @@ class GenConfig(GuidedConfig):
                               "stratified split (empty: one domain)")
     length_edges: list[int] = field([1000, 3000], help="document-length buckets (characters) for balancing and "
                                     "the stratified split")
-    window_tokens: int = field(0, ge=0, help="long documents: document tokens per window (0 = sized to the teacher's "
-                               "window; no limit for an HTTP endpoint); guided windows also fit one memory grammar")
-    overlap_tokens: int = field(128, ge=0, help="long documents: tokens consecutive windows share (under half a window)")
     max_per_stratum: int = field(0, ge=0, help="most SFT records per (language, domain, length bucket); 0 keeps all")
     active_units: int = field(0, ge=0, help="documents in progress at once (0 = 4 x max_concurrency or 2 x batch_size)")
     def marker(self) -> dict[str, int]:
         """Chunk markers as in the SFT targets, at most max_parts chunks."""
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_parts}
-
-    def windows(self) -> WindowSettings:
-        """How long documents are cut into windows."""
-        return WindowSettings(self.window_tokens, self.overlap_tokens)
 
     def check(self) -> list[str]:
         """Problems a config file can have beyond types."""
@@ -117,8 +112,8 @@ class GenConfig(GuidedConfig):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
         if self.teacher not in ("local", "openai"):
             problems.append(f"teacher: {self.teacher!r} is not 'local' or 'openai'")
-        if self.clarity_variant not in ("ppl", "prob", "margin"):
-            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of ppl, prob, margin")
+        if self.clarity_variant not in VARIANTS:
+            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
         try:
             check_rrf_k(self.rrf_k)
         except ValueError as exc:
@@ -152,8 +147,7 @@ def _scorer(cfg: GenConfig, backend: Any) -> Any:
                               clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.score_batch_tokens)
     if isinstance(backend, LocalChat) and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
             and cfg.evaluator_dtype == "auto":
-        backend.tokenizer()  # loads the model
-        scorer = EvaluatorScorer(settings, model=backend._model, tokenizer=backend._tokenizer)
+        scorer = EvaluatorScorer(settings, model=backend.model(), tokenizer=backend.tokenizer())
     else:
         scorer = EvaluatorScorer(settings)
     if cfg.clarity_variant in ("prob", "margin"):

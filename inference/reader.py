@@ -52,7 +52,7 @@ from memreader.prompts import detect_lang, render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.windowing import (
-    WindowSettings,
+    WindowConfig,
     merge_window_memories,
     model_window_of,
     plan_windows,
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ReadConfig(GuidedConfig):
+class ReadConfig(GuidedConfig, WindowConfig):
     """Settings of one MemReader reading run (the guided-decoding keys come from :class:`GuidedConfig`)."""
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
@@ -89,21 +89,11 @@ class ReadConfig(GuidedConfig):
     tail_chars: int = field(12, ge=1, help="characters after [MASK] in a guided chunk marker")
     max_scenarios: int = field(6, ge=1, help="guided: most chunks per memory (longer documents get longer chunks)")
     think_tokens: int = field(160, ge=0, help="guided, think=true: most tokens of the <think> block")
-    window_tokens: int = field(0, ge=0, help="long documents: document tokens per window (each window its own "
-                               "prompt and grammar, memories merged into one that tiles the document); 0 = auto: "
-                               "the model's window minus the prompt and max_new_tokens (no limit when unknown, "
-                               "e.g. backend=openai); guided windows also fit one memory grammar")
-    overlap_tokens: int = field(128, ge=0, help="long documents: tokens consecutive windows share (the merge cuts "
-                                "inside the overlap); under half a window")
 
     def marker(self) -> dict[str, int]:
         """Chunk-marker shape, chunk count and think budget of this run's memory grammars."""
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_scenarios,
                 "think_tokens": self.think_tokens if self.think else 0}
-
-    def windows(self) -> WindowSettings:
-        """How long documents are cut into windows."""
-        return WindowSettings(self.window_tokens, self.overlap_tokens)
 
     def check(self) -> list[str]:
         """Problems beyond types."""

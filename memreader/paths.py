@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -75,8 +76,6 @@ def write_jsonl(path: Path, rows: Any) -> Path:
 
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
-    import hashlib
-
     digest = hashlib.sha256()
     with Path(path).open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

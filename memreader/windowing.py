@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from memreader.config import field as config_field
 from memreader.errors import MemReaderError
 from memreader.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings
 from memreader.parser import cjk_ratio
@@ -118,6 +119,22 @@ class WindowSettings:
                               f"document tokens ({sizes if not self.window_tokens else 'window_tokens'})",
                               f"lower overlap_tokens below {budget // 2}")
         return budget
+
+
+@dataclass
+class WindowConfig:
+    """The long-document keys every reading stage config shares (``gen``, ``read``)."""
+
+    window_tokens: int = config_field(0, ge=0, help="long documents: document tokens per window (each window its own "
+                                      "prompt and grammar, memories merged into one that tiles the document); 0 = "
+                                      "auto: the model's window minus the prompt and max_new_tokens (no limit when "
+                                      "unknown, e.g. an HTTP endpoint); guided windows also fit one memory grammar")
+    overlap_tokens: int = config_field(128, ge=0, help="long documents: tokens consecutive windows share (the merge "
+                                       "cuts inside the overlap); under half a window")
+
+    def windows(self) -> WindowSettings:
+        """How long documents are cut into windows."""
+        return WindowSettings(self.window_tokens, self.overlap_tokens)
 
 
 @dataclass(frozen=True)
@@ -346,15 +363,10 @@ def plan_windows(texts: Sequence[str], count_tokens: CountTokens, settings: Wind
 
 
 def model_window_of(backend: Any) -> int | None:
-    """The context length of a backend's model when it can tell: its ``model_window()``, or for an
-    in-process transformers model its ``config.max_position_embeddings``; None otherwise."""
+    """The context length of a backend's model when it can tell (its ``model_window()``, as
+    :class:`~memreader.generation.LocalChat` has); None otherwise (an HTTP endpoint)."""
     ask = getattr(backend, "model_window", None)
-    if callable(ask):
-        return ask()
-    if callable(getattr(backend, "tokenizer", None)) and hasattr(backend, "_model"):
-        backend.tokenizer()  # loads the model
-        return getattr(getattr(backend._model, "config", None), "max_position_embeddings", None) or None
-    return None
+    return ask() if callable(ask) else None
 
 
 def prompt_tokens_of(messages: list[dict[str, str]], backend: Any, count_tokens: CountTokens) -> int:

@@ -68,21 +68,8 @@ QWEN25_1P5B = dict(
     eos_token_id=151643,
 )
 # --smoke: same architecture, toy sizes
-SMOKE = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=512,
-    max_position_embeddings=512,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    hidden_act="silu",
-    bos_token_id=1,
-    eos_token_id=1,
-)
+SMOKE = {**QWEN25_1P5B, **dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                               vocab_size=512, max_position_embeddings=512, bos_token_id=1, eos_token_id=1)}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 

@@ -89,7 +89,7 @@ CASES += [
      "num_candidates=0 is out of range"),
     ("gen-rrf-k-zero", ["gen", "--set", "input={corpus}", "--set", "rrf_k=0"], 2, "rrf_k=0.0 is out of range"),
     ("gen-bad-clarity-variant", ["gen", "--set", "input={corpus}", "--set", "clarity_variant=vibes"], 2,
-     "clarity_variant: 'vibes' is not one of ppl, prob, margin"),
+     "clarity_variant: 'vibes' is not one of prob, margin, ppl"),
     ("gen-overlap-half-window", ["gen", "--set", "input={corpus}", "--set", "window_tokens=100", "--set",
                                  "overlap_tokens=60"], 2, "must be under half"),
     ("read-overlap-half-window", ["read", "--set", "input={corpus}", "--set", "window_tokens=100", "--set",

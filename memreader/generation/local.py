@@ -127,6 +127,15 @@ class LocalChat:
         self._load()
         return self._tokenizer
 
+    def model(self) -> Any:
+        """The loaded model (loads it on first use), e.g. to share its weights with the evaluator."""
+        self._load()
+        return self._model
+
+    def model_window(self) -> int | None:
+        """The model's context length (``max_position_embeddings``), None when its config has none."""
+        return getattr(self.model().config, "max_position_embeddings", None) or None
+
     def _load(self) -> None:
         with self._lock:
             if self._model is None:
@@ -187,8 +196,7 @@ class LocalChat:
 
     def _too_long(self, list_of_messages: Sequence[Messages], params: GenerationParams) -> dict[int, Any]:
         """Prompts that with ``max_new_tokens`` would not fit the model's window, as request errors."""
-        self._load()
-        window = getattr(self._model.config, "max_position_embeddings", None)
+        window = self.model_window()
         if not window:
             return {}
         out = {}
