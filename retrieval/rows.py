@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memreader.embedders import embedding_dim, encode  # noqa: F401  (re-exported for the index)
 from memreader.errors import MemReaderError
 from memreader.schema import DocumentMemory
 from retrieval.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
@@ -32,23 +33,6 @@ class Embedder(Protocol):
 
     def encode(self, sentences: Any, **kwargs: Any) -> Any: ...
 
-
-def embedding_dim(embedder: Any) -> int:
-    """The embedder's vector size (asked from the model, or measured on a probe sentence)."""
-    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
-        method = getattr(embedder, name, None)
-        if callable(method) and method():
-            return int(method())
-    return int(np.asarray(embedder.encode(["dimension probe"])).shape[-1])
-
-
-def encode(embedder: Embedder, texts: Sequence[str], batch_size: int) -> np.ndarray:
-    """Unit-normalised float32 vectors, one row per text."""
-    vectors = embedder.encode(
-        list(texts), batch_size=batch_size, normalize_embeddings=True,
-        convert_to_numpy=True, show_progress_bar=False,
-    )
-    return np.asarray(vectors, dtype=np.float32)
 
 
 def primary_key(layer: str, scenario: int, doc_id: str) -> str:

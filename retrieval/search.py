@@ -39,11 +39,15 @@ class RetrievalConfig:
     memories: str = field("", help="JSONL of document memories to index; empty = the run's read/memories.jsonl")
     db_path: str = field("", help="Milvus Lite file (*.db) or Milvus server URI (http://host:19530); "
                          "empty = $MEMREADER_HOME/runs/<run>/retrieval/memories.db")
+    token: str = field("", help="Milvus server token (user:password or an API key); empty = $MILVUS_TOKEN. "
+                       "Not used for a Milvus Lite file")
     collection: str = field(DEFAULT_COLLECTION, help="Milvus collection holding the rows of every layer")
     embedder: str = field("minilm-l6", help="sentence-transformers model for rows and queries: a registry name, "
                           "a local folder or a hub id (paper: BAAI/bge-base-zh-v1.5)")
     device: str = field("auto", help="embedding device: auto, cpu or cuda")
     batch_size: int = field(64, ge=1, help="texts per embedding batch when indexing")
+    bm25_language: str = field("auto", help="BM25 analyzer of the index: auto (from the chunks' text), en "
+                               "(standard tokenizer) or zh (jieba); chosen when the index is built")
     replace: bool = field(True, help="true: drop and rebuild the index; false: add the memories to it, replacing "
                           "the rows of documents already there")
     top_k: int = field(8, ge=1, help="chunks returned per question, and the search depth of each layer (paper: 8)")
