@@ -47,7 +47,7 @@ from memreader.guidance import (
     generate_with_policy,
     wants_grammar,
 )
-from memreader.paths import run_dir, write_json, write_resolved_config
+from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
 from memreader.prompts import detect_lang, render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
@@ -118,7 +118,7 @@ def read_key(cfg: ReadConfig) -> str:
         if not weights.is_file():
             raise FileNotFoundError(f"adapter {cfg.adapter} has no adapter_model.safetensors; pass a `memreader train` "
                                     "output folder, or adapter='' for the base model")
-        adapter_sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+        adapter_sha = sha256_file(weights)
     keyed = {k: getattr(cfg, k) for k in ("backend", "model", "think", "max_new_tokens", "temperature", "top_p",
                                           "repetition_penalty", "seed", "fuzzy_threshold", "guided", "head_chars",
                                           "tail_chars", "min_chunk_chars", "max_chunk_chars", "cjk_char_weight",

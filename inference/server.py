@@ -1,8 +1,11 @@
 """``memreader serve``: a small OpenAI-compatible chat server around one in-process transformers model.
 
-    memreader serve --model smollm2-135m-instruct --adapter artifacts/runs/r1/sft/adapter \\
-        --host 127.0.0.1 --port 8000
-    python -m inference.server --model smollm2-135m-instruct --port 8000
+    memreader serve --config configs/inference/serve_smollm2.yaml --set adapter=artifacts/runs/demo/train
+    python -m inference.server --config configs/inference/serve_smollm2.yaml --set port=8001
+    memreader serve --model smollm2-135m-instruct --port 8000      # shortcut flags for the same keys
+
+The keys are those of :class:`ServeConfig` (``--help`` lists them); the resolved config is written to
+``$MEMREADER_HOME/runs/<run>/serve/config.yaml`` once the model is loaded and the port bound.
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` (non-streaming; ``model``, ``messages``,
 ``temperature``, ``top_p``, ``max_tokens``, ``seed``, vLLM's ``repetition_penalty`` and vLLM's
@@ -29,21 +32,58 @@ import logging
 import os
 import select
 import socket
+import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from memreader.config import add_config_arguments, describe_config, field, load_config, shortcut_overrides
 from memreader.errors import MemReaderError
 from memreader.generation import GenerationParams, generate_chat_batch
+from memreader.paths import run_dir, write_resolved_config
 
 log = logging.getLogger(__name__)
 
 _MAX_BODY_BYTES = 16 * 1024 * 1024
 _ROLES = {"system", "user", "assistant"}
+
+
+@dataclass
+class ServeConfig:
+    """One server: the model, its adapter, the address and the request limits (the API key is not a config
+    key: it comes from --api-key or $MEMREADER_SERVE_API_KEY, so it never lands in a config file)."""
+
+    model: str = field("smollm2-135m-instruct", help="model name from the registry, a local folder, or a hub id")
+    adapter: str | None = field(None, help="optional LoRA adapter folder (a training run's train/ folder)")
+    host: str = field("127.0.0.1", help="interface to bind (0.0.0.0 exposes it to the network: set an API key)")
+    port: int = field(8000, ge=0, le=65535, help="TCP port; 0 picks a free one")
+    served_model_name: str | None = field(None, help="model id clients ask for (default: model)")
+    device: str = field("auto", help="auto, cpu or cuda[:i]")
+    default_max_tokens: int = field(512, ge=1, help="max_tokens for requests that do not set it")
+    max_tokens_cap: int = field(4096, ge=1, help="largest max_tokens a request may ask for (larger ones get 400)")
+    run: str | None = field(None, help="run name: the resolved config goes to $MEMREADER_HOME/runs/<run>/serve/ "
+                            "(default: a timestamp)")
+
+    def check(self) -> list[str]:
+        """Every problem with the values, for :func:`memreader.config.load_config`."""
+        problems = []
+        if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():
+            problems.append(f"adapter={self.adapter!r} has no adapter_config.json: pass a LoRA output folder "
+                            "($MEMREADER_HOME/runs/<run>/train)")
+        if self.default_max_tokens > self.max_tokens_cap:
+            problems.append(f"default_max_tokens={self.default_max_tokens} is above max_tokens_cap="
+                            f"{self.max_tokens_cap}: need default_max_tokens <= max_tokens_cap")
+        return problems
+
+
+CONFIG_CLASS = ServeConfig  # `memreader serve --help` lists every key
+SHORTCUTS = {"model": str, "adapter": str, "host": str, "port": int, "served_model_name": str, "device": str,
+             "default_max_tokens": int, "max_tokens_cap": int}  # --port 8001 is --set port=8001
 
 
 class RequestError(Exception):
@@ -328,39 +368,36 @@ def _check_port(host: str, port: int) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The ``memreader serve`` flags."""
-    parser.add_argument("--model", default="smollm2-135m-instruct",
-                        help="model name from the registry, a local folder, or a hub id")
-    parser.add_argument("--adapter", default=None, help="optional LoRA adapter folder (training output)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 exposes it to the network)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one")
-    parser.add_argument("--served-model-name", default=None, help="model id clients ask for (default: --model)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    parser.add_argument("--default-max-tokens", type=int, default=512,
-                        help="max_tokens for requests that do not set it")
-    parser.add_argument("--max-tokens-cap", type=int, default=4096,
-                        help="largest max_tokens a request may ask for (larger ones get 400)")
+    """The ``memreader serve`` flags: ``--config`` / ``--set``, shortcuts for the keys, and ``--api-key``."""
+    add_config_arguments(parser, "configs/inference/ (serve_*.yaml)")
+    for key, kind in SHORTCUTS.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=kind, default=None,
+                            help=f"same as --set {key}=VALUE")
     parser.add_argument("--api-key", default=None,
                         help="require 'Authorization: Bearer <key>' on every request except /health "
                              "(default: $MEMREADER_SERVE_API_KEY; no key = open, for 127.0.0.1 only)")
     return parser
 
 
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    """The :class:`ServeConfig` of parsed flags (YAML, then shortcut flags, then ``--set``)."""
+    return load_config(ServeConfig, args.config, shortcut_overrides(args, SHORTCUTS) + args.set)
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C."""
-    if args.adapter and not (Path(args.adapter) / "adapter_config.json").is_file():
-        raise MemReaderError(f"--adapter {args.adapter} has no adapter_config.json", "pass a LoRA output folder")
-    if args.default_max_tokens < 1 or args.max_tokens_cap < args.default_max_tokens:
-        raise MemReaderError(f"--default-max-tokens {args.default_max_tokens} / --max-tokens-cap {args.max_tokens_cap}",
-                             "need 1 <= --default-max-tokens <= --max-tokens-cap")
+    cfg = serve_config(args)
     api_key = args.api_key or os.environ.get("MEMREADER_SERVE_API_KEY") or None
-    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+    if api_key is None and cfg.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who reaches it can use the model "
-                    "(set --api-key or MEMREADER_SERVE_API_KEY)", args.host)
-    server = build_server(args.model, args.adapter, args.host, args.port, served_model_name=args.served_model_name,
-                          device=args.device, default_max_tokens=args.default_max_tokens, api_key=api_key,
-                          max_tokens_cap=args.max_tokens_cap)
-    log.info("serving %s at %s (OpenAI-compatible; Ctrl-C stops)", ", ".join(server.model_ids), server.url)
+                    "(set --api-key or MEMREADER_SERVE_API_KEY)", cfg.host)
+    server = build_server(cfg.model, cfg.adapter, cfg.host, cfg.port, served_model_name=cfg.served_model_name,
+                          device=cfg.device, default_max_tokens=cfg.default_max_tokens, api_key=api_key,
+                          max_tokens_cap=cfg.max_tokens_cap)
+    folder = run_dir(cfg.run or f"serve-{time.strftime('%Y%m%d-%H%M%S')}", "serve")
+    write_resolved_config(folder, cfg)
+    log.info("serving %s at %s (OpenAI-compatible; Ctrl-C stops); config in %s", ", ".join(server.model_ids),
+             server.url, folder / "config.yaml")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -371,11 +408,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m inference.server --model ... --port 8000``."""
+    """``python -m inference.server --config YAML --set key=value``."""
     parser = add_arguments(argparse.ArgumentParser(
-        prog="memreader serve", description="OpenAI-compatible chat server around one transformers model"))
+        prog="python -m inference.server", description="OpenAI-compatible chat server around one transformers model",
+        epilog=describe_config(ServeConfig), formatter_class=argparse.RawDescriptionHelpFormatter))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except MemReaderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     memreader demo                       # whole pipeline on the embedded models
     memreader gen   --config configs/data_gen/smollm2_local.yaml
     memreader assess --input artifacts/runs/demo/read/memories.jsonl
-    memreader train --config configs/training/smollm2/135m_lora_cpu_smoke.yaml
+    memreader train --config configs/training/smollm2_135m_lora_cpu_smoke.yaml
     memreader merge --adapter artifacts/runs/demo/train
     memreader read  --config configs/inference/smollm2_cpu.yaml
     memreader serve --model smollm2-135m-instruct --port 8000
@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("inference.server", "OpenAI-compatible HTTP server over a local model (+ adapter)"),
     "index": ("retrieval.cli", "index memories into Milvus (outline / core / chunk layers)"),
     "ask": ("retrieval.cli", "retrieve chunks for a question, with provenance"),
+    "chat": ("retrieval.chat", "terminal chat answered from momentary contexts rebuilt from the stored turns"),
     "eval": ("eval.qa", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR"),
     "score": ("eval.score", "score prediction/reference JSONL files with BLEU/ROUGE-L/METEOR"),
     "demo": ("memreader.demo", "run every stage on the embedded models and a small demo corpus"),
@@ -111,7 +112,12 @@ def _quiet_libraries(verbose: bool) -> None:
 
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
-    # gRPC's C core prints benign keepalive "too_many_pings" GOAWAYs at ERROR; real failures still raise in pymilvus
+    # jieba (Milvus Lite's Chinese BM25 analyzer) sets its logger back to DEBUG on import and logs its
+    # dictionary loading through its own handler; a filter on the logger survives that reset.
+    logging.getLogger("jieba").addFilter(lambda record: record.levelno >= logging.WARNING)
+    # gRPC's C core logs transport events (e.g. a "too_many_pings" GOAWAY after an idle spell) at ERROR
+    # and INFO straight to stderr; ERROR would still print them, so NONE. It is read once, when grpc is
+    # imported, so it must be set before any stage imports pymilvus. Real failures still raise in pymilvus.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 

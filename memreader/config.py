@@ -9,8 +9,11 @@ shows every mistake in a config file.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,14 +59,24 @@ def range_problems(config: Any, values: dict[str, Any] | None = None) -> list[st
     return out
 
 
-def _coerce(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
+def coerce_value(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
+    """``value`` (from YAML or a ``--set``) converted to the field type ``annotation`` where that is
+    unambiguous (bool, int, float, str, list, dict, ``X | None``); a value that cannot be converted is
+    returned unchanged and a message is appended to ``problems``. Unions of several types (TRL's
+    ``dict | str | None``) are passed through for the dataclass to interpret."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         non_none = [a for a in args if a is not type(None)]
-        return _coerce(value, non_none[0], key, problems) if len(non_none) == 1 else value
+        if len(non_none) == 1:
+            return coerce_value(value, non_none[0], key, problems)
+        if isinstance(value, bool) and str in non_none and bool not in non_none:
+            # YAML 1.1 reads a bare no/off/false as a boolean; the word itself is lost, so name the fix
+            problems.append(f"{key}: got the YAML boolean {value!r}, but this key takes a word; quote it, "
+                            f"e.g. {key}: \"no\" in YAML or --set '{key}=\"no\"'")
+        return value
     if annotation is bool:
         if isinstance(value, bool):
             return value
@@ -90,7 +103,7 @@ def _coerce(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
             problems.append(f"{key}: expected a list, got {value!r}")
             return value
         inner = args[0] if args else Any
-        return [_coerce(v, inner, key, problems) if inner is not Any else v for v in value]
+        return [coerce_value(v, inner, key, problems) if inner is not Any else v for v in value]
     if origin is dict:
         if isinstance(value, str):
             value = yaml.safe_load(value)
@@ -100,7 +113,8 @@ def _coerce(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
     return value
 
 
-def _parse_override(item: str) -> tuple[str, Any]:
+def parse_override(item: str) -> tuple[str, Any]:
+    """One ``--set key=value``: the key, and the value read as YAML (``null``, numbers, lists, mappings)."""
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key=value (e.g. --set max_new_tokens=256)")
     key, raw = item.split("=", 1)
@@ -111,14 +125,18 @@ def _parse_override(item: str) -> tuple[str, Any]:
                           "quote the value, e.g. --set 'key=\"[text\"'") from None
 
 
+_parse_override = parse_override  # the earlier private name
+
+
 def _yaml_reason(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return f"{getattr(exc, 'problem', None) or exc}{where}"
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
-    """Build ``cls`` from a YAML file and ``key=value`` overrides, reporting every problem at once."""
+def read_config_data(path: str | Path | None = None, overrides: list[str] | None = None) -> tuple[dict[str, Any], str]:
+    """The ``key: value`` mapping of a YAML file with ``key=value`` overrides applied on top, and where it came
+    from (for messages). The one reader of config files and ``--set`` flags."""
     data: dict[str, Any] = {}
     where = "defaults"
     if path is not None:
@@ -136,14 +154,32 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             raise ConfigError(f"{path}: top level must be a mapping of field: value")
         data.update(loaded)
     for item in overrides or []:
-        key, value = _parse_override(item)
+        key, value = parse_override(item)
         data[key] = value
+    return data, where
+
+
+def unknown_key_problem(key: str, valid: Iterable[str], listing: str | None = None) -> str:
+    """The message for a key no config class knows: its nearest valid key, then ``listing`` (how to see them all)."""
+    valid = sorted(valid)
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f"; the nearest valid key is {near[0]!r}" if near else ""
+    return f"unknown key {key!r}{hint} ({listing or 'valid keys: ' + ', '.join(valid)})"
+
+
+def shortcut_overrides(args: Any, keys: Iterable[str]) -> list[str]:
+    """``key=value`` overrides for the shortcut flags given on a command line (``--adapter X`` is
+    ``--set adapter=X``); values are written as JSON, which YAML reads back exactly."""
+    return [f"{k}={json.dumps(getattr(args, k))}" for k in keys if getattr(args, k, None) is not None]
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Build ``cls`` from a YAML file and ``key=value`` overrides, reporting every problem at once."""
+    data, where = read_config_data(path, overrides)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    problems = [
-        f"unknown key {k!r} (valid keys: {', '.join(sorted(fields))})" for k in data if k not in fields
-    ]
-    kwargs = {k: _coerce(v, hints[k], k, problems) for k, v in data.items() if k in fields}
+    problems = [unknown_key_problem(k, fields) for k in data if k not in fields]
+    kwargs = {k: coerce_value(v, hints[k], k, problems) for k, v in data.items() if k in fields}
     missing = [
         n for n, f in fields.items()
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

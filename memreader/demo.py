@@ -77,7 +77,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from retrieval.fusion import LAYERS
     from retrieval.index import MemoryIndex
     from retrieval.search import RetrievalConfig, format_hits
-    from training.sft import SFTRunConfig, train
+    from training.config import make_train_config
+    from training.sft import train
 
     t0 = time.perf_counter()
     root = run_dir(cfg.run)
@@ -95,13 +96,13 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         evaluator=cfg.model, clarity_variant=cfg.clarity_variant,
     ))
     stage("gen")
-    trained = train(SFTRunConfig(
+    trained = train(make_train_config(dict(
         train_file=gen["files"]["sft_train"], val_file=gen["files"]["sft_val"] if gen["sft"]["val"] else None,
         model=cfg.model, run=cfg.run,
         overwrite=True, max_steps=cfg.train_steps, learning_rate=5e-4, gradient_accumulation_steps=1,
-        per_device_train_batch_size=1, max_length=2048, truncation_policy="drop", bf16="false",
-        gradient_checkpointing=False, logging_steps=1, save_steps=0, warmup_steps=0,
-    ))
+        per_device_train_batch_size=1, per_device_eval_batch_size=1, max_length=2048, truncation_policy="drop",
+        bf16=False, gradient_checkpointing=False, logging_steps=1, save_strategy="no", warmup_steps=0,
+    ), where="memreader demo"))
     adapter = Path(trained["run_dir"])
     lora_b_max = adapter_changed(adapter)
     stage("train")

@@ -40,7 +40,8 @@ def _files(tmp: Path) -> dict[str, Path]:
 
 # (case name, argv with {placeholders}, exit code, text the message must contain)
 CONFIG_STAGES = [("gen", "input"), ("read", "input"), ("train", "train_file"), ("index", "memories"),
-                 ("eval", "memories"), ("demo", None)]
+                 ("eval", "memories"), ("demo", None), ("serve", None), ("score", "pred"),
+                 ("chat", None)]
 CASES: list[tuple[str, list[str], int, str]] = []
 for stage, _ in CONFIG_STAGES:
     CASES += [
@@ -80,9 +81,9 @@ CASES += [
      "does not exist"),
     ("score-both-empty", ["score", "--pred", "{empty}", "--ref", "{empty}"], 2, "both inputs are empty"),
     ("score-negative-bootstrap", ["score", "--pred", "{empty}", "--ref", "{empty}", "--bootstrap", "-5"], 2,
-     "--bootstrap -5 must be >= 1"),
+     "bootstrap=-5 is out of range: it must be >= 1"),
     ("score-zero-workers", ["score", "--pred", "{empty}", "--ref", "{empty}", "--workers", "0"], 2,
-     "--workers 0 must be >= 1"),
+     "workers=0 is out of range: it must be >= 1"),
     ("score-meteor-alpha", ["score", "--pred", "{empty}", "--ref", "{empty}", "--set", "meteor_alpha=-3"], 2,
      "meteor_alpha=-3 is out of range"),
     ("gen-zero-candidates", ["gen", "--set", "input={corpus}", "--set", "num_candidates=0"], 2,
@@ -101,8 +102,35 @@ CASES += [
     ("assess-bad-variant", ["assess", "--input", "{corpus}", "--set", "clarity_variant=vibes"], 2,
      "clarity_variant: 'vibes'"),
     ("merge-missing-adapter", ["merge", "--adapter", "{tmp}/nope"], 2, "nope"),
+    ("merge-missing-adapter-set", ["merge", "--set", "adapter={tmp}/nope"], 2, "no adapter_config.json"),
+    ("merge-missing-config", ["merge", "--config", "{tmp}/nope.yaml"], 2, "does not exist"),
+    ("merge-yaml-syntax", ["merge", "--config", "{bad_yaml}"], 2, "is not valid YAML"),
+    ("merge-unknown-key", ["merge", "--set", "adapter={tmp}", "--set", "adaptor=x"], 2,
+     "unknown key 'adaptor'; the nearest valid key is 'adapter'"),
+    ("merge-bad-dtype", ["merge", "--adapter", "{tmp}", "--dtype", "fp8"], 2, "dtype='fp8': use one of"),
     ("serve-missing-adapter", ["serve", "--adapter", "{tmp}/nope"], 2, "adapter_config.json"),
-    ("serve-bad-token-cap", ["serve", "--default-max-tokens", "9", "--max-tokens-cap", "4"], 2, "--max-tokens-cap"),
+    ("serve-bad-token-cap", ["serve", "--default-max-tokens", "9", "--max-tokens-cap", "4"], 2,
+     "default_max_tokens=9 is above max_tokens_cap=4"),
+    ("serve-port-range", ["serve", "--set", "port=70000"], 2, "port=70000 is out of range"),
+    ("train-trl-key-typo", ["train", "--set", "train_file={corpus}", "--set", "gradient_acumulation_steps=2"], 2,
+     "the nearest valid key is 'gradient_accumulation_steps'"),
+    ("train-removed-warmup-ratio", ["train", "--set", "train_file={corpus}", "--set", "warmup_ratio=0.1"], 2,
+     "it is now warmup_steps"),
+    ("train-yaml-boolean-word", ["train", "--set", "train_file={corpus}", "--set", "save_strategy=no"], 2,
+     "save_strategy: got the YAML boolean False"),
+    ("train-comma-target-modules", ["train", "--set", "train_file={corpus}", "--set", "target_modules=q_proj,v_proj"],
+     2, "give a list"),
+    ("train-output-dir", ["train", "--set", "train_file={corpus}", "--set", "output_dir=/tmp/x"], 2,
+     "output_dir is derived from run"),
+    ("train-eval-without-val", ["train", "--set", "train_file={corpus}", "--set", "eval_strategy=steps"], 2,
+     "evaluates on val_file, which is not set"),
+    ("score-unknown-metric", ["score", "--pred", "{empty}", "--ref", "{empty}", "--set", "metrics={{meteor_alfa: 1}}"],
+     2, "unknown metric setting(s) meteor_alfa"),
+    ("chat-zero-top-k", ["chat", "--set", "top_k=0"], 2, "top_k=0 is out of range"),
+    ("chat-bad-fusion", ["chat", "--set", "fusion=mean"], 2, "fusion"),
+    ("chat-candidates-below-top-k", ["chat", "--set", "top_k=9", "--set", "candidates=4"], 2, "candidates"),
+    ("score-bad-profile", ["score", "--pred", "{empty}", "--ref", "{empty}", "--profile", "sacre"], 2,
+     "profile='sacre': use one of"),
 ]
 
 

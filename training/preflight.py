@@ -158,20 +158,22 @@ def _describe(e: ExampleLength) -> str:
 
 
 def check_lengths(
-    records: list[dict[str, Any]], tokenizer: Any, max_length: int, policy: str, split: str = "train",
+    records: list[dict[str, Any]], tokenizer: Any, max_length: int | None, policy: str, split: str = "train",
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Measure ``records`` and apply the truncation policy.
 
     Returns the records to train on and a JSON-ready report. Raises :class:`PreflightError` when
-    ``policy == "refuse"`` and any example's ``prompt + completion`` exceeds ``max_length``.
+    ``policy == "refuse"`` and any example's ``prompt + completion`` exceeds ``max_length`` (``None``: TRL
+    truncates nothing, so no example is over).
     """
     if policy not in POLICIES:
         raise ValueError(f"truncation_policy {policy!r} is not one of {POLICIES}")
     if not records:
         raise PreflightError(f"{split}: no examples to check; pass a non-empty SFT JSONL file")
     lengths = measure(records, tokenizer)
-    over = sorted((e for e in lengths if e.total > max_length), key=lambda e: e.total, reverse=True)
-    target_lost = sum(1 for e in over if e.prompt >= max_length)
+    limit = max_length if max_length is not None else float("inf")
+    over = sorted((e for e in lengths if e.total > limit), key=lambda e: e.total, reverse=True)
+    target_lost = sum(1 for e in over if e.prompt >= limit)
     not_prefix = sum(1 for e in lengths if not e.prompt_is_prefix)
     report: dict[str, Any] = {
         "split": split,
@@ -201,7 +203,7 @@ def check_lengths(
             f"{report['total_tokens']['p95']:.0f}), or shorten the documents / window them into shorter token "
             f"windows in data_gen, or set truncation_policy=drop to train without these examples."
         )
-    keep_ids = {e.id for e in lengths if e.total <= max_length}
+    keep_ids = {e.id for e in lengths if e.total <= limit}
     kept = [r for r in records if r["id"] in keep_ids]
     report["dropped"] = len(records) - len(kept)
     report["kept"] = len(kept)

@@ -116,6 +116,29 @@ def test_cli_default_output_under_memreader_home(files, tmp_path, monkeypatch, c
     assert data["report"]["profile"] == "crud" and "per_example" not in data["report"]["metrics"]["meteor"]
 
 
+def test_cli_config_yaml_and_resolved_config(files, tmp_path, monkeypatch, capsys) -> None:
+    """--config + --set like every stage: YAML metrics merge with --set metric keys, and the resolved config
+    lands beside the report (config.yaml in the run folder, <stem>.config.yaml beside an explicit out)."""
+    import yaml
+
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    config = tmp_path / "score.yaml"
+    config.write_text(yaml.safe_dump({"pred": str(files["pred"]), "ref": str(files["ref"]), "profile": "crud",
+                                      "metrics": {"bleu_max_order": 2}, "bootstrap": 50, "run": "cfg"}),
+                      encoding="utf-8")
+    assert main(["--config", str(config), "--set", "meteor_wordnet=false", "--set", "seed=7"]) == 0
+    assert "order:2" in capsys.readouterr().out
+    folder = tmp_path / "home" / "runs" / "cfg" / "score"
+    written = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    assert written["metrics"] == {"bleu_max_order": 2, "meteor_wordnet": False}
+    assert written["profile"] == "crud" and written["seed"] == 7 and written["bootstrap"] == 50
+    data = json.loads((folder / "scores.json").read_text(encoding="utf-8"))
+    assert data["report"]["metrics"]["meteor"]["interval"]["seed"] == 7
+    out = tmp_path / "elsewhere" / "mine.json"
+    assert main(["--config", str(config), "--set", f"out={out}", "--set", "meteor_wordnet=false"]) == 0
+    assert out.is_file() and yaml.safe_load((out.parent / "mine.config.yaml").read_text())["out"] == str(out)
+
+
 def test_cli_errors_name_the_problem(files: dict[str, Path], tmp_path: Path, capsys) -> None:
     short = _jsonl(tmp_path / "short.jsonl", [{"id": "q0", "prediction": "x"}, {"id": "zz", "prediction": "y"}])
     assert main(["--pred", str(short), "--ref", str(files["ref"])]) == 2

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from inference.server import ChatServer, add_arguments, build_server
+from inference.server import ChatServer, add_arguments, build_server, serve_config
 from memreader.generation import GenerationParams, GenerationRequestError, OpenAIChat
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs/inference"
 
 
 def _serve(server: ChatServer) -> threading.Thread:
@@ -136,10 +138,33 @@ def test_serves_a_lora_adapter(memreader_home: Path, tmp_path: Path) -> None:
         thread.join(timeout=5)
 
 
-def test_cli_arguments() -> None:
-    args = add_arguments(argparse.ArgumentParser()).parse_args(
-        ["--model", MODEL, "--adapter", "out/adapter", "--host", "0.0.0.0", "--port", "9000"])
-    assert (args.model, args.adapter, args.host, args.port) == (MODEL, "out/adapter", "0.0.0.0", 9000)
+def test_cli_arguments(tmp_path: Path) -> None:
+    """--config + --set like every stage; the earlier flags are shortcuts for the same keys (--set wins)."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}", encoding="utf-8")
+    parser = add_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--config", str(CONFIGS / "serve_smollm2.yaml"), "--model", MODEL, "--adapter",
+                              str(adapter), "--host", "0.0.0.0", "--port", "9000", "--set", "port=9001",
+                              "--set", "max_tokens_cap=1024", "--api-key", "k"])
+    cfg = serve_config(args)
+    assert (cfg.model, cfg.adapter, cfg.host, cfg.port) == (MODEL, str(adapter), "0.0.0.0", 9001)
+    assert cfg.max_tokens_cap == 1024 and cfg.default_max_tokens == 512 and cfg.run == "serve-smollm2"
+    assert args.api_key == "k" and not hasattr(cfg, "api_key"), "the key never lands in a config file"
+
+
+def test_run_writes_the_resolved_config(memreader_home: Path, monkeypatch) -> None:
+    """``memreader serve`` writes its resolved config once the server is up (here: stopped at once)."""
+    import inference.server as server_module
+
+    def stop_at_once(self, poll_interval: float = 0.5) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(server_module.ChatServer, "serve_forever", stop_at_once)
+    assert server_module.main(["--set", f"model={MODEL}", "--set", "port=0", "--set", "device=cpu",
+                               "--set", "run=serve-config-test", "--default-max-tokens", "8"]) == 0
+    written = yaml.safe_load((memreader_home / "runs" / "serve-config-test" / "serve" / "config.yaml").read_text())
+    assert written["model"] == MODEL and written["port"] == 0 and written["default_max_tokens"] == 8
 
 
 def test_guided_reading_over_http_gives_exact_memories(server: ChatServer, tmp_path: Path, monkeypatch) -> None:

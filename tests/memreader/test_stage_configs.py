@@ -8,12 +8,24 @@ import pytest
 
 from data_gen.pipeline import GenConfig
 from eval.qa import QAConfig
+from eval.score import ScoreConfig
 from inference.reader import ReadConfig
+from inference.server import ServeConfig
 from memreader.config import load_config
+from retrieval.chat import ChatConfig
 from retrieval.search import RetrievalConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STAGES = {"data_gen": GenConfig, "inference": ReadConfig, "eval": QAConfig, "retrieval": RetrievalConfig}
+# YAMLs of a second command in a stage folder, by file-name prefix (training recipes: tests/training)
+BY_PREFIX = {("inference", "serve_"): ServeConfig, ("eval", "score"): ScoreConfig, ("retrieval", "chat_"): ChatConfig}
+
+
+def _config_class(path: Path) -> type:
+    for (stage, prefix), cls in BY_PREFIX.items():
+        if path.parent.name == stage and path.name.startswith(prefix):
+            return cls
+    return STAGES[path.parent.name]
 
 
 @pytest.mark.parametrize(
@@ -23,7 +35,11 @@ def test_stage_yaml_loads(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert text.startswith("#"), f"{path} must start with a header comment (purpose, prerequisites, launch)"
     assert "Launch" in text or "launch" in text
-    load_config(STAGES[path.parent.name], path)
+    load_config(_config_class(path), path)
+
+
+def test_serve_and_score_have_example_configs() -> None:
+    assert list((CONFIGS / "inference").glob("serve_*.yaml")) and list((CONFIGS / "eval").glob("score*.yaml"))
 
 
 def test_every_stage_has_a_config() -> None:
@@ -50,9 +66,11 @@ def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
     from inference.reader import ReadConfig
     from memreader.demo import DemoConfig
     from retrieval.search import RetrievalConfig
-    from training.sft import SFTRunConfig
+    from training.config import MemReaderArguments
+    from training.merge import MergeConfig
 
-    for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, SFTRunConfig):
+    for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, MemReaderArguments, MergeConfig,
+                ServeConfig, ScoreConfig):
         for f in dataclasses.fields(cls):
-            if f.type in ("int", "float", int, float):
+            if f.type in ("int", "float", "int | None", "float | None", int, float):
                 assert {"ge", "gt", "le", "lt"} & set(f.metadata), f"{cls.__name__}.{f.name} has no range"

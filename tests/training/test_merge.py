@@ -7,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from training.config import make_train_config
 from training.merge import MergeError, main, merge_adapter
-from training.sft import SFTRunConfig, train
+from training.sft import train
 
 
 @pytest.fixture
 def trained_adapter(tiny_model, sft_files):
-    cfg = SFTRunConfig(
-        train_file=str(sft_files[0]), model=tiny_model, run="tiny-merge", lora_r=4, lora_alpha=8,
+    cfg = make_train_config(dict(
+        train_file=str(sft_files[0]), model=tiny_model, run="tiny-merge", r=4, lora_alpha=8,
         lora_dropout=0.0, learning_rate=1e-2, max_steps=2, per_device_train_batch_size=2,
-        gradient_accumulation_steps=1, max_length=512, bf16="false", gradient_checkpointing=False,
-        save_steps=0, warmup_steps=0, overwrite=True, merge=True,
-    )
+        gradient_accumulation_steps=1, max_length=512, bf16=False, gradient_checkpointing=False,
+        save_strategy="no", warmup_steps=0, overwrite=True, merge=True,
+    ))
     summary = train(cfg)
     assert (Path(summary["merged_dir"]) / "model.safetensors").is_file()  # merge=true merged after training
     return summary["run_dir"]
@@ -48,8 +49,28 @@ def test_merged_model_matches_adapter(trained_adapter, tiny_model, tmp_path):
         merge_adapter(trained_adapter, str(out))
 
 
+def test_merge_cli_takes_config_and_set(trained_adapter, tmp_path, capsys):
+    """--config + --set like every stage (shortcut flags still work), the resolved config beside the model."""
+    import yaml
+
+    config = tmp_path / "merge.yaml"
+    config.write_text(f"adapter: {trained_adapter}\ndtype: bfloat16\n", encoding="utf-8")
+    out = tmp_path / "via-cli"
+    assert main(["--config", str(config), "--set", f"output={out}", "--dtype", "float32"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    written = yaml.safe_load((out / "merge_config.yaml").read_text(encoding="utf-8"))
+    assert written == {"adapter": trained_adapter, "base": None, "output": str(out), "dtype": "float32",
+                       "overwrite": False}
+    assert json.loads((out / "merge_manifest.json").read_text())["dtype"] == "torch.float32"
+    assert main(["--set", f"adapter={trained_adapter}", "--set", f"output={out}"]) == 2  # not empty
+    assert "overwrite=true" in capsys.readouterr().err
+
+
 def test_merge_errors_name_the_fix(tmp_path, capsys):
     with pytest.raises(MergeError, match="no adapter_config.json"):
         merge_adapter(str(tmp_path))
     assert main(["--adapter", str(tmp_path)]) == 2
     assert "no adapter_config.json" in capsys.readouterr().err
+    assert main(["--set", f"adapter={tmp_path}", "--set", "dtype=fp8", "--set", "colour=red"]) == 2
+    err = capsys.readouterr().err
+    assert "dtype='fp8': use one of auto, float32, bfloat16, float16" in err and "unknown key 'colour'" in err

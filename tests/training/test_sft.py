@@ -6,24 +6,26 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from memreader.config import ConfigError, load_config
+from memreader.config import ConfigError
+from training.config import TrainConfig, load_train_config, make_train_config
 from training.preflight import PreflightError
-from training.sft import SFTRunConfig, build_sft_config, build_trainer, load_tokenizer, main, train
+from training.sft import build_trainer, load_tokenizer, main, train
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE_YAML = REPO / "configs/training/smollm2/135m_lora_cpu_smoke.yaml"
+SMOKE_YAML = REPO / "configs/training/smollm2_135m_lora_cpu_smoke.yaml"
 
 
-def _cfg(tiny_model: str, train_file: Path, **kw) -> SFTRunConfig:
+def _cfg(tiny_model: str, train_file: Path, **kw) -> TrainConfig:
     base = dict(
-        train_file=str(train_file), model=tiny_model, lora_r=8, lora_alpha=16, lora_dropout=0.0,
+        train_file=str(train_file), model=tiny_model, r=8, lora_alpha=16, lora_dropout=0.0,
         learning_rate=3e-2, lr_scheduler_type="constant", warmup_steps=0, max_steps=6,
-        per_device_train_batch_size=2, gradient_accumulation_steps=1, max_length=512, bf16="false",
-        gradient_checkpointing=False, logging_steps=1, save_steps=0, seed=0,
+        per_device_train_batch_size=2, gradient_accumulation_steps=1, max_length=512, bf16=False,
+        gradient_checkpointing=False, logging_steps=1, save_strategy="no", seed=0,
     )
     base.update(kw)
-    return SFTRunConfig(**base)
+    return make_train_config(base)
 
 
 def _records(path: Path) -> list[dict]:
@@ -34,13 +36,13 @@ def _lora_tensors(model) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
 
 
-def test_collated_labels_mask_the_prompt(tiny_model, sft_files, tmp_path):
+def test_collated_labels_mask_the_prompt(tiny_model, sft_files):
     from training.preflight import measure
 
-    cfg = _cfg(tiny_model, sft_files[0])
+    cfg = _cfg(tiny_model, sft_files[0], run="tiny-labels")
     tokenizer = load_tokenizer(tiny_model)
     records = _records(sft_files[1])
-    trainer = build_trainer(cfg, tiny_model, tokenizer, build_sft_config(cfg, tmp_path, False), records)
+    trainer = build_trainer(cfg, tiny_model, tokenizer, records)
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(records))])
     lengths = measure(records, tokenizer)
     for row, (record, length) in enumerate(zip(records, lengths, strict=True)):
@@ -53,11 +55,10 @@ def test_collated_labels_mask_the_prompt(tiny_model, sft_files, tmp_path):
         assert target.rstrip().endswith(tokenizer.eos_token)
 
 
-def test_lora_weights_move_and_loss_falls(tiny_model, sft_files, tmp_path):
-    cfg = _cfg(tiny_model, sft_files[0], max_steps=8)
+def test_lora_weights_move_and_loss_falls(tiny_model, sft_files):
+    cfg = _cfg(tiny_model, sft_files[0], max_steps=8, run="tiny-moves")
     tokenizer = load_tokenizer(tiny_model)
-    trainer = build_trainer(cfg, tiny_model, tokenizer, build_sft_config(cfg, tmp_path, False),
-                            _records(sft_files[0]))
+    trainer = build_trainer(cfg, tiny_model, tokenizer, _records(sft_files[0]))
     before = _lora_tensors(trainer.model)
     assert before and all((t == 0).all() for n, t in before.items() if "lora_B" in n)
     base_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
@@ -91,7 +92,15 @@ def test_train_writes_run_folder(tiny_model, sft_files, training_home):
     assert written["tokens"] > 0 and written["tokens_per_second"] > 0 and written["last_eval_loss"] is not None
     preflight = json.loads((out / "preflight.json").read_text())
     assert preflight["train"]["examples"] == 16 and preflight["val"]["examples"] == 4
-    assert load_config(SFTRunConfig, out / "config.yaml").max_steps == 6  # the resolved config round-trips
+    args = json.loads((out / "trainer_args.json").read_text())
+    assert args["completion_only_loss"] is True and args["output_dir"] == str(out) and args["max_steps"] == 6
+    # config.yaml holds all three parts and rebuilds the same config (on this machine: same derived values)
+    written = yaml.safe_load((out / "config.yaml").read_text())
+    assert written["train_file"] == str(sft_files[0]) and written["r"] == 8 and written["max_steps"] == 6
+    assert "output_dir" not in written and "hub_token" not in written
+    again = load_train_config(out / "config.yaml")
+    assert again.sft.to_dict() == cfg.sft.to_dict() and again.lora.to_dict() == cfg.lora.to_dict()
+    assert again.project == cfg.project
     with pytest.raises(ConfigError, match="already holds a trained adapter"):
         train(cfg)
 
@@ -107,11 +116,49 @@ def test_refuse_stops_before_training(tiny_model, tiny_records, write_jsonl, tra
 
 def test_config_collects_every_problem(sft_files):
     with pytest.raises(ConfigError) as err:
-        load_config(SFTRunConfig, SMOKE_YAML, [f"train_file={sft_files[0]}", "val_file=null", "lora_r=0",
-                                               "truncation_policy=cut", "bf16=maybe", "deepspeed=nope.json"])
+        load_train_config(SMOKE_YAML, [f"train_file={sft_files[0]}", "val_file=null", "r=0", "lora_r=4",
+                                       "truncation_policy=cut", "bf16=maybe", "deepspeed=nope.json",
+                                       "learning_rat=1e-4", "eval_strategy=steps", "output_dir=/tmp/x"])
     message = str(err.value)
-    for key in ("lora_r=0", "truncation_policy='cut'", "bf16='maybe'", "deepspeed='nope.json'"):
-        assert key in message
+    for needle in ("r=0 is out of range", "truncation_policy='cut'", "bf16: expected true/false, got 'maybe'",
+                   "deepspeed='nope.json'", "unknown key 'lora_r': it is now r",
+                   "unknown key 'learning_rat'; the nearest valid key is 'learning_rate'",
+                   "eval_strategy='steps' evaluates on val_file", "output_dir is derived from run"):
+        assert needle in message, needle
+
+
+def test_every_sft_and_lora_key_is_reachable(sft_files):
+    """Keys the project never names reach TRL and PEFT, typed from --set strings."""
+    cfg = load_train_config(SMOKE_YAML, [
+        f"train_file={sft_files[0]}", "val_file=null", "run=reach",
+        "learning_rate=1e-4", "neftune_noise_alpha=5", "optim=adamw_torch", "packing=true", "max_length=null",
+        "gradient_checkpointing_kwargs={use_reentrant: false}", "dataset_num_proc=2", "use_rslora=true",
+        "target_modules=[q_proj,v_proj]", "init_lora_weights=gaussian", "modules_to_save=[lm_head]",
+        "model_init_kwargs={attn_implementation: eager}", "warmup_steps=0.1",
+    ])
+    sft, lora = cfg.sft, cfg.lora
+    assert sft.learning_rate == 1e-4 and sft.neftune_noise_alpha == 5.0 and sft.optim == "adamw_torch"
+    assert sft.packing is True and sft.max_length is None and sft.dataset_num_proc == 2
+    assert sft.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    assert sft.model_init_kwargs == {"attn_implementation": "eager", "dtype": "float32"}  # dtype: project default
+    assert sft.warmup_steps == 0.1 and sft.get_warmup_steps(200) == 20  # a float below 1 is a ratio
+    assert lora.use_rslora and lora.init_lora_weights == "gaussian" and lora.modules_to_save == ["lm_head"]
+    assert lora.target_modules == {"q_proj", "v_proj"} and lora.task_type == "CAUSAL_LM"
+    # project defaults that differ from TRL's
+    assert sft.completion_only_loss is True and sft.logging_first_step and sft.report_to in ([], ["none"])
+    assert sft.output_dir.endswith("runs/reach/train") and sft.run_name == "reach" and sft.use_cpu
+
+
+def test_yaml_boolean_for_a_word_is_named(sft_files):
+    with pytest.raises(ConfigError, match=r"save_strategy: got the YAML boolean False.*quote it"):
+        load_train_config(SMOKE_YAML, [f"train_file={sft_files[0]}", "save_strategy=no"])
+    cfg = load_train_config(SMOKE_YAML, [f"train_file={sft_files[0]}", "val_file=null", 'save_strategy="no"'])
+    assert cfg.sft.save_strategy == "no"
+
+
+def test_library_validation_is_reported(sft_files):
+    with pytest.raises(ConfigError, match="trl.SFTConfig refused the values"):
+        load_train_config(SMOKE_YAML, [f"train_file={sft_files[0]}", "val_file=null", "bf16=true", "fp16=true"])
 
 
 def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, training_home):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from memreader.config import load_config
-from training.sft import SFTRunConfig, train
+from training.config import load_train_config
+from training.sft import train
 
-SMOKE_YAML = Path(__file__).resolve().parents[2] / "configs/training/smollm2/135m_lora_cpu_smoke.yaml"
+SMOKE_YAML = Path(__file__).resolve().parents[2] / "configs/training/smollm2_135m_lora_cpu_smoke.yaml"
 
 
 @pytest.mark.integration
@@ -18,16 +18,16 @@ def test_two_lora_steps_on_smollm2(smollm2_path, tiny_records, write_jsonl):
     from safetensors.torch import load_file
 
     train_file = write_jsonl("train.jsonl", tiny_records)
-    cfg = load_config(SFTRunConfig, SMOKE_YAML, [
+    cfg = load_train_config(SMOKE_YAML, [
         f"train_file={train_file}", "val_file=null", "max_steps=2", "run=smollm2-two-steps", "overwrite=true",
     ])
-    assert cfg.model == "smollm2-135m-instruct"
+    assert cfg.project.model == "smollm2-135m-instruct"
     summary = train(cfg)
     assert summary["steps"] == 2 and summary["device"] == "cpu" and not summary["bf16"]
     assert summary["first_loss"] is not None and summary["last_loss"] is not None
     out = Path(summary["run_dir"])
     adapter_config = json.loads((out / "adapter_config.json").read_text())
-    assert adapter_config["r"] == cfg.lora_r
+    assert adapter_config["r"] == cfg.lora.r
     # all-linear: attention and MLP projections, never lm_head
     assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= set(
         adapter_config["target_modules"])

