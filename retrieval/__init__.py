@@ -21,12 +21,21 @@ _EXPORTS = {
     "BuildSummary": "retrieval.index",
     "MemoryIndex": "retrieval.index",
     "MemoryIndexError": "retrieval.index",
+    "MeVePipeline": "retrieval.meve",
+    "MeVeResult": "retrieval.meve",
+    "MeVeSettings": "retrieval.meve",
+    "MemoryChunkSource": "retrieval.meve",
+    "PassageStore": "retrieval.passages",
+    "CrossEncoderVerifier": "retrieval.verifier",
+    "LMVerifier": "retrieval.verifier",
+    "build_verifier": "retrieval.verifier",
     "RetrievalConfig": "retrieval.search",
     "ask": "retrieval.search",
     "build_index_from_file": "retrieval.search",
     "format_hits": "retrieval.search",
     "run_ask": "retrieval.search",
     "run_index": "retrieval.search",
+    "run_meve_ask": "retrieval.search",
 }
 
 __all__ = sorted(_EXPORTS)

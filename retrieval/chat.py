@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -34,8 +33,8 @@ from memreader.errors import MemReaderError
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.registry import ALIASES, SMOLLM2
 from retrieval.conversation_store import BM25, DEFAULT_COLLECTION, ConversationStore, check_conversation_id
-from retrieval.index import is_server_uri
 from retrieval.lexical import LANGUAGES
+from retrieval.milvus import is_server_uri, resolve_token
 from retrieval.momentary import (
     MomentaryContext,
     MomentarySettings,
@@ -158,7 +157,7 @@ class ChatSession:
             counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
         embedders = {_canonical(n): load_embedder(_canonical(n), device=cfg.device) for n in cfg.embedders}
         db = cfg.db()
-        token = cfg.token or (os.environ.get("MILVUS_TOKEN", "") if is_server_uri(db) else "")
+        token = resolve_token(db, cfg.token)
         store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection, token=token)
         return cls(cfg, store, backend, counter)
 

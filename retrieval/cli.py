@@ -2,6 +2,7 @@
 
     memreader index --config configs/retrieval/three_layer_minilm.yaml --set run=demo
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo "How many compost bays?"
+    memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo --pipeline meve "question"
     python -m retrieval.cli ask --config ... "question"        (the same, without the memreader command)
 """
 
@@ -12,7 +13,8 @@ import json
 import sys
 
 from memreader.config import add_config_arguments, load_config
-from retrieval.search import RetrievalConfig, format_hits, run_ask, run_index
+from retrieval.meve import format_audit
+from retrieval.search import PIPELINES, RetrievalConfig, format_hits, run_ask, run_index, run_meve_ask
 
 CONFIG_CLASS = RetrievalConfig
 
@@ -32,13 +34,22 @@ def run_index_cli(args: argparse.Namespace) -> int:
 def add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``memreader ask``."""
     add_config_arguments(parser, "configs/retrieval/")
-    parser.add_argument("--json", action="store_true", help="print hits as JSON lines instead of text")
+    parser.add_argument("--pipeline", choices=PIPELINES, help="layers (search + RRF, the default) or meve (five "
+                        "verified phases, packed under t_max tokens); the same as --set pipeline=...")
+    parser.add_argument("--json", action="store_true", help="print hits as JSON lines instead of text (meve: the "
+                        "result with its audit record as one JSON object)")
     parser.add_argument("question", help="the question to retrieve chunks for")
 
 
 def run_ask_cli(args: argparse.Namespace) -> int:
-    """Retrieve and print chunks with their provenance."""
-    hits = run_ask(load_config(RetrievalConfig, args.config, args.set), args.question)
+    """Retrieve and print chunks with their provenance (or MeVe's context and audit)."""
+    overrides = list(args.set) + ([f"pipeline={args.pipeline}"] if getattr(args, "pipeline", None) else [])
+    cfg = load_config(RetrievalConfig, args.config, overrides)
+    if cfg.pipeline == "meve":
+        result = run_meve_ask(cfg, args.question)
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) if args.json else format_audit(result))
+        return 0
+    hits = run_ask(cfg, args.question)
     if args.json:
         for hit in hits:
             print(json.dumps(hit.to_dict(), ensure_ascii=False))

@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pymilvus import DataType, MilvusClient, MilvusException
+from pymilvus import DataType, MilvusClient
 
 from memreader.embedders import embedding_dim, encode
 from memreader.errors import MemReaderError
-from retrieval.index import is_server_uri, resolve_uri
 from retrieval.lexical import LANGUAGES, add_bm25, bm25_search, text_field_params
+from retrieval.milvus import connect, disconnect, is_server_uri, resolve_uri, string_literal
+from retrieval.rows import MemoryIndexError
 
 __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "ConversationStore",
            "ConversationStoreError", "Turn", "vector_field"]
@@ -120,12 +121,6 @@ def check_conversation_id(conversation: str) -> str:
     return conversation
 
 
-def _literal(value: str) -> str:
-    # Ids are checked against _ID and pks are built from them, so no quote or backslash can occur.
-    assert '"' not in value and "\\" not in value, value
-    return f'"{value}"'
-
-
 class ConversationStore:
     """Turns of one or more conversations in a Milvus collection, with BM25 and one vector field per embedder.
 
@@ -159,15 +154,9 @@ class ConversationStore:
         self.embedders = dict(embedders)
         self._query_cache: dict[tuple[str, str], np.ndarray] = {}
         try:
-            self._client = MilvusClient(uri=self.uri, token=token)
-        except MilvusException as exc:
-            if is_server_uri(self.uri):
-                raise ConversationStoreError(f"cannot connect to the Milvus server {self.uri}: {exc.message}",
-                                             "check that it runs and that the token is right") from exc
-            raise ConversationStoreError(
-                f"cannot open the Milvus Lite file {self.uri}: {exc.message}",
-                "a Milvus Lite file is served by one process at a time: end the other process using it (another "
-                "`memreader chat`?), or put the store on a Milvus server (db_path=http://host:19530)") from exc
+            self._client = connect(self.uri, token)
+        except MemoryIndexError as exc:  # the same connection errors, reported as this store's
+            raise ConversationStoreError(str(exc)) from exc
         try:
             wanted = {"schema_version": SCHEMA_VERSION, "bm25_language": bm25_language, "embedders": [
                 {"name": name, "field": vector_field(name), "dim": embedding_dim(model)}
@@ -179,14 +168,14 @@ class ConversationStore:
                 self.meta = {**wanted, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 self._create()
         except BaseException:
-            self._client.close()
+            disconnect(self._client, self.uri)
             raise
 
     # ---------------------------------------------------------------- lifecycle and schema
 
     def close(self) -> None:
         """Close the client (and with it the Milvus Lite server process of this file)."""
-        self._client.close()
+        disconnect(self._client, self.uri)
 
     def __enter__(self) -> ConversationStore:
         return self
@@ -259,7 +248,7 @@ class ConversationStore:
 
     def count(self, conversation: str) -> int:
         """How many turns ``conversation`` holds."""
-        res = self._client.query(self.collection, filter=f"conversation == {_literal(check_conversation_id(conversation))}",
+        res = self._client.query(self.collection, filter=f"conversation == {string_literal(check_conversation_id(conversation))}",
                                  output_fields=["count(*)"])
         return int(res[0]["count(*)"])
 
@@ -320,7 +309,7 @@ class ConversationStore:
         for lo in range(0, total, _MAX_LIMIT):
             rows = self._client.query(
                 self.collection, limit=_MAX_LIMIT, output_fields=_TURN_FIELDS,
-                filter=f"conversation == {_literal(conversation)} and turn >= {lo} and turn < {lo + _MAX_LIMIT}")
+                filter=f"conversation == {string_literal(conversation)} and turn >= {lo} and turn < {lo + _MAX_LIMIT}")
             out += [_turn(r) for r in rows]
         out.sort(key=lambda t: t.index)
         assert [t.index for t in out] == list(range(total)), f"{conversation}: turn indices are not 0..{total - 1}"
@@ -371,7 +360,7 @@ class ConversationStore:
         if unknown:
             raise ConversationStoreError(f"signals {unknown} are not in {self._where()}, which holds {self.signals}",
                                          "give weights only to bm25 and the store's embedders")
-        conv = f"conversation == {_literal(check_conversation_id(conversation))}"
+        conv = f"conversation == {string_literal(check_conversation_id(conversation))}"
         names = [s for s in signals if s != BM25]
         queries = self.embed_query(question, names)
         hits: dict[str, list[int]] = {}
@@ -396,7 +385,7 @@ class ConversationStore:
         raw: dict[str, dict[int, float]] = {}
         if BM25 in signals:
             scored = bm25_search(self._client, self.collection, question, len(pks),
-                                 filter=f"pk in [{', '.join(_literal(p) for p in pks)}]", output_fields=["turn"])
+                                 filter=f"pk in [{', '.join(string_literal(p) for p in pks)}]", output_fields=["turn"])
             bm25 = {int(e["turn"]): score for e, score in scored}
             raw[BM25] = {i: bm25.get(i, 0.0) for i in wanted}
         for name in names:

@@ -5,13 +5,17 @@ primary keys — an outline row and its chunk row have different keys, so it can
 chunks — and it promises no tie-break. Here ties are broken by the key itself, and the score is an
 exactly rounded sum (:func:`math.fsum`), so two keys with the same multiset of ranks tie exactly,
 whatever the order of the lists.
+
+A ranked list is labelled by its layer (``chunk``: vector search) or ``<layer>/bm25`` (BM25 search
+of that layer's text); both kinds fuse the same way. :func:`split_by_layer` recovers each layer's
+own exact top k from one search over several layers, so a three-layer query costs one search.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -21,6 +25,21 @@ LAYERS = (OUTLINE, CORE, CHUNK)
 """The three layers of a document memory that three-layer retrieval searches independently."""
 ALL_LAYERS = (*LAYERS, SINGLE)
 """Everything an index holds: the three layers plus one averaged vector per scenario."""
+DENSE, BM25 = "dense", "bm25"
+"""The two signals a list can rank by: embedding similarity, or BM25 over the row's text."""
+
+
+def bm25_label(layer: str) -> str:
+    """The list label of a layer's BM25 ranking (``chunk`` -> ``chunk/bm25``); dense lists are the bare layer."""
+    return f"{layer}/{BM25}"
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """``(layer, signal)`` of a list label: ``chunk/bm25`` -> ``(chunk, bm25)``, ``core`` -> ``(core, dense)``."""
+    layer, _, signal = label.partition("/")
+    if signal not in ("", BM25):
+        raise ValueError(f"list label {label!r} is neither a layer nor '<layer>/{BM25}'")
+    return layer, signal or DENSE
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = 60) -> list[tuple[K, float]]:
@@ -62,13 +81,16 @@ ChunkKey = tuple[str, int]
 
 @dataclass(frozen=True)
 class LayerHit:
-    """One row returned by one layer's vector search."""
+    """One row returned by one ranked list: a layer's vector search, or its BM25 search."""
 
     layer: str
+    """The list's label: the layer (``outline``, ``core``, ``chunk``, ``single``) for a vector
+    search, ``<layer>/bm25`` (e.g. ``chunk/bm25``) for a BM25 search of that layer."""
     rank: int
-    """1-based rank within this layer's list."""
+    """1-based rank within this list."""
     similarity: float
-    """Cosine similarity between the query and the row's vector."""
+    """Cosine similarity between the query and the row's vector; for a BM25 list, the BM25 score
+    (positive, unbounded, comparable only within one list)."""
     doc_id: str
     scenario: int
     start: int
@@ -80,6 +102,16 @@ class LayerHit:
     def key(self) -> ChunkKey:
         """The chunk this row belongs to."""
         return (self.doc_id, self.scenario)
+
+    @property
+    def base_layer(self) -> str:
+        """The layer of the row (``chunk`` for both ``chunk`` and ``chunk/bm25``)."""
+        return split_label(self.layer)[0]
+
+    @property
+    def signal(self) -> str:
+        """``dense`` (vector similarity) or ``bm25``."""
+        return split_label(self.layer)[1]
 
 
 @dataclass
@@ -93,13 +125,13 @@ class Hit:
     text: str
     """``document[start:end]``."""
     score: float
-    """RRF score over the layers searched (one list in ``single`` / ``chunk_only`` mode)."""
+    """RRF score over the lists searched (one list in ``single`` / ``chunk_only`` mode)."""
     provenance: list[LayerHit] = field(default_factory=list)
-    """The layer rows that voted for this chunk, in layer order."""
+    """The rows that voted for this chunk, in list order (dense layers first, then BM25 lists)."""
 
     @property
     def layers(self) -> list[str]:
-        """Names of the layers that retrieved this chunk."""
+        """Labels of the lists that retrieved this chunk (``chunk/bm25`` for a BM25 list)."""
         return [p.layer for p in self.provenance]
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,7 +144,7 @@ class Hit:
             "score": self.score,
             "text": self.text,
             "provenance": [
-                {"layer": p.layer, "rank": p.rank, "similarity": p.similarity, "text": p.text}
+                {"layer": p.layer, "signal": p.signal, "rank": p.rank, "similarity": p.similarity, "text": p.text}
                 for p in self.provenance
             ],
         }
@@ -136,3 +168,30 @@ def fuse_layer_hits(
             provenance.setdefault(hit.key, []).append(hit)
         rankings.append(ranking)
     return [(key, score, provenance[key]) for key, score in reciprocal_rank_fusion(rankings, k=k)]
+
+
+def rank_hits(hits: Iterable[LayerHit], limit: int) -> list[LayerHit]:
+    """The best ``limit`` hits ranked 1..n; equal scores ordered by ``(doc_id, scenario)``, so a list
+    is reproducible whatever order the store returned it in."""
+    ordered = sorted(hits, key=lambda h: (-h.similarity, h.doc_id, h.scenario))[:limit]
+    return [replace(h, rank=rank) for rank, h in enumerate(ordered, start=1)]
+
+
+def split_by_layer(
+    union: Sequence[LayerHit], layers: Sequence[str], limit: int, asked: int
+) -> dict[str, list[LayerHit] | None]:
+    """Each layer's exact top ``limit`` from one search over all ``layers`` together.
+
+    ``union`` is what that search returned when asked for its best ``asked`` rows. Rows it left out
+    score at most its last score, so the rows of a layer scoring *strictly* above that are exactly
+    the layer's best rows (rows tied at the k-th score are then cut by ``(doc_id, scenario)``). A
+    layer with fewer than ``limit`` such rows maps to ``None``: it needs its own search. An answer
+    shorter than ``asked`` left nothing out, so every layer is complete.
+    """
+    cutoff = union[-1].similarity if union and len(union) >= asked else -math.inf
+    out: dict[str, list[LayerHit] | None] = {}
+    for layer in layers:
+        mine = [h for h in union if h.base_layer == layer]
+        complete = cutoff == -math.inf or sum(h.similarity > cutoff for h in mine) >= limit
+        out[layer] = rank_hits(mine, limit) if complete else None
+    return out

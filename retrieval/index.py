@@ -1,7 +1,9 @@
 """The memory index: document memories as vectors in Milvus, one row per scenario and layer.
 
 Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server (``http://``,
-``https://``, ``tcp://`` or ``unix:`` URI) — the same code path, through ``pymilvus.MilvusClient``.
+``https://``, ``tcp://`` or ``unix:`` URI) — the same code path, through ``pymilvus.MilvusClient``
+(:func:`connect`). A server's token is the ``token`` argument, else ``$MILVUS_TOKEN``; a server
+that does not answer within :data:`CONNECT_TIMEOUT` seconds is reported at once, naming the URI.
 
 Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``core`` / ``chunk``
 / ``single``) rather than one collection per layer, because
@@ -16,7 +18,8 @@ Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``
   three-layer-vs-single comparison is measured on identical data.
 
 Each row's ``text`` also feeds Milvus' built-in BM25 (an analyzer per language, :mod:`retrieval.lexical`),
-so :meth:`MemoryIndex.search_bm25` ranks a layer's rows by keywords in the same collection.
+so :meth:`MemoryIndex.search_bm25` ranks a layer's rows by keywords in the same collection, and the
+``hybrid`` / ``chunk_hybrid`` modes fuse those BM25 lists with the vector lists (:data:`MODES`).
 
 Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``start``/``end``,
 its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer`` and a
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from collections import Counter
@@ -45,8 +49,30 @@ from pymilvus import DataType, MilvusClient
 from tqdm import tqdm
 
 from memreader.schema import DocumentMemory
-from retrieval.fusion import ALL_LAYERS, CHUNK, LAYERS, SINGLE, ChunkKey, Hit, LayerHit, fuse_layer_hits
+from retrieval.fusion import (
+    ALL_LAYERS,
+    BM25,
+    CHUNK,
+    LAYERS,
+    SINGLE,
+    ChunkKey,
+    Hit,
+    LayerHit,
+    bm25_label,
+    fuse_layer_hits,
+    rank_hits,
+    split_by_layer,
+    split_label,
+)
 from retrieval.lexical import add_bm25, bm25_search, resolve_language, text_field_params
+from retrieval.milvus import (
+    CONNECT_TIMEOUT,
+    connect,
+    disconnect,
+    is_server_uri,
+    resolve_uri,
+    string_literal,
+)
 from retrieval.rows import (
     MAX_DOC_ID_BYTES,
     MAX_TEXT_BYTES,
@@ -61,51 +87,45 @@ from retrieval.rows import (
     scenario_texts,
 )
 
-__all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError", "is_server_uri"]
+__all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "memreader_memories"
 INDEX_FORMAT = 2  # 2: a BM25 sparse field over ``text``
-MODES: dict[str, tuple[str, ...]] = {"three_layer": LAYERS, "single": (SINGLE,), "chunk_only": (CHUNK,)}
-"""Search modes and the layers each one searches."""
+MODES: dict[str, tuple[str, ...]] = {
+    "three_layer": LAYERS,
+    "single": (SINGLE,),
+    "chunk_only": (CHUNK,),
+    "hybrid": (*LAYERS, *(bm25_label(layer) for layer in LAYERS)),
+    "chunk_hybrid": (CHUNK, bm25_label(CHUNK)),
+}
+"""Search modes and the ranked lists each one fuses: a layer name is that layer's vector search,
+``<layer>/bm25`` its BM25 search (``hybrid``: all six; ``chunk_hybrid``: chunk vectors + chunk BM25)."""
+_HAS_TERM = re.compile(r"\w", re.UNICODE)  # a BM25 query needs a word character to match on
+_UNION_DEPTH = 4  # a batched search asks for 4x the rows its layers need, so a layer rarely needs its own
 _META_KEY = "memreader.index"
 _MAX_LIMIT = 16384  # Milvus' largest search limit
 _INSERT_ROWS = 512  # rows per insert call, well under the 64 MB gRPC message limit
-_SERVER_PREFIXES = ("http://", "https://", "tcp://", "unix:")
 _OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text"]
 
 
-def is_server_uri(uri: str | Path) -> bool:
-    """True for a Milvus server URI, False for a Milvus Lite file path."""
-    return str(uri).startswith(_SERVER_PREFIXES)
-
-
-def resolve_uri(uri: str | Path, must_exist: bool = False) -> str:
-    """A URI MilvusClient accepts: server URIs as given, file paths absolute and ending in ``.db``."""
-    if is_server_uri(uri):
-        return str(uri)
-    path = Path(uri).expanduser().resolve()
-    if path.suffix != ".db":
-        raise MemoryIndexError(
-            f"index path {path} must end in .db (Milvus Lite files do), or be a server URI like "
-            "http://localhost:19530"
-        )
-    if must_exist and not path.exists():  # Milvus Lite 3 stores a .db folder, older versions a file
-        raise MemoryIndexError(f"index file {path} does not exist; run `memreader index` first to build it")
-    return str(path)
-
-
-def _string_literal(value: str) -> str:
-    # Milvus Lite has no filter templates; a double-quoted literal with \\ and \" escaped is safe.
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _hit(label: str, score: float, entity: dict[str, Any]) -> LayerHit:
+    """An unranked hit (rank 0) from a Milvus entity."""
+    return LayerHit(layer=label, rank=0, similarity=score, doc_id=entity["doc_id"], scenario=int(entity["scenario"]),
+                    start=int(entity["start"]), end=int(entity["end"]), text=entity["text"])
 
 
 class MemoryIndex:
     """Document memories in one Milvus collection: build it, search it by layer, fuse the layers.
 
-    Use as a context manager (or call :meth:`close`): Milvus Lite runs a local server process per
-    open file. ``embedder`` is the sentence-transformers model used for queries (and builds).
+    Use as a context manager (or call :meth:`close`): Milvus Lite serves each open file from this
+    process. ``embedder`` is the sentence-transformers model used for queries (and builds);
+    ``embedder_name``, when given, must be the name the index was built with (vectors of two
+    embedders are not comparable even at the same dimension). ``token`` and ``timeout`` are for a
+    server URI (see :func:`connect`). ``batch_layers`` (default) asks Milvus once for all the
+    layers a query searches and splits the answer per layer (:meth:`search_lists`); ``False``
+    sends one search per layer. Both give each layer's own exact top k.
     """
 
     def __init__(
@@ -115,23 +135,33 @@ class MemoryIndex:
         embedder: Embedder | None = None,
         token: str = "",
         must_exist: bool = False,
+        timeout: float = CONNECT_TIMEOUT,
+        embedder_name: str | None = None,
+        batch_layers: bool = True,
     ) -> None:
         self.uri = resolve_uri(uri, must_exist=must_exist)
         if not is_server_uri(self.uri):
             Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
         self.collection = collection
         self.embedder = embedder
-        self._client = MilvusClient(uri=self.uri, token=token)
+        self.embedder_name = embedder_name
+        self.batch_layers = batch_layers
+        self._client = connect(self.uri, token, timeout)
+        self._closed = False
         self._meta: dict[str, Any] | None = None
 
     @classmethod
     def open(
-        cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, embedder: Embedder | None = None, token: str = ""
+        cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, embedder: Embedder | None = None, token: str = "",
+        timeout: float = CONNECT_TIMEOUT, embedder_name: str | None = None, batch_layers: bool = True,
     ) -> MemoryIndex:
-        """Open an existing, completely built index for searching."""
-        index = cls(uri, collection, embedder, token=token, must_exist=True)
+        """Open an existing, completely built index for searching (refused if ``embedder_name``
+        is given and differs from the embedder it was built with)."""
+        index = cls(uri, collection, embedder, token=token, must_exist=True, timeout=timeout,
+                    embedder_name=embedder_name, batch_layers=batch_layers)
         try:
             _ = index.meta  # raises unless the collection exists, has our format and finished building
+            index.check_embedder()
             index._client.load_collection(collection)  # a reopened collection starts out released
         except BaseException:
             index.close()
@@ -139,8 +169,11 @@ class MemoryIndex:
         return index
 
     def close(self) -> None:
-        """Close the client (and with it the Milvus Lite server process of this file)."""
-        self._client.close()
+        """Close the client; the last client of a Milvus Lite file in this process also stops its
+        server and frees the file (:func:`disconnect`)."""
+        if not self._closed:  # closing twice must not release a file another index still uses
+            self._closed = True
+            disconnect(self._client, self.uri)
 
     def __enter__(self) -> MemoryIndex:
         return self
@@ -204,7 +237,7 @@ class MemoryIndex:
         """Rows per layer."""
         out = {}
         for layer in ALL_LAYERS:
-            res = self._client.query(self.collection, filter=f"layer == {_string_literal(layer)}",
+            res = self._client.query(self.collection, filter=f"layer == {string_literal(layer)}",
                                      output_fields=["count(*)"])
             out[layer] = int(res[0]["count(*)"])
         return out
@@ -285,9 +318,10 @@ class MemoryIndex:
         summary.documents = len(seen)
         summary.skipped = dict(skipped)
         summary.seconds = time.perf_counter() - started
-        log.info(summary.line())
-        if progress:
+        if progress:  # the bar's closing line; quiet builds (tests, eval loops) only log it
             print(summary.line(), file=sys.stderr)
+        else:
+            log.info(summary.line())
         return summary
 
     def _flush(
@@ -297,7 +331,7 @@ class MemoryIndex:
         """Embed the pending scenarios and insert their rows (after deleting old ones when adding)."""
         rows = embed_rows(pending, embedder, batch_size)
         if not replace:
-            ids = ", ".join(_string_literal(d) for d in doc_ids)
+            ids = ", ".join(string_literal(d) for d in doc_ids)
             self._client.delete(self.collection, filter=f"doc_id in [{ids}]")
         for start in range(0, len(rows), _INSERT_ROWS):
             self._client.insert(self.collection, rows[start : start + _INSERT_ROWS])
@@ -305,10 +339,22 @@ class MemoryIndex:
         for row in rows:
             summary.rows[row["layer"]] += 1
 
+    def check_embedder(self) -> None:
+        """Refuse to query with another embedder than the index was built with (when both are named)."""
+        built_with = self.meta["embedder"]
+        name = self.embedder_name
+        if name and name != "unnamed" and built_with != "unnamed" and name != built_with:
+            raise MemoryIndexError(
+                f"{self.uri} was built with {built_with!r}, not {name!r}: vectors of different embedders are "
+                f"not comparable, even at the same dimension; query with embedder={built_with} or rebuild the "
+                f"index with embedder={name} (`memreader index --set embedder={name}`)"
+            )
+
     def embed_query(self, query: str) -> list[float]:
         """The query's unit vector, from the index's embedder (checked against the index dimension)."""
         if not query.strip():
             raise ValueError("the query is empty; ask a question")
+        self.check_embedder()
         if self.embedder is None:
             raise MemoryIndexError(
                 f"no embedder to encode the query: pass embedder= (this index was built with {self.meta['embedder']})"
@@ -329,37 +375,29 @@ class MemoryIndex:
             raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
         (results,) = self._client.search(
             self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer == {_string_literal(layer)}", output_fields=_OUTPUT_FIELDS,
+            filter=f"layer == {string_literal(layer)}", output_fields=_OUTPUT_FIELDS,
             search_params={"metric_type": "COSINE"},
         )
-        # Equal similarities are ordered by (doc_id, scenario) so that results are reproducible.
-        ordered = sorted(results, key=lambda r: (-r["distance"], r["entity"]["doc_id"], r["entity"]["scenario"]))
-        return [
-            LayerHit(layer=layer, rank=rank, similarity=float(r["distance"]), doc_id=r["entity"]["doc_id"],
-                     scenario=int(r["entity"]["scenario"]), start=int(r["entity"]["start"]),
-                     end=int(r["entity"]["end"]), text=r["entity"]["text"])
-            for rank, r in enumerate(ordered, start=1)
-        ]
+        return rank_hits([_hit(layer, float(r["distance"]), r["entity"]) for r in results], limit)
 
     def search_bm25(self, query: str, layer: str, limit: int) -> list[LayerHit]:
         """The ``limit`` rows of one layer that best match ``query`` by BM25, best first (ranks 1..n).
 
-        ``similarity`` holds the BM25 score (positive, unbounded). A query without an indexable
-        term gives an empty list.
+        Hits are labelled ``<layer>/bm25`` and ``similarity`` holds the BM25 score (positive,
+        unbounded). A query without a word character (only punctuation or spaces) gives an empty
+        list without asking Milvus: a tokenizer that keeps punctuation (jieba) would otherwise
+        match it against every row holding that punctuation.
         """
         if layer not in LAYERS:
             raise ValueError(f"BM25 searches a text layer: choose from {', '.join(LAYERS)}, not {layer!r}")
         if not 1 <= limit <= _MAX_LIMIT:
             raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
         _ = self.meta  # refuse an unfinished or foreign collection before searching it
+        if not _HAS_TERM.search(query):
+            return []
         found = bm25_search(self._client, self.collection, query, limit,
-                            filter=f"layer == {_string_literal(layer)}", output_fields=_OUTPUT_FIELDS)
-        ordered = sorted(found, key=lambda item: (-item[1], item[0]["doc_id"], item[0]["scenario"]))
-        return [
-            LayerHit(layer=layer, rank=rank, similarity=score, doc_id=e["doc_id"], scenario=int(e["scenario"]),
-                     start=int(e["start"]), end=int(e["end"]), text=e["text"])
-            for rank, (e, score) in enumerate(ordered, start=1)
-        ]
+                            filter=f"layer == {string_literal(layer)}", output_fields=_OUTPUT_FIELDS)
+        return rank_hits([_hit(bm25_label(layer), score, e) for e, score in found], limit)
 
     def chunk_texts(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, str]:
         """The chunk text of each ``(doc_id, scenario)``, fetched by primary key."""
@@ -377,21 +415,92 @@ class MemoryIndex:
             )
         return found
 
+    def search_lists(self, query: str, labels: Sequence[str], limit: int) -> list[list[LayerHit]]:
+        """One ranked list per label (see :data:`MODES`): ``chunk`` is the chunk layer's vector
+        search, ``chunk/bm25`` its BM25 search; ``limit`` rows each, best first (ranks 1..n).
+
+        With ``batch_layers`` the vector lists come from one Milvus search over all their layers and
+        the BM25 lists from one more (Milvus Lite spends most of a search on work proportional to
+        the collection, not to the layers asked for; a server saves round trips). Each list is
+        still its layer's exact top ``limit`` (:func:`retrieval.fusion.split_by_layer`).
+        """
+        if not query.strip():
+            raise ValueError("the query is empty; ask a question")
+        if not 1 <= limit <= _MAX_LIMIT:
+            raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
+        parsed = [split_label(label) for label in labels]
+        for layer, signal in parsed:
+            if layer not in (LAYERS if signal == BM25 else ALL_LAYERS):
+                raise ValueError(f"no {signal} list for layer {layer!r}: use {', '.join(MODES['hybrid'])} or {SINGLE}")
+        dense = [layer for layer, signal in parsed if signal != BM25]
+        lexical = [layer for layer, signal in parsed if signal == BM25]
+        found: dict[str, list[LayerHit]] = {}
+        if dense:
+            vector = self.embed_query(query)
+            if self.batch_layers and len(dense) > 1:
+                found.update(self._split_by_layer(
+                    dense, limit, lambda n: self._search_vector(vector, dense, n),
+                    lambda layer: self.search_layer(vector, layer, limit)))
+            else:
+                found.update((layer, self.search_layer(vector, layer, limit)) for layer in dense)
+        if lexical:
+            if self.batch_layers and len(lexical) > 1 and _HAS_TERM.search(query):
+                found.update((bm25_label(layer), hits) for layer, hits in self._split_by_layer(
+                    lexical, limit, lambda n: self._search_text(query, lexical, n),
+                    lambda layer: self.search_bm25(query, layer, limit)).items())
+            else:
+                found.update((bm25_label(layer), self.search_bm25(query, layer, limit)) for layer in lexical)
+        return [found[label] for label in labels]  # dense lists are keyed by layer, BM25 ones by label
+
+    def _split_by_layer(
+        self, layers: Sequence[str], limit: int, search_all: Any, search_one: Any,
+    ) -> dict[str, list[LayerHit]]:
+        """Each layer's exact top ``limit`` from ``search_all(n)``, one search for the best ``n`` rows
+        of all ``layers`` (:func:`retrieval.fusion.split_by_layer`); a layer that answer is too
+        shallow for gets ``search_one(layer)``."""
+        n = min(_MAX_LIMIT, _UNION_DEPTH * limit * len(layers))
+        split = split_by_layer(search_all(n), layers, limit, asked=n)
+        return {layer: hits if hits is not None else search_one(layer) for layer, hits in split.items()}
+
+    def _search_vector(self, vector: Sequence[float], layers: Sequence[str], limit: int) -> list[LayerHit]:
+        """The best ``limit`` rows of ``layers`` together by vector similarity (unranked hits)."""
+        names = ", ".join(string_literal(layer) for layer in layers)
+        (results,) = self._client.search(
+            self.collection, data=[list(vector)], anns_field="vector", limit=limit,
+            filter=f"layer in [{names}]", output_fields=[*_OUTPUT_FIELDS, "layer"],
+            search_params={"metric_type": "COSINE"},
+        )
+        return [_hit(r["entity"]["layer"], float(r["distance"]), r["entity"]) for r in results]
+
+    def _search_text(self, query: str, layers: Sequence[str], limit: int) -> list[LayerHit]:
+        """The best ``limit`` rows of ``layers`` together by BM25 (unranked hits, ``<layer>/bm25``).
+
+        BM25 statistics are the collection's, not the filter's, so a row scores the same here as
+        in its own layer's search.
+        """
+        _ = self.meta
+        names = ", ".join(string_literal(layer) for layer in layers)
+        found = bm25_search(self._client, self.collection, query, limit, filter=f"layer in [{names}]",
+                            output_fields=[*_OUTPUT_FIELDS, "layer"])
+        return [_hit(bm25_label(e["layer"]), score, e) for e, score in found]
+
     def search(self, query: str, top_k: int = 8, mode: str = "three_layer", rrf_k: float = 60) -> list[Hit]:
         """Retrieve the ``top_k`` best chunks for ``query``.
 
         ``three_layer`` searches outline, core and chunk rows independently (``top_k`` each), maps
         each hit to its chunk and fuses the three lists with RRF; ``single`` searches the averaged
         vectors and ``chunk_only`` the raw chunks (the score is then RRF over that one list).
+        ``hybrid`` adds a BM25 list per layer to the three vector lists (six lists fused), and
+        ``chunk_hybrid`` fuses the chunk layer's vector and BM25 lists. A BM25 list that matches
+        nothing simply contributes no votes.
         """
         if mode not in MODES:
             raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
-        vector = self.embed_query(query)
-        lists = [self.search_layer(vector, layer, top_k) for layer in MODES[mode]]
+        lists = self.search_lists(query, MODES[mode], top_k)
         fused = fuse_layer_hits(lists, k=rrf_k)[:top_k]
-        texts = {h.key: h.text for hits in lists for h in hits if h.layer == CHUNK}
+        texts = {h.key: h.text for hits in lists for h in hits if h.base_layer == CHUNK}
         texts.update(self.chunk_texts(key for key, _, _ in fused if key not in texts))
         hits = []
         for key, score, provenance in fused:

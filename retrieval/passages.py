@@ -1,0 +1,317 @@
+"""A passage store: plain passages in one Milvus collection, searched densely and by BM25.
+
+    with PassageStore.create("passages.db") as store:
+        store.build([("p1", "Tea", "Green tea steeps at 80 °C."), ...], embedder, embedder_name="minilm-l6")
+    with PassageStore.open("passages.db", embedder=embedder, embedder_name="minilm-l6") as store:
+        hits = store.knn(store.embed_query("How hot for green tea?"), k=20)
+        more = store.bm25("green tea temperature", k=5)
+
+Where :class:`~retrieval.index.MemoryIndex` holds document memories in layers, this holds flat
+passages (a paragraph, a sentence, a chunk of a baseline) for pipelines that retrieve passages
+directly, like MeVe (:mod:`retrieval.meve`) on HotpotQA. Each row: ``pk`` (the passage id),
+``doc_id`` (its document or title), ``text`` (with Milvus' BM25 analyzer, :mod:`retrieval.lexical`)
+and a unit ``vector`` searched with the COSINE metric. The build records the embedder's name and
+dimension and the BM25 language in a collection property; opening with another embedder is refused.
+
+Storage: a Milvus Lite ``.db`` file or a Milvus server URI (with ``token``), the same as the index.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pymilvus import DataType, MilvusClient
+from tqdm import tqdm
+
+from memreader.embedders import embedding_dim, encode
+from memreader.errors import MemReaderError
+from retrieval.lexical import add_bm25, bm25_search, resolve_language, text_field_params
+from retrieval.milvus import connect, disconnect, is_server_uri, resolve_uri
+from retrieval.rows import MAX_DOC_ID_BYTES, MAX_TEXT_BYTES
+
+__all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
+
+DEFAULT_PASSAGE_COLLECTION = "memreader_passages"
+STORE_FORMAT = 1
+_META_KEY = "memreader.passages"
+_MAX_LIMIT = 16384  # Milvus' largest search limit
+_MAX_ID_BYTES = 512
+_INSERT_ROWS = 512
+_FIELDS = ["pk", "doc_id", "text"]
+
+
+class PassageStoreError(MemReaderError, RuntimeError):
+    """The passage store is missing, unfinished, or does not match the embedder or the input."""
+
+
+@dataclass(frozen=True)
+class PassageHit:
+    """One passage returned by a dense or a BM25 search (or an adapter over another index)."""
+
+    id: str
+    doc_id: str
+    text: str
+    rank: int
+    """1-based rank in the list it came from."""
+    score: float
+    """Cosine similarity for a dense search, the BM25 score (positive, unbounded) for a BM25 search."""
+    vector: tuple[float, ...] | None = None
+    """The stored unit vector when the search returned it (dense searches do), else ``None``."""
+
+
+def _vector(entity: dict[str, Any]) -> tuple[float, ...] | None:
+    return tuple(float(x) for x in entity["vector"]) if "vector" in entity else None
+
+
+class PassageStore:
+    """Passages in one Milvus collection: build, open, dense kNN, BM25, stored vectors by id.
+
+    Use as a context manager (or call :meth:`close`): Milvus Lite runs a server process per file.
+    """
+
+    def __init__(self, uri: str | Path, collection: str = DEFAULT_PASSAGE_COLLECTION, embedder: Any = None,
+                 token: str = "", must_exist: bool = False) -> None:
+        self.uri = resolve_uri(uri)
+        if must_exist and not is_server_uri(self.uri) and not Path(self.uri).exists():
+            raise PassageStoreError(f"passage store {self.uri} does not exist",
+                                    "build it first with PassageStore.build (e.g. scripts/bench_meve.py)")
+        if not is_server_uri(self.uri):
+            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+        self.collection = collection
+        self.embedder = embedder
+        self._client = connect(self.uri, token)
+        self._meta: dict[str, Any] | None = None
+
+    @classmethod
+    def create(cls, uri: str | Path, collection: str = DEFAULT_PASSAGE_COLLECTION, embedder: Any = None,
+               token: str = "") -> PassageStore:
+        """A store to :meth:`build` into (the file or collection need not exist yet)."""
+        return cls(uri, collection, embedder, token=token)
+
+    @classmethod
+    def open(cls, uri: str | Path, collection: str = DEFAULT_PASSAGE_COLLECTION, embedder: Any = None,
+             embedder_name: str | None = None, token: str = "") -> PassageStore:
+        """Open a completely built store for searching.
+
+        ``embedder_name``, when given, must be the embedder the store was built with: vectors of
+        two models live in different spaces, so a query with another model would rank nonsense.
+        """
+        store = cls(uri, collection, embedder, token=token, must_exist=True)
+        try:
+            meta = store.meta
+            if embedder_name is not None and embedder_name != meta["embedder"]:
+                raise PassageStoreError(
+                    f"{store.uri} holds {meta['embedder']!r} vectors (dim {meta['dim']}), but the query embedder is "
+                    f"{embedder_name!r}", f"query with embedder={meta['embedder']!r}, or rebuild the store with "
+                    f"{embedder_name!r}")
+            store._client.load_collection(collection)  # a reopened collection starts out released
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Close the client (and with it the Milvus Lite server process of this file)."""
+        disconnect(self._client, self.uri)
+
+    def __enter__(self) -> PassageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``."""
+        if self._meta is None:
+            if not self._client.has_collection(self.collection):
+                raise PassageStoreError(f"{self.uri} has no collection {self.collection!r}",
+                                        "build it first with PassageStore.build (e.g. scripts/bench_meve.py)")
+            props = self._client.describe_collection(self.collection).get("properties", {})
+            if _META_KEY not in props:
+                raise PassageStoreError(f"collection {self.collection!r} in {self.uri} is not a passage store "
+                                        f"(no {_META_KEY} property)", "pick another collection name or rebuild it")
+            meta = json.loads(props[_META_KEY])
+            if meta.get("format") != STORE_FORMAT:
+                raise PassageStoreError(f"passage store {self.uri} has format {meta.get('format')!r}, this memreader "
+                                        f"reads {STORE_FORMAT}", "rebuild it with PassageStore.build")
+            if meta.get("status") != "complete":
+                raise PassageStoreError(f"the last build of {self.uri} did not finish (status "
+                                        f"{meta.get('status')!r})", "run the build again")
+            self._meta = meta
+        return self._meta
+
+    @property
+    def embedder_name(self) -> str:
+        """The embedder the store was built with."""
+        return str(self.meta["embedder"])
+
+    def _write_meta(self, meta: dict[str, Any]) -> None:
+        self._client.alter_collection_properties(self.collection, properties={_META_KEY: json.dumps(meta)})
+        self._meta = None
+
+    def _create(self, dim: int, language: str) -> None:
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=_MAX_ID_BYTES)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID_BYTES)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_field_params(language))
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        index_params = self._client.prepare_index_params()
+        index_params.add_index(field_name="vector", index_type="AUTOINDEX", metric_type="COSINE")
+        add_bm25(schema, index_params, text_field="text")
+        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong")
+        # Milvus Lite lacks the call a synchronous index wait starts with; its index is usable at once.
+        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
+        self._client.load_collection(self.collection)
+
+    @staticmethod
+    def _validate(passages: Iterable[Any]) -> list[tuple[str, str, str]]:
+        """``(id, doc_id, text)`` triples from triples or objects with ``id``/``title``/``text``; every
+        problem of the input is collected before failing."""
+        rows, problems, seen = [], [], set()
+        for i, item in enumerate(passages):
+            if isinstance(item, (tuple, list)) and len(item) == 3:
+                pid, doc_id, text = item
+            elif all(hasattr(item, a) for a in ("id", "title", "text")):
+                pid, doc_id, text = item.id, item.title, item.text
+            else:
+                problems.append(f"passage {i}: expected (id, doc_id, text) or an object with id/title/text, "
+                                f"got {type(item).__name__}")
+                continue
+            if not all(isinstance(v, str) for v in (pid, doc_id, text)):
+                problems.append(f"passage {i}: id, doc_id and text must be strings")
+                continue
+            if not pid or len(pid.encode()) > _MAX_ID_BYTES:
+                problems.append(f"passage {i}: id {pid[:40]!r} must be 1 to {_MAX_ID_BYTES} bytes")
+            elif pid in seen:
+                problems.append(f"passage {i}: id {pid!r} occurs twice; ids must be unique")
+            seen.add(pid)
+            if len(doc_id.encode()) > MAX_DOC_ID_BYTES:
+                problems.append(f"passage {pid!r}: doc_id is over {MAX_DOC_ID_BYTES} bytes; shorten it")
+            if not text.strip():
+                problems.append(f"passage {pid!r}: text is blank; drop it from the input")
+            elif len(text.encode()) > MAX_TEXT_BYTES:
+                problems.append(f"passage {pid!r}: text is {len(text.encode())} bytes, over Milvus' "
+                                f"{MAX_TEXT_BYTES}-byte limit; split it")
+            rows.append((pid, doc_id, text))
+        if problems:
+            shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+            raise PassageStoreError("the passages cannot be stored:\n  - " + "\n  - ".join(shown))
+        if not rows:
+            raise PassageStoreError("no passages to store", "pass at least one (id, doc_id, text)")
+        return rows
+
+    def build(self, passages: Iterable[Any], embedder: Any = None, embedder_name: str = "unnamed",
+              batch_size: int = 64, bm25_language: str = "auto", progress: bool = True) -> int:
+        """Drop and rebuild the collection from ``passages``; returns how many were stored.
+
+        ``passages``: ``(id, doc_id, text)`` triples or objects with ``id``, ``title`` (stored as
+        ``doc_id``) and ``text`` such as :class:`eval.datasets.Passage`. The whole input is checked
+        before the collection is touched; a build that stops half-way leaves the store marked
+        unfinished, and opening it then says so.
+        """
+        embedder = embedder or self.embedder
+        if embedder is None:
+            raise PassageStoreError("build needs an embedder", "pass embedder= (e.g. registry.load_embedder())")
+        if batch_size < 1:
+            raise PassageStoreError(f"batch_size must be >= 1, got {batch_size}")
+        rows = self._validate(passages)
+        language = resolve_language(bm25_language, (t for _, _, t in rows))
+        dim = embedding_dim(embedder)
+        self.embedder = embedder
+        if self._client.has_collection(self.collection):
+            self._client.drop_collection(self.collection)
+        self._create(dim, language)
+        meta = {"format": STORE_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
+                "bm25_language": language}
+        self._write_meta({**meta, "status": "building"})
+        started = time.perf_counter()
+        step = max(batch_size * 8, _INSERT_ROWS)
+        with tqdm(total=len(rows), unit="passage", desc="passages", disable=not progress) as bar:
+            for start in range(0, len(rows), step):
+                part = rows[start : start + step]
+                vectors = encode(embedder, [t for _, _, t in part], batch_size)
+                self._client.insert(self.collection, [
+                    {"pk": pid, "doc_id": doc, "text": text, "vector": vec.tolist()}
+                    for (pid, doc, text), vec in zip(part, vectors, strict=True)
+                ])
+                bar.update(len(part))
+        self._client.flush(self.collection)
+        self._write_meta({**meta, "status": "complete"})
+        seconds = time.perf_counter() - started
+        if progress:
+            print(f"stored {len(rows)} passages ({embedder_name}, dim {dim}, bm25 {language}) in {seconds:.1f} s "
+                  f"({len(rows) / max(seconds, 1e-9):.1f} passages/s) -> {self.uri}", file=sys.stderr)
+        return len(rows)
+
+    def count(self) -> int:
+        """Passages stored."""
+        res = self._client.query(self.collection, filter="", output_fields=["count(*)"])
+        return int(res[0]["count(*)"])
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's unit vector from this store's embedder (checked against the stored dimension)."""
+        if not query.strip():
+            raise PassageStoreError("the query is empty", "ask a question")
+        if self.embedder is None:
+            raise PassageStoreError("no embedder to encode the query",
+                                    f"pass embedder= (this store was built with {self.meta['embedder']!r})")
+        vector = encode(self.embedder, [query], batch_size=1, kind="query")[0]
+        if len(vector) != self.meta["dim"]:
+            raise PassageStoreError(
+                f"the query embedder gives {len(vector)}-dim vectors but {self.uri} holds {self.meta['dim']}-dim "
+                f"{self.meta['embedder']!r} vectors", f"query with {self.meta['embedder']!r}")
+        return vector.tolist()
+
+    @staticmethod
+    def _check_limit(k: int) -> None:
+        if not 1 <= k <= _MAX_LIMIT:
+            raise PassageStoreError(f"k must be between 1 and {_MAX_LIMIT}, got {k}")
+
+    def knn(self, vector: Sequence[float], k: int, with_vectors: bool = True) -> list[PassageHit]:
+        """The ``k`` passages most similar to ``vector`` (cosine), best first (with their stored
+        vectors unless ``with_vectors=False``, which spares the transfer when they are not needed)."""
+        self._check_limit(k)
+        if len(vector) != self.meta["dim"]:
+            raise PassageStoreError(f"the query vector has {len(vector)} dimensions, the store {self.meta['dim']}",
+                                    f"embed the query with {self.meta['embedder']!r}")
+        (results,) = self._client.search(
+            self.collection, data=[list(vector)], anns_field="vector", limit=k,
+            output_fields=[*_FIELDS, "vector"] if with_vectors else _FIELDS, search_params={"metric_type": "COSINE"},
+        )
+        # Equal similarities are ordered by id so that results are reproducible.
+        ordered = sorted(results, key=lambda r: (-r["distance"], r["entity"]["pk"]))
+        return [PassageHit(id=e["pk"], doc_id=e["doc_id"], text=e["text"], rank=rank, score=float(r["distance"]),
+                           vector=_vector(e))
+                for rank, (r, e) in enumerate(((r, r["entity"]) for r in ordered), start=1)]
+
+    def bm25(self, query: str, k: int, with_vectors: bool = True) -> list[PassageHit]:
+        """The ``k`` passages that best match ``query`` by BM25, best first (none when no term
+        matches), with their stored dense vectors unless ``with_vectors=False``."""
+        self._check_limit(k)
+        _ = self.meta  # refuse an unfinished or foreign collection before searching it
+        found = bm25_search(self._client, self.collection, query, k,
+                            output_fields=[*_FIELDS, "vector"] if with_vectors else _FIELDS)
+        ordered = sorted(found, key=lambda item: (-item[1], item[0]["pk"]))
+        return [PassageHit(id=e["pk"], doc_id=e["doc_id"], text=e["text"], rank=rank, score=score, vector=_vector(e))
+                for rank, (e, score) in enumerate(ordered, start=1)]
+
+    def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """The stored unit vectors of ``ids`` (every id must exist)."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        rows = self._client.get(self.collection, ids=ids, output_fields=["pk", "vector"])
+        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise PassageStoreError(f"{self.uri} has no passage with id {missing[:3]}",
+                                    "ask for ids that a search returned, or rebuild the store")
+        return found

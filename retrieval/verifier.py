@@ -1,0 +1,289 @@
+"""Relevance verifiers for MeVe phase 2: ``score(question, passages) -> [0, 1]`` per passage.
+
+    verifier = build_verifier("lm", "smollm2-135m-instruct")          # the offline default
+    verifier = build_verifier("lm_likelihood", "smollm2-135m-instruct")  # query likelihood (UPR)
+    verifier = build_verifier("cross_encoder", "/models/ms-marco-MiniLM-L-6-v2")
+    scores = verifier.score("How hot should green tea water be?", ["Green tea: 80 °C ...", "Lava ..."])
+
+Three kinds, one interface (:class:`Verifier`):
+
+- :class:`LMVerifier` asks an instruct LM, through its chat template, whether a passage helps
+  answer the question, and reads the answer off the next-token distribution — no generation:
+  ``score = P(yes) / (P(yes) + P(no))`` where ``P(yes)`` sums the probabilities of every
+  single-token spelling of the answer (``yes``, ``Yes``, ``YES``, each with and without a leading
+  space; spellings the tokenizer splits into several tokens are left out), and likewise ``P(no)``.
+  This is the normalised P(yes) the spec asks for: computed as
+  ``sigmoid(logsumexp(yes logits) - logsumexp(no logits))``, the softmax normaliser cancels, so
+  the score does not depend on how much mass the model puts on other words. Passages are cut to
+  ``max_passage_tokens``, prompts sorted by length (less padding), left-padded and scored one
+  forward pass per batch, keeping only the last position's logits.
+- :class:`QueryLikelihoodVerifier` (``lm_likelihood``) asks the same LM how much the passage
+  raises the likelihood of the question, the zero-shot ranking of UPR (Sachan et al., 2022):
+  ``score = sigmoid(mean log P(question | "Passage: <p>\nQuestion:") - mean log P(question |
+  "Question:"))``, means over the question's tokens. ``score >= 0.5`` means "the passage makes
+  the question more predictable"; the score ranks passages much better than the yes/no answer of
+  a small model (see docs/MEVE.md), but the baseline is the question alone, without the
+  ``Passage: ...`` frame, and the frame by itself makes the question more predictable: even an
+  unrelated passage scores above 0.5. With it phase 2 re-ranks and the token budget does the
+  cutting (on HotpotQA every candidate passed tau = 0.5). Left padding
+  puts the question tokens last in every row, so only their logits are computed.
+- :class:`CrossEncoderVerifier` loads a sentence-transformers ``CrossEncoder`` by path (no
+  cross-encoder ships in a PyPI package, so there is no offline default). It asks the model for
+  raw logits (``activation_fn=Identity``) and applies the sigmoid itself, so the score is
+  ``sigmoid(logit)`` whatever activation the model's config names (MeVe's ms-marco models return
+  raw logits). Models with more than one output label are refused: which label means "relevant"
+  is not knowable from the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from memreader.errors import MemReaderError
+
+__all__ = ["KINDS", "CrossEncoderVerifier", "LMVerifier", "QueryLikelihoodVerifier", "Verifier", "VerifierError",
+           "build_verifier"]
+
+KINDS = ("lm", "lm_likelihood", "cross_encoder")
+"""Verifier kinds :func:`build_verifier` knows."""
+
+DEFAULT_SYSTEM = ""
+"""Empty: the chat template's own default system prompt (if it has one) is used."""
+# Of four prompts tried on 10 HotpotQA questions x their 20 nearest paragraphs with SmolLM2-135M, this
+# one ranked supporting paragraphs best within a question (AUC 0.47; a custom system prompt or the
+# question first did worse, down to 0.25): a 135M model does not judge relevance better than chance.
+DEFAULT_PROMPT = (
+    "Passage: {passage}\n\nQuestion: {question}\n\n"
+    "Does this passage help answer the question? Answer yes or no."
+)
+
+
+class VerifierError(MemReaderError, ValueError):
+    """A verifier cannot be built or cannot score this input."""
+
+
+class Verifier(Protocol):
+    """What MeVe's phase 2 needs: a name for the audit and a score in [0, 1] per passage."""
+
+    name: str
+    seconds: float
+    """Model time spent in :meth:`score` so far (tokenising and forward passes), in seconds."""
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]: ...
+
+
+def _check_input(question: str, passages: Sequence[str]) -> None:
+    if not isinstance(question, str) or not question.strip():
+        raise VerifierError("the question to verify against is empty", "ask a question")
+    bad = [i for i, p in enumerate(passages) if not isinstance(p, str)]
+    if bad:
+        raise VerifierError(f"passage {bad[0]} is {type(passages[bad[0]]).__name__}, not text")
+
+
+def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
+    """The ids of every single-token spelling of ``word``: lower, Capitalised and UPPER, each with
+    and without a leading space (the tokens an answer can start with)."""
+    ids: list[int] = []
+    for form in dict.fromkeys((word.lower(), word.capitalize(), word.upper())):
+        for spelled in (form, " " + form):
+            encoded = tokenizer.encode(spelled, add_special_tokens=False)
+            if len(encoded) == 1 and encoded[0] not in ids:
+                ids.append(encoded[0])
+    if not ids:
+        raise VerifierError(f"the tokenizer has no single token for {word!r} in any spelling",
+                            "use an instruct model with an English vocabulary, or verifier_kind=cross_encoder")
+    return ids
+
+
+class LMVerifier:
+    """An instruct LM as relevance judge: the normalised P(yes) of its next token (see the module)."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str = "lm", batch_size: int = 8,
+                 max_passage_tokens: int = 128, prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM) -> None:
+        if batch_size < 1 or max_passage_tokens < 1:
+            raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
+        if "{passage}" not in prompt or "{question}" not in prompt:
+            raise VerifierError("the verifier prompt must contain {passage} and {question}",
+                                f"start from the default: {DEFAULT_PROMPT!r}")
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
+        self.prompt, self.system = prompt, system
+        self.yes_ids = answer_token_ids(tokenizer, "yes")
+        self.no_ids = answer_token_ids(tokenizer, "no")
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.seconds = 0.0
+
+    @classmethod
+    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", **kwargs: Any) -> LMVerifier:
+        """Load an instruct LM by registry name, folder or hub id (default: the embedded SmolLM2)."""
+        from memreader.registry import load_causal_lm, runtime
+
+        model, tokenizer = load_causal_lm(name, rt=runtime(device))
+        return cls(model, tokenizer, name=name, **kwargs)
+
+    def _prompt(self, question: str, passage: str) -> str:
+        ids = self.tokenizer.encode(passage, add_special_tokens=False)
+        if len(ids) > self.max_passage_tokens:
+            passage = self.tokenizer.decode(ids[: self.max_passage_tokens])
+        user = self.prompt.format(passage=passage.strip(), question=question.strip())
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = ([{"role": "system", "content": self.system}] if self.system else [])
+            return self.tokenizer.apply_chat_template(messages + [{"role": "user", "content": user}],
+                                                      tokenize=False, add_generation_prompt=True)
+        return f"{self.system}\n\n{user}\nAnswer:" if self.system else f"{user}\nAnswer:"
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        """P(yes) / (P(yes) + P(no)) per passage, in [0, 1]."""
+        import torch
+
+        _check_input(question, passages)
+        if not passages:
+            return []
+        started = time.perf_counter()
+        prompts = [self._prompt(question, p) for p in passages]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        scores = [0.0] * len(prompts)
+        device = next(self.model.parameters()).device
+        side = self.tokenizer.padding_side
+        self.tokenizer.padding_side = "left"  # the last position is then every row's next token
+        try:
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                batch = self.tokenizer([prompts[i] for i in rows], return_tensors="pt", padding=True,
+                                       add_special_tokens=False).to(device)
+                extra = {"logits_to_keep": 1} if self._keep_last else {}
+                with torch.inference_mode():
+                    logits = self.model(**batch, **extra).logits[:, -1].float()
+                margin = torch.logsumexp(logits[:, self.yes_ids], -1) - torch.logsumexp(logits[:, self.no_ids], -1)
+                for i, value in zip(rows, torch.sigmoid(margin).tolist(), strict=True):
+                    scores[i] = float(value)
+        finally:
+            self.tokenizer.padding_side = side
+        self.seconds += time.perf_counter() - started
+        return scores
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+class QueryLikelihoodVerifier:
+    """How much a passage raises the LM's likelihood of the question (see the module docstring)."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str = "lm_likelihood", batch_size: int = 8,
+                 max_passage_tokens: int = 128) -> None:
+        if batch_size < 1 or max_passage_tokens < 1:
+            raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.seconds = 0.0
+
+    @classmethod
+    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", **kwargs: Any) -> QueryLikelihoodVerifier:
+        """Load a causal LM by registry name, folder or hub id (default: the embedded SmolLM2)."""
+        from memreader.registry import load_causal_lm, runtime
+
+        model, tokenizer = load_causal_lm(name, rt=runtime(device))
+        return cls(model, tokenizer, name=f"{name} (likelihood)", **kwargs)
+
+    def _mean_logprobs(self, prefixes: list[list[int]], question: list[int]) -> list[float]:
+        """Mean log-probability of the ``question`` tokens after each prefix (one forward per batch)."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        n = len(question)
+        out = [0.0] * len(prefixes)
+        order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
+        target = torch.tensor(question, device=device)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            seqs = [prefixes[i] + question for i in rows]
+            width = max(map(len, seqs))
+            ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for r, seq in enumerate(seqs):  # left padding: the question is the last n tokens of every row
+                ids[r, width - len(seq):] = torch.tensor(seq)
+                mask[r, width - len(seq):] = 1
+            extra = {"logits_to_keep": n + 1} if self._keep else {}
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device), **extra).logits
+            logp = torch.log_softmax(logits[:, -(n + 1) : -1].float(), dim=-1)  # positions predicting the question
+            means = logp.gather(2, target.expand(len(rows), n).unsqueeze(-1)).squeeze(-1).mean(dim=1)
+            for i, value in zip(rows, means.tolist(), strict=True):
+                out[i] = float(value)
+        return out
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        """sigmoid(mean log P(question | passage) - mean log P(question)) per passage, in [0, 1]."""
+        _check_input(question, passages)
+        if not passages:
+            return []
+        started = time.perf_counter()
+        encode = self.tokenizer.encode
+        q = encode(" " + question.strip(), add_special_tokens=False)
+        prefixes = [encode("Passage: " + self.tokenizer.decode(encode(p.strip(), add_special_tokens=False)
+                                                              [: self.max_passage_tokens]) + "\nQuestion:",
+                           add_special_tokens=False) for p in passages]
+        with_passage = self._mean_logprobs(prefixes, q)
+        (alone,) = self._mean_logprobs([encode("Question:", add_special_tokens=False)], q)
+        self.seconds += time.perf_counter() - started
+        return [_sigmoid(x - alone) for x in with_passage]
+
+
+class CrossEncoderVerifier:
+    """A sentence-transformers CrossEncoder; score = sigmoid of its single logit (see the module)."""
+
+    def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
+        from sentence_transformers import CrossEncoder
+
+        from memreader.registry import resolve_model, runtime
+
+        if batch_size < 1:
+            raise VerifierError(f"batch_size must be >= 1, got {batch_size}")
+        self.name, self.batch_size = path, batch_size
+        self.model = CrossEncoder(resolve_model(path), device=runtime(device).device, max_length=max_length)
+        labels = int(getattr(self.model, "num_labels", 1))
+        if labels != 1:
+            raise VerifierError(f"cross-encoder {path} has {labels} output labels; MeVe needs one relevance logit",
+                                "use a relevance (reranker) cross-encoder such as ms-marco-MiniLM-L-6-v2")
+        self.seconds = 0.0
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        """sigmoid(logit) per (question, passage) pair, in [0, 1]."""
+        import torch
+
+        _check_input(question, passages)
+        if not passages:
+            return []
+        started = time.perf_counter()
+        logits = self.model.predict([(question, p) for p in passages], batch_size=self.batch_size,
+                                    activation_fn=torch.nn.Identity(), convert_to_tensor=True,
+                                    show_progress_bar=False)
+        scores = torch.sigmoid(logits.float().reshape(len(passages))).tolist()
+        self.seconds += time.perf_counter() - started
+        return [float(s) for s in scores]
+
+
+def build_verifier(kind: str, name: str, device: str = "auto", batch_size: int = 8,
+                   max_passage_tokens: int = 128) -> Verifier:
+    """A verifier by kind (``lm`` or ``cross_encoder``) and model name or path."""
+    if kind not in KINDS:
+        raise VerifierError(f"verifier_kind {kind!r} is not one of {', '.join(KINDS)}",
+                            "use lm (an instruct LM's P(yes)) or cross_encoder (a CrossEncoder folder)")
+    if not name:
+        raise VerifierError("no verifier model given", "set verifier= to a registry name or a model folder")
+    if kind == "lm":
+        return LMVerifier.load(name, device=device, batch_size=batch_size, max_passage_tokens=max_passage_tokens)
+    if kind == "lm_likelihood":
+        return QueryLikelihoodVerifier.load(name, device=device, batch_size=batch_size,
+                                            max_passage_tokens=max_passage_tokens)
+    return CrossEncoderVerifier(name, device=device, batch_size=batch_size)

