@@ -76,7 +76,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     from memreader.schema import read_memories
     from retrieval.fusion import LAYERS
     from retrieval.index import MemoryIndex
-    from retrieval.search import RetrievalConfig, format_hits
+    from retrieval.meve import format_audit
+    from retrieval.search import RetrievalConfig, format_hits, run_meve_ask
     from training.config import make_train_config
     from training.sft import train
 
@@ -125,6 +126,10 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         hits = index.search(cfg.question, top_k=cfg.top_k)
     print(build.line())
     print(f"ask: {cfg.question}\n{format_hits(hits)}")
+    # MeVe over the same index: verified, de-duplicated, packed under t_max tokens, with its audit
+    meve = run_meve_ask(RetrievalConfig(run=cfg.run, memories=read["memories"], db_path=str(db),
+                                        embedder="minilm-l6", verifier=cfg.model), cfg.question)
+    print(f"\nask --pipeline meve: {cfg.question}\n{format_audit(meve)}")
     stage("index+ask")
     report = run_qa(QAConfig(memories=read["memories"], qa=cfg.qa, run=cfg.run, answer_model=cfg.model,
                              top_k=cfg.top_k, max_new_tokens=48, batch_size=3 * cfg.batch_size), embedder)
@@ -154,6 +159,9 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         "memories tile their documents": f"{len(memories)} memories validated on write and re-read",
         "adapter moved from init": f"max |lora_B| = {lora_b_max:.3g} (init 0)",
         "index layers": ", ".join(f"{k}={counts.get(k, 0)}" for k in (*LAYERS, "single")),
+        "MeVe (ask --pipeline meve)": f"{len(meve.passages)} passages, {meve.tokens} tokens <= t_max "
+                                      f"{meve.audit['settings']['t_max']}; fallback "
+                                      f"{'fired' if meve.audit['fallback'].get('fired') else 'not needed'}",
         "training loss": f"{trained['first_loss']:.3f} -> {trained['last_loss']:.3f} over {trained['steps']} steps",
     }
     summary = {"artifacts": artifacts, "checks": checks, "timings_s": timings, "qa": report["settings"]}
