@@ -69,6 +69,7 @@ from retrieval.milvus import (
     CONNECT_TIMEOUT,
     connect,
     disconnect,
+    get_rows,
     is_server_uri,
     resolve_uri,
     string_literal,
@@ -399,13 +400,16 @@ class MemoryIndex:
                             filter=f"layer == {string_literal(layer)}", output_fields=_OUTPUT_FIELDS)
         return rank_hits([_hit(bm25_label(layer), score, e) for e, score in found], limit)
 
+    def rows_by_pk(self, pks: Sequence[str], output_fields: Sequence[str]) -> list[dict[str, Any]]:
+        """Rows by primary key (``"{layer}/{scenario}/{doc_id}"``), any quotes in doc_ids escaped."""
+        return get_rows(self._client, self.collection, list(pks), list(output_fields))
+
     def chunk_texts(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, str]:
         """The chunk text of each ``(doc_id, scenario)``, fetched by primary key."""
         keys = list(keys)
         if not keys:
             return {}
-        rows = self._client.get(self.collection, ids=[primary_key(CHUNK, sc, doc) for doc, sc in keys],
-                                output_fields=["doc_id", "scenario", "text"])
+        rows = self.rows_by_pk([primary_key(CHUNK, sc, doc) for doc, sc in keys], ["doc_id", "scenario", "text"])
         found = {(r["doc_id"], int(r["scenario"])): r["text"] for r in rows}
         missing = [k for k in keys if k not in found]
         if missing:

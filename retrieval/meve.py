@@ -160,8 +160,7 @@ class MemoryChunkSource:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        # MemoryIndex has no public vector getter; its rows are read by primary key through its client.
-        rows = self.index._client.get(self.index.collection, ids=ids, output_fields=["pk", "vector"])
+        rows = self.index.rows_by_pk(ids, ["pk", "vector"])
         found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
         missing = [i for i in ids if i not in found]
         if missing:

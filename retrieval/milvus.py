@@ -20,7 +20,7 @@ from pymilvus.exceptions import ConnectionConfigException, MilvusException
 from retrieval.rows import MemoryIndexError
 
 __all__ = ["CONNECT_TIMEOUT", "TOKEN_ENV", "connect", "disconnect", "is_server_uri", "resolve_token", "resolve_uri",
-           "string_literal"]
+           "get_rows", "string_literal"]
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Milvus server to answer before failing (pymilvus alone waits 10)."""
@@ -116,3 +116,12 @@ def disconnect(client: MilvusClient, uri: str | Path) -> None:
 def string_literal(value: str) -> str:
     # Milvus Lite has no filter templates; a double-quoted literal with \\ and \" escaped is safe.
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def get_rows(client: MilvusClient, collection: str, pks: list[str], output_fields: list[str]) -> list[dict]:
+    """Rows by string primary key. Not ``client.get``: pymilvus quotes string ids with ``'`` unescaped,
+    so an id like ``chunk/0/Women's League`` breaks its filter; :func:`string_literal` escapes."""
+    if not pks:
+        return []
+    ids = ", ".join(string_literal(pk) for pk in pks)
+    return list(client.query(collection, filter=f"pk in [{ids}]", output_fields=output_fields))

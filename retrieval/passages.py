@@ -33,7 +33,7 @@ from tqdm import tqdm
 from memreader.embedders import embedding_dim, encode
 from memreader.errors import MemReaderError
 from retrieval.lexical import add_bm25, bm25_search, resolve_language, text_field_params
-from retrieval.milvus import connect, disconnect, is_server_uri, resolve_uri
+from retrieval.milvus import connect, disconnect, get_rows, is_server_uri, resolve_uri
 from retrieval.rows import MAX_DOC_ID_BYTES, MAX_TEXT_BYTES
 
 __all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
@@ -308,7 +308,7 @@ class PassageStore:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        rows = self._client.get(self.collection, ids=ids, output_fields=["pk", "vector"])
+        rows = get_rows(self._client, self.collection, ids, ["pk", "vector"])
         found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
         missing = [i for i in ids if i not in found]
         if missing:

