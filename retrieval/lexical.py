@@ -29,6 +29,8 @@ LANGUAGES = ("en", "zh")
 SPARSE_FIELD = "sparse"
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"\w", re.UNICODE)
+PUNCTUATION = "，。？！、；：“”‘’（）《》〈〉【】「」『』…—·～,.?!;:\"'()[]{}<>-–/\\|*&^%$#@~`+=_"
+"""Characters the Chinese analyzer drops (the standard tokenizer drops punctuation itself)."""
 CJK_SHARE = 0.2
 """``auto`` picks ``zh`` when at least this share of the word characters are CJK ideographs."""
 
@@ -58,7 +60,9 @@ def resolve_language(language: str, texts: Iterable[str]) -> str:
 def analyzer_params(language: str) -> dict[str, Any]:
     """Milvus analyzer parameters for a language of :data:`LANGUAGES`."""
     if language == "zh":
-        return {"tokenizer": "jieba", "filter": ["lowercase"]}
+        # jieba keeps punctuation as tokens: without the stop filter a question ending in "？" would
+        # match every row holding a "？".
+        return {"tokenizer": "jieba", "filter": ["lowercase", {"type": "stop", "stop_words": list(PUNCTUATION)}]}
     if language == "en":
         return {"tokenizer": "standard", "filter": ["lowercase"]}
     raise LexicalSearchError(f"bm25 language {language!r} is not one of {', '.join(LANGUAGES)}")
