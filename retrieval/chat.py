@@ -34,7 +34,7 @@ from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.registry import ALIASES, SMOLLM2
 from retrieval.conversation_store import BM25, DEFAULT_COLLECTION, ConversationStore, check_conversation_id
 from retrieval.lexical import LANGUAGES
-from retrieval.milvus import is_server_uri, resolve_token
+from retrieval.milvus import is_server_uri
 from retrieval.momentary import (
     MomentaryContext,
     MomentarySettings,
@@ -157,8 +157,8 @@ class ChatSession:
             counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
         embedders = {_canonical(n): load_embedder(_canonical(n), device=cfg.device) for n in cfg.embedders}
         db = cfg.db()
-        token = resolve_token(db, cfg.token)
-        store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection, token=token)
+        store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,
+                                  token=cfg.token)
         return cls(cfg, store, backend, counter)
 
     def close(self) -> None:

@@ -148,7 +148,6 @@ class MemoryIndex:
         self.embedder_name = embedder_name
         self.batch_layers = batch_layers
         self._client = connect(self.uri, token, timeout)
-        self._closed = False
         self._meta: dict[str, Any] | None = None
 
     @classmethod
@@ -172,9 +171,7 @@ class MemoryIndex:
     def close(self) -> None:
         """Close the client; the last client of a Milvus Lite file in this process also stops its
         server and frees the file (:func:`disconnect`)."""
-        if not self._closed:  # closing twice must not release a file another index still uses
-            self._closed = True
-            disconnect(self._client, self.uri)
+        disconnect(self._client, self.uri)
 
     def __enter__(self) -> MemoryIndex:
         return self

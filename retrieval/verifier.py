@@ -99,33 +99,44 @@ def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
     return ids
 
 
-class LMVerifier:
+class _CausalLMVerifier:
+    """What both LM verifiers share: the model, batching limits, padding and the ``load`` by name."""
+
+    label = "{name}"
+    """How :meth:`load` names the verifier in audits, from the model name."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str, batch_size: int = 8,
+                 max_passage_tokens: int = 128) -> None:
+        if batch_size < 1 or max_passage_tokens < 1:
+            raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.seconds = 0.0
+
+    @classmethod
+    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", **kwargs: Any) -> Any:
+        """Load the LM by registry name, folder or hub id (default: the embedded SmolLM2)."""
+        from memreader.registry import load_causal_lm, runtime
+
+        model, tokenizer = load_causal_lm(name, rt=runtime(device))
+        return cls(model, tokenizer, name=cls.label.format(name=name), **kwargs)
+
+
+class LMVerifier(_CausalLMVerifier):
     """An instruct LM as relevance judge: the normalised P(yes) of its next token (see the module)."""
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "lm", batch_size: int = 8,
                  max_passage_tokens: int = 128, prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM) -> None:
-        if batch_size < 1 or max_passage_tokens < 1:
-            raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
         if "{passage}" not in prompt or "{question}" not in prompt:
             raise VerifierError("the verifier prompt must contain {passage} and {question}",
                                 f"start from the default: {DEFAULT_PROMPT!r}")
-        self.model, self.tokenizer, self.name = model, tokenizer, name
-        self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
+        super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
         self.prompt, self.system = prompt, system
         self.yes_ids = answer_token_ids(tokenizer, "yes")
         self.no_ids = answer_token_ids(tokenizer, "no")
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self._keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.seconds = 0.0
-
-    @classmethod
-    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", **kwargs: Any) -> LMVerifier:
-        """Load an instruct LM by registry name, folder or hub id (default: the embedded SmolLM2)."""
-        from memreader.registry import load_causal_lm, runtime
-
-        model, tokenizer = load_causal_lm(name, rt=runtime(device))
-        return cls(model, tokenizer, name=name, **kwargs)
 
     def _prompt(self, question: str, passage: str) -> str:
         ids = self.tokenizer.encode(passage, add_special_tokens=False)
@@ -157,7 +168,7 @@ class LMVerifier:
                 rows = order[start : start + self.batch_size]
                 batch = self.tokenizer([prompts[i] for i in rows], return_tensors="pt", padding=True,
                                        add_special_tokens=False).to(device)
-                extra = {"logits_to_keep": 1} if self._keep_last else {}
+                extra = {"logits_to_keep": 1} if self._keep else {}
                 with torch.inference_mode():
                     logits = self.model(**batch, **extra).logits[:, -1].float()
                 margin = torch.logsumexp(logits[:, self.yes_ids], -1) - torch.logsumexp(logits[:, self.no_ids], -1)
@@ -173,27 +184,14 @@ def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
-class QueryLikelihoodVerifier:
+class QueryLikelihoodVerifier(_CausalLMVerifier):
     """How much a passage raises the LM's likelihood of the question (see the module docstring)."""
+
+    label = "{name} (likelihood)"
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "lm_likelihood", batch_size: int = 8,
                  max_passage_tokens: int = 128) -> None:
-        if batch_size < 1 or max_passage_tokens < 1:
-            raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
-        self.model, self.tokenizer, self.name = model, tokenizer, name
-        self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.seconds = 0.0
-
-    @classmethod
-    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", **kwargs: Any) -> QueryLikelihoodVerifier:
-        """Load a causal LM by registry name, folder or hub id (default: the embedded SmolLM2)."""
-        from memreader.registry import load_causal_lm, runtime
-
-        model, tokenizer = load_causal_lm(name, rt=runtime(device))
-        return cls(model, tokenizer, name=f"{name} (likelihood)", **kwargs)
+        super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
 
     def _mean_logprobs(self, prefixes: list[list[int]], question: list[int]) -> list[float]:
         """Mean log-probability of the ``question`` tokens after each prefix (one forward per batch)."""

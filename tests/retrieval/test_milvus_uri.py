@@ -165,3 +165,19 @@ def test_idle_milvus_lite_connection_gets_no_too_many_pings(tmp_path: Path) -> N
     assert all(run.returncode == 0 for run in runs.values()), out
     assert "too_many_pings" in out["pymilvus"][1]  # the test can see the problem ...
     assert not NOISE.search(out["memreader"][1]), out["memreader"][1]  # ... and our connection has none
+
+
+def test_closing_a_client_twice_keeps_the_file_open_for_the_others(tmp_path: Path) -> None:
+    """Every store closes through ``disconnect``; a second close of one client must not release a
+    Milvus Lite file that another client still reads."""
+    from retrieval.milvus import disconnect, resolve_uri
+
+    uri = resolve_uri(tmp_path / "shared.db")
+    first, second = connect(uri), connect(uri)
+    try:
+        second.create_collection("c", dimension=2)
+        disconnect(first, uri)
+        disconnect(first, uri)
+        assert second.has_collection("c")
+    finally:
+        disconnect(second, uri)
