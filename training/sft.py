@@ -87,7 +87,7 @@ def build_trainer(
     """An ``SFTTrainer`` with ``cfg.sft`` whose model is ``model_path`` wrapped with a fresh ``cfg.lora`` adapter."""
     from trl import SFTTrainer
 
-    return SFTTrainer(
+    trainer = SFTTrainer(
         model=model_path,  # a path: TRL loads it (with model_init_kwargs) after ZeRO-3 setup
         args=cfg.sft,
         train_dataset=records_to_dataset(train_records),
@@ -95,6 +95,36 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=copy.deepcopy(cfg.lora),  # PEFT rewrites its config (target_modules expanded) when wrapping
     )
+    if cfg.project.compile_layers:
+        if cfg.sft.torch_compile:
+            raise ConfigError("compile_layers and torch_compile both set: pick one (compile_layers compiles each "
+                              "decoder layer, torch_compile the whole model)")
+        log.info("compiled %d decoder layers (torch.compile per layer)", compile_decoder_layers(trainer.model))
+    return trainer
+
+
+def compile_decoder_layers(model: Any) -> int:
+    """``torch.compile`` every decoder layer of ``model`` (a PEFT-wrapped or plain causal LM) but the first;
+    returns how many were compiled.
+
+    Per layer rather than the whole model (``SFTConfig.torch_compile``): identical layers share one graph,
+    so compiling is quick, and the LM head and TRL's loss stay eager. Layer 0 is skipped because its input
+    (the frozen embeddings' output) needs no grad while the others' does, which would compile a second
+    variant of the graph for one layer. Raises :class:`ConfigError` for a model without a decoder layer list.
+    """
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        raise ConfigError(f"compile_layers: {type(base).__name__} has no decoder layer list (get_decoder().layers); "
+                          "set compile_layers=false, or torch_compile=true to compile the whole model")
+    dynamo_config = torch._dynamo.config
+    dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 64)
+    for layer in layers[1:]:
+        layer.compile(dynamic=False)
+    return len(layers) - 1
 
 
 def _summarize(cfg: TrainConfig, trainer: Any, seconds: float, counts: dict[str, int]) -> dict[str, Any]:

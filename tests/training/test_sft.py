@@ -170,3 +170,30 @@ def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, train
     assert not (training_home / "runs" / "tiny-pre" / "train" / "adapter_config.json").exists()
     assert main(["--config", str(SMOKE_YAML), "--set", "train_file=missing.jsonl"]) == 2
     assert "train_file='missing.jsonl': file not found" in capsys.readouterr().err
+
+
+def test_compile_layers_compiles_every_decoder_layer_but_the_first(tiny_model, sft_files):
+    cfg = _cfg(tiny_model, sft_files[0], run="tiny-compile", compile_layers=True)
+    trainer = build_trainer(cfg, tiny_model, load_tokenizer(tiny_model), _records(sft_files[1]))
+    layers = trainer.model.get_base_model().get_decoder().layers
+    assert len(layers) >= 2
+    assert layers[0]._compiled_call_impl is None
+    assert all(layer._compiled_call_impl is not None for layer in layers[1:])
+    plain = build_trainer(_cfg(tiny_model, sft_files[0], run="tiny-eager"), tiny_model,
+                          load_tokenizer(tiny_model), _records(sft_files[1]))
+    assert all(layer._compiled_call_impl is None for layer in plain.model.get_base_model().get_decoder().layers)
+
+
+def test_compile_layers_refuses_torch_compile_too(tiny_model, sft_files):
+    cfg = _cfg(tiny_model, sft_files[0], run="tiny-compile-both", compile_layers=True, torch_compile=True)
+    with pytest.raises(ConfigError, match="pick one"):
+        build_trainer(cfg, tiny_model, load_tokenizer(tiny_model), _records(sft_files[1]))
+
+
+def test_compile_decoder_layers_names_a_model_without_layers():
+    import torch
+
+    from training.sft import compile_decoder_layers
+
+    with pytest.raises(ConfigError, match="no decoder layer list"):
+        compile_decoder_layers(torch.nn.Linear(2, 2))
