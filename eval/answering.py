@@ -1,0 +1,111 @@
+"""Answer generation for the QA evaluation: the prompt, batched generation, and a profile of where time goes.
+
+    messages = answer_messages(question, chunks)          # the qa_answer template, the question's language
+    timer = ForwardTimer(model)                            # sums the wall time of the model's forward passes
+    with timer: replies = chat.generate_many(...)
+    timer.share(total_seconds)                             # forward time / generation wall time
+
+The same :func:`answer_messages` conditions the informational-support score (:mod:`eval.support`), so the
+support of a reference answer is measured under exactly the prompt the answer was generated from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from memreader.prompts import detect_lang, render
+
+
+def answer_messages(question: str, chunks: Sequence[str]) -> list[dict[str, str]]:
+    """Chat messages asking the answering model ``question`` over the numbered retrieved ``chunks``."""
+    context = "\n\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
+    msgs, _ = render("qa_answer", detect_lang(question), context=context, question=question)
+    return msgs
+
+
+class ForwardTimer:
+    """Wall time spent inside ``model.forward`` (hooks on the top-level module), while active.
+
+    On CUDA the end hook synchronises the device first, so the time is the forward's, not its launch's
+    (that synchronisation itself slows generation slightly; on CPU there is none).
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.seconds, self.calls = model, 0.0, 0
+        self._start: float | None = None
+        self._handles: list[Any] = []
+
+    def _sync(self) -> None:
+        import torch
+
+        if torch.cuda.is_available() and next(self.model.parameters()).is_cuda:
+            torch.cuda.synchronize()
+
+    def _pre(self, *_: Any, **__: Any) -> None:
+        self._sync()
+        self._start = time.perf_counter()
+
+    def _post(self, *_: Any, **__: Any) -> None:
+        self._sync()
+        if self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self.calls += 1
+            self._start = None
+
+    def __enter__(self) -> ForwardTimer:
+        self._handles = [self.model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         self.model.register_forward_hook(self._post, with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def share(self, total_seconds: float) -> float | None:
+        """Forward time as a fraction of ``total_seconds`` (None when nothing was timed)."""
+        return round(self.seconds / total_seconds, 4) if total_seconds > 0 else None
+
+
+class GenerationProfile:
+    """Accumulates answer-generation wall time and forward time over several batches and methods."""
+
+    def __init__(self) -> None:
+        self.generation_s = 0.0
+        self.forward_s = 0.0
+        self.forward_calls = 0
+        self.answers = 0
+        self.other: dict[str, float] = {}
+
+    def add_generation(self, seconds: float, timer: ForwardTimer | None, answers: int) -> None:
+        """One generate_many call: its wall time and, when timed, its forward time."""
+        self.generation_s += seconds
+        self.answers += answers
+        if timer is not None:
+            self.forward_s += timer.seconds
+            self.forward_calls += timer.calls
+
+    def add(self, name: str, seconds: float) -> None:
+        """Time of another phase (index, retrieval, support, clarity, scoring)."""
+        self.other[name] = round(self.other.get(name, 0.0) + seconds, 3)
+
+    @property
+    def forward_share(self) -> float | None:
+        """Forward passes' share of the answer-generation wall time."""
+        return round(self.forward_s / self.generation_s, 4) if self.generation_s > 0 and self.forward_calls else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (summary.json's ``profile``)."""
+        return {"forward_share": self.forward_share, "answers": self.answers, "forward_calls": self.forward_calls,
+                "seconds": {"generation": round(self.generation_s, 3), "forward": round(self.forward_s, 3),
+                            **self.other}}
+
+    def line(self) -> str:
+        """The one-line profile summary printed at the end of a run."""
+        share = self.forward_share
+        share_txt = f"{100 * share:.1f}%" if share is not None else "n/a (remote answerer: not timed)"
+        others = ", ".join(f"{k} {v:.1f}s" for k, v in self.other.items())
+        return (f"profile: {self.answers} answers in {self.generation_s:.1f}s of generation, model forward passes "
+                f"{share_txt} of it ({self.forward_calls} calls, goal >= 80%); {others}")

@@ -1,0 +1,155 @@
+"""Memories written by models: LLM-direct, MemReader, and the teacher's memories from ``memreader gen``.
+
+``llm-direct`` and ``memreader`` run the reader (:mod:`inference.reader`, guided) on the base
+instruct model, without and with the LoRA adapter. The size parameter ``chunk_chars`` (c) maps
+onto the memory grammar's chunk-length window: ``min_chunk_chars = c(1 - llm_spread)``,
+``max_chunk_chars = c(1 + llm_spread)``, ``cjk_char_weight = 1`` (so it counts real characters in
+every language). The grammar also raises a document's shortest chunk to ``len / max_scenarios``,
+and long documents are read in windows of at most ``max_scenarios`` chunks and merged, so the mean
+is not c itself; the calibration measures it. Each value reads into its own run folder
+``work_dir/<method>/c<value>-<read_key>/read/``, so a rerun resumes per document, and the final
+read of all documents reuses the calibration documents already read at the chosen value.
+
+``teacher`` reads the memories file of ``memreader gen``; it has no size parameter, so its mean
+is only reported (with a loud note when it is outside the tolerance).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from eval.chunkers.base import ChunkerError, ChunkerSettings
+from eval.chunkers.calibrate import SizeParam
+from memreader.paths import write_jsonl
+from memreader.schema import DocumentMemory, MemoryValidationError, read_memories
+
+log = logging.getLogger(__name__)
+
+
+def llm_param(target: int) -> SizeParam:
+    """The centre of the guided chunk-length window, in characters."""
+    return SizeParam("chunk_chars", lo=8, hi=20 * target, start=target)
+
+
+def check_adapter(method: str, adapter: str) -> None:
+    """memreader needs a LoRA adapter folder; llm-direct must not get one."""
+    if method == "memreader":
+        if not adapter:
+            raise ChunkerError("memreader needs the LoRA adapter: settings.adapter is empty",
+                               "set adapter=<folder written by `memreader train`> (llm-direct is the same model "
+                               "without it)")
+        if not (Path(adapter) / "adapter_config.json").is_file():
+            raise ChunkerError(f"adapter={adapter!r} is not a LoRA adapter folder (no adapter_config.json)",
+                               "pass the adapter folder written by `memreader train`")
+
+
+class ReaderChunker:
+    """Reads documents with the MemReader prompt, guided, at a given ``chunk_chars``."""
+
+    def __init__(self, method: str, settings: ChunkerSettings, work_dir: Path, progress: bool = False,
+                 backend: Any | None = None) -> None:
+        check_adapter(method, settings.adapter)
+        self.method, self.settings, self.progress = method, settings, progress
+        self.adapter = settings.adapter if method == "memreader" else ""
+        self.folder = Path(work_dir) / method
+        self._backend = backend
+        self.summaries: list[dict[str, Any]] = []
+
+    def backend(self) -> Any:
+        """The local transformers chat (loaded once, shared by every value tried)."""
+        if self._backend is None:
+            from memreader.generation import make_chat
+
+            self._backend = make_chat("local", model_name=self.settings.lm, batch_size=self.settings.batch_size,
+                                      adapter=self.adapter or None, device=self.settings.device)
+        return self._backend
+
+    def config(self, chunk_chars: float, corpus: Path, limit: int) -> Any:
+        from inference.reader import ReadConfig
+
+        s = self.settings
+        lo = max(1, round(chunk_chars * (1 - s.llm_spread)))
+        return ReadConfig(input=str(corpus), model=s.lm, adapter=self.adapter, batch_size=s.batch_size,
+                          max_new_tokens=s.max_new_tokens, guided="on", min_chunk_chars=lo,
+                          max_chunk_chars=max(lo, round(chunk_chars * (1 + s.llm_spread))), cjk_char_weight=1.0,
+                          max_scenarios=s.max_scenarios, limit=limit, run=f"{self.method}-chunker")
+
+    def memories(self, documents: dict[str, str], chunk_chars: float) -> list[DocumentMemory]:
+        """Guided memories of ``documents`` (read or resumed), in the order given."""
+        from inference.reader import _read, read_key
+        from memreader.runlock import RunLock
+
+        corpus = self.folder / f"corpus-{len(documents)}.jsonl"
+        write_jsonl(corpus, [{"id": d, "text": t} for d, t in documents.items()])
+        cfg = self.config(chunk_chars, corpus, 0)
+        if cfg.check():
+            raise ChunkerError(f"{self.method}: reader settings at chunk_chars={int(chunk_chars)} are invalid: "
+                               + "; ".join(cfg.check()), "fix the chunker settings named")
+        out_dir = self.folder / f"c{int(chunk_chars)}-{read_key(cfg)}" / "read"
+        with RunLock(out_dir):
+            summary = _read(cfg, out_dir, self.backend())
+        self.summaries.append(summary)
+        got = {m.doc_id: m for m in read_memories(out_dir / "memories.jsonl")}
+        missing = [d for d in documents if d not in got]
+        if missing:
+            why = "; ".join(f"{d}: {e}" for d, e in list(summary["failed"].items())[:3])
+            raise ChunkerError(
+                f"{self.method}: {len(missing)} document(s) got no memory at chunk_chars={int(chunk_chars)}: "
+                f"{missing[:5]}" + (f" ({why})" if why else " (replies cut off by max_new_tokens)"),
+                "raise max_new_tokens (or max_scenarios) and rerun; documents already read are kept in " + str(out_dir))
+        out = []
+        for d, text in documents.items():
+            mem = got[d]
+            if mem.document != text:
+                raise ChunkerError(f"{self.method}: {out_dir} holds other text for {d!r}",
+                                   f"delete {out_dir.parent} and rerun")
+            mem.meta = {**mem.meta, "chunker": self.method, "chunk_chars": int(chunk_chars)}
+            out.append(mem)
+        return out
+
+    def note(self, memories: list[DocumentMemory]) -> str:
+        fallbacks = [m.doc_id for m in memories if "fallback" in m.meta]
+        windowed = sum("windows" in m.meta for m in memories)
+        parts = [f"model {self.settings.lm}" + (f" + adapter {self.adapter}" if self.adapter else "") + ", guided"]
+        if windowed:
+            parts.append(f"{windowed} long document(s) read in windows and merged")
+        if fallbacks:
+            parts.append(f"WARNING: {len(fallbacks)} whole-document fallback(s): {fallbacks[:5]}")
+        return "; ".join(parts)
+
+
+def teacher_memories(documents: dict[str, str], path: str) -> list[DocumentMemory]:
+    """The teacher's memory of every document, from a ``memreader gen`` memories JSONL."""
+    if not path:
+        raise ChunkerError("the teacher method needs settings.teacher_memories (empty)",
+                           "set teacher_memories=<run>/gen/memories.jsonl written by `memreader gen`")
+    if not Path(path).is_file():
+        raise ChunkerError(f"teacher_memories={path} does not exist", "run `memreader gen` on these documents first")
+    try:
+        by_id = {m.doc_id: m for m in read_memories(path)}
+    except MemoryValidationError as exc:
+        raise ChunkerError(f"teacher_memories={path} is not a valid memories file: {exc}",
+                           "regenerate it with `memreader gen`") from None
+    missing = [d for d in documents if d not in by_id]
+    if missing:
+        raise ChunkerError(f"{path} has no teacher memory for {len(missing)} of {len(documents)} document(s): "
+                           f"{missing[:8]}", "run `memreader gen` on those documents, or leave them out")
+    changed = [d for d, t in documents.items() if by_id[d].document != t]
+    if changed:
+        raise ChunkerError(f"{path}: the teacher memory of {len(changed)} document(s) was made from other text: "
+                           f"{changed[:8]}", "regenerate the teacher memories from this corpus")
+    out = []
+    for d in documents:
+        mem = by_id[d]
+        mem.meta = {**mem.meta, "chunker": "teacher", "source": str(path)}
+        out.append(mem)
+    return out
+
+
+def dump(path: Path, data: Any) -> None:
+    """A small JSON record next to a method's outputs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

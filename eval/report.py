@@ -1,0 +1,398 @@
+"""``memreader report RUN``: a Markdown report with PNG plots of one evaluation run.
+
+    memreader report my-run                      # $MEMREADER_HOME/runs/my-run/eval/ -> .../eval/report/
+    python -m eval.report artifacts/runs/my-run/eval --out /tmp/report
+
+Reads ``<eval>/summary.json`` and ``<eval>/methods/<method>/{memories,answers}.jsonl`` (written by the
+evaluation stage; layout in docs/EVALUATION.md, "Report") and writes ``report.md``, ``metrics.png``
+(values with 95% intervals), ``chunk_lengths.png``, ``clarity_rouge.png`` (when three or more methods
+have clarity) and ``report.json`` (the derived statistics: support intervals, paired tests, correlation).
+Paired tests are every method minus ``memreader`` on the same items (:func:`eval.stats.paired_bootstrap`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval import paper_tables as paper
+from eval.clarity import Correlation, MethodRow, correlate
+from eval.paper_tables import fmt as _f
+from eval.paper_tables import md_table as _table
+from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, paired_bootstrap
+from memreader.errors import MemReaderError
+from memreader.paths import memreader_home, write_atomic, write_json
+from memreader.schema import DocumentMemory, read_memories
+
+REFERENCE = "memreader"
+METRIC_ORDER = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "bleu_avg", "rouge_l", "meteor")
+_FIX = "re-run the evaluation stage for this run (it writes summary.json and methods/), or repair the named entry"
+
+
+class ReportError(MemReaderError, ValueError):
+    """A run folder the report cannot be built from; the message names the file and the fix."""
+
+
+@dataclass
+class Method:
+    """One evaluated method: its summary entry, memories and answers."""
+
+    name: str
+    entry: dict[str, Any]
+    memories: list[DocumentMemory]
+    answers: list[dict[str, Any]]
+
+    @property
+    def chunk_lengths(self) -> list[int]:
+        """Length in characters of every chunk of every memory."""
+        return [s.end - s.start for m in self.memories for s in m.scenarios]
+
+
+def eval_dir(run: str) -> Path:
+    """The eval folder of ``run``: a path (the eval folder or its run folder) or a run name."""
+    path = Path(run).expanduser()
+    for candidate in (path, path / "eval"):
+        if (candidate / "summary.json").is_file():
+            return candidate
+    named = memreader_home() / "runs" / run / "eval"
+    if (named / "summary.json").is_file():
+        return named
+    raise ReportError(f"no summary.json in {path}, {path / 'eval'} or {named}",
+                      "give a run name under $MEMREADER_HOME/runs/ or the path of an eval folder; run the "
+                      "evaluation stage first")
+
+
+def _problems(summary: Any) -> list[str]:
+    if not isinstance(summary, dict):
+        return [f"the top level is {type(summary).__name__}, not an object"]
+    out = [f"'{k}' missing or not {t.__name__}" for k, t in
+           (("settings", dict), ("dataset", dict), ("methods", dict), ("answer_model", str), ("embedder", str),
+            ("top_k", int)) if not isinstance(summary.get(k), t)]
+    if isinstance(summary.get("dataset"), dict) and not isinstance(summary["dataset"].get("name"), str):
+        out.append("'dataset.name' missing")
+    methods = summary.get("methods") if isinstance(summary.get("methods"), dict) else {}
+    if not methods and "'methods' missing or not dict" not in out:
+        out.append("'methods' is empty")
+    for name, e in methods.items():
+        where = f"methods.{name}"
+        if not isinstance(e, dict):
+            out.append(f"'{where}' is not an object")
+            continue
+        scores = e.get("scores")
+        if not isinstance(scores, dict) or not isinstance(scores.get("metrics"), dict) or not scores["metrics"]:
+            out.append(f"'{where}.scores.metrics' missing or empty")
+        else:
+            if not isinstance(scores.get("ids"), list):
+                out.append(f"'{where}.scores.ids' missing (score with per_example=True)")
+            for metric, m in scores["metrics"].items():
+                need = ("value", "ci_low", "ci_high", "signature", "per_example")
+                if not isinstance(m, dict) or any(k not in m for k in need):
+                    out.append(f"'{where}.scores.metrics.{metric}' lacks one of {', '.join(need)}")
+        for key, need in (("support", ("per_example", "ids", "mean", "signature")),
+                          ("clarity", ("per_memory", "doc_ids", "mean", "signature"))):
+            if key not in e:
+                out.append(f"'{where}.{key}' missing (null when not measured)")
+            elif e[key] is not None and (not isinstance(e[key], dict) or any(k not in e[key] for k in need)):
+                out.append(f"'{where}.{key}' lacks one of {', '.join(need)}")
+        prov = e.get("provenance")
+        if not isinstance(prov, dict) or any(not isinstance(prov.get(k), int) for k in ("memories", "fallback",
+                                                                                          "truncated")):
+            out.append(f"'{where}.provenance' lacks integer memories / fallback / truncated")
+        cal = e.get("calibration")
+        if cal is not None and (not isinstance(cal, dict) or not isinstance(cal.get("target_chars"), (int, float))
+                                or not isinstance(cal.get("tolerance"), (int, float))
+                                or not 0 <= cal["tolerance"] < 1):
+            out.append(f"'{where}.calibration' needs target_chars and a tolerance fraction in [0, 1)")
+    return out
+
+
+def load_run(folder: Path) -> tuple[dict[str, Any], dict[str, Method]]:
+    """The checked summary and every method's files, or :class:`ReportError` naming the file and the fix."""
+    path = folder / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: not valid JSON ({exc})", _FIX) from exc
+    problems = _problems(summary)
+    if problems:
+        raise ReportError(f"{path}: malformed summary: {'; '.join(problems)}", _FIX)
+    methods = {}
+    for name, entry in summary["methods"].items():
+        mdir = folder / "methods" / name
+        for file in ("memories.jsonl", "answers.jsonl"):
+            if not (mdir / file).is_file():
+                raise ReportError(f"{mdir / file} is missing (method {name!r} of {path})",
+                                  f"{_FIX}; or remove {name!r} from summary.json")
+        answers = []
+        for n, line in enumerate((mdir / "answers.jsonl").read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    answers.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ReportError(f"{mdir / 'answers.jsonl'}:{n}: not valid JSON ({exc})", _FIX) from exc
+        got, want = sorted(str(a.get("id")) for a in answers), sorted(map(str, entry["scores"]["ids"]))
+        if got != want:
+            raise ReportError(f"{mdir / 'answers.jsonl'}: its {len(got)} ids differ from the {len(want)} scored ids "
+                              f"of methods.{name} in {path}", _FIX)
+        methods[name] = Method(name, entry, read_memories(mdir / "memories.jsonl"), answers)
+    return summary, methods
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+
+
+def _metric_names(methods: dict[str, Method]) -> list[str]:
+    names = list(dict.fromkeys(k for m in methods.values() for k in m.entry["scores"]["metrics"]))
+    return sorted(names, key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
+
+
+def _by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any] = ()) -> dict[str, Any]:
+    skip = {str(i) for i in drop}
+    return {str(i): v for i, v in zip(ids, values, strict=True) if str(i) not in skip}
+
+
+def support_interval(entry: dict[str, Any] | None, n_resamples: int, seed: int) -> dict[str, Any] | None:
+    """Mean support with its bootstrap interval over the scored items (None when not measured)."""
+    if entry is None:
+        return None
+    values = [v for v in entry["per_example"] if v is not None]
+    if not values:
+        return {"mean": None, "n": 0, "interval": None}
+    ci = bootstrap_ci(values, n_resamples, seed=seed)
+    return {"mean": float(np.mean(values)), "n": len(values), "interval": ci.to_dict()}
+
+
+def paired_comparisons(methods: dict[str, Method], reference: str = REFERENCE, n_resamples: int = DEFAULT_RESAMPLES,
+                       seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
+    """Every method minus ``reference`` per metric and for support, on the items both scored
+    (paired bootstrap interval and p-value, sign-flip permutation p-value). A pair that cannot be
+    tested (different signatures, corpus-level BLEU, nothing in common) gets a ``note`` instead."""
+    if reference not in methods:
+        return []
+    ref, out = methods[reference], []
+    for name, m in methods.items():
+        if name == reference:
+            continue
+        pairs: list[tuple[str, dict | None, dict | None, Sequence, Sequence]] = []
+        rs, ms = ref.entry["scores"], m.entry["scores"]
+        drop = [*rs.get("excluded_ids", []), *ms.get("excluded_ids", [])]
+        for metric in _metric_names({reference: ref, name: m}):
+            a, b = ms["metrics"].get(metric), rs["metrics"].get(metric)
+            pairs.append((metric, a, b, _by_id(ms["ids"], a["per_example"], drop) if a else {},
+                          _by_id(rs["ids"], b["per_example"], drop) if b else {}))
+        sa, sb = m.entry.get("support"), ref.entry.get("support")
+        pairs.append(("support", sa, sb, _by_id(sa["ids"], sa["per_example"]) if sa else {},
+                      _by_id(sb["ids"], sb["per_example"]) if sb else {}))
+        for metric, a, b, va, vb in pairs:
+            row: dict[str, Any] = {"method": name, "reference": reference, "metric": metric}
+            common = [i for i in va if i in vb and va[i] is not None and vb[i] is not None]
+            if a is None or b is None:
+                row["note"] = "not measured for both"
+            elif a["signature"] != b["signature"]:
+                row["note"] = "signatures differ: not comparable"
+            elif a.get("aggregation") == "corpus":
+                row["note"] = "corpus-level BLEU: the paired test needs counts (memreader score --baseline)"
+            elif not common:
+                row["note"] = "no item scored for both"
+            else:
+                test = paired_bootstrap([va[i] for i in common], [vb[i] for i in common], n_resamples, seed=seed)
+                row.update(test.to_dict())
+            out.append(row)
+    return out
+
+
+def correlation(methods: dict[str, Method], n_resamples: int, seed: int) -> tuple[Correlation | None, str]:
+    """Clarity vs ROUGE-L across the methods that have clarity, or None and why not."""
+    have = {n: m for n, m in methods.items() if m.entry.get("clarity") and m.entry["clarity"]["mean"] is not None
+            and "rouge_l" in m.entry["scores"]["metrics"]}
+    if len(have) < 3:
+        return None, (f"needs at least 3 methods with clarity and ROUGE-L; this run has {len(have)}"
+                      f"{' (' + ', '.join(have) + ')' if have else ''}")
+    drop = {str(i) for m in have.values() for i in m.entry["scores"].get("excluded_ids", [])}
+    per_q = {n: _by_id(m.entry["scores"]["ids"], m.entry["scores"]["metrics"]["rouge_l"]["per_example"], drop)
+             for n, m in have.items()}
+    questions = [i for i in next(iter(per_q.values())) if all(i in v for v in per_q.values())]
+    docs = list(dict.fromkeys(d for m in have.values() for d in m.entry["clarity"]["doc_ids"]))
+    rows = []
+    for n, m in have.items():
+        c = _by_id(m.entry["clarity"]["doc_ids"], m.entry["clarity"]["per_memory"])
+        rows.append(MethodRow(n, [per_q[n][i] for i in questions], [c.get(d) for d in docs]))
+    return correlate(rows, n_resamples, seed), ""
+
+
+# -- Markdown --------------------------------------------------------------------------------------------
+
+
+def _ci(value: Any, low: Any, high: Any, digits: int = 4) -> str:
+    return f"{_f(value, digits)} [{_f(low, digits)}, {_f(high, digits)}]"
+
+
+def _display(methods: dict[str, Method], metric: str) -> str:
+    return next((m.entry["scores"]["metrics"][metric].get("metric") for m in methods.values()
+                 if metric in m.entry["scores"]["metrics"]), None) or metric
+
+
+def _bands(methods: dict[str, Method]) -> dict[str, tuple[float, float, float] | None]:
+    cals = {n: m.entry.get("calibration") for n, m in methods.items()}
+    band = lambda c: (c["target_chars"], c["target_chars"] * (1 - c["tolerance"]),  # noqa: E731
+                      c["target_chars"] * (1 + c["tolerance"]))
+    shared = {band(c) for c in cals.values() if c}
+    return {n: band(c) if c else (next(iter(shared)) if len(shared) == 1 else None) for n, c in cals.items()}
+
+
+def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
+                 seed: int = DEFAULT_SEED) -> tuple[Path, list[Path]]:
+    """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out``;
+    returns the Markdown path and the figure paths."""
+    from eval import plots
+
+    summary, methods = load_run(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = _metric_names(methods)
+    support = {n: support_interval(m.entry.get("support"), n_resamples, seed) for n, m in methods.items()}
+    paired = paired_comparisons(methods, REFERENCE, n_resamples, seed)
+    corr, why = correlation(methods, n_resamples, seed)
+    ds = summary["dataset"]
+    panels: dict[str, list[plots.Bar]] = {}
+    for k in metrics:
+        cells = {n: m.entry["scores"]["metrics"].get(k) for n, m in methods.items()}
+        panels[_display(methods, k)] = [plots.Bar(n, c["value"], c["ci_low"], c["ci_high"]) if c else plots.Bar(n, None)
+                                        for n, c in cells.items()]
+    panels["Support (NLL, lower is better)"] = [
+        plots.Bar(n, s["mean"], *((s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None, None)))
+        if s else plots.Bar(n, None) for n, s in support.items()]
+    figures = {"metrics.png": plots.metric_bars(panels, out / "metrics.png", f"{ds['name']}: 95% bootstrap intervals"),
+               "chunk_lengths.png": plots.chunk_histograms({n: m.chunk_lengths for n, m in methods.items()},
+                                                           out / "chunk_lengths.png", _bands(methods))}
+    (out / "clarity_rouge.png").unlink(missing_ok=True)  # never leave a stale scatter from an earlier report
+    if corr is not None:
+        figures["clarity_rouge.png"] = plots.clarity_scatter(
+            dict(zip(corr.methods, zip(corr.clarity_means, corr.rouge_means, strict=True), strict=True)),
+            out / "clarity_rouge.png", corr.pearson, corr.spearman)
+
+    settings = " · ".join([*([str(summary["settings"]["line"])] if "line" in summary["settings"] else []),
+                           *(f"{k}={v}" for k, v in summary["settings"].items() if k != "line")])
+    md = [f"# Evaluation report: {folder.parent.name}", "",
+          f"Data set **{ds['name']}** ({ds.get('n_questions', '?')} questions, `{ds.get('path', '')}`) · answer "
+          f"model `{summary['answer_model']}` · embedder `{summary['embedder']}` · top_k {summary['top_k']}"
+          + (f" · {settings}" if settings else ""), "",
+          f"Intervals: 95% percentile bootstrap over questions ({n_resamples} resamples, seed {seed} for the ones "
+          "computed here; metric intervals as recorded in summary.json). Signatures: last section.", "",
+          "## QA scores", ""]
+    rows = []
+    for n, m in methods.items():
+        r, p = m.entry["scores"]["metrics"], m.entry["provenance"]
+        rows.append([n, m.entry["scores"].get("n", len(m.entry["scores"]["ids"])),
+                     *(_ci(r[k]["value"], r[k]["ci_low"], r[k]["ci_high"]) if k in r else "n/a" for k in metrics),
+                     p["memories"], p["fallback"], p["truncated"]])
+    md += _table(["method", "n", *(_display(methods, k) for k in metrics), "memories", "fallbacks", "truncated"], rows)
+    md += ["Fallbacks: memories that are the whole document as one chunk because the model's reply was unusable; "
+           "truncated: replies cut off by their budget and kept flagged.", "", "![metrics](metrics.png)", "",
+           "## Informational support", "",
+           "S = -1/m sum log P(a_i | a_<i, prompt with the retrieved chunks) of the reference answer under the "
+           "answering model (lower is better; eval/support.py).", ""]
+    md += _table(["method", "scored", "S [95% CI]", "truncated"], [
+        [n, s["n"], _ci(s["mean"], *((s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None,) * 2),
+                        3), methods[n].entry["support"].get("n_truncated", "n/a")] if s else [n, 0, "not measured", ""]
+        for n, s in support.items()])
+    md += ["## Chunk lengths and calibration", "", "![chunk lengths](chunk_lengths.png)", ""]
+    cal_rows = []
+    for n, m in methods.items():
+        c, lengths = m.entry.get("calibration"), m.chunk_lengths
+        achieved = f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f}" if lengths else "n/a"
+        cal_rows.append([n, len(lengths), achieved, *((c["target_chars"], f"±{c['tolerance']:.0%}", c.get("within"),
+                        f"{c.get('param')}={c.get('value')}", c.get("note", "")) if c else ("", "", "", "", "not calibrated"))])
+    md += _table(["method", "chunks", "chars mean ± std", "target", "tolerance", "within", "setting", "note"], cal_rows)
+    md += ["## Atomic-chunk clarity vs ROUGE-L", ""]
+    md += _table(["method", "mean clarity", "memories", "no boundary (single chunk)"], [
+        [n, _f(m.entry["clarity"]["mean"]), len(m.entry["clarity"]["per_memory"]),
+         sum(v is None for v in m.entry["clarity"]["per_memory"])] if m.entry.get("clarity")
+        else [n, "not measured", "", ""] for n, m in methods.items()])
+    if corr is None:
+        md += [f"Correlation not computed: {why}.", ""]
+    else:
+        pi, si = corr.pearson_interval, corr.spearman_interval
+        md += _table(["", "value", "95% CI", "undefined draws"], [
+            ["Pearson r", _f(corr.pearson), f"[{_f(pi.low)}, {_f(pi.high)}]" if pi else "n/a", corr.n_undefined["pearson"]],
+            ["Spearman rho", _f(corr.spearman), f"[{_f(si.low)}, {_f(si.high)}]" if si else "n/a",
+             corr.n_undefined["spearman"]]])
+        md += [f"Resampled: {corr.resampled}.", "", "![clarity vs ROUGE-L](clarity_rouge.png)", ""]
+    md += [f"## Paired comparisons against {REFERENCE}", ""]
+    if not paired:
+        md += [f"No method named {REFERENCE!r} in this run, or no other method: nothing to compare.", ""]
+    else:
+        md += ["Δ = method − memreader on the items both scored (higher is better except support); paired bootstrap "
+               "interval and p-value, sign-flip permutation p-value.", ""]
+        md += _table(["method", "metric", "Δ", "95% CI", "p_bootstrap", "p_permutation", "n"], [
+            [r["method"], _display(methods, r["metric"]), *((_f(r["delta"]), f"[{_f(r['interval']['low'])}, {_f(r['interval']['high'])}]",
+                                          _f(r["p_bootstrap"]), _f(r["p_permutation"]), r["n"]) if "delta" in r
+                                         else (r["note"], "", "", "", ""))] for r in paired])
+    md += paper.side_by_side(
+        ds["name"], str(ds.get("path", "")),
+        {n: {k: v["value"] for k, v in m.entry["scores"]["metrics"].items()} for n, m in methods.items()},
+        {n: s["mean"] if s else None for n, s in support.items()},
+        (corr.pearson, corr.spearman, len(corr.methods)) if corr else None)
+    md += ["## Signatures", "", "Two numbers are comparable when their signatures are equal.", ""]
+    sigs: dict[tuple[str, str], list[str]] = {}
+    for n, m in methods.items():
+        for k in metrics:
+            if k in m.entry["scores"]["metrics"]:
+                sigs.setdefault((_display(methods, k), m.entry["scores"]["metrics"][k]["signature"]), []).append(n)
+        for key in ("support", "clarity"):
+            if m.entry.get(key):
+                sigs.setdefault((key, m.entry[key]["signature"]), []).append(n)
+    md += [f"- {q} ({', '.join(ns)}): `{s}`" for (q, s), ns in sigs.items()] + [""]
+    prof = summary.get("profile") or {}
+    if prof:
+        md += [f"Run profile: forward share {_f(prof.get('forward_share'), 3)}; seconds "
+               + ", ".join(f"{k} {v}" for k, v in (prof.get("seconds") or {}).items()), ""]
+    path = write_atomic(out / "report.md", "\n".join(md) + "\n")
+    write_json(out / "report.json", {"eval_dir": str(folder), "support": support, "paired": paired,
+                                     "correlation": corr.to_dict() if corr else {"note": why},
+                                     "figures": sorted(figures)})
+    return path, list(figures.values())
+
+
+def write_report(folder: str | Path, out: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
+                 seed: int = DEFAULT_SEED) -> Path:
+    """:func:`build_report` of an eval folder into ``out`` (default ``<folder>/report/``); the Markdown path."""
+    folder = Path(folder)
+    return build_report(folder, Path(out) if out else folder / "report", n_resamples, seed)[0]
+
+
+# -- command line -------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``memreader report``."""
+    parser.add_argument("run", help="run name under $MEMREADER_HOME/runs/, or the path of an eval folder")
+    parser.add_argument("--out", default=None, help="output folder (default: <eval folder>/report/)")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the report of ``args.run``."""
+    if args.bootstrap < 1:
+        raise ReportError(f"--bootstrap {args.bootstrap} must be >= 1")
+    folder = eval_dir(args.run)
+    path, figures = build_report(folder, Path(args.out) if args.out else folder / "report", args.bootstrap, args.seed)
+    print(f"report: {path} (figures: {', '.join(p.name for p in figures)})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.report RUN [--out DIR]``"""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,391 @@
+"""MemReader reading beyond one GPU: the corpus in shards, each read by a worker with its own engine,
+merged into one ``memories.jsonl`` (resumable per shard, each doc_id once).
+
+    memreader read-dist --config configs/inference/smollm2_ray_local.yaml          # local Ray, CPU
+    memreader read-dist --config configs/inference/ray_cluster_qwen2_5_1.5b.yaml \\
+        --set ray_address=auto --set input=corpus.jsonl --set adapter=<run>/train     # Ray cluster, vLLM
+    memreader read-dist --config configs/inference/qwen2_5_7b_vllm.yaml --set engine=vllm_dp   # one node
+    python -m inference.distributed --config ...                                     # the same
+
+Engines (``engine``):
+
+* ``ray``: Ray Data over the shards (``ray.data.from_items`` + ``map_batches`` with an actor pool):
+  each worker loads the backend once (vLLM with the LoRA adapter through ``LoRARequest`` on a GPU
+  worker, ``num_gpus=gpus_per_worker``; transformers on CPU) and reads one shard per call.
+  ``ray_address``: empty = start a Ray instance on this machine for this run (what the tests use:
+  Ray 2.60 removed ``ray.init(local_mode=True)``, so "local" is a real one-node Ray with worker
+  processes, not an in-process imitation); ``auto`` = the cluster this machine belongs to
+  (``RAY_ADDRESS``); ``<head>:6379`` or ``ray://<head>:10001`` = that cluster. An unreachable address
+  fails within ``connect_timeout_s``. A worker that dies is restarted by Ray and its shard redone
+  from scratch, up to ``max_retries`` times.
+* ``vllm_dp``: data parallelism on one node without Ray: ``data_parallel_size`` worker processes,
+  each pinned to its own GPU(s) with ``CUDA_VISIBLE_DEVICES`` and running its own vLLM engine (a
+  replica: vLLM's coordinated DP mode, ``VLLM_DP_*``, exists for MoE expert parallelism; dense
+  Qwen2.5 replicas need no lockstep, and independent engines let one die and be redone alone).
+  Shards are dealt round-robin; a process that dies has its unfinished shards redone by a new one.
+
+Every shard is read by :func:`inference.reader.read_documents`, the plain reader's code, so its
+memories are the ones ``memreader read`` writes (same prompts, grammars, windows, ``read_key``).
+Shard files, markers and the merge: :mod:`inference.shards`; guide: ``docs/DISTRIBUTED_READING.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inference.reader import ReadConfig, make_backend, read_key
+from inference.shards import DIE_ENV, Shard, ShardError, ShardStore, merge_shards, plan_shards
+from memreader.config import add_config_arguments, field, load_config, stage_main
+from memreader.corpus import CorpusError, read_corpus, split_empty
+from memreader.errors import MemReaderError, RunFailed
+from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
+from memreader.registry import resolve_model
+from memreader.runlock import RunLock
+
+log = logging.getLogger(__name__)
+ENGINES = ("ray", "vllm_dp")
+FORWARDED_ENV = ("MEMREADER_HOME", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", DIE_ENV)
+
+
+class RayUnreachable(MemReaderError, ConnectionError):
+    """No Ray cluster answers at the configured address."""
+
+
+@dataclass
+class DistributedReadConfig(ReadConfig):
+    """A reading run over shards of the corpus (every :class:`ReadConfig` key applies to each shard)."""
+
+    engine: str = field("ray", help="'ray' (Ray Data: local instance or cluster) or 'vllm_dp' (one node: one "
+                        "engine process per GPU)")
+    shard_size: int = field(64, ge=1, help="documents per shard (the unit of work, of resuming and of retries); "
+                            "keep it when resuming a run")
+    ray_address: str = field("", help="engine=ray: '' = start a local Ray instance for this run; 'auto' = the "
+                             "running cluster (RAY_ADDRESS); '<head>:6379' or 'ray://<head>:10001' = that cluster")
+    connect_timeout_s: float = field(10.0, gt=0, help="engine=ray: seconds to wait for ray_address to answer")
+    ray_num_cpus: int = field(0, ge=0, help="engine=ray, local instance: CPUs it may use (0 = all)")
+    num_workers: int = field(0, ge=0, help="engine=ray: workers (actors), each loading the model once; 0 = as many "
+                             "as the cluster's GPUs (or, without GPUs, CPUs) allow, at most one per shard")
+    cpus_per_worker: float = field(1.0, gt=0, help="CPUs per worker (also its torch threads on CPU)")
+    gpus_per_worker: float | None = field(None, ge=0, help="GPUs per worker; null = 1 for backend=vllm, else 0; "
+                                          "above 1 = vLLM tensor parallelism inside the worker")
+    data_parallel_size: int = field(0, ge=0, help="engine=vllm_dp: engine processes on this node; 0 = one per "
+                                    "visible GPU (divided by gpus_per_worker)")
+    gpu_memory_utilization: float = field(0.9, gt=0, le=1, help="backend=vllm: share of each GPU vLLM may use")
+    max_retries: int = field(2, ge=0, help="times a shard is redone after its worker died (then the run stops "
+                             "naming it; finished shards are kept)")
+
+    def worker_gpus(self) -> float:
+        """GPUs of one worker (``gpus_per_worker``, or its default for the backend)."""
+        return self.gpus_per_worker if self.gpus_per_worker is not None else float(self.backend == "vllm")
+
+    def check(self) -> list[str]:
+        """Problems beyond types."""
+        problems = super().check()
+        if self.engine not in ENGINES:
+            problems.append(f"engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.backend == "openai":
+            problems.append("backend: openai is one server that batches by itself; read through it with "
+                            "`memreader read` (batch_size = requests in flight) instead of read-dist")
+        if self.backend == "vllm" and self.worker_gpus() < 1 and self.engine == "vllm_dp":
+            problems.append("gpus_per_worker: backend=vllm with engine=vllm_dp needs at least 1 GPU per process")
+        if self.worker_gpus() > 1 and not float(self.worker_gpus()).is_integer():
+            problems.append(f"gpus_per_worker={self.gpus_per_worker}: above 1 it must be a whole number (vLLM "
+                            "tensor parallel size)")
+        address = self.ray_address.strip()
+        if address not in ("", "local", "auto") and ":" not in address.removeprefix("ray://"):
+            problems.append(f"ray_address={address!r}: give '<head>:6379', 'ray://<head>:10001', 'auto', or leave it "
+                            "empty for a local instance")
+        return problems
+
+
+def read_distributed(cfg: DistributedReadConfig) -> dict[str, Any]:
+    """Read every shard not yet finished, then merge; returns the run summary. One driver per run folder."""
+    out_dir = run_dir(cfg.run, "read")
+    with RunLock(out_dir):
+        return _run(cfg, out_dir)
+
+
+def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
+    docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
+    if not docs:
+        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
+                          "give documents with text")
+    key = read_key(cfg)
+    shards = plan_shards(docs, cfg.shard_size)
+    store = ShardStore(out_dir)
+    store.check_plan(shards, {"shard_size": cfg.shard_size, "documents": len(docs)})
+    for left in store.remove_attempts():
+        log.warning("removed %s, left by a worker that died in an earlier run", left.name)
+    states = {s.index: store.state(s, key) for s in shards}  # refuses markers of other documents or settings
+    write_resolved_config(out_dir, cfg)
+    todo = [s for s in shards if states[s.index] != "done"]
+    print(f"read-dist: {len(docs)} documents in {len(shards)} shard(s) of up to {cfg.shard_size}; "
+          f"{len(shards) - len(todo)} already done, {len(todo)} to read (engine={cfg.engine})")
+    t0 = time.perf_counter()
+    results: dict[int, dict[str, Any]] = {}
+    if todo:
+        resolve_model(cfg.model)  # the embedded model is converted here once, not by every worker at the same time
+        if cfg.engine == "ray":
+            results = run_ray(cfg, todo, out_dir, key)
+        else:
+            from inference.dp_engine import run_data_parallel
+
+            results = run_data_parallel(cfg, todo, out_dir, key)
+    raise_shard_errors(results)
+    merged = merge_shards(store, shards, out_dir / "memories.jsonl")
+    seconds = time.perf_counter() - t0
+    markers = [store.marker(s) or {} for s in shards]
+    fresh = [r for r in results.values() if not r.get("skipped")]
+    failed = {d: e for m in markers for d, e in m.get("failed", {}).items()}
+    n_read = sum(r["read"] for r in fresh)
+    summary = {
+        "documents": len(docs), "shards": len(shards), "shard_size": cfg.shard_size, "engine": cfg.engine,
+        "shards_read": len(fresh), "shards_skipped": len(shards) - len(fresh), "read": n_read,
+        "skipped_done": len(docs) - sum(len(s.docs) for s in todo), "memories_written": merged,
+        "skipped_empty": empty, "failed": failed,
+        "truncated_skipped": sum(m.get("truncated_skipped", 0) for m in markers),
+        "workers": sorted({f"{r['host']}:{r['pid']}" for r in fresh}),
+        "seconds": round(seconds, 2), "docs_per_s": round(n_read / seconds, 3) if n_read and seconds else None,
+        "memories": str(out_dir / "memories.jsonl"),
+    }
+    write_json(out_dir / "summary.json", summary)
+    print(f"read-dist: {n_read} docs in {len(fresh)} shard(s) in {seconds:.1f}s ({summary['docs_per_s']} docs/s) on "
+          f"{len(summary['workers'])} worker(s); {summary['shards_skipped']} shard(s) already done; {merged} memories "
+          f"merged → {summary['memories']}")
+    if failed:
+        named = "; ".join(f"{d}: {e}" for d, e in list(failed.items())[:3])
+        print(f"WARNING: {len(failed)} document(s) failed and were not written ({named}); rerun to ask them again")
+    if summary["truncated_skipped"]:
+        print(f"WARNING: {summary['truncated_skipped']} reply(ies) were cut off by max_new_tokens={cfg.max_new_tokens} "
+              "and not written; raise max_new_tokens and rerun (finished documents are kept)")
+    if empty:
+        print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
+    if fresh and n_read == 0:
+        raise RunFailed(f"every document of the {len(fresh)} shard(s) read failed or was cut off; nothing was written",
+                        f"see the warnings above and {out_dir / 'summary.json'}")
+    return summary
+
+
+def raise_shard_errors(results: dict[int, dict[str, Any]]) -> None:
+    """A shard whose worker raised (not died): the first error, with the shard named; never retried,
+    as the same input would fail the same way."""
+    errors = {i: r["error"] for i, r in sorted(results.items()) if "error" in r}
+    if not errors:
+        return
+    i, err = next(iter(errors.items()))
+    if not err["user_error"]:
+        log.error("shard-%05d: traceback on %s:\n%s", i, err["host"], err["traceback"])
+    others = f" (and {len(errors) - 1} more shard(s): shard-{', shard-'.join(f'{k:05d}' for k in list(errors)[1:4])})"
+    raise ShardError(f"shard-{i:05d} failed on {err['host']}: {err['type']}: {err['message']}"
+                     f"{others if len(errors) > 1 else ''}",
+                     "fix the cause and rerun the same command: finished shards are kept and not read again")
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """An exception raised in a worker, as data for the driver (which raises it with the shard's name)."""
+    return {"type": type(exc).__name__, "message": str(exc), "host": socket.gethostname(),
+            "user_error": isinstance(exc, (MemReaderError, FileNotFoundError, ImportError)),
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+def worker_backend(cfg: DistributedReadConfig) -> Any:
+    """The backend of one worker, loaded now (a worker that cannot load fails before its first shard)."""
+    if cfg.backend == "vllm":
+        from memreader.generation import make_chat
+
+        return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
+                         tensor_parallel_size=max(1, int(cfg.worker_gpus())),
+                         gpu_memory_utilization=cfg.gpu_memory_utilization)
+    backend = make_backend(cfg)
+    model = backend.model()
+    if next(model.parameters()).device.type == "cpu":  # runtime() took every core; a worker has its share
+        import torch
+
+        torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
+    return backend
+
+
+class ShardWorker:
+    """One Ray Data worker: loads the backend once, then reads one shard per call. An exception is
+    returned to the driver as data (raised there, with the shard's name); a dead process is Ray's to
+    restart, and its shard is redone from scratch."""
+
+    def __init__(self, cfg: DistributedReadConfig, out_dir: str, key: str) -> None:
+        self.cfg, self.out_dir, self.key = cfg, Path(out_dir), key
+        self.backend, self.error = None, None
+        try:
+            self.backend = worker_backend(cfg)
+        except Exception as exc:  # reported for each of its shards, then raised by the driver
+            self.error = describe_error(exc)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        from inference.shards import read_shard
+
+        out = []
+        for index, payload in zip(batch["shard"], batch["docs"], strict=True):
+            shard = Shard.from_payload(int(index), str(payload))
+            if self.error is not None:
+                out.append({"shard": shard.index, "error": self.error})
+                continue
+            try:
+                out.append(read_shard(self.cfg, shard, self.out_dir, self.backend, self.key))
+            except Exception as exc:  # returned to the driver, which raises it naming the shard
+                out.append({"shard": shard.index, "error": describe_error(exc)})
+        return {"shard": np.asarray(batch["shard"]), "result": np.asarray([json.dumps(r) for r in out], dtype=object)}
+
+
+def worker_env() -> dict[str, str]:
+    """Environment a worker needs from the driver (artifact root, offline flags, the test hook)."""
+    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+    env["MEMREADER_HOME"] = str(memreader_home())
+    return env
+
+
+def connect_ray(cfg: DistributedReadConfig) -> bool:
+    """Start or join Ray as ``ray_address`` says; True when this call connected (so the run disconnects)."""
+    import ray
+
+    if ray.is_initialized():
+        log.info("read-dist: using the Ray instance this process is already connected to")
+        return False
+    runtime_env = {"env_vars": worker_env()}
+    address = cfg.ray_address.strip()
+    if address in ("", "local"):
+        ray.init(address="local", num_cpus=cfg.ray_num_cpus or None, include_dashboard=False, runtime_env=runtime_env)
+        return True
+    fix = ("start the cluster on its head node with `ray start --head` (then ray_address=<head>:6379, or "
+           "ray://<head>:10001 for Ray Client), check the address and the firewall, or leave ray_address empty "
+           "to start a local Ray instance on this machine")
+    if address != "auto":
+        probe_address(address, cfg.connect_timeout_s, fix)
+    try:
+        ray.init(address=address, runtime_env=runtime_env)
+    except (ConnectionError, TimeoutError, RuntimeError, SystemExit) as exc:  # Ray exits when GCS never answers
+        raise RayUnreachable(f"could not join the Ray cluster at ray_address={address!r}: {exc}", fix) from exc
+    return True
+
+
+def probe_address(address: str, timeout: float, fix: str) -> None:
+    """Fail fast unless a Ray server answers at ``address`` (``ray.init`` alone waits minutes on a dead
+    address, then exits the process). One gRPC call that Ray's GCS (``<head>:6379``) or Ray Client server
+    (``ray://<head>:10001``) implements; an answer of any kind but "unavailable", "timed out" or "not
+    implemented" (e.g. "unauthenticated": ``ray.init`` sends the token) means Ray is there."""
+    import grpc
+
+    client = address.startswith("ray://")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    method = "/ray.rpc.RayletDriver/ClusterInfo" if client else "/ray.rpc.NodeInfoGcsService/GetClusterId"
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):  # TLS: leave the handshake to ray.init
+        return
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        channel.unary_unary(method, request_serializer=None, response_deserializer=None)(b"", timeout=timeout)
+    except grpc.RpcError as exc:
+        code = exc.code()
+        reasons = {grpc.StatusCode.UNAVAILABLE: f"nothing answers: {exc.details()}",
+                   grpc.StatusCode.DEADLINE_EXCEEDED: f"no answer within connect_timeout_s={timeout:g}s",
+                   grpc.StatusCode.UNIMPLEMENTED: "a server answers, but it is not a Ray "
+                   + ("Client server" if client else "head node (GCS)")}
+        if code in reasons:
+            raise RayUnreachable(f"no Ray cluster answers at ray_address={address!r} ({reasons[code]})", fix) from None
+    finally:
+        channel.close()
+
+
+def pool_size(cfg: DistributedReadConfig, resources: dict[str, float], shards: int) -> int:
+    """Workers for the Ray engine: ``num_workers`` or what the cluster holds, checked against it."""
+    gpus, cpus = cfg.worker_gpus(), cfg.cpus_per_worker
+    have_gpus, have_cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
+    fits = int(min(have_gpus // gpus if gpus else float("inf"), have_cpus // cpus))
+    if fits < 1:
+        need = f"{gpus:g} GPU(s) and {cpus:g} CPU(s)" if gpus else f"{cpus:g} CPU(s)"
+        raise MemReaderError(f"the Ray cluster ({have_gpus:g} GPUs, {have_cpus:g} CPUs) cannot hold one worker of "
+                             f"{need}", "add GPU nodes for backend=vllm, or lower gpus_per_worker / cpus_per_worker")
+    if cfg.num_workers > fits:
+        raise MemReaderError(f"num_workers={cfg.num_workers} workers of {gpus:g} GPU(s) and {cpus:g} CPU(s) do not fit "
+                             f"the Ray cluster ({have_gpus:g} GPUs, {have_cpus:g} CPUs): at most {fits}",
+                             f"set num_workers={fits} or 0 (as many as fit), or add nodes")
+    return max(1, min(cfg.num_workers or fits, shards))
+
+
+def run_ray(cfg: DistributedReadConfig, todo: list[Shard], out_dir: Path, key: str) -> dict[int, dict[str, Any]]:
+    """Read ``todo`` with Ray Data; shard index → its marker (or ``{"error": ...}``)."""
+    import ray
+
+    started = connect_ray(cfg)
+    try:
+        import ray.data
+
+        workers = pool_size(cfg, ray.cluster_resources(), len(todo))
+        print(f"read-dist: Ray {ray.__version__}, {workers} worker(s) of {cfg.cpus_per_worker:g} CPU(s) and "
+              f"{cfg.worker_gpus():g} GPU(s), {len(todo)} shard(s)")
+        ds = ray.data.from_items([{"shard": s.index, "docs": s.payload()} for s in todo], override_num_blocks=len(todo))
+        with warnings.catch_warnings():  # Ray 2.60 has no named parameter for actor retries yet
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+            ds = ds.map_batches(
+                ShardWorker, fn_constructor_kwargs={"cfg": cfg, "out_dir": str(out_dir), "key": key},
+                batch_size=1, batch_format="numpy", num_cpus=cfg.cpus_per_worker, num_gpus=cfg.worker_gpus() or None,
+                compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
+                # a worker that dies is restarted and its shard retried (from scratch: read_shard never appends)
+                max_restarts=cfg.max_retries, max_task_retries=cfg.max_retries)
+        try:
+            rows = ds.take_all()
+        except ray.exceptions.RayActorError as exc:
+            raise workers_died(cfg, todo, out_dir, key, f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+        return {int(r["shard"]): json.loads(r["result"]) for r in rows}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def workers_died(cfg: DistributedReadConfig, todo: list[Shard], out_dir: Path, key: str, what: str) -> ShardError:
+    """The error for shards whose workers kept dying: names them, keeps the finished ones."""
+    store = ShardStore(out_dir)
+    left = [s.name for s in todo if store.state(s, key) == "todo"]
+    return ShardError(f"{len(left)} shard(s) were not finished: {', '.join(left[:8])}{' ...' if len(left) > 8 else ''}; "
+                      f"a worker reading them died with no retry left (max_retries={cfg.max_retries}; {what})",
+                      "rerun the same command: finished shards are kept and the others are read again from scratch; "
+                      "if workers keep dying, look at their logs (out of memory? lower batch_size or max_model_len) "
+                      "or raise max_retries")
+
+
+CONFIG_CLASS = DistributedReadConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of this stage's subcommand."""
+    add_config_arguments(parser, "configs/inference/")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point behind the CLI."""
+    read_distributed(load_config(DistributedReadConfig, args.config, args.set))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m`` entry point (``--dp-worker JOB`` runs one process of the vllm_dp engine)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--dp-worker"]:
+        from inference.dp_engine import worker_main
+
+        return worker_main(argv[1])
+    return stage_main(__doc__, DistributedReadConfig, run, argv, "configs/inference/")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""The ``vllm_dp`` engine of :mod:`inference.distributed`: data parallelism on one node, no Ray.
+
+``data_parallel_size`` worker processes (``python -m inference.distributed --dp-worker JOB``), each
+with its own GPU(s) through ``CUDA_VISIBLE_DEVICES`` and its own engine (vLLM with the adapter as a
+``LoRARequest``; transformers works the same way, which is how the CPU tests run this engine). The
+shards to read are dealt round-robin; each process reads its shards one after another with
+:func:`inference.shards.read_shard` and appends one result line per shard to its results file. A
+process that dies (exit code other than 0, no result for some of its shards) is started again on the
+same GPUs for its unfinished shards, which are read from scratch; after ``max_retries`` deaths of a
+shard the run stops naming it. An exception inside a process is a result (raised by the driver with
+the shard named), not a death: the same input would fail again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from inference.shards import Shard, ShardError, ShardStore
+from memreader.errors import MemReaderError
+
+log = logging.getLogger(__name__)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` as given, else every device torch sees."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def process_gpus(cfg: Any) -> list[list[str]]:
+    """The GPU ids of each engine process (empty lists: processes on CPU, backend=transformers)."""
+    per = int(cfg.worker_gpus())
+    if per == 0:
+        if cfg.data_parallel_size < 1:
+            raise MemReaderError("engine=vllm_dp on CPU (gpus_per_worker=0) needs data_parallel_size >= 1",
+                                 "set data_parallel_size to the number of worker processes")
+        return [[] for _ in range(cfg.data_parallel_size)]
+    gpus = visible_gpus()
+    n = cfg.data_parallel_size or len(gpus) // per
+    if n < 1 or n * per > len(gpus):
+        raise MemReaderError(f"engine=vllm_dp needs {max(n, 1) * per} GPU(s) ({max(n, 1)} process(es) x {per}) but this "
+                             f"node shows {len(gpus)} ({', '.join(gpus) or 'none'})",
+                             "lower data_parallel_size or gpus_per_worker, check CUDA_VISIBLE_DEVICES, or use "
+                             "engine=ray for several nodes")
+    return [gpus[r * per:(r + 1) * per] for r in range(n)]
+
+
+def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> dict[int, dict[str, Any]]:
+    """Read ``todo`` with one process per GPU group; shard index → its marker (or ``{"error": ...}``)."""
+    from inference.distributed import worker_env, workers_died
+
+    groups = process_gpus(cfg)
+    groups = groups[:len(todo)]  # no idle process
+    jobs = ShardStore(out_dir).dir / ".dp-jobs"
+    shutil.rmtree(jobs, ignore_errors=True)
+    jobs.mkdir(parents=True)
+    print(f"read-dist: {len(groups)} engine process(es) on this node"
+          + (f", GPUs {' | '.join(','.join(g) for g in groups)}" if groups[0] else " (CPU)") + f", {len(todo)} shard(s)")
+    deaths = {s.index: 0 for s in todo}
+    results: dict[int, dict[str, Any]] = {}
+    procs: dict[int, tuple[subprocess.Popen, list[Shard], Path]] = {}
+    spawned = 0
+
+    def start(rank: int, shards: list[Shard]) -> None:
+        nonlocal spawned
+        spawned += 1
+        job = jobs / f"worker-{rank}-{spawned}.json"
+        out = job.with_suffix(".results.jsonl")
+        job.write_text(json.dumps({"config": asdict(cfg), "out_dir": str(out_dir), "key": key, "results": str(out),
+                                   "shards": [{"index": s.index, "docs": s.payload()} for s in shards]}),
+                       encoding="utf-8")
+        env = {**os.environ, **worker_env()}
+        if groups[rank]:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(groups[rank])
+        procs[rank] = (subprocess.Popen([sys.executable, "-m", "inference.distributed", "--dp-worker", str(job)],
+                                        env=env), shards, out)
+
+    try:
+        for rank in range(len(groups)):
+            start(rank, todo[rank::len(groups)])
+        exhausted: list[str] = []
+        last_code = 0
+        while procs:
+            time.sleep(0.2)
+            for rank, (proc, shards, out) in list(procs.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                del procs[rank]
+                if out.is_file():  # a line cut short by a death is not a result: that shard is redone
+                    for line in out.read_text(encoding="utf-8").splitlines(keepends=True):
+                        if line.endswith("\n"):
+                            row = json.loads(line)
+                            results[row["shard"]] = row
+                left = [s for s in shards if s.index not in results]
+                if not left:
+                    continue
+                if code == 0:
+                    raise ShardError(f"engine process {rank} exited without reading {', '.join(s.name for s in left)}",
+                                     "rerun the same command; finished shards are kept")
+                last_code = code
+                for s in left:
+                    deaths[s.index] += 1
+                retry = [s for s in left if deaths[s.index] <= cfg.max_retries]
+                exhausted += [s.name for s in left if deaths[s.index] > cfg.max_retries]
+                log.warning("read-dist: engine process %d (pid %d) died with exit code %s in the middle of %s; "
+                            "%d shard(s) will be read again from scratch", rank, proc.pid, code, left[0].name,
+                            len(retry))
+                if retry:
+                    start(rank, retry)
+        if exhausted:
+            raise workers_died(cfg, todo, out_dir, key, f"the engine process exited with code {last_code}")
+    finally:
+        for proc, _, _ in procs.values():  # an error or Ctrl-C in the driver: stop the others
+            proc.terminate()
+        for proc, _, _ in procs.values():
+            proc.wait()
+    shutil.rmtree(jobs)
+    return results
+
+
+def worker_main(job_path: str) -> int:
+    """One engine process: load the backend once, read the job's shards, one result line each."""
+    from inference.distributed import DistributedReadConfig, describe_error, worker_backend
+    from inference.shards import read_shard
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
+    cfg = DistributedReadConfig(**job["config"])
+    out_dir, key, results = Path(job["out_dir"]), job["key"], Path(job["results"])
+    shards = [Shard.from_payload(s["index"], s["docs"]) for s in job["shards"]]
+
+    def report(row: dict[str, Any]) -> None:
+        with results.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    try:
+        backend = worker_backend(cfg)
+    except Exception as exc:  # every shard of this process reports it; the driver raises it
+        error = describe_error(exc)
+        for shard in shards:
+            report({"shard": shard.index, "error": error})
+        return 0
+    for shard in shards:
+        try:
+            report(read_shard(cfg, shard, out_dir, backend, key))
+        except Exception as exc:  # returned to the driver, which raises it naming the shard
+            report({"shard": shard.index, "error": describe_error(exc)})
+    return 0

@@ -1,0 +1,251 @@
+"""Shards of a corpus for distributed reading (:mod:`inference.distributed`): a deterministic plan,
+one memories file and done-marker per shard, and the merge into one ``memories.jsonl``.
+
+Layout under ``$MEMREADER_HOME/runs/<run>/read/``::
+
+    shards/plan.json                 which documents each shard holds (ids and text hashes)
+    shards/shard-00003.jsonl         the memories of shard 3, complete (moved in by one rename)
+    shards/shard-00003.done.json     its done-marker: written atomically after the file, with the
+                                     file's sha256, the read_key and the shard's reading summary
+    shards/.shard-00003.attempt-*/   an attempt in progress (a dead worker's is removed on the next run)
+    memories.jsonl                   every shard merged in corpus order, each doc_id once
+
+A worker reads a shard into its own attempt folder with the plain reader's per-document code
+(:func:`inference.reader.read_documents`: prompts, guided decoding, windows, truncation policy),
+then renames the finished file into place and writes the marker. A worker that dies mid-shard
+leaves only its attempt folder, so the retry (or the next run) reads the shard again from scratch;
+two attempts of one shard never append to one file, and the rename makes the later one win whole.
+A shard whose marker lists failed or cut-off documents is resumed on the next run (only those are
+asked again), like the plain reader's failed documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memreader.corpus import Document
+from memreader.errors import MemReaderError
+from memreader.paths import sha256_file, write_json
+from memreader.schema import MemoryValidationError, iter_memories, write_memories
+
+log = logging.getLogger(__name__)
+
+SHARDS_DIR = "shards"
+PLAN_NAME = "plan.json"
+
+
+class ShardError(MemReaderError, RuntimeError):
+    """A shard could not be read, or the shards of a run do not fit together; the message names it."""
+
+
+@dataclass
+class Shard:
+    """One contiguous slice of the corpus, in corpus order."""
+
+    index: int
+    docs: list[Document]
+
+    @property
+    def name(self) -> str:
+        return f"shard-{self.index:05d}"
+
+    def digest(self) -> str:
+        """Hash of the shard's (doc_id, text sha256) list: a marker of other documents is never trusted."""
+        blob = json.dumps([[d.doc_id, d.sha256] for d in self.docs])
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def payload(self) -> str:
+        """The documents as JSON, for a worker that has no access to the corpus file."""
+        return json.dumps([[d.doc_id, d.text] for d in self.docs], ensure_ascii=False)
+
+    @classmethod
+    def from_payload(cls, index: int, payload: str) -> Shard:
+        return cls(index, [Document(doc_id, text) for doc_id, text in json.loads(payload)])
+
+
+def plan_shards(docs: list[Document], shard_size: int) -> list[Shard]:
+    """Consecutive shards of ``shard_size`` documents in corpus order (the last may be smaller)."""
+    if shard_size < 1:
+        raise ValueError(f"shard_size={shard_size} must be >= 1")
+    return [Shard(i, docs[start:start + shard_size]) for i, start in enumerate(range(0, len(docs), shard_size))]
+
+
+class ShardStore:
+    """The shard files and markers of one run's ``read`` folder."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = Path(out_dir)
+        self.dir = self.out_dir / SHARDS_DIR
+
+    def path(self, shard: Shard) -> Path:
+        return self.dir / f"{shard.name}.jsonl"
+
+    def marker_path(self, shard: Shard) -> Path:
+        return self.dir / f"{shard.name}.done.json"
+
+    def marker(self, shard: Shard) -> dict[str, Any] | None:
+        path = self.marker_path(shard)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:  # write_json renames a whole file into place: not a crash
+            raise ShardError(f"{path} is not valid JSON ({exc.msg})",
+                             f"delete it and {self.path(shard).name} to read that shard again") from None
+
+    def state(self, shard: Shard, key: str) -> str:
+        """``done`` (skip it), ``resume`` (finished, but some documents failed or were cut off: ask
+        those again) or ``todo`` (no usable result: read it from scratch). A marker made from other
+        documents or with other settings is refused, as the plain reader refuses to mix them."""
+        marker = self.marker(shard)
+        if marker is None:
+            return "todo"
+        if (marker.get("digest"), marker.get("read_key")) != (shard.digest(), key):
+            raise ShardError(
+                f"{self.marker_path(shard)} was read from other documents or with other settings (model, adapter "
+                "weights, prompt, decoding, windows, or another shard_size); resuming would mix them",
+                f"use a new run name, keep the earlier shard_size and settings, or delete {self.dir} to read "
+                "everything again")
+        path = self.path(shard)
+        if not path.is_file() or sha256_file(path) != marker.get("sha256"):
+            log.warning("%s: the shard file is missing or changed after it was finished; reading %s again",
+                        path, shard.name)
+            return "todo"
+        return "resume" if marker.get("failed") or marker.get("truncated_skipped") else "done"
+
+    def check_plan(self, shards: list[Shard], settings: dict[str, Any]) -> None:
+        """Write the plan on the first run; on a rerun refuse a different sharding of the same run."""
+        plan = {**settings, "shards": [{"index": s.index, "digest": s.digest(), "documents": len(s.docs),
+                                        "first": s.docs[0].doc_id, "last": s.docs[-1].doc_id} for s in shards]}
+        path = self.dir / PLAN_NAME
+        if path.is_file():
+            before = json.loads(path.read_text(encoding="utf-8"))
+            if before != plan:
+                changed = sorted(k for k in set(before) | set(plan) if before.get(k) != plan.get(k))
+                raise ShardError(
+                    f"run folder {self.out_dir} was sharded differently before (changed: {', '.join(changed)}); "
+                    "its finished shards would not line up with these",
+                    f"rerun with the earlier corpus, limit and shard_size, use a new run name, or delete {self.dir} "
+                    "to start over")
+            return
+        if (self.out_dir / "memories.jsonl").is_file():
+            raise ShardError(f"{self.out_dir / 'memories.jsonl'} exists but was not made by distributed reading "
+                             "(no shards/plan.json): merging would overwrite it",
+                             "use a new run name (--set run=...), or resume it with `memreader read`")
+        write_json(path, plan)
+
+    def remove_attempts(self) -> list[Path]:
+        """Remove attempt folders left by workers that died (call only while no worker runs)."""
+        left = sorted(self.dir.glob(".shard-*.attempt-*")) if self.dir.is_dir() else []
+        for path in left:
+            shutil.rmtree(path)
+        return left
+
+
+def read_shard(cfg: Any, shard: Shard, out_dir: Path, backend: Any, key: str) -> dict[str, Any]:
+    """Read one shard into its file and marker (see the module docstring); returns the marker.
+    ``cfg`` is a :class:`inference.reader.ReadConfig`, ``key`` its :func:`inference.reader.read_key`."""
+    from inference.reader import read_documents
+
+    store = ShardStore(out_dir)
+    state = store.state(shard, key)
+    if state == "done":  # an earlier attempt finished it (e.g. its reply was lost with its worker)
+        return {**store.marker(shard), "skipped": True}
+    attempt = store.dir / f".{shard.name}.attempt-{uuid.uuid4().hex[:12]}"
+    attempt.mkdir(parents=True)
+    memories = attempt / "memories.jsonl"
+    if state == "resume":  # keep what it has, ask only the failed / cut-off documents again
+        shutil.copyfile(store.path(shard), memories)
+    with _die_hook(shard, backend):
+        summary = read_documents(cfg, shard.docs, attempt, backend)
+    if not memories.exists():
+        write_memories(memories, [])
+    with store.path(shard).open('a', encoding='utf-8') as fh:  # MUTATION: append
+        fh.write(memories.read_text(encoding='utf-8'))
+    marker = {"shard": shard.index, "digest": shard.digest(), "read_key": key, "documents": len(shard.docs),
+              "written": sum(1 for _ in iter_memories(store.path(shard))), "sha256": sha256_file(store.path(shard)),
+              "read": summary["read"], "failed": summary["failed"], "truncated_skipped": summary["truncated_skipped"],
+              "resumed": state == "resume", "host": socket.gethostname(), "pid": os.getpid(),
+              "summary": {**summary, "memories": str(store.path(shard))}}
+    write_json(store.marker_path(shard), marker)
+    shutil.rmtree(attempt)
+    return {**marker, "skipped": False}
+
+
+def merge_shards(store: ShardStore, shards: list[Shard], out_path: Path) -> int:
+    """Write every shard's memories into ``out_path`` in corpus order (atomically); returns how many.
+    A doc_id twice, or in a shard that does not hold it, is an error naming the document and files."""
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    seen: dict[str, str] = {}
+    n = 0
+    try:
+        with tmp.open("w", encoding="utf-8"):
+            pass
+        for shard in shards:
+            path = store.path(shard)
+            if not path.is_file():
+                raise ShardError(f"{path} is missing while merging", "rerun the same command to read that shard")
+            order = {d.doc_id: i for i, d in enumerate(shard.docs)}
+            mems = []
+            for mem in iter_memories(path):
+                if mem.doc_id in seen:
+                    raise ShardError(f"doc_id {mem.doc_id!r} appears twice: in {seen[mem.doc_id]} and in {path}; "
+                                     "a memories file holds each document once",
+                                     f"delete {path.name} and its .done.json and rerun to read that shard again")
+                if mem.doc_id not in order:
+                    raise ShardError(f"{path} holds doc_id {mem.doc_id!r}, which is not a document of {shard.name}",
+                                     f"delete {path.name} and its .done.json and rerun to read that shard again")
+                seen[mem.doc_id] = str(path)
+                mems.append(mem)
+            mems.sort(key=lambda m: order[m.doc_id])  # a resumed shard appended its retried documents last
+            n += write_memories(tmp, mems, append=True)
+        os.replace(tmp, out_path)
+    except (ShardError, MemoryValidationError):
+        tmp.unlink(missing_ok=True)
+        raise
+    return n
+
+
+DIE_ENV = "MEMREADER_TEST_DIE_IN_SHARD"
+"""Test hook, ``<shard index>:<flag file>``: the first worker to read that shard (while the flag file
+does not exist) creates the flag and kills its own process right after the shard's first batch is
+written, as a crash, OOM kill or lost node would. Never set outside tests."""
+
+
+@contextmanager
+def _die_hook(shard: Shard, backend: Any) -> Iterator[None]:
+    spec = os.environ.get(DIE_ENV)
+    if not spec or int(spec.split(":", 1)[0]) != shard.index or Path(spec.split(":", 1)[1]).exists():
+        yield
+        return
+    flag = Path(spec.split(":", 1)[1])
+    generate, own = backend.generate_many, "generate_many" in vars(backend)
+    calls = [0]
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:  # the first batch of this shard is on disk: die in the middle of the shard
+            flag.write_text(f"{socket.gethostname()} {os.getpid()} {shard.name}\n", encoding="utf-8")
+            log.warning("%s=%s: killing worker process %d in the middle of %s", DIE_ENV, spec, os.getpid(), shard.name)
+            os._exit(1)
+        return generate(*args, **kwargs)
+
+    backend.generate_many = dying
+    try:
+        yield
+    finally:
+        if own:
+            backend.generate_many = generate
+        else:
+            del backend.generate_many

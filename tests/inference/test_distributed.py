@@ -1,0 +1,269 @@
+"""Distributed reading: Ray Data on a local Ray instance and the one-node data-parallel engine, both
+with the transformers reader on CPU (a tiny random model, guided, so every memory is real output).
+The merged memories must equal the plain reader's; shards resume, dead workers are redone."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inference.distributed import DistributedReadConfig, RayUnreachable, read_distributed
+from inference.reader import ReadConfig, make_backend, read_corpus_memories
+from inference.shards import DIE_ENV, ShardError, ShardStore, merge_shards, plan_shards
+from memreader.config import ConfigError, load_config
+from memreader.corpus import CorpusError, read_corpus
+from memreader.schema import read_memories, write_memories
+
+TOPICS = ["compost", "bees", "rain", "bridges", "trains", "tea", "maps", "clocks"]
+# the grammar and budget of test_reader's guided tiny-model test: three chunks, real (random) outline and cores
+READING = {"batch_size": 2, "max_new_tokens": 200, "min_chunk_chars": 60, "core_tokens": 12, "topic_tokens": 8}
+TIMING = ("seconds", "elapsed_s", "latency_s")  # none of these is in a memory today; dropped if one appears
+
+
+def _corpus(path: Path, n: int = 16) -> Path:
+    lines = []
+    for i in range(n):
+        t = TOPICS[i % len(TOPICS)]
+        text = (f"Document {i} is about {t}. The {t} club meets every week in the old hall. Members bring notes "
+                f"about {t} and share them. Last year they wrote {i + 3} reports. Next spring the club plans a "
+                f"trip to see more {t} in the valley.")
+        lines.append(json.dumps({"id": f"doc-{i:02d}", "text": text}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _records(path: str | Path) -> list[dict]:
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in TIMING}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return [strip(m.to_dict()) for m in read_memories(path)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return _corpus(tmp_path_factory.mktemp("dist_corpus") / "corpus.jsonl")
+
+
+@pytest.fixture(scope="module")
+def plain(corpus, tiny_model, tmp_path_factory) -> list[dict]:
+    """The plain reader's memories of the corpus: what every distributed run must reproduce."""
+    import torch
+
+    home = tmp_path_factory.mktemp("plain_home")
+    cfg = ReadConfig(input=str(corpus), run="plain", model=tiny_model, **READING)
+    backend = make_backend(cfg)
+    backend.model()
+    threads = torch.get_num_threads()
+    # one thread, as each worker below has (cpus_per_worker=1): on two shared cores torch's default of
+    # every core made this guided read 20x slower (8 min instead of 23 s); the memories are the same
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MEMREADER_HOME", str(home))
+            summary = read_corpus_memories(cfg, backend=backend)
+    finally:
+        torch.set_num_threads(threads)
+    assert summary["read"] == 16 and summary["guided"] == 16 and summary["fallback_whole_document"] == 0
+    return _records(summary["memories"])
+
+
+def _cfg(corpus: Path, model: str, **kw) -> DistributedReadConfig:
+    base = {"input": str(corpus), "run": "dist", "model": model, "shard_size": 4, "num_workers": 2,
+            "ray_num_cpus": 2, "data_parallel_size": 2, **READING}
+    return DistributedReadConfig(**{**base, **kw})
+
+
+def _shard_files(out: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in sorted((out / "shards").glob("shard-*"))}
+
+
+@pytest.mark.integration
+def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resumes_per_shard(
+        tmp_path, monkeypatch, corpus, tiny_model, plain) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    flag = tmp_path / "died"
+    monkeypatch.setenv(DIE_ENV, f"1:{flag}")  # the worker reading shard 1 exits after its first batch
+    cfg = _cfg(corpus, tiny_model, max_retries=1)
+    summary = read_distributed(cfg)
+    assert summary["shards"] == 4 and summary["shards_read"] == 4 and summary["read"] == 16
+    assert flag.is_file(), "the test hook never killed a worker"
+    out = Path(summary["memories"]).parent
+    marker = ShardStore(out).marker(plan_shards(read_corpus(corpus), 4)[1])
+    assert marker["pid"] != int(flag.read_text().split()[1]) and marker["written"] == 4  # redone by a new worker
+    assert len(summary["workers"]) >= 2  # Ray worker processes shared the shards
+    ids = [r["doc_id"] for r in _records(summary["memories"])]
+    assert len(ids) == len(set(ids)) == 16
+    assert _records(summary["memories"]) == plain  # same records, same order as `memreader read`
+    monkeypatch.delenv(DIE_ENV)
+
+    # a rerun finds every shard done: no Ray, no model, the merged file rewritten identically
+    before = _shard_files(out)
+    again = read_distributed(cfg)
+    assert (again["shards_read"], again["shards_skipped"], again["read"], again["workers"]) == (0, 4, 0, [])
+    assert _shard_files(out) == before and _records(again["memories"]) == plain
+
+    # the driver killed in the middle of shard 2: half its file written, no marker, an attempt folder left
+    shard2 = out / "shards" / "shard-00002.jsonl"
+    lines = shard2.read_text(encoding="utf-8").splitlines(keepends=True)
+    shard2.write_text(lines[0] + lines[1][:50], encoding="utf-8")
+    (out / "shards" / "shard-00002.done.json").unlink()
+    (out / "shards" / ".shard-00002.attempt-dead").mkdir()
+    third = read_distributed(cfg)
+    assert (third["shards_read"], third["shards_skipped"], third["read"]) == (1, 3, 4)
+    after = _shard_files(out)
+    assert {k: v for k, v in after.items() if "00002" not in k} == {k: v for k, v in before.items() if "00002" not in k}
+    assert after["shard-00002.jsonl"] != before["shard-00002.jsonl"]  # redone from scratch, replaced whole
+    assert [m.doc_id for m in read_memories(shard2)] == ["doc-08", "doc-09", "doc-10", "doc-11"]
+    assert not list((out / "shards").glob(".shard-*")) and _records(third["memories"]) == plain
+
+
+@pytest.mark.integration
+def test_data_parallel_engine_gives_up_naming_the_shard_and_a_rerun_finishes(tmp_path, monkeypatch, corpus,
+                                                                            tiny_model, plain) -> None:
+    """engine=vllm_dp with the transformers backend: two CPU processes stand in for two GPUs."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    flag = tmp_path / "died"
+    monkeypatch.setenv(DIE_ENV, f"3:{flag}")
+    cfg = _cfg(corpus, tiny_model, engine="vllm_dp", max_retries=0)
+    with pytest.raises(ShardError, match=r"not finished: shard-00003; .*max_retries=0.*rerun the same command") as info:
+        read_distributed(cfg)
+    assert "finished shards are kept" in str(info.value) and flag.is_file()
+    out = tmp_path / "home" / "runs" / "dist" / "read"
+    done = {p.name for p in (out / "shards").glob("*.done.json")}
+    assert "shard-00003.done.json" not in done and len(done) == 3  # the other process finished its shards
+    assert not (out / "memories.jsonl").exists()  # nothing merged while a shard is missing
+    monkeypatch.delenv(DIE_ENV)
+    summary = read_distributed(cfg)
+    assert (summary["shards_read"], summary["shards_skipped"], summary["read"]) == (1, 3, 4)
+    assert _records(summary["memories"]) == plain
+
+
+CLUSTER = """
+import sys, ray
+ray.init(address="local", num_cpus=2, include_dashboard=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # up until the test closes stdin
+ray.shutdown()
+"""
+
+
+@pytest.mark.integration
+def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, corpus, tiny_model, plain) -> None:
+    """A Ray cluster started by another process (as `ray start --head` would), joined by its address;
+    a worker that dies with no retry left stops the run naming its shard, and a rerun finishes."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        address = cluster.stdout.readline().strip()
+        assert re.fullmatch(r"[\d.]+:\d+", address), address
+        flag = tmp_path / "died"
+        monkeypatch.setenv(DIE_ENV, f"1:{flag}")
+        cfg = _cfg(corpus, tiny_model, ray_address=address, max_retries=0, limit=8)
+        with pytest.raises(ShardError, match=r"shard\(s\) were not finished: (shard-00000, )?shard-00001; a worker "
+                                             r"reading them died with no retry left \(max_retries=0; ActorDiedError"):
+            read_distributed(cfg)
+        assert flag.is_file()
+        monkeypatch.delenv(DIE_ENV)
+        summary = read_distributed(cfg)
+        assert summary["shards"] == 2 and summary["read"] == 4 * summary["shards_read"]
+        assert _records(summary["memories"]) == plain[:8]
+        assert cluster.poll() is None  # the run disconnected; the cluster it joined still runs
+    finally:
+        cluster.stdin.close()
+        cluster.wait(timeout=120)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(("address", "reason"), [
+    ("127.0.0.1:{closed}", "nothing answers"), ("ray://127.0.0.1:{closed}", "nothing answers"),
+    ("127.0.0.1:{silent}", "no answer within connect_timeout_s=3s"),  # takes connections, never speaks
+    ("ray://127.0.0.1:{silent}", "no answer within connect_timeout_s=3s")])
+def test_an_unreachable_ray_address_fails_fast_with_the_fix(tmp_path, monkeypatch, corpus, address, reason) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = address.format(closed=_closed_port(), silent=silent.getsockname()[1])
+        t0 = time.perf_counter()
+        with pytest.raises(RayUnreachable) as info:
+            read_distributed(_cfg(corpus, "org/unused-model", ray_address=address, connect_timeout_s=3))
+        assert time.perf_counter() - t0 < 8  # ray.init alone waits minutes, then exits the process
+    message = str(info.value)
+    assert f"no Ray cluster answers at ray_address={address!r} ({reason}" in message
+    assert "ray start --head" in message and "leave ray_address empty" in message
+
+
+def test_duplicate_doc_ids_are_refused_before_any_work(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    path = tmp_path / "dup.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": f"text {n}"}) + "\n" for n, i in enumerate("abcb")))
+    with pytest.raises(CorpusError, match=r"dup.jsonl:4: duplicate id 'b'"):
+        read_distributed(_cfg(path, "org/unused-model"))
+    assert not (tmp_path / "home" / "runs" / "dist" / "read" / "shards").exists()
+
+
+def test_merge_refuses_a_document_twice_naming_it(tmp_path, corpus, plain) -> None:
+    from memreader.schema import DocumentMemory
+
+    shards = plan_shards(read_corpus(corpus), 4)
+    store = ShardStore(tmp_path)
+    mems = [DocumentMemory.from_dict(r) for r in plain]
+    for shard in shards:
+        write_memories(store.path(shard), mems[shard.index * 4:(shard.index + 1) * 4])
+    assert merge_shards(store, shards, tmp_path / "memories.jsonl") == 16
+    assert _records(tmp_path / "memories.jsonl") == plain
+    write_memories(store.path(shards[3]), [mems[5]], append=True)  # doc-05 again, in the wrong shard
+    with pytest.raises(ShardError, match=r"doc_id 'doc-05' appears twice: in .*shard-00001.jsonl and in "
+                                         r".*shard-00003.jsonl"):
+        merge_shards(store, shards, tmp_path / "memories.jsonl")
+    assert _records(tmp_path / "memories.jsonl") == plain  # the merged file was left as it was
+    write_memories(store.path(shards[3]), mems[12:16])
+    write_memories(store.path(shards[2]), [*mems[8:12], mems[0]])
+    with pytest.raises(ShardError, match="doc_id 'doc-00' appears twice"):
+        merge_shards(store, shards, tmp_path / "memories.jsonl")
+    write_memories(store.path(shards[2]), mems[8:12])
+    write_memories(store.path(shards[0]), [*mems[0:4], mems[4]])  # doc-04 belongs to shard 1
+    with pytest.raises(ShardError, match=r"shard-00000.jsonl holds doc_id 'doc-04', which is not a document of "
+                                         r"shard-00000"):
+        merge_shards(store, shards, tmp_path / "memories.jsonl")
+
+
+def test_runs_that_would_mix_are_refused(tmp_path, monkeypatch, corpus) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    out = tmp_path / "home" / "runs" / "dist" / "read"
+    shards = plan_shards(read_corpus(corpus), 4)
+    ShardStore(out).check_plan(shards, {"shard_size": 4, "documents": 16})
+    with pytest.raises(ShardError, match=r"sharded differently before \(changed: shard_size, shards\)"):
+        read_distributed(_cfg(corpus, "org/unused-model", shard_size=5))
+    (out / "shards" / "plan.json").unlink()
+    (out / "memories.jsonl").write_text("")
+    with pytest.raises(ShardError, match="was not made by distributed reading"):
+        read_distributed(_cfg(corpus, "org/unused-model"))
+
+
+def test_config_problems_are_named(tmp_path, corpus) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(DistributedReadConfig, None, [f"input={corpus}", "engine=spark", "backend=openai",
+                                                  "base_url=http://x/v1", "ray_address=head-node", "shard_size=0",
+                                                  "gpus_per_worker=1.5"])
+    message = str(info.value)
+    for part in ("engine: 'spark' is not one of ray, vllm_dp", "backend: openai is one server",
+                 "ray_address='head-node'", "shard_size=0 is out of range", "gpus_per_worker=1.5"):
+        assert part in message
+    cfg = load_config(DistributedReadConfig, None, [f"input={corpus}", "backend=vllm"])
+    assert cfg.worker_gpus() == 1 and load_config(DistributedReadConfig, None, [f"input={corpus}"]).worker_gpus() == 0
