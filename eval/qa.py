@@ -67,6 +67,8 @@ class QAConfig:
     answer_batch: int = field(32, ge=1, help="questions answered (and flushed to answers.jsonl) per step")
     support: bool = field(True, help="informational support of the reference answer (local answerer only)")
     clarity: bool = field(True, help="the evaluator's clarity of every method's chunks")
+    clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
+                              "evaluator's ppl clarity costs two forward passes per chunk boundary")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
     clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (data_gen/scoring.py)")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
@@ -150,13 +152,16 @@ def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
     else:
         scorer = EvaluatorScorer(settings)
 
+    signature = clarity_signature(scorer) + (f"|docs:first-{cfg.clarity_docs}" if cfg.clarity_docs else "")
+
     def fn(memories: list[Any]) -> dict[str, Any]:
+        memories = memories[: cfg.clarity_docs or None]
         values = chunk_clarity(scorer, memories)
         scored = [v for v in values if v is not None]
         return {"per_memory": values, "doc_ids": [m.doc_id for m in memories],
-                "mean": sum(scored) / len(scored) if scored else None, "signature": clarity_signature(scorer)}
+                "mean": sum(scored) / len(scored) if scored else None, "signature": signature}
 
-    return fn, clarity_signature(scorer)
+    return fn, signature
 
 
 def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:

@@ -171,8 +171,7 @@ def read_shard(cfg: Any, shard: Shard, out_dir: Path, backend: Any, key: str) ->
         summary = read_documents(cfg, shard.docs, attempt, backend)
     if not memories.exists():
         write_memories(memories, [])
-    with store.path(shard).open('a', encoding='utf-8') as fh:  # MUTATION: append
-        fh.write(memories.read_text(encoding='utf-8'))
+    os.replace(memories, store.path(shard))  # whole, or not at all
     marker = {"shard": shard.index, "digest": shard.digest(), "read_key": key, "documents": len(shard.docs),
               "written": sum(1 for _ in iter_memories(store.path(shard))), "sha256": sha256_file(store.path(shard)),
               "read": summary["read"], "failed": summary["failed"], "truncated_skipped": summary["truncated_skipped"],

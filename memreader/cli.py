@@ -6,6 +6,7 @@
     memreader train --config configs/training/smollm2_135m_lora_cpu_smoke.yaml
     memreader merge --adapter artifacts/runs/demo/train
     memreader read  --config configs/inference/smollm2_cpu.yaml
+    memreader read-dist --config configs/inference/smollm2_ray_local.yaml
     memreader serve --model smollm2-135m-instruct --port 8000
     memreader index --config configs/retrieval/three_layer_minilm.yaml
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml "question"
@@ -31,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("training.sft", "LoRA fine-tuning with TRL SFTTrainer"),
     "merge": ("training.merge", "merge a LoRA adapter into its base model"),
     "read": ("inference.reader", "MemReader batch reading of a corpus (resumable)"),
+    "read-dist": ("inference.distributed", "read a corpus in shards on several GPUs or a Ray cluster, merged into one "
+                  "memories file (resumable)"),
     "serve": ("inference.server", "OpenAI-compatible HTTP server over a local model (+ adapter)"),
     "index": ("retrieval.cli", "index memories into Milvus (outline / core / chunk layers)"),
     "ask": ("retrieval.cli", "retrieve chunks for a question, with provenance"),
@@ -43,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items())
+    lines = "\n".join(f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
     return argparse.ArgumentParser(
         prog="memreader",
         description="Document memories with small language models: generate, train, read, index, ask, evaluate.",

@@ -39,7 +39,7 @@ def _files(tmp: Path) -> dict[str, Path]:
 
 
 # (case name, argv with {placeholders}, exit code, text the message must contain)
-CONFIG_STAGES = [("gen", "input"), ("read", "input"), ("train", "train_file"), ("index", "memories"),
+CONFIG_STAGES = [("gen", "input"), ("read", "input"), ("read-dist", "input"), ("train", "train_file"), ("index", "memories"),
                  ("eval", "memories"), ("demo", None), ("serve", None), ("score", "pred"),
                  ("chat", None)]
 CASES: list[tuple[str, list[str], int, str]] = []
@@ -79,6 +79,14 @@ CASES += [
     ("index-missing", ["index", "--set", "memories={tmp}/missing.jsonl"], 2, "does not exist"),
     ("eval-missing-memories", ["eval", "--set", "memories={tmp}/missing.jsonl", "--set", "qa={corpus}"], 2,
      "does not exist"),
+    ("eval-unknown-method", ["eval", "--set", "qa={corpus}", "--set", "methods=[fixed, chonk]"], 2,
+     "methods: unknown 'chonk'; valid: fixed, sentence, semantic"),
+    ("eval-wrong-layout", ["eval", "--set", "dataset=multifieldqa_zh", "--set", "qa={corpus}", "--set",
+                           "methods=[fixed]"], 2, "corpus.jsonl:1: field 'answers': missing (the record has: id, text)"),
+    ("eval-unknown-dataset", ["eval", "--set", "dataset=squad", "--set", "qa={corpus}"], 2, "dataset: 'squad'"),
+    ("read-dist-unreachable-ray", ["read-dist", "--set", "input={corpus}", "--set", "engine=ray", "--set",
+                                   "ray_address=127.0.0.1:1", "--set", "connect_timeout_s=2"], 2, "ray start --head"),
+    ("report-missing-run", ["report", "no-such-run"], 2, "no-such-run"),
     ("score-both-empty", ["score", "--pred", "{empty}", "--ref", "{empty}"], 2, "both inputs are empty"),
     ("score-negative-bootstrap", ["score", "--pred", "{empty}", "--ref", "{empty}", "--bootstrap", "-5"], 2,
      "bootstrap=-5 is out of range: it must be >= 1"),

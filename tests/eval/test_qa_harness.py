@@ -1,37 +1,46 @@
-"""QA harness: real MiniLM + Milvus Lite, both systems scored; the answering LM is scripted (it echoes
-the first retrieved passage), so the test checks retrieval and scoring plumbing, not a model."""
+"""QA harness: real MiniLM + Milvus Lite, every method scored; the answering LM is scripted (it echoes the first
+retrieved passage), so these tests check retrieval, resumption and scoring plumbing, not a model."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import eval.qa as qa
-from eval.baselines import baseline_memories, fixed_length_spans
-from memreader.schema import DocumentMemory, Scenario, tiling_problems, write_memories
+from eval.method_run import StaleRunError
+from memreader.config import ConfigError, load_config
+from memreader.schema import DocumentMemory, Scenario, write_memories
 
 DOC_A = ("Lighthouses guide ships at night with a rotating lamp. " * 3
          + "The keeper lived in a small cottage beside the tower and logged every passing vessel.")
 DOC_B = "Bees collect nectar and turn it into honey inside wax cells. " * 4
+QUESTIONS = [
+    {"id": "q1", "question": "Where did the lighthouse keeper live?", "doc_id": "a",
+     "answers": ["The keeper lived in a small cottage beside the tower and logged every passing vessel."]},
+    {"id": "q2", "question": "What do bees make from nectar?", "answers": ["Honey."], "doc_id": "b"},
+    {"id": "q3", "question": "What guides ships at night?", "answers": ["A rotating lamp."], "doc_id": "a"},
+]
 
 
 class EchoFirstPassage:
+    """Answers with the first sentence of the first retrieved passage; counts questions; can fail on purpose."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.asked: list[str] = []
+        self.fail_after = fail_after
+
     def generate_many(self, list_of_messages, params, progress_desc=None):
         assert params.temperature == 0.0
+        if self.fail_after is not None and len(self.asked) >= self.fail_after:
+            raise RuntimeError("the answering model crashed")
+        self.asked += [m[-1]["content"] for m in list_of_messages]
         return [m[-1]["content"].split("[1] ", 1)[1].split(".", 1)[0] + "." for m in list_of_messages]
 
 
-@pytest.mark.parametrize("size", [1, 7, 180, 10_000])
-def test_fixed_length_spans_tile(size) -> None:
-    assert tiling_problems(fixed_length_spans(DOC_A, size), len(DOC_A)) == []
-    with pytest.raises(ValueError, match="chunk size"):
-        fixed_length_spans(DOC_A, 0)
-    with pytest.raises(KeyError, match="fixed-180"):
-        baseline_memories("nope", {"a": DOC_A})
-
-
-def test_run_qa_scores_memreader_and_baseline(tmp_path, monkeypatch) -> None:
+@pytest.fixture
+def demo_files(tmp_path: Path, monkeypatch) -> dict[str, str]:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     cut = DOC_A.index("The keeper")
     mems = [
@@ -40,19 +49,75 @@ def test_run_qa_scores_memreader_and_baseline(tmp_path, monkeypatch) -> None:
         DocumentMemory("b", DOC_B, [Scenario("Honey", "Bees make honey.", 0, len(DOC_B))]),
     ]
     write_memories(tmp_path / "m.jsonl", mems)
-    (tmp_path / "qa.jsonl").write_text(
-        json.dumps({"id": "q1", "question": "Where did the lighthouse keeper live?",
-                    "answers": ["The keeper lived in a small cottage beside the tower and logged every passing vessel."]}) + "\n"
-        + json.dumps({"id": "q2", "question": "What do bees make from nectar?", "answers": ["Honey."]}) + "\n")
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
+    return {"memories": str(tmp_path / "m.jsonl"), "qa": str(tmp_path / "qa.jsonl"), "home": str(tmp_path / "home")}
+
+
+def _cfg(files: dict[str, str], **kw) -> qa.QAConfig:
+    base = dict(dataset="jsonl", memories=files["memories"], qa=files["qa"], run="q", top_k=2, methods=["memreader",
+                "fixed"], target_chars=60, embedder="minilm-l6", support=False, clarity=False, report=False)
+    base.update(kw)
+    return qa.QAConfig(**base)
+
+
+def test_run_qa_scores_memreader_and_a_calibrated_chunker(demo_files, monkeypatch) -> None:
     monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
-    cfg = qa.QAConfig(memories=str(tmp_path / "m.jsonl"), qa=str(tmp_path / "qa.jsonl"), run="q", top_k=2)
-    report = qa.run_qa(cfg)
-    systems = {s["system"]: s for s in report["systems"]}
-    assert set(systems) == {"memreader", "fixed-180"}
-    assert systems["memreader"]["mode"] == "three_layer" and systems["fixed-180"]["mode"] == "chunk_only"
-    for s in systems.values():
-        assert set(s["scores"]["metrics"]) == {"bleu_1", "bleu_avg", "rouge_l", "meteor"}
-    # The keeper scenario is retrieved first, so the echoed answer is the reference sentence itself.
-    assert systems["memreader"]["scores"]["metrics"]["rouge_l"]["per_example"][0] == pytest.approx(1.0)
-    preds = [json.loads(x) for x in open(tmp_path / "home/runs/q/eval/predictions.memreader.jsonl")]
-    assert preds[0]["retrieved"][0]["doc_id"] == "a" and preds[0]["retrieved"][0]["provenance"]
+    summary = qa.run_qa(_cfg(demo_files))
+    methods = summary["methods"]
+    assert set(methods) == {"memreader", "fixed"}
+    assert methods["memreader"]["mode"] == "three_layer" and methods["fixed"]["mode"] == "chunk_only"
+    for m in methods.values():
+        assert set(m["scores"]["metrics"]) == {"bleu_1", "bleu_avg", "rouge_l", "meteor"}
+    # the keeper scenario is retrieved first, so the echoed answer is the reference sentence itself
+    assert methods["memreader"]["scores"]["metrics"]["rouge_l"]["per_example"][0] == pytest.approx(1.0)
+    cal = methods["fixed"]["calibration"]
+    assert cal["within"] and abs(cal["mean_chars"] - 60) <= 6
+    assert methods["memreader"]["calibration"]["note"].startswith("given memories")
+    assert methods["fixed"]["provenance"]["baseline"] == 2
+    rows = [json.loads(x) for x in open(Path(demo_files["home"]) / "runs/q/eval/methods/memreader/answers.jsonl")]
+    assert [r["id"] for r in rows] == ["q1", "q2", "q3"]
+    assert rows[0]["retrieved"][0]["doc_id"] == "a" and rows[0]["retrieved"][0]["provenance"]
+    assert summary["profile"]["answers"] == 6
+
+
+def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
+    crashing = EchoFirstPassage(fail_after=1)
+    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: crashing)
+    with pytest.raises(RuntimeError, match="crashed"):
+        qa.run_qa(_cfg(demo_files, answer_batch=1, methods=["memreader"]))
+    answers = Path(demo_files["home"]) / "runs/q/eval/methods/memreader/answers.jsonl"
+    assert len(answers.read_text().splitlines()) == 1
+    with answers.open("a") as fh:  # a line torn by the crash is dropped and redone
+        fh.write('{"id": "q2", "quest')
+    resumed = EchoFirstPassage()
+    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: resumed)
+    summary = qa.run_qa(_cfg(demo_files, answer_batch=1, methods=["memreader"]))
+    assert len(resumed.asked) == 2, "only q2 and q3 are answered again"
+    assert [json.loads(x)["id"] for x in answers.read_text().splitlines()] == ["q1", "q2", "q3"]
+    assert summary["methods"]["memreader"]["scores"]["n"] == 3
+
+
+def test_other_settings_in_the_same_run_are_refused(demo_files, monkeypatch) -> None:
+    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
+    qa.run_qa(_cfg(demo_files, methods=["memreader"]))
+    with pytest.raises(StaleRunError, match="top_k changed"):
+        qa.run_qa(_cfg(demo_files, methods=["memreader"], top_k=1))
+
+
+def test_config_problems_are_named() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(qa.QAConfig, None, ["qa=x.jsonl", "methods=[fixed, chonk]", "dataset=squad"])
+    text = str(err.value)
+    assert "unknown 'chonk'" in text and "lumber" in text and "dataset: 'squad'" in text
+    with pytest.raises(ConfigError, match="memreader: give memories"):
+        load_config(qa.QAConfig, None, ["qa=x.jsonl", "methods=[memreader]"])
+
+
+def test_questions_without_answers_are_named(demo_files, monkeypatch) -> None:
+    from eval.datasets import DatasetError
+
+    path = Path(demo_files["qa"])
+    path.write_text(json.dumps({"id": "q9", "question": "Why?", "answers": [" "], "doc_id": "a"}) + "\n")
+    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
+    with pytest.raises(DatasetError, match=r"no reference answer \(ids q9\)"):
+        qa.run_qa(_cfg(demo_files))

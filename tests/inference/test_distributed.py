@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from inference.distributed import DistributedReadConfig, RayUnreachable, read_distributed
-from inference.reader import ReadConfig, make_backend, read_corpus_memories
-from inference.shards import DIE_ENV, ShardError, ShardStore, merge_shards, plan_shards
+from inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
+from inference.shards import DIE_ENV, ShardError, ShardStore, merge_shards, plan_shards, read_shard
 from memreader.config import ConfigError, load_config
 from memreader.corpus import CorpusError, read_corpus
+from memreader.generation import GenerationRequestError
+from memreader.markup import render_memory
 from memreader.schema import read_memories, write_memories
 
 TOPICS = ["compost", "bees", "rain", "bridges", "trains", "tea", "maps", "clocks"]
@@ -241,6 +243,42 @@ def test_merge_refuses_a_document_twice_naming_it(tmp_path, corpus, plain) -> No
     with pytest.raises(ShardError, match=r"shard-00000.jsonl holds doc_id 'doc-04', which is not a document of "
                                          r"shard-00000"):
         merge_shards(store, shards, tmp_path / "memories.jsonl")
+
+
+class Scripted:
+    """A backend without a model: a two-chunk memory per document, or a failed request for ``fail``."""
+
+    def __init__(self, fail: str = "") -> None:
+        self.fail, self.seen = fail, []
+
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None):
+        outs = []
+        for msgs in list_of_messages:
+            doc = msgs[-1]["content"].split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
+            self.seen.append(doc)
+            cut = doc.index(" ", len(doc) // 2)
+            outs.append(GenerationRequestError("HTTP 500 five times", 500) if self.fail and self.fail in doc
+                        else render_memory(["x", "y"], [doc[:cut], doc[cut:]], ["c", "d"]))
+        return outs
+
+
+def test_a_shard_with_failed_documents_is_resumed_and_merged_in_corpus_order(tmp_path, corpus) -> None:
+    cfg = ReadConfig(input=str(corpus), guided="off", batch_size=4)
+    shard = plan_shards(read_corpus(corpus), 4)[1]  # doc-04 .. doc-07
+    store, key = ShardStore(tmp_path), read_key(cfg)
+    first = read_shard(cfg, shard, tmp_path, Scripted(fail="Document 5 "), key)
+    assert first["written"] == 3 and list(first["failed"]) == ["doc-05"] and store.state(shard, key) == "resume"
+    backend = Scripted()
+    second = read_shard(cfg, shard, tmp_path, backend, key)
+    assert len(backend.seen) == 1 and "Document 5 " in backend.seen[0]  # only the failed one is asked again
+    assert second["resumed"] and second["written"] == 4 and second["failed"] == {}
+    assert store.state(shard, key) == "done" and not list(store.dir.glob(".shard-*"))
+    assert [m.doc_id for m in read_memories(store.path(shard))] == ["doc-04", "doc-06", "doc-07", "doc-05"]
+    assert merge_shards(store, [shard], tmp_path / "m.jsonl") == 4
+    assert [m.doc_id for m in read_memories(tmp_path / "m.jsonl")] == ["doc-04", "doc-05", "doc-06", "doc-07"]
+    with pytest.raises(ShardError, match="other documents or with other settings"):
+        store.state(shard, read_key(ReadConfig(input=str(corpus), guided="off", temperature=0.5)))
 
 
 def test_runs_that_would_mix_are_refused(tmp_path, monkeypatch, corpus) -> None:

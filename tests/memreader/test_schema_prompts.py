@@ -113,7 +113,7 @@ def test_type_and_check_problems_are_reported_together() -> None:
     text = str(err.value)
     assert "limit: expected int" in text and "val_fraction" in text and "teacher: 'x'" in text
     assert load_config(QAConfig, None, [f"memories={__file__}", f"qa={__file__}",
-                                        "baselines=fixed-180"]).baselines == ["fixed-180"]
+                                        "methods=fixed,sentence"]).methods == ["fixed", "sentence"]
     from eval.qa import run_qa
 
     with pytest.raises(FileNotFoundError, match="memories: nope.jsonl does not exist .run `memreader read` first"):
