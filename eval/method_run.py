@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,13 +53,6 @@ class MethodContext:
     support_fn: Callable[[list[str], list[list[str]], list[str]], list[dict[str, Any]]] | None = None
     clarity_fn: Callable[[list[DocumentMemory]], dict[str, Any]] | None = None
     clarity_signature: str = ""
-
-
-def chunk_stats(memories: list[DocumentMemory]) -> dict[str, Any]:
-    """Chunk count, mean and standard deviation of chunk length in characters."""
-    lengths = [s.end - s.start for m in memories for s in m.scenarios]
-    return {"n_chunks": len(lengths), "mean_chars": round(statistics.fmean(lengths), 1) if lengths else 0.0,
-            "std_chars": round(statistics.pstdev(lengths), 1) if lengths else 0.0}
 
 
 def has_layers(memories: list[DocumentMemory]) -> bool:

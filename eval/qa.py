@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.answering import GenerationProfile
-from eval.chunkers import METHODS, ChunkerSettings, method_memories
-from eval.method_run import MethodContext, chunk_stats, run_method
+from eval.chunkers import METHODS, ChunkerSettings, chunk_stats, method_memories
+from eval.method_run import MethodContext, run_method
 from eval.score import format_table, score_pairs
 from eval.suites import SETS, load_eval_set
 from memreader.config import add_config_arguments, field, load_config, stage_main
@@ -109,13 +109,14 @@ def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any]
     memories = [m for m in read_memories(cfg.memories) if m.doc_id in documents]
     stats = chunk_stats(memories)
     lo, hi = cfg.target_chars * (1 - cfg.tolerance), cfg.target_chars * (1 + cfg.tolerance)
-    within = lo <= stats["mean_chars"] <= hi
+    within = lo <= stats.mean <= hi
     note = f"given memories ({cfg.memories}): not calibrated"
     if not within:
-        note += f"; WARNING: mean chunk {stats['mean_chars']} chars is outside {lo:.0f}-{hi:.0f}"
+        note += f"; WARNING: mean chunk {stats.mean:.1f} chars is outside {lo:.0f}-{hi:.0f}"
         print(f"eval: memreader: {note}")
     return memories, {"method": "memreader", "param": "memories", "value": cfg.memories, "target_chars": cfg.target_chars,
-                      "tolerance": cfg.tolerance, **stats, "within": within, "tried": [], "note": note}
+                      "tolerance": cfg.tolerance, "mean_chars": round(stats.mean, 2), "std_chars": round(stats.std, 2),
+                      "n_chunks": stats.n_chunks, "within": within, "tried": [], "note": note}
 
 
 def _answerer(cfg: QAConfig) -> Any:

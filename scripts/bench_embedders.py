@@ -17,7 +17,7 @@ Sets (read from ``../shared/datasets``):
   recall@1 and recall@5 (the evidence passage ranks first / within the top 5).
 - **MultiFieldQA-zh** (LongBench, 200 questions over long Chinese documents, ~6.6k characters; the
   first ``--mfqa-questions``): every question's own context is cut into 180-character chunks with the project's fixed-length
-  baseline (:func:`eval.baselines.fixed_length_spans`), and the question ranks the chunks of its own
+  baseline (:func:`eval.chunkers.fixed_length_spans`), and the question ranks the chunks of its own
   context only. *Evidence* is defined per question as follows. Answers and context are compared
   after stripping whitespace and punctuation at the answer's ends. If a reference answer occurs
   verbatim in the context, every chunk overlapping an occurrence is evidence (``exact``).
@@ -170,7 +170,7 @@ class MfqaQuestion:
 
 
 def mfqa_task(n_questions: int, min_overlap: float) -> Task:
-    from eval.baselines import fixed_length_spans
+    from eval.chunkers import fixed_length_spans
     from eval.datasets import load_longbench
 
     records = load_longbench(DATA / "longbench_multifieldqa_zh.jsonl")[:n_questions]

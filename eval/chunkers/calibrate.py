@@ -138,7 +138,9 @@ def _unreachable(param: SizeParam, tried: dict[float, tuple[float, Any]], method
         flat = means[-1] - means[0] <= 0.01 * target
         why = f"stopped after {len(tried)} values (the trial limit)" + (
             f"; the mean hardly changes with {param.name}" if flat else "")
-        fix = (f"raise the trial limit (max_trials / model_max_trials), use a target_chars between {means[0]:.0f} "
+        fix = (f"{method}'s chunk length does not follow {param.name} here (e.g. a model that cuts at the same "
+               f"places whatever the window): leave {method} out or use another model" if flat else
+               f"raise the trial limit (max_trials / model_max_trials), use a target_chars between {means[0]:.0f} "
                f"and {means[-1]:.0f}, or raise tolerance")
     else:
         why = (f"{len(tried)} values tried, means {means[0]:.1f}–{means[-1]:.1f}: " +

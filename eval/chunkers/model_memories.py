@@ -79,7 +79,8 @@ class ReaderChunker:
 
     def memories(self, documents: dict[str, str], chunk_chars: float) -> list[DocumentMemory]:
         """Guided memories of ``documents`` (read or resumed), in the order given."""
-        from inference.reader import _read, read_key
+        from inference.reader import read_documents, read_key
+        from memreader.corpus import read_corpus
         from memreader.runlock import RunLock
 
         corpus = self.folder / f"corpus-{len(documents)}.jsonl"
@@ -90,7 +91,7 @@ class ReaderChunker:
                                + "; ".join(cfg.check()), "fix the chunker settings named")
         out_dir = self.folder / f"c{int(chunk_chars)}-{read_key(cfg)}" / "read"
         with RunLock(out_dir):
-            summary = _read(cfg, out_dir, self.backend())
+            summary = read_documents(cfg, read_corpus(cfg.input), out_dir, self.backend())
         self.summaries.append(summary)
         got = {m.doc_id: m for m in read_memories(out_dir / "memories.jsonl")}
         missing = [d for d in documents if d not in got]

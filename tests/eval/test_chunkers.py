@@ -145,6 +145,8 @@ def test_search_handles_decreasing_params_and_reports_flat_ones() -> None:
     # two chunks: mean is 500 whatever the value → flat, out of reach
     with pytest.raises(ChunkerError, match=r"^m: .*closest: 500.0 at p=\d+ .*get no shorter"):
         search(SizeParam("p", 1, 100, 10), measure(lambda v: v), "m", 200, 0.1, 5)
+    with pytest.raises(ChunkerError, match=r"stopped after 3 values .*hardly changes with p\) — fix: .*leave m out"):
+        search(SizeParam("p", 1, 10**6, 1000), measure(lambda v: 500), "m", 200, 0.1, 3)
     found = search(SizeParam("t", 0.01, 0.99, 0.5, increasing=False, integer=False, scale=False),
                    lambda v: [DocumentMemory("d", "x" * 1000, [Scenario("", "", i, min(i + round(400 * (1 - v)) + 20,
                                                                                         1000))

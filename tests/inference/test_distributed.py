@@ -158,7 +158,7 @@ ray.shutdown()
 """
 
 
-@pytest.mark.integration
+@pytest.mark.slow  # starts a separate `ray start --head` cluster: ~1 min idle, ~4 min on a loaded 2-core machine
 def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, corpus, tiny_model, plain) -> None:
     """A Ray cluster started by another process (as `ray start --head` would), joined by its address;
     a worker that dies with no retry left stops the run naming its shard, and a rerun finishes."""

@@ -9,6 +9,7 @@ import pytest
 from data_gen.pipeline import GenConfig
 from eval.qa import QAConfig
 from eval.score import ScoreConfig
+from inference.distributed import DistributedReadConfig
 from inference.reader import ReadConfig
 from inference.server import ServeConfig
 from memreader.config import load_config
@@ -18,7 +19,8 @@ from retrieval.search import RetrievalConfig
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STAGES = {"data_gen": GenConfig, "inference": ReadConfig, "eval": QAConfig, "retrieval": RetrievalConfig}
 # YAMLs of a second command in a stage folder, by file-name prefix (training recipes: tests/training)
-BY_PREFIX = {("inference", "serve_"): ServeConfig, ("eval", "score"): ScoreConfig, ("retrieval", "chat_"): ChatConfig}
+BY_PREFIX = {("inference", "serve_"): ServeConfig, ("inference", "ray_cluster"): DistributedReadConfig,
+             ("inference", "smollm2_ray"): DistributedReadConfig, ("eval", "score"): ScoreConfig, ("retrieval", "chat_"): ChatConfig}
 
 
 def _config_class(path: Path) -> type:
