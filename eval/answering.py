@@ -25,6 +25,25 @@ def answer_messages(question: str, chunks: Sequence[str]) -> list[dict[str, str]
     return msgs
 
 
+def fit_chunks(answerer: Any, question: str, chunks: list[str], max_new_tokens: int) -> tuple[list[str], int]:
+    """The retrieved ``chunks`` (best first) that fit the answering model's window with ``max_new_tokens`` to
+    spare: the lowest-ranked ones are dropped until the prompt fits; returns the kept chunks and how many were
+    dropped. An answerer whose tokenizer and window are unknown here (a remote endpoint) gets every chunk."""
+    if not callable(getattr(answerer, "tokenizer", None)) or not callable(getattr(answerer, "model_window", None)):
+        return chunks, 0
+    window, tokenizer = answerer.model_window(), answerer.tokenizer()
+    if not window:
+        return chunks, 0
+    kept = list(chunks)
+    while kept:
+        ids = tokenizer.apply_chat_template(answer_messages(question, kept), add_generation_prompt=True,
+                                            tokenize=True, return_dict=True)["input_ids"]
+        if len(ids) + max_new_tokens <= window:
+            break
+        kept.pop()
+    return kept, len(chunks) - len(kept)
+
+
 class ForwardTimer:
     """Wall time spent inside ``model.forward`` (hooks on the top-level module), while active.
 

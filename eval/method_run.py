@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.answering import ForwardTimer, GenerationProfile, answer_messages
+from eval.answering import ForwardTimer, GenerationProfile, answer_messages, fit_chunks
 from eval.suites import EvalSet
 from memreader.errors import MemReaderError
 from memreader.generation import GenerationParams
@@ -130,7 +130,9 @@ def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryI
             t0 = time.perf_counter()
             hits = [index.search(q.question, top_k=ctx.top_k, mode=mode) for q in batch]
             ctx.profile.add("retrieval", time.perf_counter() - t0)
-            contexts = [[h.text for h in hs] for hs in hits]
+            fitted = [fit_chunks(ctx.answerer, q.question, [h.text for h in hs], ctx.max_new_tokens)
+                      for q, hs in zip(batch, hits, strict=True)]
+            contexts = [kept for kept, _ in fitted]
             prompts = [answer_messages(q.question, c) for q, c in zip(batch, contexts, strict=True)]
             timer = ForwardTimer(model()) if callable(model) else None
             t0 = time.perf_counter()
@@ -145,9 +147,13 @@ def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryI
                 t0 = time.perf_counter()
                 support = ctx.support_fn([q.question for q in batch], contexts, [q.answers[0] for q in batch])
                 ctx.profile.add("support", time.perf_counter() - t0)
-            for q, reply, hs, sup in zip(batch, replies, hits, support, strict=True):
+            for q, reply, hs, sup, (kept, cut) in zip(batch, replies, hits, support, fitted, strict=True):
+                if cut:
+                    print(f"eval: {method}: WARNING: question {q.id}: the {cut} lowest-ranked of {len(hs)} chunks do "
+                          "not fit the answering model's window and were left out of its prompt", flush=True)
                 row = {"id": q.id, "question": q.question, "answers": q.answers, "prediction": str(reply).strip(),
-                       "retrieved": [h.to_dict() for h in hs], "context_chars": sum(len(h.text) for h in hs),
+                       "retrieved": [h.to_dict() for h in hs], "chunks_left_out": cut,
+                       "context_chars": sum(map(len, kept)),
                        "support_nll": None if sup is None else sup["nll"],
                        "support_tokens": None if sup is None else sup["n_tokens"],
                        "support_truncated": None if sup is None else sup["truncated"]}

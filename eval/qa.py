@@ -226,11 +226,13 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
             "question_doc": {q: (docs[0] if docs else None) for q, docs in eset.question_docs.items()},
             "mode": result["mode"],
             "mean_context_chars": round(sum(r["context_chars"] for r in rows) / max(len(rows), 1), 1),
+            "questions_with_chunks_left_out": sum(bool(r.get("chunks_left_out")) for r in rows),
             "seconds": result["seconds"],
         }
     table = format_table(reports)
     table += "\n" + "\n".join(f"{m}: {_provenance_line(v['provenance'])}; chunks mean "
-                              f"{v['calibration']['mean_chars']} chars" for m, v in methods.items())
+                              f"{v['calibration']['mean_chars']} chars; {v['questions_with_chunks_left_out']} "
+                              "question(s) with chunks left out (window)" for m, v in methods.items())
     settings_line = (f"dataset={eset.name} questions={len(eset.questions)} documents={len(eset.documents)} "
                      f"top_k={cfg.top_k} answer_model={cfg.answer_model} embedder={embedder_name} "
                      f"target_chars={cfg.target_chars} profile={cfg.profile}")

@@ -121,3 +121,31 @@ def test_questions_without_answers_are_named(demo_files, monkeypatch) -> None:
     monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
     with pytest.raises(DatasetError, match=r"no reference answer \(ids q9\)"):
         qa.run_qa(_cfg(demo_files))
+
+
+class _CharTokenizer:
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict):
+        assert add_generation_prompt and tokenize and return_dict
+        return {"input_ids": list(range(sum(len(m["content"]) for m in messages)))}
+
+
+class _WindowedAnswerer:
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+    def tokenizer(self):
+        return _CharTokenizer()
+
+    def model_window(self):
+        return self.window
+
+
+def test_chunks_that_do_not_fit_the_window_are_dropped_lowest_ranked_first() -> None:
+    from eval.answering import answer_messages, fit_chunks
+
+    chunks = ["a" * 300, "b" * 300, "c" * 300]
+    full = sum(len(m["content"]) for m in answer_messages("Why?", chunks))
+    assert fit_chunks(_WindowedAnswerer(full + 10), "Why?", chunks, 10) == (chunks, 0)
+    assert fit_chunks(_WindowedAnswerer(full + 9), "Why?", chunks, 10) == (chunks[:2], 1)
+    assert fit_chunks(_WindowedAnswerer(50), "Why?", chunks, 10) == ([], 3)
+    assert fit_chunks(EchoFirstPassage(), "Why?", chunks, 10) == (chunks, 0)  # remote: window unknown
