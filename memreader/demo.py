@@ -1,7 +1,7 @@
 """``memreader demo``: runs ``scripts/runcpu.sh`` (every stage, for real, on the embedded models and the demo
 corpus), then checks the run; ``--check-only`` checks an existing run without running anything.
 
-    memreader demo                                   # = make demo: ~15 minutes on a 2-core CPU
+    memreader demo                                   # = make demo (scripts/runcpu.sh)
     memreader demo --run demo2 --set train_steps=4
     memreader demo --set teacher=openai --set teacher_model=deepseek-chat   # MEMREADER_TEACHER_BASE_URL/_API_KEY
     memreader demo --check-only --run demo           # the checks of artifacts/runs/demo (runcpu.sh's last step)

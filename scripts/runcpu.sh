@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # runcpu.sh: the CPU smoke of the reference pipeline (scripts/speedrun.sh), every stage for real on the embedded
-# models (SmolLM2-135M-Instruct, MiniLM) and the bundled demo corpus. `make demo` runs it; ~15 minutes on 2 cores.
+# models (SmolLM2-135M-Instruct, MiniLM) and the bundled demo corpus. `make demo` runs it (timings: docs/BENCHMARKS.md).
 #
 #   bash scripts/runcpu.sh                        # run "demo" under artifacts/runs/demo/
 #   RUN=demo2 TRAIN_STEPS=4 bash scripts/runcpu.sh
