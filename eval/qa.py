@@ -168,7 +168,8 @@ def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
 def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     """Evaluate every method on the same questions (``embedder``: an already-loaded model of ``cfg.embedder``)."""
     from memreader.registry import load_embedder
-    from retrieval.search import _canonical, auto_embedder
+    from retrieval.lexical import detect_language
+    from retrieval.search import AUTO_EMBEDDERS, _canonical
 
     t_run = time.perf_counter()
     if cfg.memories and not Path(cfg.memories).is_file():
@@ -179,13 +180,9 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out_dir, cfg)
     print(f"eval: {eset.name}: {len(eset.questions)} questions over {len(eset.documents)} documents; methods "
           f"{', '.join(cfg.methods)}; target {cfg.target_chars} chars ± {cfg.tolerance:.0%}")
-    embedder_name = cfg.embedder
-    if embedder_name == "auto":
-        from memreader.schema import DocumentMemory, Scenario
-
-        probe = [DocumentMemory(d, t, [Scenario("", "", 0, len(t))]) for d, t in list(eset.documents.items())[:50]]
-        embedder_name = auto_embedder(probe)
-    embedder_name = _canonical(embedder_name)
+    # auto: by the corpus' language, as `memreader index` decides it from the chunks (retrieval.search)
+    embedder_name = _canonical(AUTO_EMBEDDERS[detect_language(eset.documents.values())]
+                               if cfg.embedder == "auto" else cfg.embedder)
     embedder = embedder or load_embedder(embedder_name)
     answerer = _answerer(cfg)
     support_fn, support_sig = _support_fn(cfg, answerer)
