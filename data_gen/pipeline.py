@@ -23,7 +23,7 @@ import argparse
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,13 @@ from data_gen.selection import check_rrf_k
 from data_gen.sft_export import balance, sft_record, write_sft_splits
 from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
 from data_gen.units import make_units, merge_units
+from memreader.backends import (
+    BACKENDS,
+    backend_problem,
+    canonical_backend,
+    resolve_backend,
+    resolve_dtype_for,
+)
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
@@ -60,7 +67,11 @@ class GenConfig(GuidedConfig, WindowConfig):
     text_field: str = field("text", help="name of the text field in the corpus")
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
-    teacher: str = field("local", help="teacher backend: 'local' (in-process transformers) or 'openai'")
+    teacher: str = field("local", help="teacher backend: local (in-process transformers; alias transformers), vllm "
+                         "(in-process vLLM engine), openai (any OpenAI-compatible endpoint) or auto (the fastest "
+                         "measured on this machine: memreader/backends.py)")
+    dtype: str = field("auto", help="in-process teacher weights: auto (bf16 on CUDA; on CPU the faster of fp32 and "
+                       "bf16 by a cached probe), float32, bfloat16")
     model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
     base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL)")
     max_concurrency: int = field(8, ge=1, help="parallel requests to an OpenAI-compatible teacher")
@@ -90,7 +101,10 @@ class GenConfig(GuidedConfig, WindowConfig):
     clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl (conditional perplexity; the default, "
                                  "measured best on small evaluators), prob or margin (the paper's yes/no question)")
     evaluator_device: str = field("auto", help="evaluator device: auto, cpu, cuda")
-    evaluator_dtype: str = field("auto", help="evaluator dtype: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16")
+    evaluator_backend: str = field("auto", help="evaluator scorer: transformers (alias hf), vllm (prompt_logprobs, "
+                                   "sharing a vLLM teacher's engine), auto (vllm when the teacher is vllm, else "
+                                   "transformers)")
+    evaluator_dtype: str = field("auto", help="evaluator dtype: auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe), float32, bfloat16")
     score_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     score_batch_memories: int = field(64, ge=1, help="most candidate memories scored in one scorer call")
     domain_field: str = field("", help="corpus field naming each document's domain, for balancing and the "
@@ -110,8 +124,10 @@ class GenConfig(GuidedConfig, WindowConfig):
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
-        if self.teacher not in ("local", "openai"):
-            problems.append(f"teacher: {self.teacher!r} is not 'local' or 'openai'")
+        for problem in (backend_problem(self.teacher, (*BACKENDS, "local"), key="teacher"),
+                        backend_problem(self.evaluator_backend, ("transformers", "vllm", "auto"), key="evaluator_backend")):
+            if problem:
+                problems.append(problem)
         if self.clarity_variant not in VARIANTS:
             problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
         try:
@@ -128,7 +144,17 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
     folder; a run in which every document failed raises :class:`RunFailed` (exit code 1)."""
     out_dir = run_dir(cfg.run, "gen")
     with RunLock(out_dir):
-        return _generate(cfg, out_dir)
+        return _generate(resolve_teacher(cfg), out_dir)
+
+
+def resolve_teacher(cfg: GenConfig) -> GenConfig:
+    """``cfg`` with ``teacher`` decided: ``auto`` by measurement (:mod:`memreader.backends`), ``transformers`` kept
+    under its older name ``local`` (part of every cached reply's key)."""
+    teacher, why = resolve_backend(cfg.teacher, "teacher")
+    teacher = "local" if teacher == "transformers" else teacher
+    if teacher != cfg.teacher:
+        log.info("gen: teacher backend %s (%s)", teacher, why)
+    return replace(cfg, teacher=teacher)
 
 
 def _backend(cfg: GenConfig) -> tuple[Any, str]:
@@ -136,13 +162,26 @@ def _backend(cfg: GenConfig) -> tuple[Any, str]:
         backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
                             guided=cfg.guided)
         return backend, backend.base_url or ""
-    return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size), ""
+    if cfg.teacher == "vllm":
+        return make_chat("vllm", model=cfg.model, dtype=resolve_dtype_for("teacher", cfg.dtype, "vllm")), ""
+    return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size,
+                     dtype=resolve_dtype_for("teacher", cfg.dtype, "transformers")), ""
 
 
 def _scorer(cfg: GenConfig, backend: Any) -> Any:
     """The evaluator; the in-process teacher's weights are shared when it is the same model on the same device."""
     from data_gen.scoring import EvaluatorScorer, ScorerSettings
 
+    evaluator_backend = canonical_backend(cfg.evaluator_backend)
+    if evaluator_backend == "auto":
+        evaluator_backend = "vllm" if cfg.teacher == "vllm" else "transformers"
+    if evaluator_backend == "vllm":
+        dtype = resolve_dtype_for("scorer", cfg.evaluator_dtype, "vllm")
+        if cfg.evaluator == cfg.model and cfg.evaluator_dtype == "auto" and getattr(backend, "engine", None) is not None:
+            dtype = backend.engine.dtype  # the teacher's engine: one copy of the weights, one start-up
+        settings = ScorerSettings(model=cfg.evaluator, dtype=dtype, clarity_variant=cfg.clarity_variant,
+                                  max_batch_tokens=cfg.score_batch_tokens, backend="vllm")
+        return EvaluatorScorer(settings)
     settings = ScorerSettings(model=cfg.evaluator, device=cfg.evaluator_device, dtype=cfg.evaluator_dtype,
                               clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.score_batch_tokens)
     if isinstance(backend, LocalChat) and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
@@ -277,7 +316,7 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
 async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, cache: ReplyCache,
                 score_cache: ScoreCache) -> tuple[list[UnitResult], CachedTeacher, TeacherFlow]:
     """Every unit as its own coroutine (at most ``active_units`` alive), one progress bar per step."""
-    local = cfg.teacher == "local"
+    local = cfg.teacher in ("local", "vllm")
     lock = asyncio.Lock() if local else None  # teacher and evaluator share the CPU/GPU: one at a time
     dispatcher = Dispatcher(backend, max_concurrency=cfg.max_concurrency, batch_size=cfg.batch_size,
                             compute_lock=lock)

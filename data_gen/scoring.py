@@ -84,7 +84,7 @@ from memreader.prompts import detect_lang, load_template, render
 from memreader.schema import DocumentMemory
 
 VARIANTS = ("prob", "margin", "ppl")
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "transformers", "vllm")  # hf is the older name of transformers
 #: The answer words of the ``chunk_boundary`` template: (boundary, no boundary).
 ANSWER_WORDS = ("split", "keep")
 #: Bump when a text format, a truncation rule or a formula above changes (it is in every score).
@@ -130,10 +130,10 @@ class ScorerSettings:
                                "use e.g. 0.1 (at most 10% of a batch is padding)")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ScoringError(f"scorer dtype {self.dtype!r} is not one of auto, float32, bfloat16",
-                               "pick one of them (auto = float32 on CPU, bfloat16 on CUDA)")
+                               "pick one of them (auto = bfloat16 on CUDA, on CPU the faster by a cached probe)")
         if self.backend not in BACKENDS:
             raise ScoringError(f"scorer backend {self.backend!r} is not one of {', '.join(BACKENDS)}",
-                               "use 'hf' (transformers, CPU or GPU) or 'vllm' (GPU)")
+                               "use 'transformers' (alias 'hf') or 'vllm' (prompt_logprobs; vLLM's CPU build or a GPU)")
 
 
 def check_variants(variants: Sequence[str]) -> list[str]:
@@ -355,6 +355,7 @@ class EvaluatorScorer:
                 raise ScoringError("backend='vllm' loads its own model", "pass model=None, or use backend='hf'")
             self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=settings.dtype)
             self.tokenizer = self.engine.tokenizer
+            self.dtype_name = self.engine.dtype
             self.evaluator = settings.model
             return
         if (model is None) != (tokenizer is None):

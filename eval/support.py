@@ -25,7 +25,10 @@ Exactly what is computed:
   again) until it fits; if the answer does not fit even with no chunk, its first tokens that fit are
   kept. Either way the score says ``truncated=True`` (and ``context_chunks`` how many chunks remained).
 
-Computation: forward passes of the model body only, under ``torch.inference_mode``; sequences sorted
+Computation (vLLM): the same sequences through ``prompt_logprobs`` of the answerer's engine
+(:func:`memreader.vllm_engine.prompt_nlls`), in the engine's dtype.
+
+Computation (transformers): forward passes of the model body only, under ``torch.inference_mode``; sequences sorted
 by length, right-padded batches of ``batch_size`` (right padding leaves every real position exactly
 as unpadded, for a causal LM); the LM head runs only on the hidden states that predict answer tokens,
 ``slice_tokens`` rows at a time, so no ``[batch, seq, vocab]`` tensor exists.
@@ -187,8 +190,9 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
     """One :class:`SupportScore` per item (see the module docstring for the exact definition)."""
     if multi_ref not in MULTI_REF:
         raise SupportError(f"multi_ref={multi_ref!r} is not one of {', '.join(MULTI_REF)}")
-    limit = max_context_tokens if max_context_tokens is not None else (
-        getattr(model.config, "max_position_embeddings", None) or None)
+    vllm_engine = hasattr(model, "llm") and hasattr(model, "max_model_len")  # a memreader.vllm_engine.Engine
+    window = model.max_model_len if vllm_engine else getattr(model.config, "max_position_embeddings", None)
+    limit = max_context_tokens if max_context_tokens is not None else (window or None)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     start = time.perf_counter()
     jobs: list[tuple[int, int, int, bool]] = []  # (item, reference index, chunks kept, truncated)
@@ -202,7 +206,12 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
                 continue
             jobs.append((n, ref_index, kept, truncated))
             sequences.append((ids + answer, len(ids)))
-    nlls = sequence_nlls(model, sequences, int(pad if pad is not None else 0), batch_size, slice_tokens)
+    if vllm_engine:
+        from memreader.vllm_engine import prompt_nlls
+
+        nlls = prompt_nlls(model, sequences)
+    else:
+        nlls = sequence_nlls(model, sequences, int(pad if pad is not None else 0), batch_size, slice_tokens)
     best: dict[int, SupportScore] = {}
     for (n, ref_index, kept, truncated), values in zip(jobs, nlls, strict=True):
         score = SupportScore(float(values.mean()), len(values), truncated, kept, ref_index)
@@ -239,7 +248,8 @@ def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], co
                         max_context_tokens: int | None = None, multi_ref: str = "first") -> list[SupportScore]:
     """:func:`informational_support` from parallel lists. ``model_name_or_objects``: a registry name
     or folder (loaded with :func:`memreader.registry.load_causal_lm`), a ``(model, tokenizer)`` pair,
-    or a :class:`memreader.generation.LocalChat` (its already-loaded model is reused)."""
+    a :class:`memreader.generation.LocalChat` (its already-loaded model is reused), or a
+    :class:`memreader.generation.vllm_chat.VLLMChat` (its engine's ``prompt_logprobs``)."""
     if not len(questions) == len(contexts) == len(answers):
         raise SupportError(f"{len(questions)} questions, {len(contexts)} contexts and {len(answers)} answers: "
                            "the three lists must align")
@@ -249,10 +259,12 @@ def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], co
         model, tokenizer = load_causal_lm(model_name_or_objects)
     elif isinstance(model_name_or_objects, tuple):
         model, tokenizer = model_name_or_objects
+    elif hasattr(model_name_or_objects, "engine") and hasattr(model_name_or_objects.engine, "llm"):  # VLLMChat
+        model, tokenizer = model_name_or_objects.engine, model_name_or_objects.tokenizer()
     elif hasattr(model_name_or_objects, "model") and hasattr(model_name_or_objects, "tokenizer"):
         model, tokenizer = model_name_or_objects.model(), model_name_or_objects.tokenizer()
     else:
         raise SupportError(f"cannot get a model from {type(model_name_or_objects).__name__}",
-                           "pass a model name, a (model, tokenizer) pair or a LocalChat")
+                           "pass a model name, a (model, tokenizer) pair, a LocalChat or a VLLMChat")
     items = [SupportItem(q, c, a) for q, c, a in zip(questions, contexts, answers, strict=True)]
     return informational_support(model, tokenizer, items, batch_size, max_context_tokens, multi_ref)

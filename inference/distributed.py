@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.reader import ReadConfig, make_backend, read_key
+from inference.reader import ReadConfig, make_backend, read_key, resolved
 from inference.shards import DIE_ENV, Shard, ShardError, ShardStore, merge_shards, plan_shards
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, read_corpus, split_empty
@@ -86,7 +86,11 @@ class DistributedReadConfig(ReadConfig):
 
     def worker_gpus(self) -> float:
         """GPUs of one worker (``gpus_per_worker``, or its default for the backend)."""
-        return self.gpus_per_worker if self.gpus_per_worker is not None else float(self.backend == "vllm")
+        if self.gpus_per_worker is not None:
+            return self.gpus_per_worker
+        from memreader.vllm_engine import on_gpu
+
+        return float(self.backend == "vllm" and on_gpu())  # vLLM's CPU build: workers on CPU cores
 
     def check(self) -> list[str]:
         """Problems beyond types."""
@@ -96,8 +100,6 @@ class DistributedReadConfig(ReadConfig):
         if self.backend == "openai":
             problems.append("backend: openai is one server that batches by itself; read through it with "
                             "`memreader read` (batch_size = requests in flight) instead of read-dist")
-        if self.backend == "vllm" and self.worker_gpus() < 1 and self.engine == "vllm_dp":
-            problems.append("gpus_per_worker: backend=vllm with engine=vllm_dp needs at least 1 GPU per process")
         if self.worker_gpus() > 1 and not float(self.worker_gpus()).is_integer():
             problems.append(f"gpus_per_worker={self.gpus_per_worker}: above 1 it must be a whole number (vLLM "
                             "tensor parallel size)")
@@ -112,7 +114,7 @@ def read_distributed(cfg: DistributedReadConfig) -> dict[str, Any]:
     """Read every shard not yet finished, then merge; returns the run summary. One driver per run folder."""
     out_dir = run_dir(cfg.run, "read")
     with RunLock(out_dir):
-        return _run(cfg, out_dir)
+        return _run(resolved(cfg), out_dir)  # backend/dtype auto decided once, by the driver, for every worker
 
 
 def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
@@ -205,7 +207,8 @@ def worker_backend(cfg: DistributedReadConfig) -> Any:
 
         return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
                          tensor_parallel_size=max(1, int(cfg.worker_gpus())),
-                         gpu_memory_utilization=cfg.gpu_memory_utilization)
+                         gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, lora_mode=cfg.lora_mode,
+                         kv_cache_gib=cfg.kv_cache_gib, max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)
     backend = make_backend(cfg)
     model = backend.model()
     if next(model.parameters()).device.type == "cpu":  # runtime() took every core; a worker has its share

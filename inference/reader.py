@@ -28,13 +28,14 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from memreader.assemble import memory_from_output
+from memreader.backends import backend_problem, resolve_backend, resolve_dtype_for
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
@@ -51,6 +52,7 @@ from memreader.paths import run_dir, sha256_file, write_json, write_resolved_con
 from memreader.prompts import detect_lang, render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
+from memreader.vllm_engine import COMPILE_MODES, LORA_MODES
 from memreader.windowing import (
     WindowConfig,
     merge_window_memories,
@@ -71,7 +73,16 @@ class ReadConfig(GuidedConfig, WindowConfig):
     text_field: str = field("text", help="name of the text field in the corpus")
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
-    backend: str = field("transformers", help="'transformers', 'vllm' (GPU) or 'openai' (HTTP server)")
+    backend: str = field("auto", help="transformers | vllm | openai (HTTP server) | auto (the fastest measured on this "
+                         "machine: memreader/backends.py)")
+    dtype: str = field("auto", help="transformers/vllm weights: auto (bf16 on CUDA; on a CPU the faster of fp32 and "
+                       "bf16 by a cached matmul probe), float32 or bfloat16")
+    lora_mode: str = field("auto", help="backend=vllm with an adapter: merge (fold it in once; auto on CPU) or request "
+                           "(LoRARequest per request; auto on GPU)")
+    kv_cache_gib: float = field(1.0, gt=0, help="backend=vllm on a CPU: GiB of KV cache")
+    compile_mode: str = field("auto", help="backend=vllm: eager (no torch.compile / CUDA graphs) or compiled; auto = "
+                              "eager on CPU (the 72 s compile pays off only past ~60k generated tokens), compiled on GPU")
+    max_lora_rank: int = field(64, ge=1, help="backend=vllm, lora_mode=request: the largest adapter rank the engine takes")
     model: str = field("smollm2-135m-instruct", help="base model (registry name, folder, hub id, or served name)")
     adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
     base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_READER_BASE_URL; the teacher's "
@@ -104,8 +115,15 @@ class ReadConfig(GuidedConfig, WindowConfig):
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
-        if self.backend not in ("transformers", "vllm", "openai"):
-            problems.append(f"backend: {self.backend!r} is not transformers, vllm or openai")
+        for problem in (backend_problem(self.backend),
+                        None if self.dtype in ("auto", "float32", "bfloat16") else
+                        f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16",
+                        None if self.lora_mode in LORA_MODES else
+                        f"lora_mode: {self.lora_mode!r} is not one of {', '.join(LORA_MODES)}",
+                        None if self.compile_mode in COMPILE_MODES else
+                        f"compile_mode: {self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}"):
+            if problem:
+                problems.append(problem)
         return problems
 
 
@@ -119,7 +137,7 @@ def read_key(cfg: ReadConfig) -> str:
             raise FileNotFoundError(f"adapter {cfg.adapter} has no adapter_model.safetensors; pass a `memreader train` "
                                     "output folder, or adapter='' for the base model")
         adapter_sha = sha256_file(weights)
-    keyed = {k: getattr(cfg, k) for k in ("backend", "model", "think", "max_new_tokens", "temperature", "top_p",
+    keyed = {k: getattr(cfg, k) for k in ("backend", "dtype", "model", "think", "max_new_tokens", "temperature", "top_p",
                                           "repetition_penalty", "seed", "fuzzy_threshold", "guided", "head_chars",
                                           "tail_chars", "min_chunk_chars", "max_chunk_chars", "cjk_char_weight",
                                           "max_scenarios", "core_tokens", "topic_tokens", "think_tokens",
@@ -146,14 +164,28 @@ def _done(path: Path) -> dict[str, tuple[str | None, str | None]]:
         raise MemoryValidationError(f"cannot resume: {exc}. Move the file away to start over.") from None
 
 
+def resolved(cfg: ReadConfig) -> ReadConfig:
+    """``cfg`` with ``backend`` and ``dtype`` decided (``auto`` → what this machine runs fastest, see
+    :mod:`memreader.backends`), so the read key and every memory record what produced it."""
+    backend, why = resolve_backend(cfg.backend, "read")
+    dtype = cfg.dtype if backend == "openai" else resolve_dtype_for("read", cfg.dtype, backend)
+    if (backend, dtype) != (cfg.backend, cfg.dtype):
+        log.info("read: backend %s, dtype %s (%s)", backend, dtype, why)
+    return replace(cfg, backend=backend, dtype=dtype)
+
+
 def make_backend(cfg: ReadConfig) -> Any:
-    """The generation backend named by ``cfg.backend``."""
+    """The generation backend named by ``cfg.backend`` (after :func:`resolved`)."""
+    cfg = resolved(cfg)
     if cfg.backend == "transformers":
-        return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None)
+        return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None,
+                         dtype=cfg.dtype)
     if cfg.backend == "openai":
         return make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size,
                          guided=cfg.guided, env_prefix="MEMREADER_READER")
-    return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len)
+    return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
+                     dtype=cfg.dtype, lora_mode=cfg.lora_mode, kv_cache_gib=cfg.kv_cache_gib,
+                     max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)
 
 
 def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[str, Any]:
@@ -161,7 +193,7 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
     second process on the same run is refused, naming the first."""
     out_dir = run_dir(cfg.run, "read")
     with RunLock(out_dir):
-        return _read(cfg, out_dir, backend)
+        return _read(resolved(cfg), out_dir, backend)
 
 
 def read_documents(cfg: ReadConfig, docs: list[Document], out_dir: Path, backend: Any | None = None) -> dict[str, Any]:
@@ -169,7 +201,7 @@ def read_documents(cfg: ReadConfig, docs: list[Document], out_dir: Path, backend
     ``out_dir/memories.jsonl`` exactly as a whole run reads them, resuming what that file already holds;
     the summary is returned and written beside it. No run lock: the caller owns ``out_dir``. Unlike a
     whole run, a call in which every document failed does not raise: its summary names them."""
-    return _read(cfg, out_dir, backend, docs, strict=False)
+    return _read(resolved(cfg), out_dir, backend, docs, strict=False)
 
 
 def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Document] | None = None,
@@ -262,7 +294,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
                             cfg.on_truncated)
                 continue
             meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": rendered[ks[0]][1].id,
-                    "backend": cfg.backend, "source_sha256": doc.sha256, "read_key": key}
+                    "backend": cfg.backend, "dtype": cfg.dtype, "source_sha256": doc.sha256, "read_key": key}
             parts = []
             for k in ks:
                 out, plan, w = outputs[k], plans[live[k]], flat[live[k]][1]
@@ -315,6 +347,8 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         "seconds": round(seconds, 2),
         "docs_per_s": round(n / seconds, 3) if n and seconds else None,
         "memories": str(out_path),
+        "engine": (backend.describe() if callable(getattr(backend, "describe", None)) else
+                   {"backend": cfg.backend, "dtype": cfg.dtype}),
     }
     write_json(out_dir / "summary.json", summary)
     print(

@@ -114,20 +114,27 @@ class Runtime:
 
 
 def runtime(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runtime:
-    """Decide device/dtype/threads. ``auto`` means CUDA+bf16 when available, else CPU+fp32
-    (bf16 matmul on a CPU without AMX is several times slower than fp32)."""
+    """Decide device/dtype/threads. ``auto`` device means CUDA when available, else CPU; ``auto`` dtype means
+    bf16 on CUDA and, on a CPU, whichever of fp32 and bf16 this machine multiplies faster (a cached matmul
+    probe, :func:`memreader.hardware.cpu_dtype`: bf16 wins two to three times with AVX-512 BF16 or AMX and
+    loses a hundredfold without)."""
     import torch
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
-    if torch_dtype is None:
-        raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
     if device == "cpu":
         threads = threads or os.cpu_count() or 1
         torch.set_num_threads(threads)
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            dtype = "bfloat16"
+        else:
+            from memreader.hardware import cpu_dtype
+
+            dtype = cpu_dtype(threads)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
     return Runtime(device=device, dtype=torch_dtype, threads=threads)
 
 

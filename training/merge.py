@@ -19,25 +19,19 @@ resolved config (``merge_config.yaml``). Merging a 7B model needs ~16 GB of CPU 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from memreader.config import add_config_arguments, describe_config, field, load_config, shortcut_overrides
 from memreader.errors import MemReaderError
-from memreader.paths import write_json, write_resolved_config
-from memreader.registry import ModelNotFoundError, resolve_model
+from memreader.lora import DTYPES, MergeError, adapter_base, merge_adapter
+
+__all__ = ["MergeConfig", "MergeError", "adapter_base", "main", "merge_adapter", "run"]
+from memreader.paths import write_resolved_config
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class MergeError(MemReaderError, ValueError):
-    """The adapter, base or output folder cannot be used; the message says which and how to fix it."""
 
 
 @dataclass
@@ -59,65 +53,6 @@ class MergeConfig:
 
 CONFIG_CLASS = MergeConfig  # `memreader merge --help` lists every key
 SHORTCUTS = ("adapter", "base", "output", "dtype")  # --adapter X is --set adapter=X
-
-
-def adapter_base(adapter_dir: Path) -> str:
-    """The base model an adapter was trained on: ``summary.json``'s registry name when the adapter is a
-    training run folder, else ``base_model_name_or_path`` from ``adapter_config.json``."""
-    summary = adapter_dir / "summary.json"
-    if summary.is_file():
-        model = json.loads(summary.read_text(encoding="utf-8")).get("model")
-        if model:
-            return str(model)
-    config = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
-    base = config.get("base_model_name_or_path")
-    if not base:
-        raise MergeError(f"{adapter_dir}/adapter_config.json names no base model; set base=MODEL")
-    return str(base)
-
-
-def merge_adapter(
-    adapter_dir: str, output_dir: str | None = None, base: str | None = None, dtype: str = "auto",
-    overwrite: bool = False,
-) -> Path:
-    """Load ``base`` + the LoRA in ``adapter_dir``, ``merge_and_unload`` and save model + tokenizer to
-    ``output_dir`` (default ``<adapter_dir>/merged``); returns the output folder."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    adapter = Path(adapter_dir).expanduser().resolve()
-    if not (adapter / "adapter_config.json").is_file():
-        raise MergeError(f"{adapter} has no adapter_config.json; pass the folder a training run saved its "
-                         "adapter in ($MEMREADER_HOME/runs/<run>/train)")
-    if dtype not in DTYPES:
-        raise MergeError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    out = Path(output_dir).expanduser().resolve() if output_dir else adapter / "merged"
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise MergeError(f"{out} exists and is not empty; choose another output (--set output=FOLDER) or "
-                         "set overwrite=true")
-    base_name = base or adapter_base(adapter)
-    try:
-        base_path = resolve_model(base_name)
-    except ModelNotFoundError as err:
-        raise MergeError(f"base model {base_name!r} of adapter {adapter}: {err}") from err
-
-    start = time.perf_counter()
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
-    model = PeftModel.from_pretrained(model, str(adapter))
-    merged = model.merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(str(out))
-    tokenizer_src = adapter if (adapter / "tokenizer_config.json").is_file() else Path(base_path)
-    AutoTokenizer.from_pretrained(str(tokenizer_src)).save_pretrained(str(out))
-    seconds = time.perf_counter() - start
-    write_json(out / "merge_manifest.json", {
-        "base": base_name, "base_path": base_path, "adapter": str(adapter), "dtype": str(merged.dtype),
-        "seconds": round(seconds, 2),
-    })
-    log.info("merged %s into %s in %.1f s -> %s", adapter, base_name, seconds, out)
-    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -111,10 +111,11 @@ class LocalChat:
     """In-process transformers generation (the embedded SmolLM2 by default); loads on first use."""
 
     def __init__(self, model_name: str = "smollm2-135m-instruct", device: str = "auto", batch_size: int = 4,
-                 adapter: str | None = None) -> None:
+                 adapter: str | None = None, dtype: str = "auto") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
         self.model_name, self.device, self.batch_size, self.adapter = model_name, device, batch_size, adapter
+        self.dtype = dtype  # auto: bf16 on CUDA, the faster of fp32/bf16 on a CPU (memreader.hardware)
         self._model: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()  # one generate() at a time: the model is not thread-safe
@@ -132,6 +133,12 @@ class LocalChat:
         self._load()
         return self._model
 
+    def describe(self) -> dict[str, Any]:
+        """What produced a result (the loaded model's device and dtype), for run summaries."""
+        param = next(self.model().parameters())
+        return {"backend": "transformers", "device": param.device.type, "model": self.model_name,
+                "adapter": self.adapter, "dtype": str(param.dtype).replace("torch.", "")}
+
     def model_window(self) -> int | None:
         """The model's context length (``max_position_embeddings``), None when its config has none."""
         return getattr(self.model().config, "max_position_embeddings", None) or None
@@ -141,7 +148,7 @@ class LocalChat:
             if self._model is None:
                 from memreader.registry import load_causal_lm, runtime
 
-                rt = runtime(self.device)
+                rt = runtime(self.device, self.dtype)
                 self._model, self._tokenizer = load_causal_lm(self.model_name, adapter=self.adapter, rt=rt)
 
     def _generate(self, batch: Sequence[Messages], params: GenerationParams,

