@@ -37,15 +37,17 @@ class DemoConfig:
     """Knobs of the demo run; every stage's own settings are in configs/demo/*.yaml."""
 
     run: str = field("demo", help="run name under $MEMREADER_HOME/runs/")
-    teacher: str = field("local", help="'local' (in-process, the embedded model) or 'openai' (any OpenAI-compatible "
-                         "endpoint from MEMREADER_TEACHER_BASE_URL / _API_KEY): a real teacher fills every layer")
+    teacher: str = field("auto", help="'auto' (the embedded model on the fastest in-process engine measured here), "
+                         "'local' (transformers), 'vllm', or 'openai' (any OpenAI-compatible endpoint from "
+                         "MEMREADER_TEACHER_BASE_URL / _API_KEY): a real teacher fills every layer")
     teacher_model: str = field("smollm2-135m-instruct", help="teacher model (for teacher=openai e.g. deepseek-chat)")
     train_steps: int = field(8, ge=1, help="LoRA optimizer steps")
     question: str = field("How many compost bays stand behind the tool shed?", help="sample question for 'ask'")
 
     def check(self) -> list[str]:
         """Problems beyond types."""
-        return [] if self.teacher in ("local", "openai") else [f"teacher: {self.teacher!r} is not local or openai"]
+        teachers = ("auto", "local", "transformers", "vllm", "openai")
+        return [] if self.teacher in teachers else [f"teacher: {self.teacher!r} is not one of {', '.join(teachers)}"]
 
 
 CONFIG_CLASS = DemoConfig

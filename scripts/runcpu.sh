@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUN=${RUN:-demo}
-TEACHER=${TEACHER:-local}
+TEACHER=${TEACHER:-auto}   # auto: the embedded model on the fastest engine measured here (docs/ENGINES.md)
 TEACHER_MODEL=${TEACHER_MODEL:-smollm2-135m-instruct}
 TRAIN_STEPS=${TRAIN_STEPS:-8}
 QUESTION=${QUESTION:-"How many compost bays stand behind the tool shed?"}

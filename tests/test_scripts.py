@@ -19,16 +19,35 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ["scripts/runcpu.sh", "scripts/speedrun.sh"]
 
 
+def script_variables(text: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Arrays (``NAME=(...)``, every definition's words together) and YAML-valued scalars (``NAME=x.yaml``, every
+    value assigned) of a script, so calls that use ``"${GEN[@]}"`` or ``--config "$TRAIN_CONFIG"`` are checked too."""
+    arrays: dict[str, list[str]] = {}
+    for name, body in re.findall(r"\b(\w+)=\((.*?)\)", text, flags=re.S):
+        arrays.setdefault(name, []).extend(shlex.split(body.replace("\\\n", " "), comments=True))
+    scalars: dict[str, list[str]] = {}
+    for name, value in re.findall(r"\b(\w+)=([\w./-]+\.yaml)\b", text):
+        scalars.setdefault(name, []).append(value)
+    return arrays, scalars
+
+
 def stage_calls(script: Path) -> list[tuple[str, list[str]]]:
-    """(stage, argv after the stage name) of every ``memreader <stage>`` / ``-m training.sft`` call."""
-    text = script.read_text(encoding="utf-8").replace("\\\n", " ")
+    """(stage, argv after the stage name) of every ``memreader <stage>`` / ``-m training.sft`` call; an array
+    expansion stands for every word the script ever puts in that array, a ``$NAME`` config for each of its values
+    (one call per value)."""
+    raw = script.read_text(encoding="utf-8")
+    arrays, scalars = script_variables(raw)
+    text = raw.replace("\\\n", " ")
     calls = []
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("#") or not line:
             continue
         line = re.sub(r'"\$\(.*?\)"', "QUESTION", line)  # command substitutions stand for one argument
-        words = shlex.split(line.split(" > ")[0], comments=True)
+        words = []
+        for word in shlex.split(line.split(" > ")[0], comments=True):
+            array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
+            words += arrays.get(array.group(1), []) if array else [word]
         for i, word in enumerate(words):
             if word in ("$MEMREADER", "memreader") and i + 1 < len(words):
                 calls.append((words[i + 1], words[i + 2:]))
@@ -54,15 +73,18 @@ def test_script_is_valid_bash(script: str) -> None:
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_stage_call_uses_known_configs_and_keys(script: str) -> None:
     calls = stage_calls(REPO / script)
+    _, scalars = script_variables((REPO / script).read_text(encoding="utf-8"))
     assert len(calls) >= 6, calls
     for stage, argv in calls:
         assert stage in COMMANDS, f"{script}: unknown stage {stage!r}"
         keys: list[str] = []
         for flag, value in zip(argv, argv[1:], strict=False):
             if flag == "--config":
-                path = REPO / value
-                assert path.is_file(), f"{script}: {stage} --config {value} does not exist"
-                keys += list(yaml.safe_load(path.read_text(encoding="utf-8")))
+                for one in scalars.get(value.lstrip("$"), []) if value.startswith("$") else [value]:
+                    path = REPO / one
+                    assert path.is_file(), f"{script}: {stage} --config {one} does not exist"
+                    keys += list(yaml.safe_load(path.read_text(encoding="utf-8")))
+                assert not value.startswith("$") or scalars.get(value.lstrip("$")), f"{script}: {value} is never set"
             elif flag == "--set":
                 keys.append(value.split("=", 1)[0])
         if stage in ("report",) or (stage == "demo" and not keys):
@@ -81,3 +103,12 @@ def test_the_checker_catches_an_unknown_key(tmp_path: Path) -> None:
 def test_make_demo_runs_runcpu() -> None:
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^demo: setup\n\t.*bash scripts/runcpu\.sh", makefile, re.M)
+
+
+def test_the_checker_expands_arrays_and_config_variables(tmp_path: Path) -> None:
+    script = tmp_path / "arrays.sh"
+    script.write_text('GEN=(--set limit=2\n  --set scorer_backend=vllm)\nCFG=configs/demo/gen.yaml\n'
+                      'memreader gen --config "$CFG" "${GEN[@]}"\n', encoding="utf-8")
+    (stage, argv), = stage_calls(script)
+    assert argv == ["--config", "$CFG", "--set", "limit=2", "--set", "scorer_backend=vllm"]
+    assert script_variables(script.read_text())[1] == {"CFG": ["configs/demo/gen.yaml"]}

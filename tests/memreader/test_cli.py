@@ -34,4 +34,4 @@ def test_user_errors_are_reported_without_traceback(tmp_path, capsys) -> None:
     assert "memreader read: error: corpus file" in err and "does not exist" in err and "Traceback" not in err
     assert main(["gen", "--set", "teacher=foo"]) == 2
     err = capsys.readouterr().err
-    assert "teacher: 'foo' is not 'local' or 'openai'" in err and "input: give a corpus" in err
+    assert "teacher: 'foo' is not one of transformers, vllm, openai, auto, local" in err and "input: give a corpus" in err
