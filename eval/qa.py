@@ -57,8 +57,8 @@ class QAConfig:
     chunk_lm: str = field("smollm2-135m-instruct", help="LM of the lumber and llm-direct methods (and memreader's base)")
     calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
-    answer_backend: str = field("auto", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto (the "
-                                "fastest measured on this machine: memreader/backends.py)")
+    answer_backend: str = field("transformers", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
+                                "(the fastest on this machine: memreader/backends.py; the shipped configs use it)")
     dtype: str = field("auto", help="answering, support and clarity weights: auto (bf16 on CUDA; on a CPU the faster "
                        "of fp32 and bf16 by a cached matmul probe), float32 or bfloat16")
     max_model_len: int = field(8192, ge=16, help="answer_backend=vllm: the engine's context length")

@@ -73,8 +73,8 @@ class ReadConfig(GuidedConfig, WindowConfig):
     text_field: str = field("text", help="name of the text field in the corpus")
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
-    backend: str = field("auto", help="transformers | vllm | openai (HTTP server) | auto (the fastest measured on this "
-                         "machine: memreader/backends.py)")
+    backend: str = field("transformers", help="transformers | vllm | openai (HTTP server) | auto (the fastest on this "
+                         "machine: memreader/backends.py; the shipped configs use it)")
     dtype: str = field("auto", help="transformers/vllm weights: auto (bf16 on CUDA; on a CPU the faster of fp32 and "
                        "bf16 by a cached matmul probe), float32 or bfloat16")
     lora_mode: str = field("auto", help="backend=vllm with an adapter: merge (fold it in once; auto on CPU) or request "

@@ -7,9 +7,11 @@ support) takes ``backend`` (``local`` and ``hf`` are older names of ``transforme
 1. ``scripts/bench_engines.py`` times every backend x dtype per stage on the machine it runs on and records the
    fastest in ``$MEMREADER_HOME/engine_choice.json`` (keyed by CPU model / GPU name, torch and thread count);
    ``auto`` takes that row when the file has one for this machine.
-2. Without a recorded measurement: vLLM on a GPU when it imports, transformers otherwise (on the two-core CPUs
-   measured in docs/BENCHMARKS.md, vLLM's 20-95 s start-up and slower prefill outweigh its decode lead for
-   corpus-sized jobs).
+2. Without a recorded measurement: vLLM when it imports, for the generating stages (reading, teacher, answering)
+   and informational support, and transformers for the evaluator scorer. That is what the measurements in
+   docs/BENCHMARKS.md found on a GPU and on this project's two-core CPUs alike (vLLM's CPU build in process:
+   guided reading 4.8x, answering 16x, support 1.1x the transformers rows; the batched transformers scorer 1.2x
+   vLLM's ``prompt_logprobs``); a machine where that does not hold gets its own rows by running the benchmark.
 
 The dtype's ``auto`` is the cached matmul probe (:mod:`memreader.hardware`). Every run records the backend and
 dtype that produced it (:func:`describe_choice`).
@@ -31,6 +33,7 @@ LOCAL_BACKENDS = ("transformers", "vllm")
 BACKEND_ALIASES = {"local": "transformers", "hf": "transformers"}
 STAGES = ("read", "teacher", "scorer", "answer", "support")
 CHOICE_FILE = "engine_choice.json"
+DEFAULTS = {"read": "vllm", "teacher": "vllm", "answer": "vllm", "support": "vllm", "scorer": "transformers"}
 
 
 def canonical_backend(name: str) -> str:
@@ -98,7 +101,7 @@ def resolve_backend(name: str, stage: str) -> tuple[str, str]:
     name = canonical_backend(name)
     if name != "auto":
         return name, "set"
-    from memreader.vllm_engine import on_gpu, vllm_available
+    from memreader.vllm_engine import vllm_available
 
     row = measured_choices().get(stage)
     if row and row.get("backend") in LOCAL_BACKENDS:
@@ -107,9 +110,10 @@ def resolve_backend(name: str, stage: str) -> tuple[str, str]:
                         "import here; using transformers", stage)
             return "transformers", "measured vllm, not importable"
         return str(row["backend"]), f"measured ({_choice_path()})"
-    if on_gpu() and vllm_available():
-        return "vllm", "gpu with vllm (no measurement recorded)"
-    return "transformers", "no measurement recorded (scripts/bench_engines.py records one)"
+    default = DEFAULTS[stage]
+    if default == "vllm" and not vllm_available():
+        return "transformers", "vLLM does not import here (make setup installs it)"
+    return default, "default for this stage (no measurement recorded here: scripts/bench_engines.py records one)"
 
 
 def resolve_dtype_for(stage: str, dtype: str, backend: str) -> str:

@@ -4,7 +4,7 @@ A training run saves a PEFT adapter (``adapter_config.json`` + ``adapter_model.s
 it through here: :func:`adapter_info` names its base model and rank (checked against an engine's limits before
 the engine starts), :func:`merge_adapter` folds it into the base weights (``memreader merge`` and vLLM on a CPU,
 where serving an adapter unmerged costs about ten times the decode time), and :func:`merged_model` keeps one
-merged copy per adapter under ``$MEMREADER_HOME/models/merged/``.
+merged copy per adapter and dtype beside it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -128,12 +129,15 @@ def merge_adapter(
 
 
 def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = "auto") -> Path:
-    """One merged copy of ``base`` + adapter per adapter weights, base and dtype, under
-    ``$MEMREADER_HOME/models/merged/`` (built once, atomically; later calls reuse it)."""
+    """One merged copy of ``base`` + adapter per adapter weights, base and dtype, built once (atomically) and reused:
+    inside the adapter folder (``merged-<dtype>-<hash>``, so it goes when the adapter goes), or under
+    ``$MEMREADER_HOME/models/merged/`` when the adapter folder is read-only."""
     info = adapter_info(adapter_dir)
     base_name = base or info.base
-    key = hashlib.sha256(json.dumps([info.weights_sha256, resolve_model(base_name), dtype]).encode()).hexdigest()[:16]
-    target = memreader_home() / "models" / "merged" / key
+    key = hashlib.sha256(json.dumps([info.weights_sha256, resolve_model(base_name), dtype]).encode()).hexdigest()[:12]
+    name = f"merged-{dtype}-{key}"
+    writable = os.access(info.path, os.W_OK)
+    target = info.path / name if writable else memreader_home() / "models" / "merged" / name
     if (target / "merge_manifest.json").is_file():
         return target
     tmp = target.with_name(target.name + ".partial")

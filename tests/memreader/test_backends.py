@@ -53,8 +53,15 @@ def test_the_env_override_wins_and_a_bad_one_is_named(home, monkeypatch) -> None
         hardware.cpu_dtype()
 
 
-def test_backend_auto_without_a_measurement_is_transformers_on_a_cpu(home) -> None:
-    assert backends.resolve_backend("auto", "read")[0] == "transformers"
+def test_backend_auto_without_a_measurement_is_the_measured_default_per_stage(home, monkeypatch) -> None:
+    import sys
+
+    assert backends.resolve_backend("auto", "read")[0] == "vllm"  # vLLM's CPU build is installed by make setup
+    assert backends.resolve_backend("auto", "answer")[0] == "vllm"
+    assert backends.resolve_backend("auto", "scorer")[0] == "transformers"
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    assert backends.resolve_backend("auto", "read") == ("transformers", "vLLM does not import here (make setup "
+                                                                         "installs it)")
     assert backends.resolve_backend("local", "answer") == ("transformers", "set")
     assert backends.resolve_backend("hf", "scorer") == ("transformers", "set")
     assert backends.resolve_backend("vllm", "read") == ("vllm", "set")
@@ -65,13 +72,14 @@ def test_backend_auto_takes_the_recorded_fastest_row_of_this_machine(home) -> No
                              "read": {"backend": "transformers", "dtype": "float32"}})
     backend, why = backends.resolve_backend("auto", "answer")
     assert backend == "vllm" and "measured" in why
+    assert backends.resolve_backend("auto", "read")[0] == "transformers"  # the measurement beats the default
     assert backends.resolve_dtype_for("answer", "auto", "vllm") == "bfloat16"
     assert backends.resolve_dtype_for("read", "auto", "transformers") == "float32"
     assert backends.resolve_dtype_for("read", "bfloat16", "transformers") == "bfloat16"  # a set dtype is kept
     # another machine's rows are not this one's
     data = json.loads((home / backends.CHOICE_FILE).read_text())
     (home / backends.CHOICE_FILE).write_text(json.dumps({"cpu:other|torch=0|threads=64": data[backends.machine_key()]}))
-    assert backends.resolve_backend("auto", "answer")[0] == "transformers"
+    assert backends.resolve_backend("auto", "read")[0] == "vllm"  # the default again, not the other machine's row
     with pytest.raises(ValueError, match="unknown stages"):
         backends.record_choices({"training": {"backend": "vllm"}})
 
