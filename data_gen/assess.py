@@ -82,7 +82,9 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out["config"].parent, cfg, out["config"].name)
     if scorer is None:
         backend, why = resolve_backend(cfg.backend, "scorer")
-        dtype = resolve_dtype_for("scorer", cfg.dtype, backend)
+        # an explicit device decides dtype auto itself (registry.runtime): bf16 only where that device is fast at it
+        dtype = cfg.dtype if backend == "transformers" and cfg.device != "auto" else \
+            resolve_dtype_for("scorer", cfg.dtype, backend)
         print(f"assess: evaluator on {backend} ({dtype}; {why})")
         scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, device=cfg.device, dtype=dtype,
                                                 clarity_variant=cfg.clarity_variant,

@@ -161,6 +161,7 @@ def _backend(cfg: GenConfig) -> tuple[Any, str]:
     if cfg.teacher == "openai":
         backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
                             guided=cfg.guided)
+        backend.check_reachable()
         return backend, backend.base_url or ""
     if cfg.teacher == "vllm":
         return make_chat("vllm", model=cfg.model, dtype=resolve_dtype_for("teacher", cfg.dtype, "vllm")), ""
@@ -176,12 +177,12 @@ def _scorer(cfg: GenConfig, backend: Any) -> Any:
     if evaluator_backend == "auto":
         evaluator_backend = "vllm" if cfg.teacher == "vllm" else "transformers"
     if evaluator_backend == "vllm":
-        dtype = resolve_dtype_for("scorer", cfg.evaluator_dtype, "vllm")
+        dtype, engine = resolve_dtype_for("scorer", cfg.evaluator_dtype, "vllm"), None
         if cfg.evaluator == cfg.model and cfg.evaluator_dtype == "auto" and getattr(backend, "engine", None) is not None:
-            dtype = backend.engine.dtype  # the teacher's engine: one copy of the weights, one start-up
+            dtype, engine = backend.engine.dtype, backend.engine  # the teacher's engine: one copy, one start-up
         settings = ScorerSettings(model=cfg.evaluator, dtype=dtype, clarity_variant=cfg.clarity_variant,
                                   max_batch_tokens=cfg.score_batch_tokens, backend="vllm")
-        return EvaluatorScorer(settings)
+        return EvaluatorScorer(settings, engine=engine)
     settings = ScorerSettings(model=cfg.evaluator, device=cfg.evaluator_device, dtype=cfg.evaluator_dtype,
                               clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.score_batch_tokens)
     if isinstance(backend, LocalChat) and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \

@@ -346,14 +346,15 @@ def evaluator_texts(memory: DocumentMemory, tokenizer: Any, settings: ScorerSett
 class EvaluatorScorer:
     """Scores memories (and raw boundary / core pairs) with one evaluator LM, batched over everything."""
 
-    def __init__(self, settings: ScorerSettings, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(self, settings: ScorerSettings, model: Any = None, tokenizer: Any = None, engine: Any = None) -> None:
         self.settings = settings
         self._answer_ids: list[int] | None = None
         self.dtype_name = settings.dtype
         if settings.backend == "vllm":
             if model is not None:
                 raise ScoringError("backend='vllm' loads its own model", "pass model=None, or use backend='hf'")
-            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=settings.dtype)
+            # ``engine``: an already started memreader.vllm_engine.Engine (e.g. the answerer's), else the process's own
+            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=settings.dtype, engine=engine)
             self.tokenizer = self.engine.tokenizer
             self.dtype_name = self.engine.dtype
             self.evaluator = settings.model

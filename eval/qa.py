@@ -132,6 +132,7 @@ def _answerer(cfg: QAConfig) -> tuple[Any, dict[str, Any]]:
     backend, why = resolve_backend(cfg.answer_backend, "answer")
     if backend == "openai":
         chat = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
+        chat.check_reachable()
         return chat, describe_choice("answer", backend, "remote", why)
     dtype = resolve_dtype_for("answer", cfg.dtype, backend)
     if backend == "vllm":
@@ -175,7 +176,7 @@ def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
     settings = ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant)
     if cfg.evaluator == cfg.answer_model and getattr(answerer, "engine", None) is not None:  # the same vLLM engine
         scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant,
-                                                backend="vllm", dtype=answerer.engine.dtype))
+                                                backend="vllm", dtype=answerer.engine.dtype), engine=answerer.engine)
     elif cfg.evaluator == cfg.answer_model and callable(getattr(answerer, "model", None)):
         scorer = EvaluatorScorer(settings, answerer.model(), answerer.tokenizer())  # one copy of the weights
     else:

@@ -191,7 +191,8 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
     if multi_ref not in MULTI_REF:
         raise SupportError(f"multi_ref={multi_ref!r} is not one of {', '.join(MULTI_REF)}")
     vllm_engine = hasattr(model, "llm") and hasattr(model, "max_model_len")  # a memreader.vllm_engine.Engine
-    window = model.max_model_len if vllm_engine else getattr(model.config, "max_position_embeddings", None)
+    # vLLM needs one position past the prompt (it generates a token to return prompt log-probabilities)
+    window = model.max_model_len - 1 if vllm_engine else getattr(model.config, "max_position_embeddings", None)
     limit = max_context_tokens if max_context_tokens is not None else (window or None)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     start = time.perf_counter()

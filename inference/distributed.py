@@ -76,7 +76,8 @@ class DistributedReadConfig(ReadConfig):
     num_workers: int = field(0, ge=0, help="engine=ray: workers (actors), each loading the model once; 0 = as many "
                              "as the cluster's GPUs (or, without GPUs, CPUs) allow, at most one per shard")
     cpus_per_worker: float = field(1.0, gt=0, help="CPUs per worker (also its torch threads on CPU)")
-    gpus_per_worker: float | None = field(None, ge=0, help="GPUs per worker; null = 1 for backend=vllm, else 0; "
+    gpus_per_worker: float | None = field(None, ge=0, help="GPUs per worker; null = 1 for backend=vllm on a "
+                                          "cluster or a machine with a GPU, else 0 (vLLM's CPU build, transformers); "
                                           "above 1 = vLLM tensor parallelism inside the worker")
     data_parallel_size: int = field(0, ge=0, help="engine=vllm_dp: engine processes on this node; 0 = one per "
                                     "visible GPU (divided by gpus_per_worker)")
@@ -90,7 +91,9 @@ class DistributedReadConfig(ReadConfig):
             return self.gpus_per_worker
         from memreader.vllm_engine import on_gpu
 
-        return float(self.backend == "vllm" and on_gpu())  # vLLM's CPU build: workers on CPU cores
+        # a cluster's workers are assumed to have GPUs (its head may have none); locally, what this machine has
+        remote = self.ray_address.strip() not in ("", "local") and self.engine == "ray"
+        return float(self.backend == "vllm" and (remote or on_gpu()))
 
     def check(self) -> list[str]:
         """Problems beyond types."""
@@ -123,6 +126,11 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
         raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
                           "give documents with text")
     key = read_key(cfg)
+    if cfg.backend == "vllm" and cfg.adapter and (cfg.lora_mode == "merge" or (cfg.lora_mode == "auto" and
+                                                                                 not cfg.worker_gpus())):
+        from memreader.lora import merged_model
+
+        merged_model(cfg.adapter, base=cfg.model, dtype=cfg.dtype)  # once, here, not by every worker at once
     shards = plan_shards(docs, cfg.shard_size)
     store = ShardStore(out_dir)
     store.check_plan(shards, {"shard_size": cfg.shard_size, "documents": len(docs)})

@@ -212,6 +212,8 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     if not docs:
         raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
                           "give documents with text")
+    if backend is not None and callable(getattr(backend, "describe", None)):
+        cfg = replace(cfg, dtype=backend.describe()["dtype"])  # a given backend's weights are what the memories record
     key = read_key(cfg)
     done = _done(out_path)
     stale = [d.doc_id for d in docs if d.doc_id in done and done[d.doc_id] != (d.sha256, key)]
@@ -238,6 +240,8 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     grammars, sizing = None, {}
     if todo:
         backend = backend or make_backend(cfg)
+        if callable(getattr(backend, "check_reachable", None)):
+            backend.check_reachable()  # an unreachable server is a configuration error, before any document
         count = count_tokens_for(backend)
         if wants_grammar(cfg.guided, cfg.backend):
             grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,

@@ -5,7 +5,7 @@ support) takes ``backend`` (``local`` and ``hf`` are older names of ``transforme
 (``auto | float32 | bfloat16``). ``auto`` is decided per stage by measurement on this machine:
 
 1. ``scripts/bench_engines.py`` times every backend x dtype per stage on the machine it runs on and records the
-   fastest in ``$MEMREADER_HOME/engine_choice.json`` (keyed by CPU model / GPU name, torch and thread count);
+   fastest in ``$MEMREADER_HOME/engine_choice.json`` (keyed by CPU model / GPU name, torch and core count);
    ``auto`` takes that row when the file has one for this machine.
 2. Without a recorded measurement: vLLM when it imports, for the generating stages (reading, teacher, answering)
    and informational support, and transformers for the evaluator scorer. That is what the measurements in
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def backend_problem(name: str, allowed: tuple[str, ...] = BACKENDS, key: str = "
 
 
 def machine_key() -> str:
-    """What a measurement is valid for: the accelerator (or CPU model), torch, and the thread count."""
+    """What a measurement is valid for: the accelerator (or CPU model), torch, and the cores this process may use."""
     import torch
 
     from memreader.hardware import cpu_model
@@ -58,7 +59,8 @@ def machine_key() -> str:
         device = "cuda:" + torch.cuda.get_device_name(0)
     else:
         device = "cpu:" + cpu_model()
-    return f"{device}|torch={torch.__version__}|threads={torch.get_num_threads()}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return f"{device}|torch={torch.__version__}|cores={cores}"  # not torch's thread count: stages change it
 
 
 def _choice_path() -> Path:
@@ -101,17 +103,19 @@ def resolve_backend(name: str, stage: str) -> tuple[str, str]:
     name = canonical_backend(name)
     if name != "auto":
         return name, "set"
-    from memreader.vllm_engine import vllm_available
+    from memreader.vllm_engine import vllm_available, vllm_import_error
 
     row = measured_choices().get(stage)
     if row and row.get("backend") in LOCAL_BACKENDS:
         if row["backend"] == "vllm" and not vllm_available():
             log.warning("backend auto: the recorded fastest %s backend on this machine is vllm, but vLLM does not "
-                        "import here; using transformers", stage)
+                        "import here (%s); using transformers", stage, vllm_import_error())
             return "transformers", "measured vllm, not importable"
         return str(row["backend"]), f"measured ({_choice_path()})"
     default = DEFAULTS[stage]
     if default == "vllm" and not vllm_available():
+        log.warning("backend auto for %s: vLLM does not import here (%s); using transformers", stage,
+                    vllm_import_error())
         return "transformers", "vLLM does not import here (make setup installs it)"
     return default, "default for this stage (no measurement recorded here: scripts/bench_engines.py records one)"
 

@@ -129,7 +129,8 @@ def merge_adapter(
 
 
 def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = "auto") -> Path:
-    """One merged copy of ``base`` + adapter per adapter weights, base and dtype, built once (atomically) and reused:
+    """One merged copy of ``base`` + adapter per adapter weights, base and dtype, built once and reused (written
+    aside and renamed, so concurrent processes never see or clobber a half-written copy):
     inside the adapter folder (``merged-<dtype>-<hash>``, so it goes when the adapter goes), or under
     ``$MEMREADER_HOME/models/merged/`` when the adapter folder is read-only."""
     info = adapter_info(adapter_dir)
@@ -140,11 +141,15 @@ def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = 
     target = info.path / name if writable else memreader_home() / "models" / "merged" / name
     if (target / "merge_manifest.json").is_file():
         return target
-    tmp = target.with_name(target.name + ".partial")
+    # several processes (read-dist workers) may merge at once: each writes its own folder, the first rename wins
+    tmp = target.with_name(f"{target.name}.partial-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     merge_adapter(str(info.path), str(tmp), base=base_name, dtype=dtype)
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not (target / "merge_manifest.json").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same merge first
     return target

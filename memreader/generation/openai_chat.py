@@ -50,6 +50,10 @@ _HINTS = {
     413: "the prompt is too large; use smaller document windows",
     422: "the server rejected a parameter; check temperature, top_p, max_new_tokens and seed",
 }
+class EndpointUnreachable(ConfigError):
+    """Nothing answers at an endpoint's URL: a configuration problem (exit 2), found before any request."""
+
+
 GRAMMAR_SERVERS = ("vllm", "memreader")  # GET /models "owned_by" values of servers that take a grammar
 
 
@@ -122,6 +126,20 @@ class OpenAIChat:
     @property
     def _where(self) -> str:
         return f"teacher {self.model!r} at {self.base_url or 'api.openai.com'}"
+
+    def check_reachable(self, timeout_s: float = 5.0) -> None:
+        """Refuse an endpoint nothing answers at (connection refused, unknown host, no reply in ``timeout_s``)
+        before any document is sent, as a configuration error (exit 2); any HTTP reply, even an error, passes."""
+        import httpx
+
+        url = f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models"
+        try:
+            httpx.get(url, headers={"Authorization": f"Bearer {self._api_key}"}, timeout=timeout_s)
+        except httpx.TransportError as exc:
+            raise EndpointUnreachable(
+                f"{self._where}: nothing answers at {url} ({type(exc).__name__}: {self._redact(str(exc))[:200]})",
+                f"start the server (for vLLM: python -m vllm.entrypoints.openai.api_server --model ... --port ...; "
+                f"docs/ENGINES.md), or fix base_url / {self.env_prefix}_BASE_URL") from None
 
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "***") if len(self._api_key) > 5 else text

@@ -209,8 +209,10 @@ def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: 
 def test_adapter_rank_and_base_are_checked_before_any_engine_starts(adapter: str, tiny_model: str, tmp_path) -> None:
     before = dict(_ENGINES)
     t0 = time.perf_counter()
-    with pytest.raises(ConfigError, match=r"rank 8, above max_lora_rank=4; set max_lora_rank=8"):
-        get_engine(EngineSpec(SMOLLM2, adapter=adapter, lora_mode="request", max_lora_rank=4))
+    with pytest.raises(ConfigError, match=r"rank 8, above max_lora_rank=1; set max_lora_rank=8"):
+        get_engine(EngineSpec(SMOLLM2, adapter=adapter, lora_mode="request", max_lora_rank=1))
+    with pytest.raises(ConfigError, match=r"max_lora_rank: 12 is not one vLLM takes \(1, 8, 16"):
+        get_engine(EngineSpec(SMOLLM2, adapter=adapter, lora_mode="request", max_lora_rank=12))
     with pytest.raises(ConfigError, match=r"was trained on .*smollm2-135m-instruct.*but the engine's model is"):
         get_engine(EngineSpec(tiny_model, adapter=adapter, lora_mode="request"))
     with pytest.raises(ConfigError, match="not a LoRA adapter folder"):
