@@ -96,6 +96,7 @@ class EngineSpec:
     tensor_parallel_size: int = 1
     seed: int = 0
     compile_mode: str = "auto"
+    prefix_caching: bool = True  # vLLM's automatic prefix caching (off only to measure raw prefill)
 
     def problems(self) -> list[str]:
         out = []
@@ -217,6 +218,7 @@ def get_engine(spec: EngineSpec) -> Engine:
         "model": model_path, "dtype": dtype, "max_model_len": spec.max_model_len, "seed": spec.seed,
         "tensor_parallel_size": spec.tensor_parallel_size, "structured_outputs_config": {"backend": "guidance"},
         "enable_lora": bool(spec.adapter) and lora_mode == "request",
+        "enable_prefix_caching": spec.prefix_caching,
     }
     if kwargs["enable_lora"]:
         kwargs["max_lora_rank"] = spec.max_lora_rank

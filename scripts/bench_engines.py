@@ -20,6 +20,9 @@ Rows: ``transformers`` and ``vllm`` (vLLM's CPU build here, upstream vLLM on a G
    FLOP/s (2 x non-embedding parameters + attention, per token) as a share of the matmul rate of that dtype
    measured at the start of the run (:func:`memreader.hardware.matmul_rate`, n = 1024 and 2048).
 
+vLLM runs with prefix caching off, so every row computes every token (real runs keep it on: support then scores
+prompts the answerer has just prefilled, mostly from the cache).
+
 The fastest row per stage (reading: documents/s with start-up included, for this workload; scoring, answering,
 support: their rates) is written to ``$MEMREADER_HOME/engine_choice.json`` for this machine (unless
 ``--no-record``), where ``backend: auto`` and ``dtype: auto`` read it; the run then resolves ``auto`` for each
@@ -69,7 +72,9 @@ def make_backend(backend: str, dtype: str) -> tuple[Any, float]:
 
     t0 = time.perf_counter()
     if backend == "vllm":
-        chat: Any = VLLMChat("smollm2-135m-instruct", dtype=dtype, max_model_len=8192)
+        # prefix caching off: every row computes every prompt token (the QA prompts share chunks, and support
+        # scores the prompts just answered, which vLLM's cache would serve; real runs keep it on)
+        chat: Any = VLLMChat("smollm2-135m-instruct", dtype=dtype, max_model_len=8192, prefix_caching=False)
     else:
         chat = LocalChat("smollm2-135m-instruct", dtype=dtype, batch_size=8)
         chat.model()
@@ -126,7 +131,7 @@ def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: d
     row["reading"] = reading
     # scoring
     if backend == "vllm":
-        scorer = EvaluatorScorer(ScorerSettings(backend="vllm", dtype=dtype))
+        scorer = EvaluatorScorer(ScorerSettings(backend="vllm", dtype=dtype), engine=chat.engine)
     else:
         scorer = EvaluatorScorer(ScorerSettings(dtype=dtype), chat.model(), chat.tokenizer())
     before = scorer.engine.tokens_processed

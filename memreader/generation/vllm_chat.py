@@ -46,13 +46,15 @@ class VLLMChat:
         lora_mode: str = "auto",
         kv_cache_gib: float = 1.0,
         compile_mode: str = "auto",
+        prefix_caching: bool = True,
         engine: Engine | None = None,
     ) -> None:
         self.model_name = model
         self.spec = EngineSpec(model=model, dtype=dtype, adapter=adapter or "", lora_mode=lora_mode,
                                max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib,
                                gpu_memory_utilization=gpu_memory_utilization,
-                               tensor_parallel_size=tensor_parallel_size, compile_mode=compile_mode)
+                               tensor_parallel_size=tensor_parallel_size, compile_mode=compile_mode,
+                               prefix_caching=prefix_caching)
         self.engine = engine or get_engine(self.spec)
         self.llm = self.engine.llm
         self.lora = self.engine.lora
