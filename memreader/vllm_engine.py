@@ -227,6 +227,10 @@ def get_engine(spec: EngineSpec) -> Engine:
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
     else:
         kwargs["kv_cache_memory_bytes"] = int(spec.kv_cache_gib * 2**30)
+        # no chunked prefill on a CPU: vLLM rewinds a seeded request's generator after a partial prefill, which a
+        # CPU generator cannot do ("CPU Generator does not use offset"): every long batch with seeds crashed
+        kwargs["enable_chunked_prefill"] = False
+        kwargs["max_num_batched_tokens"] = max(spec.max_model_len, 8192)
         _cpu_in_process(kwargs)
     log.info("starting a vLLM engine: %s", {k: v for k, v in kwargs.items() if k != "structured_outputs_config"})
     t0 = time.perf_counter()

@@ -203,6 +203,7 @@ def main() -> int:
         for spec in args.rows.split(","):
             backend, dtype = spec.split(":")
             rows.append(bench_row(backend, dtype, corpus_path, work, shared, rates))
+            print("row:", json.dumps(rows[-1], default=float), flush=True)  # kept even if a later row fails
     header = (f"{'backend':<13}{'dtype':<10}{'start s':>8}{'read doc/s':>11}{'+start':>8}{'tok/s':>7}{'usable':>7}"
               f"{'score tok/s':>12}{'ans prefill':>12}{'ans/s':>7}{'supp tok/s':>11}{'supp %mm':>9}")
     print("\n" + header)

@@ -98,6 +98,15 @@ def test_a_seed_gives_the_same_reply_alone_or_in_a_batch(chat: VLLMChat) -> None
     assert len({str(r) for r in [alone, *others]}) > 1  # seeds are not ignored
 
 
+def test_seeded_sampling_over_more_prompt_tokens_than_one_step_takes(chat: VLLMChat) -> None:
+    """Six ~2,000-token prompts with per-request seeds: more than one scheduler step's token budget, so vLLM would
+    prefill one of them in parts, and rewinding its seeded generator then crashed the CPU engine."""
+    long = [_msgs(f"Summarise note {i}: " + TEXT * 60) for i in range(6)]
+    params = GenerationParams(temperature=0.7, top_p=0.9, max_new_tokens=4)
+    replies = chat.generate_many(long, params, seeds=list(range(6)))
+    assert all(r.prompt_tokens > 1800 and r.completion_tokens for r in replies)
+
+
 def _read(home: Path, corpus: Path, chat: VLLMChat, **kw):
     from inference.reader import ReadConfig, read_corpus_memories
     from memreader.schema import read_memories
