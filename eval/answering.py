@@ -124,7 +124,7 @@ class GenerationProfile:
     def line(self) -> str:
         """The one-line profile summary printed at the end of a run."""
         share = self.forward_share
-        share_txt = f"{100 * share:.1f}%" if share is not None else "n/a (remote answerer: not timed)"
+        share_txt = f"{100 * share:.1f}%" if share is not None else "n/a (not timed: a remote or vLLM answerer)"
         others = ", ".join(f"{k} {v:.1f}s" for k, v in self.other.items())
         return (f"profile: {self.answers} answers in {self.generation_s:.1f}s of generation, model forward passes "
                 f"{share_txt} of it ({self.forward_calls} calls, goal >= 80%); {others}")
