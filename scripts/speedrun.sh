@@ -40,8 +40,8 @@ if [ "$SCALE" = cpu ]; then
   EVAL_LIMIT=${EVAL_LIMIT:-2}; GEN_LIMIT=${GEN_LIMIT:-4}
   GEN=(--set num_candidates=2 --set max_new_tokens=512 --set outline_max_new_tokens=96 --set com_max_new_tokens=128
        --set window_tokens=0 --set limit="$GEN_LIMIT" --set evaluator_backend=vllm)
-  READ=(--set model="$BASE" --set think=false --set max_new_tokens=512 --set max_model_len=8192 --set batch_size=8
-        --set min_chunk_chars=120 --set max_chunk_chars=400 --set max_scenarios=8)
+  READ=(--set model="$BASE" --set think=false --set max_new_tokens=1024 --set max_model_len=8192 --set batch_size=8
+        --set min_chunk_chars=150 --set max_chunk_chars=400 --set max_scenarios=6)
   # one vLLM server of the embedded model: the teacher (gen) and the answering model (eval) both use it
   PORT=${PORT:-8765}; SERVED=$BASE
   $PY -c "from memreader.registry import resolve_model; resolve_model('$BASE')" >/dev/null
