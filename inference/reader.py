@@ -87,6 +87,8 @@ class ReadConfig(GuidedConfig, WindowConfig):
     adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
     base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_READER_BASE_URL; the teacher's "
                           "URL is never used, so a corpus never goes to the teacher's provider)")
+    request_timeout_s: float = field(60.0, gt=0, help="backend=openai: seconds one request may take before it is "
+                                     "retried (a CPU server generating a long memory can need minutes)")
     think: bool = field(False, help="use the <think> (CoM) prompt variant")
     batch_size: int = field(4, ge=1, help="documents per generate call")
     max_new_tokens: int = field(512, ge=1, help="token budget per memory")
@@ -182,7 +184,7 @@ def make_backend(cfg: ReadConfig) -> Any:
                          dtype=cfg.dtype)
     if cfg.backend == "openai":
         return make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size,
-                         guided=cfg.guided, env_prefix="MEMREADER_READER")
+                         guided=cfg.guided, env_prefix="MEMREADER_READER", timeout_s=cfg.request_timeout_s)
     return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
                      dtype=cfg.dtype, lora_mode=cfg.lora_mode, kv_cache_gib=cfg.kv_cache_gib,
                      max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)

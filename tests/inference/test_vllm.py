@@ -265,7 +265,7 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
     `memreader read` on the OpenAI-compatible path sends each document's grammar in ``structured_outputs``."""
     port = _free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", smollm2_path,
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
            "--max-model-len", "4096", "--kv-cache-memory-bytes", str(2**30), "--enforce-eager",
            "--enable-lora", "--lora-modules", f"memreader={adapter}", "--max-lora-rank", "8",
            "--structured-outputs-config.backend", "guidance"]
@@ -289,7 +289,7 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
         from memreader.schema import read_memories
 
         cfg = ReadConfig(input=str(DEMO_CORPUS), limit=3, run="served", backend="openai", base_url=url,
-                         model="memreader", guided="on", batch_size=3)
+                         model="memreader", guided="on", batch_size=3, request_timeout_s=600)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("MEMREADER_HOME", str(tmp_path / "home"))
             mp.setenv("MEMREADER_READER_API_KEY", "unused")
