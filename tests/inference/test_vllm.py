@@ -317,8 +317,7 @@ def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path
     from memreader.schema import read_memories
 
     reading = {"model": SMOLLM2, "backend": "vllm", "dtype": "float32", "max_model_len": 8192, "batch_size": 2,
-               "max_new_tokens": 200, "min_chunk_chars": 60, "core_tokens": 12, "topic_tokens": 8,
-               "temperature": 0.0}
+               "max_new_tokens": 512, "temperature": 0.0}
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "plain"))
     plain = read_corpus_memories(ReadConfig(input=str(DEMO_CORPUS), run="plain", **reading), backend=chat)
     assert plain["read"] == 8 and plain["guided"] == 8
