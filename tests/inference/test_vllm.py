@@ -310,7 +310,7 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
 def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path, monkeypatch, chat: VLLMChat) -> None:
     """read-dist over vLLM engines (vLLM's CPU build, one in-process engine per worker), greedy: Ray Data with two
     workers, the one reading shard 1 killed after its first batch, and the data-parallel engine with two CPU
-    processes; both merged files equal the plain vLLM reader's record for record. ~4 min on two cores (opt-in)."""
+    processes; both merged files equal the plain vLLM reader's record for record. ~9 min on two cores (opt-in)."""
     from inference.distributed import DistributedReadConfig, read_distributed
     from inference.reader import ReadConfig, read_corpus_memories
     from inference.shards import DIE_ENV
