@@ -29,7 +29,13 @@ from eval.chunkers import METHODS, ChunkerSettings, chunk_stats, method_memories
 from eval.method_run import MethodContext, run_method
 from eval.score import format_table, score_pairs
 from eval.suites import SETS, load_eval_set
-from memreader.backends import backend_problem, describe_choice, resolve_backend, resolve_dtype_for
+from memreader.backends import (
+    backend_problem,
+    describe_choice,
+    dtype_problem,
+    resolve_backend,
+    resolve_dtype_for,
+)
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.generation import make_chat
 from memreader.paths import run_dir, write_json, write_resolved_config
@@ -98,11 +104,8 @@ class QAConfig:
                             "(it then reads the corpus itself)")
         if "teacher" in self.methods and not self.teacher_memories:
             problems.append("teacher: give teacher_memories=<memories.jsonl> (from memreader gen)")
-        problem = backend_problem(self.answer_backend, key="answer_backend")
-        if problem:
-            problems.append(problem)
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            problems.append(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16")
+        problems += [p for p in (backend_problem(self.answer_backend, key="answer_backend"), dtype_problem(self.dtype))
+                     if p]
         return problems
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from tqdm import tqdm
 
 from memreader.assemble import memory_from_output
-from memreader.backends import backend_problem, resolve_backend, resolve_dtype_for
+from memreader.backends import backend_problem, dtype_problem, resolve_backend, resolve_dtype_for
 from memreader.config import add_config_arguments, field, load_config, stage_main
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
@@ -118,8 +118,7 @@ class ReadConfig(GuidedConfig, WindowConfig):
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         for problem in (backend_problem(self.backend),
-                        None if self.dtype in ("auto", "float32", "bfloat16") else
-                        f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16",
+                        dtype_problem(self.dtype),
                         None if self.lora_mode in LORA_MODES else
                         f"lora_mode: {self.lora_mode!r} is not one of {', '.join(LORA_MODES)}",
                         None if self.compile_mode in COMPILE_MODES else

@@ -49,6 +49,14 @@ def backend_problem(name: str, allowed: tuple[str, ...] = BACKENDS, key: str = "
     return f"{key}: {name!r} is not one of {', '.join(allowed)}"
 
 
+STAGE_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def dtype_problem(dtype: str, key: str = "dtype") -> str | None:
+    """A config problem line for a stage dtype outside ``auto | float32 | bfloat16``, else None."""
+    return None if dtype in STAGE_DTYPES else f"{key}: {dtype!r} is not one of {', '.join(STAGE_DTYPES)}"
+
+
 def machine_key() -> str:
     """What a measurement is valid for: the accelerator (or CPU model), torch, and the cores this process may use."""
     import torch
