@@ -1,7 +1,7 @@
 """One backend setting for every model call: ``transformers | vllm | openai | auto``.
 
-Every stage that runs a model (reading, the local teacher, the evaluator scorer, QA answering and informational
-support) takes ``backend`` (``local`` and ``hf`` are older names of ``transformers``) and ``dtype``
+Every stage that runs a model (reading, the local teacher, the evaluator scorer, QA answering, informational
+support, the MeVe verifier and the chat) takes ``backend`` (``local`` and ``hf`` are older names of ``transformers``) and ``dtype``
 (``auto | float32 | bfloat16``). ``auto`` is decided per stage by measurement on this machine:
 
 1. ``scripts/bench_engines.py`` times every backend x dtype per stage on the machine it runs on and records the
@@ -32,9 +32,10 @@ log = logging.getLogger(__name__)
 BACKENDS = ("transformers", "vllm", "openai", "auto")
 LOCAL_BACKENDS = ("transformers", "vllm")
 BACKEND_ALIASES = {"local": "transformers", "hf": "transformers"}
-STAGES = ("read", "teacher", "scorer", "answer", "support")
+STAGES = ("read", "teacher", "scorer", "answer", "support", "verifier", "chat")
 CHOICE_FILE = "engine_choice.json"
-DEFAULTS = {"read": "vllm", "teacher": "vllm", "answer": "vllm", "support": "vllm", "scorer": "transformers"}
+DEFAULTS = {"read": "vllm", "teacher": "vllm", "answer": "vllm", "support": "vllm", "scorer": "transformers",
+            "verifier": "vllm", "chat": "vllm"}
 
 
 def canonical_backend(name: str) -> str:

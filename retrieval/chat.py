@@ -28,6 +28,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from memreader.backends import (
+    backend_problem,
+    describe_choice,
+    dtype_problem,
+    resolve_backend,
+    resolve_dtype_for,
+)
 from memreader.config import add_config_arguments, field, load_config
 from memreader.errors import MemReaderError
 from memreader.paths import run_dir, write_json, write_resolved_config
@@ -43,7 +50,7 @@ from retrieval.momentary import (
     format_context,
 )
 
-BACKENDS = ("local", "openai")
+BACKENDS = ("transformers", "vllm", "openai", "auto")
 ENV_PREFIX = "MEMREADER_CHAT"
 """An OpenAI-compatible endpoint reads MEMREADER_CHAT_BASE_URL and MEMREADER_CHAT_API_KEY."""
 HELP = "commands: /context (the last context with its scores), /help, /quit; any other line is a question"
@@ -75,8 +82,11 @@ class ChatConfig:
     candidates: int = field(50, ge=1, help="turns each signal proposes before fusion (>= top_k)")
     max_tokens: int = field(1024, ge=1, help="L_max: tokens of question + context turns (answering model's tokenizer)")
     # the answering model
-    backend: str = field("local", help="local (transformers in process) or openai (any OpenAI-compatible endpoint: "
-                         "base_url or $MEMREADER_CHAT_BASE_URL, key in $MEMREADER_CHAT_API_KEY)")
+    backend: str = field("auto", help="transformers (local: in process), vllm (in process), openai (any "
+                         "OpenAI-compatible endpoint: base_url or $MEMREADER_CHAT_BASE_URL, key in "
+                         "$MEMREADER_CHAT_API_KEY) or auto (the measured fastest on this machine: docs/ENGINES.md)")
+    dtype: str = field("auto", help="dtype of a local answering model: auto (the machine's faster), float32, bfloat16")
+    max_model_len: int = field(4096, ge=64, help="for backend=vllm: the engine's context length (prompt + answer)")
     model: str = field(SMOLLM2, help="answering model: registry name or folder (local), served model name (openai)")
     base_url: str = field("", help="for backend=openai: the endpoint, e.g. http://localhost:8000/v1")
     tokenizer: str = field("", help="tokenizer that counts max_tokens; empty = the local model's own (required for "
@@ -112,8 +122,7 @@ class ChatConfig:
         if self.bm25_language not in LANGUAGES:
             problems.append(f"bm25_language: {self.bm25_language!r} is not one of {', '.join(LANGUAGES)} (the store "
                             "is created before any text exists, so there is no auto)")
-        if self.backend not in BACKENDS:
-            problems.append(f"backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        problems += [p for p in (backend_problem(self.backend, BACKENDS), dtype_problem(self.dtype)) if p]
         if self.backend == "openai" and not self.tokenizer:
             problems.append("tokenizer: required for backend=openai, to count max_tokens (e.g. tokenizer="
                             "smollm2-135m-instruct, or the folder of the served model's tokenizer)")
@@ -137,8 +146,11 @@ def _canonical(name: str) -> str:
 class ChatSession:
     """An open conversation: the store, the answering backend, the token counter and the last context."""
 
-    def __init__(self, cfg: ChatConfig, store: ConversationStore, backend: Any, counter: TokenCounter) -> None:
+    def __init__(self, cfg: ChatConfig, store: ConversationStore, backend: Any, counter: TokenCounter,
+                 engine: dict[str, Any] | None = None) -> None:
         self.cfg, self.store, self.backend, self.counter = cfg, store, backend, counter
+        self.engine = engine or {"stage": "chat", "backend": cfg.backend}
+        """Which backend and dtype answer (:func:`memreader.backends.describe_choice`)."""
         self.settings = cfg.settings()
         self.last: MomentaryContext | None = None
         self.log = run_dir(cfg.run, "chat") / "contexts.jsonl"
@@ -149,17 +161,26 @@ class ChatSession:
         from memreader.generation import make_chat
         from memreader.registry import load_embedder
 
-        if cfg.backend == "openai":
+        chosen, why = resolve_backend(cfg.backend, "chat")
+        if chosen == "openai":
             backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, env_prefix=ENV_PREFIX)
+            backend.check_reachable()
             counter = TokenCounter.load(cfg.tokenizer)
+            engine = describe_choice("chat", chosen, "remote", why)
         else:
-            backend = make_chat("local", model_name=cfg.model, device=cfg.device, batch_size=1)
+            dtype = resolve_dtype_for("chat", cfg.dtype, chosen)
+            if chosen == "vllm":
+                backend = make_chat("vllm", model=cfg.model, dtype=dtype, max_model_len=cfg.max_model_len)
+                dtype = backend.engine.dtype
+            else:
+                backend = make_chat("local", model_name=cfg.model, device=cfg.device, batch_size=1, dtype=dtype)
             counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
+            engine = describe_choice("chat", chosen, dtype, why)
         embedders = {_canonical(n): load_embedder(_canonical(n), device=cfg.device) for n in cfg.embedders}
         db = cfg.db()
         store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,
                                   token=cfg.token)
-        return cls(cfg, store, backend, counter)
+        return cls(cfg, store, backend, counter, engine)
 
     def close(self) -> None:
         """Close the store."""
@@ -186,7 +207,7 @@ class ChatSession:
         self.last = ctx
         info = reply.info() if hasattr(reply, "info") else {}
         record = {"conversation": self.cfg.conversation, "time": time.time(), "context": ctx.to_dict(),
-                  "messages": messages, "reply": answer, "reply_info": info}
+                  "messages": messages, "reply": answer, "reply_info": info, "engine": self.engine}
         with self.log.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         return answer, ctx
@@ -216,7 +237,8 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
     asked = failed = 0
     try:
         print(f"memreader chat: conversation {cfg.conversation!r}, {before} turns stored in {session.store.uri}; "
-              f"model {cfg.model} ({cfg.backend}). {HELP}", file=out, flush=True)
+              f"model {cfg.model} ({session.engine['backend']}, {session.engine.get('dtype')}). {HELP}", file=out,
+              flush=True)
         while True:
             if interactive:
                 try:
@@ -259,7 +281,8 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
     write_json(folder / "manifest.json", {
         "db": session.store.uri, "collection": cfg.collection, "conversation": cfg.conversation,
         "embedders": session.store.embedder_names, "bm25_language": cfg.bm25_language,
-        "model": cfg.model, "backend": cfg.backend, "tokenizer": session.counter.name,
+        "model": cfg.model, "backend": session.engine["backend"], "engine": session.engine,
+        "tokenizer": session.counter.name,
         "turns_before": before, "turns_after": after, "questions": asked, "failed": failed,
         "seconds": round(seconds, 2), "contexts": str(session.log)})
     print(f"chat: {asked - failed} questions answered, {failed} failed; conversation {cfg.conversation!r} holds "

@@ -79,7 +79,10 @@ class MeVeSettings:
     verifier_kind: str = field("lm", help="lm (normalised P(yes) of an instruct LM), lm_likelihood (how much the "
                                "passage raises the LM's likelihood of the question, UPR) or cross_encoder (sigmoid "
                                "of a sentence-transformers CrossEncoder's logit)")
-    verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass")
+    verifier_backend: str = field("auto", help="MeVe phase 2, verifier_kind=lm or lm_likelihood: transformers, vllm "
+                                  "or auto (the measured fastest on this machine: docs/ENGINES.md)")
+    verifier_dtype: str = field("auto", help="MeVe phase 2: the LM verifier's dtype, auto, float32 or bfloat16")
+    verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")
     verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
                                      "tokens shown to the verifier (longer passages are cut for the judgement only; "
                                      "bounds the LM's cost per passage, which dominates MeVe's time on a CPU)")
@@ -95,6 +98,11 @@ class MeVeSettings:
         out = []
         if self.verifier_kind not in KINDS:
             out.append(f"verifier_kind: {self.verifier_kind!r} is not one of {', '.join(KINDS)}")
+        from memreader.backends import backend_problem, dtype_problem
+
+        out += [p for p in (backend_problem(self.verifier_backend, ("transformers", "vllm", "auto"),
+                                            key="verifier_backend"),
+                            dtype_problem(self.verifier_dtype, key="verifier_dtype")) if p]
         if self.verify and not str(self.verifier).strip():
             out.append("verifier: empty; name an instruct LM or a CrossEncoder folder (or set verify=false)")
         if not str(self.budget_tokenizer).strip():
@@ -105,11 +113,14 @@ class MeVeSettings:
         """Just the MeVe keys, as a plain dict (recorded in every audit)."""
         return {f.name: getattr(self, f.name) for f in fields(MeVeSettings)}
 
-    def signature(self, verifier: str | None = None) -> str:
+    def signature(self, verifier: str | None = None, engine: dict[str, Any] | None = None) -> str:
         """Every setting that changes a MeVe number, as one ``key:value|...`` line (``verifier``: the
-        name of the verifier actually used, when it is not the one the settings name)."""
+        name of the verifier actually used, when it is not the one the settings name; ``engine``: the backend
+        and dtype it scored on, its ``choice``)."""
         s = self.meve_settings()
         off = [p for p in ("verify", "fallback", "prioritize", "pack") if not s[p]]
+        if engine and s["verify"]:
+            verifier = f"{verifier or s['verifier']}@{engine.get('backend')}/{engine.get('dtype')}"
         return "|".join([f"k:{s['k']}", f"tau:{s['tau']}", f"n_min:{s['n_min']}", f"fallback_k:{s['fallback_k']}",
                          f"redundancy:{s['redundancy']}", f"t_max:{s['t_max']}",
                          f"verifier:{s['verifier_kind']}:{verifier or s['verifier']}" if s["verify"] else "verifier:none",
@@ -265,8 +276,10 @@ class MeVePipeline:
         started = time.perf_counter()
         self._check_question(question)
         audit: dict[str, Any] = {"question": question, "settings": s.meve_settings(),
-                                 "signature": s.signature(getattr(self.verifier, "name", None)),
-                                 "verifier": getattr(self.verifier, "name", None) if s.verify else None}
+                                 "signature": s.signature(getattr(self.verifier, "name", None),
+                                                          getattr(self.verifier, "choice", None)),
+                                 "verifier": getattr(self.verifier, "name", None) if s.verify else None,
+                                 "verifier_engine": getattr(self.verifier, "choice", None) if s.verify else None}
         ms: dict[str, float] = {}
 
         t = time.perf_counter()

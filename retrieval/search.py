@@ -217,10 +217,12 @@ def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
 
 
 @lru_cache(maxsize=2)
-def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: int) -> Any:
+def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: int, backend: str = "transformers",
+              dtype: str = "auto") -> Any:
     from retrieval.verifier import build_verifier
 
-    return build_verifier(kind, name, device=device, batch_size=batch_size, max_passage_tokens=max_tokens)
+    return build_verifier(kind, name, device=device, batch_size=batch_size, max_passage_tokens=max_tokens,
+                          backend=backend, dtype=dtype)
 
 
 def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
@@ -230,6 +232,6 @@ def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
         name = name or index.meta["embedder"]
         embedder = _embedder(name, cfg.device)
         verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.device, cfg.verifier_batch_size,
-                              cfg.verifier_max_tokens) if cfg.verify else None)
+                              cfg.verifier_max_tokens, cfg.verifier_backend, cfg.verifier_dtype) if cfg.verify else None)
         pipeline = MeVePipeline(MemoryChunkSource(index), embedder, verifier, load_tokenizer(cfg.budget_tokenizer), cfg)
         return pipeline.run(question)

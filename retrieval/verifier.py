@@ -33,17 +33,27 @@ Three kinds, one interface (:class:`Verifier`):
   ``sigmoid(logit)`` whatever activation the model's config names (MeVe's ms-marco models return
   raw logits). Models with more than one output label are refused: which label means "relevant"
   is not knowable from the model.
+
+Engines: both LM kinds run on transformers or on vLLM (``backend``; ``auto`` is
+:func:`memreader.backends.resolve_backend` for the stage ``verifier``), in ``dtype``. Through vLLM the yes/no margin
+comes from one generated token with ``SamplingParams.logprob_token_ids`` set to the answer spellings, and the query
+likelihood from ``prompt_logprobs`` (:func:`memreader.vllm_engine.prompt_nlls`); both are log-softmaxes of the raw
+logits, so the scores equal the transformers ones up to the engines' arithmetic (tests/inference/test_vllm.py).
+The verifier's ``choice`` records which backend and dtype scored.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from memreader.errors import MemReaderError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["KINDS", "CrossEncoderVerifier", "LMVerifier", "QueryLikelihoodVerifier", "Verifier", "VerifierError",
            "build_verifier"]
@@ -99,8 +109,14 @@ def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
     return ids
 
 
+def _is_engine(model: Any) -> bool:
+    """A :class:`memreader.vllm_engine.Engine` rather than a transformers model."""
+    return hasattr(model, "llm") and hasattr(model, "max_model_len")
+
+
 class _CausalLMVerifier:
-    """What both LM verifiers share: the model, batching limits, padding and the ``load`` by name."""
+    """What both LM verifiers share: the model (a transformers model or a vLLM
+    :class:`~memreader.vllm_engine.Engine`), batching limits, padding and the ``load`` by name."""
 
     label = "{name}"
     """How :meth:`load` names the verifier in audits, from the model name."""
@@ -111,18 +127,52 @@ class _CausalLMVerifier:
             raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.engine = model if _is_engine(model) else None
+        if self.engine is None:
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.seconds = 0.0
+        self.choice: dict[str, Any] = {"stage": "verifier", "backend": "vllm" if self.engine else "transformers"}
+        """Which backend and dtype score (:func:`memreader.backends.describe_choice`); audits record it."""
 
     @classmethod
-    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", **kwargs: Any) -> Any:
-        """Load the LM by registry name, folder or hub id (default: the embedded SmolLM2)."""
+    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", backend: str = "transformers",
+             dtype: str = "auto", max_model_len: int = 4096, **kwargs: Any) -> Any:
+        """Load the LM by registry name, folder or hub id (default: the embedded SmolLM2) on ``backend``
+        (``transformers``, ``vllm`` or ``auto``: :func:`memreader.backends.resolve_backend`, stage ``verifier``)
+        in ``dtype``. A vLLM engine is the process-wide one for that model and settings (shared with any other
+        stage that asks for the same)."""
+        from memreader.backends import backend_problem, describe_choice, resolve_backend, resolve_dtype_for
+
+        problem = backend_problem(backend, ("transformers", "vllm", "auto"), key="verifier_backend")
+        if problem:
+            raise VerifierError(problem, "an LM verifier reads logits of a model in this process: use "
+                                "transformers, vllm or auto (an OpenAI-compatible endpoint returns no logits)")
+        chosen, why = resolve_backend(backend, "verifier")
+        if chosen == "vllm":
+            from memreader.vllm_engine import EngineSpec, get_engine
+
+            engine = get_engine(EngineSpec(model=name, dtype=resolve_dtype_for("verifier", dtype, "vllm"),
+                                           max_model_len=max_model_len))
+            out = cls(engine, engine.tokenizer(), name=cls.label.format(name=name), **kwargs)
+            out.choice = describe_choice("verifier", "vllm", engine.dtype, why)
+            return out
         from memreader.registry import load_causal_lm, runtime
 
-        model, tokenizer = load_causal_lm(name, rt=runtime(device))
-        return cls(model, tokenizer, name=cls.label.format(name=name), **kwargs)
+        rt = runtime(device, dtype=resolve_dtype_for("verifier", dtype, "transformers"))
+        model, tokenizer = load_causal_lm(name, rt=rt)
+        out = cls(model, tokenizer, name=cls.label.format(name=name), **kwargs)
+        out.choice = describe_choice("verifier", "transformers", str(rt.dtype).removeprefix("torch."), why)
+        return out
+
+    def _engine_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of rendered prompts, each checked against the engine's ``max_model_len``."""
+        assert self.engine is not None
+        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        for i, row in enumerate(ids):
+            self.engine.check_prompt(len(row), f"verifier prompt {i}")
+        return ids
 
 
 class LMVerifier(_CausalLMVerifier):
@@ -158,6 +208,10 @@ class LMVerifier(_CausalLMVerifier):
             return []
         started = time.perf_counter()
         prompts = [self._prompt(question, p) for p in passages]
+        if self.engine is not None:
+            scores = self._engine_scores(prompts)
+            self.seconds += time.perf_counter() - started
+            return scores
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         scores = [0.0] * len(prompts)
         device = next(self.model.parameters()).device
@@ -180,6 +234,34 @@ class LMVerifier(_CausalLMVerifier):
         return scores
 
 
+    def _engine_scores(self, prompts: list[str]) -> list[float]:
+        """The same score through vLLM: one generated token per prompt with ``logprob_token_ids`` = the yes and no
+        spellings (log-softmax of the raw logits, so the margin is the logits' margin)."""
+        from vllm import SamplingParams
+
+        assert self.engine is not None
+        wanted = self.yes_ids + self.no_ids
+        outs = self.engine.llm.generate([{"prompt_token_ids": ids} for ids in self._engine_ids(prompts)],
+                                        SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=wanted),
+                                        use_tqdm=False, lora_request=self.engine.lora)
+        scores = []
+        for out in outs:
+            lp = out.outputs[0].logprobs[0]
+            missing = [t for t in wanted if t not in lp]
+            if missing:
+                raise VerifierError(f"vLLM returned no logprob for token ids {missing}",
+                                    "use a vLLM with SamplingParams.logprob_token_ids (0.32 or later)")
+            yes = _logsumexp([lp[t].logprob for t in self.yes_ids])
+            no = _logsumexp([lp[t].logprob for t in self.no_ids])
+            scores.append(_sigmoid(yes - no))
+        return scores
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
 def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
@@ -194,7 +276,13 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
         super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
 
     def _mean_logprobs(self, prefixes: list[list[int]], question: list[int]) -> list[float]:
-        """Mean log-probability of the ``question`` tokens after each prefix (one forward per batch)."""
+        """Mean log-probability of the ``question`` tokens after each prefix (one forward per batch; through
+        vLLM's ``prompt_logprobs`` when the model is an engine)."""
+        if self.engine is not None:
+            from memreader.vllm_engine import prompt_nlls
+
+            nlls = prompt_nlls(self.engine, [(p + question, len(p)) for p in prefixes])
+            return [-float(x.mean()) for x in nlls]
         import torch
 
         device = next(self.model.parameters()).device
@@ -254,6 +342,8 @@ class CrossEncoderVerifier:
             raise VerifierError(f"cross-encoder {path} has {labels} output labels; MeVe needs one relevance logit",
                                 "use a relevance (reranker) cross-encoder such as ms-marco-MiniLM-L-6-v2")
         self.seconds = 0.0
+        self.choice = {"stage": "verifier", "backend": "sentence-transformers",
+                       "dtype": str(self.model.model.dtype).removeprefix("torch.")}
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """sigmoid(logit) per (question, passage) pair, in [0, 1]."""
@@ -272,16 +362,21 @@ class CrossEncoderVerifier:
 
 
 def build_verifier(kind: str, name: str, device: str = "auto", batch_size: int = 8,
-                   max_passage_tokens: int = 128) -> Verifier:
-    """A verifier by kind (``lm`` or ``cross_encoder``) and model name or path."""
+                   max_passage_tokens: int = 128, backend: str = "transformers", dtype: str = "auto") -> Verifier:
+    """A verifier by kind (``lm``, ``lm_likelihood`` or ``cross_encoder``) and model name or path; the LM kinds run
+    on ``backend`` (``transformers``, ``vllm`` or ``auto``) in ``dtype``."""
     if kind not in KINDS:
         raise VerifierError(f"verifier_kind {kind!r} is not one of {', '.join(KINDS)}",
                             "use lm (an instruct LM's P(yes)) or cross_encoder (a CrossEncoder folder)")
     if not name:
         raise VerifierError("no verifier model given", "set verifier= to a registry name or a model folder")
+    if kind == "cross_encoder" and backend == "vllm":
+        raise VerifierError("verifier_kind=cross_encoder runs on sentence-transformers, not vLLM",
+                            "set verifier_backend=transformers (or auto), or use verifier_kind=lm")
     if kind == "lm":
-        return LMVerifier.load(name, device=device, batch_size=batch_size, max_passage_tokens=max_passage_tokens)
+        return LMVerifier.load(name, device=device, backend=backend, dtype=dtype, batch_size=batch_size,
+                               max_passage_tokens=max_passage_tokens)
     if kind == "lm_likelihood":
-        return QueryLikelihoodVerifier.load(name, device=device, batch_size=batch_size,
+        return QueryLikelihoodVerifier.load(name, device=device, backend=backend, dtype=dtype, batch_size=batch_size,
                                             max_passage_tokens=max_passage_tokens)
     return CrossEncoderVerifier(name, device=device, batch_size=batch_size)

