@@ -25,9 +25,10 @@ from tqdm.auto import tqdm
 
 from data_gen.scoring import VARIANTS
 from memreader.backends import backend_problem, resolve_backend, resolve_dtype_for
-from memreader.config import ConfigError, add_config_arguments, describe_config, field, load_config
+from memreader.config import ConfigError, field
 from memreader.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.schema import read_memories
+from memreader.stage import Flag, Stage
 
 
 @dataclass
@@ -127,29 +128,16 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     return summary
 
 
-CONFIG_CLASS = AssessConfig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of this stage's subcommand."""
-    add_config_arguments(parser, "configs/data_gen/")
-    parser.add_argument("--input", help="memories JSONL to score (same as --set input=FILE)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point behind the CLI."""
-    overrides = list(args.set) + ([f"input={args.input}"] if getattr(args, "input", None) else [])
-    assess(load_config(AssessConfig, args.config, overrides))
+def _run(cfg: AssessConfig, args: argparse.Namespace) -> int:
+    assess(cfg)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m`` entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(AssessConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
+STAGE = Stage("assess", "clarity/completeness of any memories file (evaluator LM), written beside it", run=_run,
+              config=AssessConfig, example_dir="configs/data_gen/",
+              flags=(Flag("input", help="memories JSONL to score (same as --set input=FILE)"),))
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("assess"))

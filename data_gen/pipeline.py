@@ -44,7 +44,7 @@ from memreader.backends import (
     resolve_backend,
     resolve_dtype_for,
 )
-from memreader.config import add_config_arguments, field, load_config, stage_main
+from memreader.config import field
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
 from memreader.generation import LocalChat, make_chat
@@ -52,6 +52,7 @@ from memreader.guidance import GuidedConfig, count_fates
 from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.runlock import RunLock
 from memreader.schema import write_memories
+from memreader.stage import Stage
 from memreader.windowing import WindowConfig
 
 log = logging.getLogger(__name__)
@@ -339,25 +340,15 @@ async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, 
     return results, teacher, flow
 
 
-CONFIG_CLASS = GenConfig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of this stage's subcommand."""
-    add_config_arguments(parser, "configs/data_gen/")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point behind the CLI."""
-    generate(load_config(GenConfig, args.config, args.set))
+def _run(cfg: GenConfig, args: argparse.Namespace) -> int:
+    generate(cfg)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m`` entry point."""
-    return stage_main(__doc__, GenConfig, run, argv, "configs/data_gen/")
-
+STAGE = Stage("gen", "teacher-side memory generation → memories + SFT data", run=_run, config=GenConfig,
+              example_dir="configs/data_gen/")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
 
+    raise SystemExit(module_main("gen"))

@@ -36,10 +36,11 @@ from memreader.backends import (
     resolve_backend,
     resolve_dtype_for,
 )
-from memreader.config import add_config_arguments, field, load_config, stage_main
+from memreader.config import field
 from memreader.generation import make_chat
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.schema import read_memories
+from memreader.stage import Stage
 
 
 @dataclass
@@ -306,24 +307,15 @@ def _provenance_line(p: dict[str, int]) -> str:
             f"whole-document fallbacks, {p['truncated']} truncated (flagged), {p['baseline']} from a chunker")
 
 
-CONFIG_CLASS = QAConfig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of this stage's subcommand."""
-    add_config_arguments(parser, "configs/eval/")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point behind the CLI."""
-    run_qa(load_config(QAConfig, args.config, args.set))
+def _run(cfg: QAConfig, args: argparse.Namespace) -> int:
+    run_qa(cfg)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m`` entry point."""
-    return stage_main(__doc__, QAConfig, run, argv, "configs/eval/")
-
+STAGE = Stage("eval", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR", run=_run, config=QAConfig,
+              example_dir="configs/eval/")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("eval"))

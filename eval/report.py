@@ -26,9 +26,11 @@ from eval.clarity import Correlation, MethodRow, correlate
 from eval.paper_tables import fmt as _f
 from eval.paper_tables import md_table as _table
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, paired_bootstrap
+from memreader.config import field as config_field
 from memreader.errors import MemReaderError
 from memreader.paths import memreader_home, write_atomic, write_json
 from memreader.schema import DocumentMemory, read_memories
+from memreader.stage import Flag, Stage
 
 REFERENCE = "memreader"
 METRIC_ORDER = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "bleu_avg", "rouge_l", "meteor")
@@ -369,30 +371,33 @@ def write_report(folder: str | Path, out: str | Path | None = None, n_resamples:
 # -- command line -------------------------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``memreader report``."""
-    parser.add_argument("run", help="run name under $MEMREADER_HOME/runs/, or the path of an eval folder")
-    parser.add_argument("--out", default=None, help="output folder (default: <eval folder>/report/)")
-    parser.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+@dataclass
+class ReportConfig:
+    """Settings of ``memreader report``."""
+
+    eval_run: str = config_field("", help="the evaluation: a run name under $MEMREADER_HOME/runs/ or the path of an "
+                                 "eval folder (memreader report RUN)")
+    out: str = config_field("", help="output folder (default: <eval folder>/report/)")
+    bootstrap: int = config_field(DEFAULT_RESAMPLES, ge=1, help="bootstrap resamples")
+    seed: int = config_field(DEFAULT_SEED, help="bootstrap seed")
+
+    def check(self) -> list[str]:
+        return [] if self.eval_run else ["eval_run: name the evaluation run (memreader report RUN)"]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Build the report of ``args.run``."""
-    if args.bootstrap < 1:
-        raise ReportError(f"--bootstrap {args.bootstrap} must be >= 1")
-    folder = eval_dir(args.run)
-    path, figures = build_report(folder, Path(args.out) if args.out else folder / "report", args.bootstrap, args.seed)
+def _run(cfg: ReportConfig, args: argparse.Namespace) -> int:
+    folder = eval_dir(cfg.eval_run)
+    path, figures = build_report(folder, Path(cfg.out) if cfg.out else folder / "report", cfg.bootstrap, cfg.seed)
     print(f"report: {path} (figures: {', '.join(p.name for p in figures)})")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m eval.report RUN [--out DIR]``"""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
+STAGE = Stage("report", "Markdown report with plots of an evaluation run (memreader report RUN)", run=_run,
+              config=ReportConfig, example_dir="configs/eval/",
+              flags=(Flag("eval_run", positional=True, help="run name under $MEMREADER_HOME/runs/, or the path of an "
+                          "eval folder"), Flag("out"), Flag("bootstrap", int), Flag("seed", int)))
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("report"))

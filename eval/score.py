@@ -7,13 +7,13 @@ From Python (the QA harness)::
     print(format_table({"memreader": report}))
     report.to_dict()                                                # JSON-ready, signatures included
 
-From the shell (``memreader score`` runs the same ``run``)::
+From the shell (``memreader score``, :mod:`eval.score_cli`)::
 
     memreader score --config configs/eval/score.yaml --set pred=preds.jsonl --set ref=refs.jsonl
     python -m eval.score --set pred=preds.jsonl --set ref=refs.jsonl --set profile=crud --set meteor_wordnet=false
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom     # shortcut flags for the same keys
 
-The keys are those of :class:`ScoreConfig`; a ``--set`` of a metric setting (``meteor_wordnet=false``)
+The keys are those of :class:`eval.score_cli.ScoreConfig`; a ``--set`` of a metric setting (``meteor_wordnet=false``)
 is shorthand for that key of its ``metrics`` mapping. ``preds.jsonl`` holds ``{"id": ..., "prediction":
 "..."}`` per line, ``refs.jsonl`` holds ``{"id": ..., "answer": "..."}`` or ``{"id": ..., "answers":
 [...]}``; they are joined by id (compared as strings) and every id must appear in both files. The JSON
@@ -23,13 +23,9 @@ beside it (``config.yaml`` in the run folder, ``<out stem>.config.yaml`` next to
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import importlib.metadata
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -39,12 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from eval.datasets import DatasetError, load_predictions, load_references
+from eval.datasets import DatasetError
 from eval.metrics import (
     DISPLAY_NAMES,
     EVAL_VERSION,
     METRICS,
-    PROFILES,
     ExampleScores,
     MetricConfig,
     corpus_bleu,
@@ -67,17 +62,6 @@ from eval.stats import (
     percentile_interval,
     permutation_p,
 )
-from memreader.config import (
-    add_config_arguments,
-    describe_config,
-    load_config,
-    parse_override,
-    read_config_data,
-    shortcut_overrides,
-)
-from memreader.config import field as config_field
-from memreader.errors import MemReaderError
-from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
 
 _LIBRARIES = ("jieba", "nltk", "rouge-score", "sacrebleu", "numpy")
 
@@ -336,119 +320,7 @@ def join_by_id(predictions: Mapping[str, str], references: Mapping[str, list[str
     return ids, [predictions[i] for i in ids], [references[i] for i in ids]
 
 
-@dataclass
-class ScoreConfig:
-    """What to score and how (``memreader score --config ... --set ...``)."""
+if __name__ == "__main__":  # python -m eval.score ... is memreader score ...
+    from memreader.cli import module_main
 
-    pred: str = config_field(help='predictions JSONL: {"id": ..., "prediction": "..."} per line')
-    ref: str = config_field(help='references JSONL: {"id": ..., "answer": "..."} or {"id": ..., "answers": [...]}')
-    profile: str = config_field("mom", help=f"metric settings: {', '.join(sorted(PROFILES))}")
-    metrics: dict = config_field({}, help="metric settings that differ from the profile, e.g. {meteor_wordnet: "
-                                 "false} (see docs/EVALUATION.md); --set meteor_wordnet=false is shorthand")
-    baseline: str | None = config_field(None, help="a second predictions JSONL for the same ids: adds paired "
-                                        "tests pred - baseline")
-    out: str | None = config_field(None, help="JSON report path (default: $MEMREADER_HOME/runs/<run>/score/"
-                                   "scores.json)")
-    run: str | None = config_field(None, help="run name under $MEMREADER_HOME/runs (default: a timestamp)")
-    workers: int | None = config_field(None, ge=1, help="scoring processes (default: all CPUs)")
-    bootstrap: int = config_field(DEFAULT_RESAMPLES, ge=1, help="bootstrap resamples for the 95% intervals")
-    seed: int = config_field(DEFAULT_SEED, ge=0, help="bootstrap seed")
-    per_example: bool = config_field(True, help="keep per-example scores in the JSON report")
-
-    def check(self) -> list[str]:
-        """Every problem with the values, for :func:`memreader.config.load_config`."""
-        if self.profile not in PROFILES:
-            return [f"profile={self.profile!r}: use one of {', '.join(sorted(PROFILES))}"]
-        try:
-            resolve_config(self.profile, **self.metrics)
-        except MemReaderError as exc:
-            return [str(exc)]
-        return []
-
-
-CONFIG_CLASS = ScoreConfig  # `memreader score --help` lists every key
-SHORTCUTS = {"pred": str, "ref": str, "profile": str, "baseline": str, "out": str, "run": str, "workers": int,
-             "bootstrap": int, "seed": int}  # --pred X is --set pred=X
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``memreader score`` / ``python -m eval.score``."""
-    add_config_arguments(parser, "configs/eval/ (score.yaml)")
-    for key, kind in SHORTCUTS.items():
-        parser.add_argument(f"--{key}", type=kind, default=None, help=f"same as --set {key}=VALUE")
-    parser.add_argument("--no-per-example", dest="per_example", action="store_const", const=False, default=None,
-                        help="same as --set per_example=false")
-
-
-def score_config(args: argparse.Namespace) -> ScoreConfig:
-    """The :class:`ScoreConfig` of parsed flags: YAML, shortcut flags, then ``--set`` (a metric setting
-    given with ``--set`` goes into ``metrics``)."""
-    metric_names = {f.name for f in dataclasses.fields(MetricConfig)}
-    overrides, metric_overrides = [], {}
-    for item in args.set:
-        key, value = parse_override(item)
-        if key in metric_names:
-            metric_overrides[key] = value
-        else:
-            overrides.append(item)
-    items = shortcut_overrides(args, (*SHORTCUTS, "per_example")) + overrides
-    if metric_overrides:
-        given = read_config_data(args.config, items)[0].get("metrics")
-        merged = {**given, **metric_overrides} if isinstance(given, dict) else metric_overrides
-        items.append(f"metrics={json.dumps(merged)}")
-    return load_config(ScoreConfig, args.config, items)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Score the files named in ``args``, print the table and write the JSON report and the resolved config."""
-    start = time.perf_counter()
-    try:
-        cfg = score_config(args)
-        ids, preds, refs = join_by_id(load_predictions(cfg.pred), load_references(cfg.ref), cfg.pred, cfg.ref)
-        options = {"workers": cfg.workers, "n_resamples": cfg.bootstrap, "seed": cfg.seed}
-        report = score_pairs(preds, refs, cfg.profile, ids=ids, progress=sys.stderr.isatty(), **options,
-                             **cfg.metrics)
-        reports = {Path(cfg.pred).stem: report}
-        data = {"inputs": {"pred": str(cfg.pred), "pred_sha256": sha256_file(cfg.pred),
-                           "ref": str(cfg.ref), "ref_sha256": sha256_file(cfg.ref)},
-                "report": report.to_dict(per_example=cfg.per_example)}
-        if cfg.baseline:
-            _, base_preds, _ = join_by_id(load_predictions(cfg.baseline), dict(zip(ids, refs, strict=True)),
-                                          cfg.baseline, cfg.ref)
-            base = score_pairs(base_preds, refs, cfg.profile, ids=ids, **options, **cfg.metrics)
-            reports[Path(cfg.baseline).stem] = base
-            tests = compare(report, base, cfg.bootstrap, seed=cfg.seed)
-            data["baseline"] = {"pred": str(cfg.baseline), "pred_sha256": sha256_file(cfg.baseline),
-                                "report": base.to_dict(per_example=cfg.per_example),
-                                "paired_tests": {m: t.to_dict() for m, t in tests.items()}}
-    except MemReaderError as exc:
-        print(f"memreader score: error: {exc}", file=sys.stderr)
-        return 2
-    if cfg.out:
-        out = Path(cfg.out)
-        config_path = write_resolved_config(out.parent, cfg, f"{out.stem}.config.yaml")
-    else:
-        out = run_dir(cfg.run, "score") / "scores.json"
-        config_path = write_resolved_config(out.parent, cfg)
-    write_json(out, data)
-    print(format_table(reports))
-    if cfg.baseline:
-        for name, test in tests.items():
-            print(f"paired {DISPLAY_NAMES[name]:<9} delta {test.delta:+.4f} [{test.interval.low:+.4f}, "
-                  f"{test.interval.high:+.4f}]  p_boot {test.p_bootstrap:.4f}  p_perm {test.p_permutation:.4f}")
-    seconds = time.perf_counter() - start
-    print(f"score: {len(ids)} examples in {seconds:.1f} s ({len(ids) / seconds:.1f} examples/s) -> {out} "
-          f"(config: {config_path})")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m eval.score --config YAML --set pred=preds.jsonl --set ref=refs.jsonl``"""
-    parser = argparse.ArgumentParser(description=__doc__, epilog=describe_config(ScoreConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(module_main("score"))

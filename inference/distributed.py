@@ -32,33 +32,24 @@ Shard files, markers and the merge: :mod:`inference.shards`; guide: ``docs/DISTR
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import socket
 import time
-import traceback
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.reader import ReadConfig, make_backend, read_key, resolved
-from inference.shards import DIE_ENV, Shard, ShardError, ShardStore, merge_shards, plan_shards
-from memreader.config import add_config_arguments, field, load_config, stage_main
+from inference.reader import ReadConfig, read_key, resolved
+from inference.shards import ShardError, ShardStore, merge_shards, plan_shards
+from memreader.config import field
 from memreader.corpus import CorpusError, read_corpus, split_empty
-from memreader.errors import MemReaderError, RunFailed
-from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
+from memreader.errors import RunFailed
+from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.registry import resolve_model
 from memreader.runlock import RunLock
+from memreader.stage import Stage
 
 log = logging.getLogger(__name__)
 ENGINES = ("ray", "vllm_dp")
-FORWARDED_ENV = ("MEMREADER_HOME", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", DIE_ENV)
-
-
-class RayUnreachable(MemReaderError, ConnectionError):
-    """No Ray cluster answers at the configured address."""
 
 
 @dataclass
@@ -146,6 +137,8 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     if todo:
         resolve_model(cfg.model)  # the embedded model is converted here once, not by every worker at the same time
         if cfg.engine == "ray":
+            from inference.ray_engine import run_ray
+
             results = run_ray(cfg, todo, out_dir, key)
         else:
             from inference.dp_engine import run_data_parallel
@@ -201,202 +194,15 @@ def raise_shard_errors(results: dict[int, dict[str, Any]]) -> None:
                      "fix the cause and rerun the same command: finished shards are kept and not read again")
 
 
-def describe_error(exc: BaseException) -> dict[str, Any]:
-    """An exception raised in a worker, as data for the driver (which raises it with the shard's name)."""
-    return {"type": type(exc).__name__, "message": str(exc), "host": socket.gethostname(),
-            "user_error": isinstance(exc, (MemReaderError, FileNotFoundError, ImportError)),
-            "traceback": "".join(traceback.format_exception(exc))}
-
-
-def worker_backend(cfg: DistributedReadConfig) -> Any:
-    """The backend of one worker, loaded now (a worker that cannot load fails before its first shard)."""
-    if cfg.backend == "vllm":
-        from memreader.generation import make_chat
-
-        return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
-                         tensor_parallel_size=max(1, int(cfg.worker_gpus())),
-                         gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, lora_mode=cfg.lora_mode,
-                         kv_cache_gib=cfg.kv_cache_gib, max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)
-    backend = make_backend(cfg)
-    model = backend.model()
-    if next(model.parameters()).device.type == "cpu":  # runtime() took every core; a worker has its share
-        import torch
-
-        torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
-    return backend
-
-
-class ShardWorker:
-    """One Ray Data worker: loads the backend once, then reads one shard per call. An exception is
-    returned to the driver as data (raised there, with the shard's name); a dead process is Ray's to
-    restart, and its shard is redone from scratch."""
-
-    def __init__(self, cfg: DistributedReadConfig, out_dir: str, key: str) -> None:
-        self.cfg, self.out_dir, self.key = cfg, Path(out_dir), key
-        self.backend, self.error = None, None
-        try:
-            self.backend = worker_backend(cfg)
-        except Exception as exc:  # reported for each of its shards, then raised by the driver
-            self.error = describe_error(exc)
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
-        from inference.shards import read_shard
-
-        out = []
-        for index, payload in zip(batch["shard"], batch["docs"], strict=True):
-            shard = Shard.from_payload(int(index), str(payload))
-            if self.error is not None:
-                out.append({"shard": shard.index, "error": self.error})
-                continue
-            try:
-                out.append(read_shard(self.cfg, shard, self.out_dir, self.backend, self.key))
-            except Exception as exc:  # returned to the driver, which raises it naming the shard
-                out.append({"shard": shard.index, "error": describe_error(exc)})
-        return {"shard": np.asarray(batch["shard"]), "result": np.asarray([json.dumps(r) for r in out], dtype=object)}
-
-
-def worker_env() -> dict[str, str]:
-    """Environment a worker needs from the driver (artifact root, offline flags, the test hook)."""
-    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
-    env["MEMREADER_HOME"] = str(memreader_home())
-    return env
-
-
-def connect_ray(cfg: DistributedReadConfig) -> bool:
-    """Start or join Ray as ``ray_address`` says; True when this call connected (so the run disconnects)."""
-    import ray
-
-    if ray.is_initialized():
-        log.info("read-dist: using the Ray instance this process is already connected to")
-        return False
-    runtime_env = {"env_vars": worker_env()}
-    address = cfg.ray_address.strip()
-    if address in ("", "local"):
-        ray.init(address="local", num_cpus=cfg.ray_num_cpus or None, include_dashboard=False, runtime_env=runtime_env)
-        return True
-    fix = ("start the cluster on its head node with `ray start --head` (then ray_address=<head>:6379, or "
-           "ray://<head>:10001 for Ray Client), check the address and the firewall, or leave ray_address empty "
-           "to start a local Ray instance on this machine")
-    if address != "auto":
-        probe_address(address, cfg.connect_timeout_s, fix)
-    try:
-        ray.init(address=address, runtime_env=runtime_env)
-    except (ConnectionError, TimeoutError, RuntimeError, SystemExit) as exc:  # Ray exits when GCS never answers
-        raise RayUnreachable(f"could not join the Ray cluster at ray_address={address!r}: {exc}", fix) from exc
-    return True
-
-
-def probe_address(address: str, timeout: float, fix: str) -> None:
-    """Fail fast unless a Ray server answers at ``address`` (``ray.init`` alone waits minutes on a dead
-    address, then exits the process). One gRPC call that Ray's GCS (``<head>:6379``) or Ray Client server
-    (``ray://<head>:10001``) implements; an answer of any kind but "unavailable", "timed out" or "not
-    implemented" (e.g. "unauthenticated": ``ray.init`` sends the token) means Ray is there."""
-    import grpc
-
-    client = address.startswith("ray://")
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    method = "/ray.rpc.RayletDriver/ClusterInfo" if client else "/ray.rpc.NodeInfoGcsService/GetClusterId"
-    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):  # TLS: leave the handshake to ray.init
-        return
-    channel = grpc.insecure_channel(f"{host}:{port}")
-    try:
-        channel.unary_unary(method, request_serializer=None, response_deserializer=None)(b"", timeout=timeout)
-    except grpc.RpcError as exc:
-        code = exc.code()
-        reasons = {grpc.StatusCode.UNAVAILABLE: f"nothing answers: {exc.details()}",
-                   grpc.StatusCode.DEADLINE_EXCEEDED: f"no answer within connect_timeout_s={timeout:g}s",
-                   grpc.StatusCode.UNIMPLEMENTED: "a server answers, but it is not a Ray "
-                   + ("Client server" if client else "head node (GCS)")}
-        if code in reasons:
-            raise RayUnreachable(f"no Ray cluster answers at ray_address={address!r} ({reasons[code]})", fix) from None
-    finally:
-        channel.close()
-
-
-def pool_size(cfg: DistributedReadConfig, resources: dict[str, float], shards: int) -> int:
-    """Workers for the Ray engine: ``num_workers`` or what the cluster holds, checked against it."""
-    gpus, cpus = cfg.worker_gpus(), cfg.cpus_per_worker
-    have_gpus, have_cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
-    fits = int(min(have_gpus // gpus if gpus else float("inf"), have_cpus // cpus))
-    if fits < 1:
-        need = f"{gpus:g} GPU(s) and {cpus:g} CPU(s)" if gpus else f"{cpus:g} CPU(s)"
-        raise MemReaderError(f"the Ray cluster ({have_gpus:g} GPUs, {have_cpus:g} CPUs) cannot hold one worker of "
-                             f"{need}", "add GPU nodes for backend=vllm, or lower gpus_per_worker / cpus_per_worker")
-    if cfg.num_workers > fits:
-        raise MemReaderError(f"num_workers={cfg.num_workers} workers of {gpus:g} GPU(s) and {cpus:g} CPU(s) do not fit "
-                             f"the Ray cluster ({have_gpus:g} GPUs, {have_cpus:g} CPUs): at most {fits}",
-                             f"set num_workers={fits} or 0 (as many as fit), or add nodes")
-    return max(1, min(cfg.num_workers or fits, shards))
-
-
-def run_ray(cfg: DistributedReadConfig, todo: list[Shard], out_dir: Path, key: str) -> dict[int, dict[str, Any]]:
-    """Read ``todo`` with Ray Data; shard index → its marker (or ``{"error": ...}``)."""
-    import ray
-
-    started = connect_ray(cfg)
-    try:
-        import ray.data
-
-        workers = pool_size(cfg, ray.cluster_resources(), len(todo))
-        print(f"read-dist: Ray {ray.__version__}, {workers} worker(s) of {cfg.cpus_per_worker:g} CPU(s) and "
-              f"{cfg.worker_gpus():g} GPU(s), {len(todo)} shard(s)")
-        ds = ray.data.from_items([{"shard": s.index, "docs": s.payload()} for s in todo], override_num_blocks=len(todo))
-        with warnings.catch_warnings():  # Ray 2.60 has no named parameter for actor retries yet
-            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-            ds = ds.map_batches(
-                ShardWorker, fn_constructor_kwargs={"cfg": cfg, "out_dir": str(out_dir), "key": key},
-                batch_size=1, batch_format="numpy", num_cpus=cfg.cpus_per_worker, num_gpus=cfg.worker_gpus() or None,
-                compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
-                # a worker that dies is restarted and its shard retried (from scratch: read_shard never appends)
-                max_restarts=cfg.max_retries, max_task_retries=cfg.max_retries)
-        try:
-            rows = ds.take_all()
-        except ray.exceptions.RayActorError as exc:
-            raise workers_died(cfg, todo, out_dir, key, f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
-        return {int(r["shard"]): json.loads(r["result"]) for r in rows}
-    finally:
-        if started:
-            ray.shutdown()
-
-
-def workers_died(cfg: DistributedReadConfig, todo: list[Shard], out_dir: Path, key: str, what: str) -> ShardError:
-    """The error for shards whose workers kept dying: names them, keeps the finished ones."""
-    store = ShardStore(out_dir)
-    left = [s.name for s in todo if store.state(s, key) == "todo"]
-    return ShardError(f"{len(left)} shard(s) were not finished: {', '.join(left[:8])}{' ...' if len(left) > 8 else ''}; "
-                      f"a worker reading them died with no retry left (max_retries={cfg.max_retries}; {what})",
-                      "rerun the same command: finished shards are kept and the others are read again from scratch; "
-                      "if workers keep dying, look at their logs (out of memory? lower batch_size or max_model_len) "
-                      "or raise max_retries")
-
-
-CONFIG_CLASS = DistributedReadConfig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of this stage's subcommand."""
-    add_config_arguments(parser, "configs/inference/")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point behind the CLI."""
-    read_distributed(load_config(DistributedReadConfig, args.config, args.set))
+def _run_stage(cfg: DistributedReadConfig, args: argparse.Namespace) -> int:
+    read_distributed(cfg)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m`` entry point (``--dp-worker JOB`` runs one process of the vllm_dp engine)."""
-    import sys
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--dp-worker"]:
-        from inference.dp_engine import worker_main
-
-        return worker_main(argv[1])
-    return stage_main(__doc__, DistributedReadConfig, run, argv, "configs/inference/")
-
+STAGE = Stage("read-dist", "read a corpus in shards on several GPUs or a Ray cluster, merged into one memories file "
+              "(resumable)", run=_run_stage, config=DistributedReadConfig, example_dir="configs/inference/")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("read-dist"))

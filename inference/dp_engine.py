@@ -1,6 +1,6 @@
 """The ``vllm_dp`` engine of :mod:`inference.distributed`: data parallelism on one node, no Ray.
 
-``data_parallel_size`` worker processes (``python -m inference.distributed --dp-worker JOB``), each
+``data_parallel_size`` worker processes (``python -m inference.dp_worker JOB``), each
 with its own GPU(s) through ``CUDA_VISIBLE_DEVICES`` and its own engine (vLLM with the adapter as a
 ``LoRARequest``; transformers works the same way, which is how the CPU tests run this engine). The
 shards to read are dealt round-robin; each process reads its shards one after another with
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.shards import Shard, ShardError, ShardStore
+from inference.workers import worker_env, workers_died
 from memreader.errors import MemReaderError
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,6 @@ def process_gpus(cfg: Any) -> list[list[str]]:
 
 def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> dict[int, dict[str, Any]]:
     """Read ``todo`` with one process per GPU group; shard index → its marker (or ``{"error": ...}``)."""
-    from inference.distributed import worker_env, workers_died
-
     groups = process_gpus(cfg)
     groups = groups[:len(todo)]  # no idle process
     jobs = ShardStore(out_dir).dir / ".dp-jobs"
@@ -85,7 +84,7 @@ def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> d
         env = {**os.environ, **worker_env()}
         if groups[rank]:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(groups[rank])
-        procs[rank] = (subprocess.Popen([sys.executable, "-m", "inference.distributed", "--dp-worker", str(job)],
+        procs[rank] = (subprocess.Popen([sys.executable, "-m", "inference.dp_worker", str(job)],
                                         env=env), shards, out)
 
     try:
@@ -130,33 +129,3 @@ def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> d
             proc.wait()
     shutil.rmtree(jobs)
     return results
-
-
-def worker_main(job_path: str) -> int:
-    """One engine process: load the backend once, read the job's shards, one result line each."""
-    from inference.distributed import DistributedReadConfig, describe_error, worker_backend
-    from inference.shards import read_shard
-
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
-    cfg = DistributedReadConfig(**job["config"])
-    out_dir, key, results = Path(job["out_dir"]), job["key"], Path(job["results"])
-    shards = [Shard.from_payload(s["index"], s["docs"]) for s in job["shards"]]
-
-    def report(row: dict[str, Any]) -> None:
-        with results.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
-
-    try:
-        backend = worker_backend(cfg)
-    except Exception as exc:  # every shard of this process reports it; the driver raises it
-        error = describe_error(exc)
-        for shard in shards:
-            report({"shard": shard.index, "error": error})
-        return 0
-    for shard in shards:
-        try:
-            report(read_shard(cfg, shard, out_dir, backend, key))
-        except Exception as exc:  # returned to the driver, which raises it naming the shard
-            report({"shard": shard.index, "error": describe_error(exc)})
-    return 0

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from memreader.assemble import memory_from_output
 from memreader.backends import backend_problem, dtype_problem, resolve_backend, resolve_dtype_for
-from memreader.config import add_config_arguments, field, load_config, stage_main
+from memreader.config import field
 from memreader.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
@@ -52,6 +52,7 @@ from memreader.paths import run_dir, sha256_file, write_json, write_resolved_con
 from memreader.prompts import detect_lang, render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
+from memreader.stage import Stage
 from memreader.vllm_engine import COMPILE_MODES, LORA_MODES
 from memreader.windowing import (
     WindowConfig,
@@ -384,24 +385,15 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     return summary
 
 
-CONFIG_CLASS = ReadConfig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of this stage's subcommand."""
-    add_config_arguments(parser, "configs/inference/")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point behind the CLI."""
-    read_corpus_memories(load_config(ReadConfig, args.config, args.set))
+def _run(cfg: ReadConfig, args: argparse.Namespace) -> int:
+    read_corpus_memories(cfg)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m`` entry point."""
-    return stage_main(__doc__, ReadConfig, run, argv, "configs/inference/")
-
+STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=_run, config=ReadConfig,
+              example_dir="configs/inference/")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("read"))

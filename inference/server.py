@@ -32,7 +32,6 @@ import logging
 import os
 import select
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -42,10 +41,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from memreader.config import add_config_arguments, describe_config, field, load_config, shortcut_overrides
+from memreader.config import field
 from memreader.errors import MemReaderError
 from memreader.generation import GenerationParams, generate_chat_batch
 from memreader.paths import run_dir, write_resolved_config
+from memreader.stage import Flag, Stage
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,6 @@ class ServeConfig:
         return problems
 
 
-CONFIG_CLASS = ServeConfig  # `memreader serve --help` lists every key
 SHORTCUTS = {"model": str, "adapter": str, "host": str, "port": int, "served_model_name": str, "device": str,
              "default_max_tokens": int, "max_tokens_cap": int}  # --port 8001 is --set port=8001
 
@@ -367,26 +366,14 @@ def _check_port(host: str, port: int) -> None:
                                  "stop the process using that port, or pass another --port (0 picks a free one)") from None
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The ``memreader serve`` flags: ``--config`` / ``--set``, shortcuts for the keys, and ``--api-key``."""
-    add_config_arguments(parser, "configs/inference/ (serve_*.yaml)")
-    for key, kind in SHORTCUTS.items():
-        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=kind, default=None,
-                            help=f"same as --set {key}=VALUE")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None,
                         help="require 'Authorization: Bearer <key>' on every request except /health "
                              "(default: $MEMREADER_SERVE_API_KEY; no key = open, for 127.0.0.1 only)")
-    return parser
 
 
-def serve_config(args: argparse.Namespace) -> ServeConfig:
-    """The :class:`ServeConfig` of parsed flags (YAML, then shortcut flags, then ``--set``)."""
-    return load_config(ServeConfig, args.config, shortcut_overrides(args, SHORTCUTS) + args.set)
-
-
-def run(args: argparse.Namespace) -> int:
+def _run(cfg: ServeConfig, args: argparse.Namespace) -> int:
     """Serve until Ctrl-C."""
-    cfg = serve_config(args)
     api_key = args.api_key or os.environ.get("MEMREADER_SERVE_API_KEY") or None
     if api_key is None and cfg.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who reaches it can use the model "
@@ -407,18 +394,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m inference.server --config YAML --set key=value``."""
-    parser = add_arguments(argparse.ArgumentParser(
-        prog="python -m inference.server", description="OpenAI-compatible chat server around one transformers model",
-        epilog=describe_config(ServeConfig), formatter_class=argparse.RawDescriptionHelpFormatter))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return run(parser.parse_args(argv))
-    except MemReaderError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
+STAGE = Stage("serve", "OpenAI-compatible HTTP server over a local model (+ adapter)", run=_run, config=ServeConfig,
+              example_dir="configs/inference/ (serve_*.yaml)", arguments=_arguments,
+              flags=tuple(Flag(key, kind) for key, kind in SHORTCUTS.items()))
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("serve"))

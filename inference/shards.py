@@ -28,8 +28,6 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,8 +165,7 @@ def read_shard(cfg: Any, shard: Shard, out_dir: Path, backend: Any, key: str) ->
     memories = attempt / "memories.jsonl"
     if state == "resume":  # keep what it has, ask only the failed / cut-off documents again
         shutil.copyfile(store.path(shard), memories)
-    with _die_hook(shard, backend):
-        summary = read_documents(cfg, shard.docs, attempt, backend)
+    summary = read_documents(cfg, shard.docs, attempt, backend)
     if not memories.exists():
         write_memories(memories, [])
     os.replace(memories, store.path(shard))  # whole, or not at all
@@ -214,37 +211,3 @@ def merge_shards(store: ShardStore, shards: list[Shard], out_path: Path) -> int:
         tmp.unlink(missing_ok=True)
         raise
     return n
-
-
-DIE_ENV = "MEMREADER_TEST_DIE_IN_SHARD"
-"""Test hook, ``<shard index>:<flag file>``: the first worker to read that shard (while the flag file
-does not exist) creates the flag and kills its own process right after the shard's first batch is
-written, as a crash, OOM kill or lost node would. Never set outside tests."""
-
-
-@contextmanager
-def _die_hook(shard: Shard, backend: Any) -> Iterator[None]:
-    spec = os.environ.get(DIE_ENV)
-    if not spec or int(spec.split(":", 1)[0]) != shard.index or Path(spec.split(":", 1)[1]).exists():
-        yield
-        return
-    flag = Path(spec.split(":", 1)[1])
-    generate, own = backend.generate_many, "generate_many" in vars(backend)
-    calls = [0]
-
-    def dying(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == 2:  # the first batch of this shard is on disk: die in the middle of the shard
-            flag.write_text(f"{socket.gethostname()} {os.getpid()} {shard.name}\n", encoding="utf-8")
-            log.warning("%s=%s: killing worker process %d in the middle of %s", DIE_ENV, spec, os.getpid(), shard.name)
-            os._exit(1)
-        return generate(*args, **kwargs)
-
-    backend.generate_many = dying
-    try:
-        yield
-    finally:
-        if own:
-            backend.generate_many = generate
-        else:
-            del backend.generate_many

@@ -14,7 +14,9 @@
     memreader report eval-multifieldqa-zh
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom
 
-Stage modules are imported only for the chosen subcommand, so ``--help`` stays fast.
+Each subcommand is a :class:`memreader.stage.Stage` exported by its module; a stage module is imported only for
+the chosen subcommand (``memreader --help`` imports them all for their one-line help). This module and
+:mod:`memreader.demo` are the top layer: nothing below imports them (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -25,28 +27,38 @@ import logging
 import sys
 
 from memreader.errors import MemReaderError, RunFailed
+from memreader.stage import Stage
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "gen": ("data_gen.pipeline", "teacher-side memory generation → memories + SFT data"),
-    "assess": ("data_gen.assess", "clarity/completeness of any memories file (evaluator LM), written beside it"),
-    "train": ("training.sft", "LoRA fine-tuning with TRL SFTTrainer"),
-    "merge": ("training.merge", "merge a LoRA adapter into its base model"),
-    "read": ("inference.reader", "MemReader batch reading of a corpus (resumable)"),
-    "read-dist": ("inference.distributed", "read a corpus in shards on several GPUs or a Ray cluster, merged into one "
-                  "memories file (resumable)"),
-    "serve": ("inference.server", "OpenAI-compatible HTTP server over a local model (+ adapter)"),
-    "index": ("retrieval.cli", "index memories into Milvus (outline / core / chunk layers)"),
-    "ask": ("retrieval.cli", "retrieve chunks for a question, with provenance"),
-    "chat": ("retrieval.chat", "terminal chat answered from momentary contexts rebuilt from the stored turns"),
-    "eval": ("eval.qa", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR"),
-    "report": ("eval.report", "Markdown report with plots of an evaluation run (memreader report RUN)"),
-    "score": ("eval.score", "score prediction/reference JSONL files with BLEU/ROUGE-L/METEOR"),
-    "demo": ("memreader.demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked"),
+COMMANDS: dict[str, str] = {
+    "gen": "data_gen.pipeline",
+    "assess": "data_gen.assess",
+    "train": "training.sft",
+    "merge": "training.merge",
+    "read": "inference.reader",
+    "read-dist": "inference.distributed",
+    "serve": "inference.server",
+    "index": "retrieval.cli",
+    "ask": "retrieval.cli",
+    "chat": "retrieval.chat",
+    "eval": "eval.qa",
+    "report": "eval.report",
+    "score": "eval.score_cli",
+    "demo": "memreader.demo",
 }
+"""Subcommand → the module whose ``STAGE`` (or ``STAGES``) describes it (:class:`memreader.stage.Stage`)."""
+
+
+def stage(name: str) -> Stage:
+    """The :class:`~memreader.stage.Stage` of a subcommand (imports its module)."""
+    module = importlib.import_module(COMMANDS[name])
+    for candidate in (*getattr(module, "STAGES", ()), *([module.STAGE] if hasattr(module, "STAGE") else [])):
+        if candidate.name == name:
+            return candidate
+    raise LookupError(f"{COMMANDS[name]} defines no stage named {name!r}")
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
+    lines = "\n".join(f"  {name:<9} {stage(name).help}" for name in COMMANDS)
     return argparse.ArgumentParser(
         prog="memreader",
         description="Document memories with small language models: generate, train, read, index, ask, evaluate.",
@@ -56,43 +68,34 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``memreader <command> ...``."""
+    """Dispatch ``memreader <command> ...`` (and ``python -m <stage module> ...``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    top = _top_parser()
-    top.add_argument("command", choices=sorted(COMMANDS), help=argparse.SUPPRESS)
-    top.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     if not argv or argv[0] in ("-h", "--help"):
-        top.print_help()
+        _top_parser().print_help()
         return 0
     verbose = "-v" in argv or "--verbose" in argv
     argv = [a for a in argv if a not in ("-v", "--verbose")]
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        top.error(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
+        print(f"memreader: error: unknown command {name!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries(verbose)  # before the stage imports gRPC / Milvus / faiss
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(
-        prog=f"memreader {name}", description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    # A module serving several commands (retrieval.cli) maps each to its (add_arguments, run) pair.
-    pair = getattr(module, "COMMANDS", {}).get(name)
-    adder, runner = pair if pair else (module.add_arguments, module.run)
-    adder(parser)
-    config_class = getattr(module, "CONFIG_CLASS", None)
-    if config_class is not None:
-        from memreader.config import describe_config
-
-        parser.epilog = describe_config(config_class)
-    args = parser.parse_args(rest)
+    chosen = stage(name)
+    args = chosen.parser(importlib.import_module(COMMANDS[name]).__doc__).parse_args(rest)
     try:
-        return int(runner(args) or 0)
+        return chosen(args)
     except Exception as exc:
         if verbose or not _is_user_error(exc):
             raise
         # Our own exception types carry a message that names the problem and the fix: no traceback.
         print(f"memreader {name}: error: {exc}\n(run with -v for the traceback)", file=sys.stderr)
         return 1 if isinstance(exc, RunFailed) else 2
+
+
+def module_main(name: str) -> int:
+    """``python -m <stage module> ARGS`` = ``memreader <name> ARGS`` (the stage modules' ``__main__`` blocks)."""
+    return main([name, *sys.argv[1:]])
 
 
 _OWN_PACKAGES = ("memreader", "data_gen", "training", "inference", "retrieval", "eval")

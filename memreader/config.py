@@ -228,13 +228,3 @@ def add_config_arguments(parser: Any, example_dir: str) -> None:
     """The ``--config`` / ``--set`` flags every stage takes (``example_dir``: where its YAMLs live)."""
     parser.add_argument("--config", help=f"YAML file of config keys (examples in {example_dir})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-
-
-def stage_main(doc: str | None, config_class: type, run: Any, argv: list[str] | None, example_dir: str) -> int:
-    """``python -m <stage> --config ... --set ...``: parse, then call ``run(args)``."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=doc, epilog=describe_config(config_class),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, example_dir)
-    return int(run(parser.parse_args(argv)) or 0)

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.config import field, load_config
+from memreader.config import field
 from memreader.errors import MemReaderError, RunFailed
 from memreader.paths import run_dir, write_json
+from memreader.stage import Flag, Stage
 
 DEMO_DATA = Path(__file__).with_name("demo_data")
 RUNCPU = Path(__file__).resolve().parents[1] / "scripts" / "runcpu.sh"
@@ -50,7 +51,6 @@ class DemoConfig:
         return [] if self.teacher in teachers else [f"teacher: {self.teacher!r} is not one of {', '.join(teachers)}"]
 
 
-CONFIG_CLASS = DemoConfig
 
 
 def adapter_changed(adapter_dir: Path) -> float:
@@ -165,18 +165,11 @@ def print_checks(run: str) -> int:
     return 0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``memreader demo``."""
-    parser.add_argument("--config", help="optional YAML with DemoConfig keys")
-    parser.add_argument("--run", help="run name (default: demo)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check-only", action="store_true", help="only check an existing run (runcpu.sh's last step)")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry point behind the CLI."""
-    overrides = list(args.set) + ([f"run={args.run}"] if args.run else [])
-    cfg = load_config(DemoConfig, args.config, overrides)
+def _run(cfg: DemoConfig, args: argparse.Namespace) -> int:
     if args.check_only:
         return print_checks(cfg.run)
     code = run_script(cfg)
@@ -184,3 +177,12 @@ def run(args: argparse.Namespace) -> int:
         raise RunFailed(f"scripts/runcpu.sh stopped with exit code {code}; the failing step's message is above "
                         "(finished stages are kept under the run folder)")
     return 0
+
+
+STAGE = Stage("demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked", run=_run,
+              config=DemoConfig, arguments=_arguments, flags=(Flag("run", help="run name (default: demo)"),))
+
+if __name__ == "__main__":
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("demo"))

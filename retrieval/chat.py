@@ -21,7 +21,6 @@ is reported, not stored, and the chat goes on; the exit code is then 2.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -35,10 +34,11 @@ from memreader.backends import (
     resolve_backend,
     resolve_dtype_for,
 )
-from memreader.config import add_config_arguments, field, load_config
+from memreader.config import field
 from memreader.errors import MemReaderError
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.registry import ALIASES, SMOLLM2
+from memreader.stage import Stage
 from retrieval.conversation_store import BM25, DEFAULT_COLLECTION, ConversationStore, check_conversation_id
 from retrieval.lexical import LANGUAGES
 from retrieval.milvus import is_server_uri
@@ -292,28 +292,10 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
 
 # ---------------------------------------------------------------- command line
 
-CONFIG_CLASS = ChatConfig
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``memreader chat``."""
-    add_config_arguments(parser, "configs/retrieval/")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Load the config and chat."""
-    return run_chat(load_config(ChatConfig, args.config, args.set))
-
-
-COMMANDS = {"chat": (add_arguments, run)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m retrieval.chat ...``: the same as ``memreader chat ...``."""
-    from memreader.cli import main as memreader_main
-
-    return memreader_main(["chat", *(sys.argv[1:] if argv is None else argv)])
-
+STAGE = Stage("chat", "terminal chat answered from momentary contexts rebuilt from the stored turns",
+              run=lambda cfg, args: run_chat(cfg), config=ChatConfig, example_dir="configs/retrieval/")
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("chat"))

@@ -1,38 +1,65 @@
-"""Milvus by URI: a Milvus Lite file or a Milvus server, opened the same way by every store.
+"""Milvus by URI, and the collection type that every store builds on.
 
 ``uri`` is a path ending in ``.db`` (Milvus Lite, served from this process) or a server URI
 (``http://``, ``https://``, ``tcp://``, ``unix:``). A server gets a token (``token``, else
 ``$MILVUS_TOKEN``) and a short connect timeout, so a wrong address fails in seconds with a message
-naming it; a Lite file that another process holds is refused with the fix. The memory index, the
-passage store (MeVe) and the conversation store all connect through :func:`connect`.
+naming it; a Lite file that another process holds is refused with the fix.
+
+:class:`MilvusCollection` is the base of the memory index (:mod:`retrieval.index`), the passage
+store (:mod:`retrieval.passages`) and the conversation store (:mod:`retrieval.conversation_store`).
+It connects by URI (:func:`connect`), creates the collection (the store's fields, ``text`` with
+Milvus' BM25, one COSINE vector field per embedder), keeps the store's metadata as JSON in one
+collection property and checks it on reading (ours, this schema version, completely built), opens,
+loads and closes the collection, and raises one error family: :class:`StoreError`, of which each
+store has its own subclass, with messages that name the problem and the fix.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
-from pymilvus import MilvusClient
+import numpy as np
+from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import ConnectionConfigException, MilvusException
 
-from retrieval.rows import MemoryIndexError
+from memreader.embedders import encode
+from memreader.errors import MemReaderError
+from retrieval.lexical import add_bm25, text_field_params
 
-__all__ = ["CONNECT_TIMEOUT", "TOKEN_ENV", "connect", "disconnect", "is_server_uri", "resolve_token", "resolve_uri",
-           "get_rows", "string_literal"]
+__all__ = ["CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError", "connect",
+           "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal"]
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Milvus server to answer before failing (pymilvus alone waits 10)."""
 TOKEN_ENV = "MILVUS_TOKEN"
 """The environment variable holding a Milvus server token when none is passed."""
+MAX_LIMIT = 16384
+"""Milvus' largest search / query limit."""
+MAX_TEXT_BYTES = 65535
+"""Milvus' VARCHAR limit."""
+_INSERT_ROWS = 512  # rows per insert call, well under the 64 MB gRPC message limit
 # Milvus Lite serves gRPC in-process with gRPC's default ping policy (at most one ping per 5 minutes
 # without data), while pymilvus pings every 10 s: after an idle spell the server answers with a
-# "too_many_pings" GOAWAY that gRPC logs at ERROR. Keepalive guards network paths a local server
-# does not have, so it is off for Milvus Lite (servers keep pymilvus' setting, which they permit).
+# "too_many_pings" GOAWAY that gRPC logs at ERROR. Keepalive guards network paths a local server does
+# not have, so it is off for Milvus Lite (servers keep pymilvus' setting, which they permit).
 _LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
 _SERVER_PREFIXES = ("http://", "https://", "tcp://", "unix:")
 _lite_clients: dict[str, list[MilvusClient]] = {}  # the open clients of each Milvus Lite file in this process
 _lite_lock = threading.Lock()
+_C = TypeVar("_C", bound="MilvusCollection")
+
+
+class StoreError(MemReaderError, RuntimeError, ValueError):
+    """A Milvus store cannot be reached, is missing, unfinished, foreign or of another schema version,
+    or a request to it is invalid. Each store raises its own subclass (``MemoryIndexError``,
+    ``PassageStoreError``, ``ConversationStoreError``). Before they shared this family the stores
+    raised RuntimeErrors or ValueErrors, so it is both: every caller that caught either still does."""
 
 
 def is_server_uri(uri: str | Path) -> bool:
@@ -40,18 +67,14 @@ def is_server_uri(uri: str | Path) -> bool:
     return str(uri).startswith(_SERVER_PREFIXES)
 
 
-def resolve_uri(uri: str | Path, must_exist: bool = False) -> str:
+def resolve_uri(uri: str | Path, error: type[StoreError] = StoreError) -> str:
     """A URI MilvusClient accepts: server URIs as given, file paths absolute and ending in ``.db``."""
     if is_server_uri(uri):
         return str(uri)
     path = Path(uri).expanduser().resolve()
     if path.suffix != ".db":
-        raise MemoryIndexError(
-            f"index path {path} must end in .db (Milvus Lite files do), or be a server URI like "
-            "http://localhost:19530"
-        )
-    if must_exist and not path.exists():  # Milvus Lite 3 stores a .db folder, older versions a file
-        raise MemoryIndexError(f"index file {path} does not exist; run `memreader index` first to build it")
+        raise error(f"the store path {path} must end in .db (Milvus Lite files do), or be a server URI",
+                    "use a path like path/to/memories.db or a URI like http://localhost:19530")
     return str(path)
 
 
@@ -62,8 +85,10 @@ def resolve_token(uri: str | Path, token: str = "") -> str:
     return token or os.environ.get(TOKEN_ENV, "")
 
 
-def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT) -> MilvusClient:
-    """A ``MilvusClient`` for ``uri`` (resolve it with :func:`resolve_uri` first), failing clearly.
+def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
+            error: type[StoreError] = StoreError) -> MilvusClient:
+    """A ``MilvusClient`` for ``uri`` (resolve it with :func:`resolve_uri` first), failing clearly
+    with ``error``.
 
     A server gets ``token`` (else ``$MILVUS_TOKEN``) and ``timeout`` seconds to answer; a Milvus
     Lite file is served from this process (one process per file at a time) until the last client
@@ -77,9 +102,9 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT) 
                 _lite_clients.setdefault(uri, []).append(client)
             return client
         except ConnectionConfigException as exc:
-            raise MemoryIndexError(
+            raise error(
                 f"cannot open the Milvus Lite file {uri} ({exc.message}); Milvus Lite serves a file to one process "
-                "at a time: close the other process using it (another `memreader index`/`ask`/`chat`, a notebook), "
+                "at a time", "close the other process using it (another `memreader index`/`ask`/`chat`, a notebook), "
                 "use another .db path, or put the data on a Milvus server (db_path=http://host:19530)"
             ) from exc
     if timeout <= 0:
@@ -87,8 +112,8 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT) 
     try:
         return MilvusClient(uri=uri, token=resolve_token(uri, token), timeout=timeout)
     except MilvusException as exc:
-        raise MemoryIndexError(
-            f"cannot reach the Milvus server at {uri} within {timeout:g} s ({exc.message}); start the server "
+        raise error(
+            f"cannot reach the Milvus server at {uri} within {timeout:g} s ({exc.message})", "start the server "
             "(e.g. Milvus standalone in Docker), check the URI, port and token, or use a local .db file for "
             "Milvus Lite (db_path=path/to/memories.db)"
         ) from exc
@@ -129,3 +154,153 @@ def get_rows(client: MilvusClient, collection: str, pks: list[str], output_field
         return []
     ids = ", ".join(string_literal(pk) for pk in pks)
     return list(client.query(collection, filter=f"pk in [{ids}]", output_fields=output_fields))
+
+
+class MilvusCollection:
+    """One Milvus collection of a store, with the store's metadata in one collection property.
+
+    A subclass sets ``KIND`` (its name in messages), ``META_KEY`` (the property holding the JSON
+    record), ``VERSION`` and ``VERSION_FIELD`` (the schema version this code reads and the record's
+    key for it), ``MISSING_FIX`` and ``REBUILD_FIX`` (the fix for a missing store, and for one of
+    another version or whose build did not finish), ``BUILT`` (the record has a build ``status``) and
+    ``error`` (its :class:`StoreError` subclass). Use as a context manager (or call :meth:`close`):
+    Milvus Lite serves each open file from this process. ``token`` and ``timeout`` are for a server
+    URI; ``must_exist`` refuses a Milvus Lite file that does not exist yet.
+    """
+
+    KIND: ClassVar[str]
+    META_KEY: ClassVar[str]
+    VERSION: ClassVar[int]
+    VERSION_FIELD: ClassVar[str] = "format"
+    MISSING_FIX: ClassVar[str]
+    REBUILD_FIX: ClassVar[str]
+    BUILT: ClassVar[bool] = True
+    error: ClassVar[type[StoreError]] = StoreError
+
+    def __init__(self, uri: str | Path, collection: str, token: str = "", timeout: float = CONNECT_TIMEOUT,
+                 must_exist: bool = False) -> None:
+        self.uri = resolve_uri(uri, self.error)
+        self.collection = collection
+        if not is_server_uri(self.uri):
+            if must_exist and not Path(self.uri).exists():  # Milvus Lite 3 stores a .db folder, older ones a file
+                raise self.error(f"{self.KIND} {self.uri} does not exist", self.MISSING_FIX)
+            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+        self._client = connect(self.uri, token, timeout, self.error)
+        self._meta: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        """Close the client; the last client of a Milvus Lite file in this process also stops its
+        server and frees the file (:func:`disconnect`)."""
+        disconnect(self._client, self.uri)
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _closing_on_error(self) -> Iterator[None]:
+        """Close the store if the block fails: a half-opened store would keep its Milvus Lite file."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+
+    def load(self) -> None:
+        """Check :attr:`meta`, then load the collection for searching (a reopened one starts out released)."""
+        _ = self.meta
+        self._client.load_collection(self.collection)
+
+    def _where(self) -> str:
+        return f"{self.KIND} {self.uri} (collection {self.collection!r})"
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The store's metadata record, checked: made by memreader, of :attr:`VERSION`, and (for a
+        ``BUILT`` store) with ``status`` complete."""
+        if self._meta is None:
+            if not self._client.has_collection(self.collection):
+                raise self.error(f"{self.uri} has no collection {self.collection!r}", self.MISSING_FIX)
+            props = self._client.describe_collection(self.collection).get("properties", {})
+            if self.META_KEY not in props:
+                raise self.error(f"{self._where()} was not made by memreader (no {self.META_KEY} property)",
+                                 "pick another collection name or db_path")
+            meta = json.loads(props[self.META_KEY])
+            found = meta.get(self.VERSION_FIELD)
+            if found != self.VERSION:
+                raise self.error(f"{self._where()} has schema version {found!r}; this memreader reads version "
+                                 f"{self.VERSION}", self.REBUILD_FIX)
+            if self.BUILT and meta.get("status") != "complete":
+                raise self.error(f"the last build of {self._where()} did not finish (status "
+                                 f"{meta.get('status')!r})", self.REBUILD_FIX)
+            self._meta = meta
+        return self._meta
+
+    def _write_meta(self, meta: dict[str, Any]) -> None:
+        self._client.alter_collection_properties(self.collection, properties={self.META_KEY: json.dumps(meta)})
+        self._meta = None
+
+    def _create(self, fields: Sequence[tuple[str, DataType, dict[str, Any]]], vectors: Mapping[str, int],
+                language: str, meta: dict[str, Any]) -> None:
+        """Create the collection with ``meta`` as its record: ``fields`` (``(name, type, params)``,
+        the primary key first), ``text`` (with BM25 in ``language``'s analyzer), then one COSINE
+        vector field per ``vectors`` name → dimension."""
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        for name, dtype, params in fields:
+            schema.add_field(name, dtype, **params)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_field_params(language))
+        index_params = self._client.prepare_index_params()
+        for name, dim in vectors.items():
+            schema.add_field(name, DataType.FLOAT_VECTOR, dim=dim)
+            index_params.add_index(field_name=name, index_type="AUTOINDEX", metric_type="COSINE")
+        add_bm25(schema, index_params, text_field="text")
+        # Strong consistency: a search right after a write sees it (matters on a server).
+        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong",
+                                       properties={self.META_KEY: json.dumps(meta)})
+        # Milvus Lite lacks the AllocTimestamp call that a synchronous index wait starts with (its
+        # server logs a traceback, then pymilvus sleeps); its index is usable at once anyway.
+        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
+        self._client.load_collection(self.collection)
+        self._meta = None
+
+    def _insert(self, rows: Sequence[dict[str, Any]]) -> None:
+        for start in range(0, len(rows), _INSERT_ROWS):
+            self._client.insert(self.collection, list(rows[start : start + _INSERT_ROWS]))
+
+    def _finish(self, meta: dict[str, Any]) -> None:
+        """Flush the rows, then record the build as complete."""
+        self._client.flush(self.collection)
+        self._write_meta({**meta, "status": "complete"})
+
+    def _count(self, filter: str = "") -> int:
+        (row,) = self._client.query(self.collection, filter=filter, output_fields=["count(*)"])
+        return int(row["count(*)"])
+
+    def _check_query(self, query: str) -> None:
+        if not isinstance(query, str) or not query.strip():
+            raise self.error("the query is empty", "ask a question")
+
+    def _check_limit(self, name: str, value: int) -> None:
+        if not 1 <= value <= MAX_LIMIT:
+            raise self.error(f"{name}={value} is out of range", f"use 1..{MAX_LIMIT}")
+
+    def _check_embedder(self, asked: str | None, built: str) -> None:
+        """Refuse to query with another embedder than the store was built with (when both are named)."""
+        if asked and "unnamed" not in (asked, built) and asked != built:
+            raise self.error(
+                f"{self._where()} was built with {built!r}, not {asked!r}: vectors of different embedders are "
+                "not comparable, even at the same dimension",
+                f"query with embedder={built} or rebuild the {self.KIND} with embedder={asked}")
+
+    def _encode_query(self, model: Any, query: str, dim: int, name: str) -> np.ndarray:
+        """``query``'s unit vector from ``model``, which must give the ``dim`` of the stored ``name`` vectors."""
+        self._check_query(query)
+        if model is None:
+            raise self.error("no embedder to encode the query", f"pass embedder= (the {self.KIND} holds {name!r} vectors)")
+        vector = encode(model, [query], batch_size=1, kind="query")[0]
+        if len(vector) != dim:
+            raise self.error(f"the query embedder gives {len(vector)}-dim vectors but {self._where()} holds "
+                             f"{dim}-dim {name!r} vectors", f"query with embedder={name}")
+        return vector

@@ -18,13 +18,15 @@ Rows: ``transformers`` and ``vllm`` (vLLM's CPU build here, upstream vLLM on a G
    per second of the prefill alone (``max_new_tokens=1``) and answers/s with 32 tokens;
 5. **support**: the reference answers' NLL under the same prompts (prefill only): prompt tokens/s, and model
    FLOP/s (2 x non-embedding parameters + attention, per token) as a share of the matmul rate of that dtype
-   measured at the start of the run (:func:`memreader.hardware.matmul_rate`, n = 1024 and 2048).
+   measured at the start of the run (:func:`memreader.hardware.matmul_rate`, n = 1024 and 2048);
+6. **MeVe verifier**: the LM verifier's P(yes) for each of the 24 questions over its 8 chunks: passages/s;
+7. **chat**: 6 of the QA prompts one at a time (as a conversation asks), 32 new tokens: seconds per reply.
 
 vLLM runs with prefix caching off, so every row computes every token (real runs keep it on: support then scores
 prompts the answerer has just prefilled, mostly from the cache).
 
 The fastest row per stage (reading: documents/s with start-up included, for this workload; scoring, answering,
-support: their rates) is written to ``$MEMREADER_HOME/engine_choice.json`` for this machine (unless
+support, verifier, chat: their rates) is written to ``$MEMREADER_HOME/engine_choice.json`` for this machine (unless
 ``--no-record``), where ``backend: auto`` and ``dtype: auto`` read it; the run then resolves ``auto`` for each
 stage and prints that it picked the fastest row.
 """
@@ -170,6 +172,22 @@ def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: d
                       "model_gflops": flops / 1e9, "share_of_matmul": flops / 1e9 / rates[dtype]}
     answer_flops = model_flops_per_token(config, int(sum(prompt_tokens) / len(prompts))) * sum(prompt_tokens) / prefill
     row["answering"]["share_of_matmul"] = answer_flops / 1e9 / rates[dtype]
+    # MeVe verifier: P(yes) of every (question, retrieved chunk) pair, 24 questions x 8 chunks
+    from retrieval.verifier import LMVerifier
+
+    verifier = LMVerifier(chat.engine if backend == "vllm" else chat.model(), chat.tokenizer(), batch_size=8)
+    pairs = sum(len(c) for c in contexts)
+    t0 = time.perf_counter()
+    for q, c in zip(questions, contexts, strict=True):
+        verifier.score(q, c)
+    dt = time.perf_counter() - t0
+    row["verifier"] = {"passages": pairs, "seconds": round(dt, 2), "passages_per_s": pairs / dt}
+    # chat: one question at a time (a conversation), 32-token answers
+    t0 = time.perf_counter()
+    for p in prompts[:6]:
+        chat.generate_many([p], GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=32))
+    dt = time.perf_counter() - t0
+    row["chat"] = {"replies": 6, "seconds": round(dt, 2), "s_per_reply": dt / 6}
     if backend == "vllm":
         from memreader.vllm_engine import shutdown_engines
 
@@ -205,7 +223,8 @@ def main() -> int:
             rows.append(bench_row(backend, dtype, corpus_path, work, shared, rates))
             print("row:", json.dumps(rows[-1], default=float), flush=True)  # kept even if a later row fails
     header = (f"{'backend':<13}{'dtype':<10}{'start s':>8}{'read doc/s':>11}{'+start':>8}{'tok/s':>7}{'usable':>7}"
-              f"{'score tok/s':>12}{'ans prefill':>12}{'ans/s':>7}{'supp tok/s':>11}{'supp %mm':>9}")
+              f"{'score tok/s':>12}{'ans prefill':>12}{'ans/s':>7}{'supp tok/s':>11}{'supp %mm':>9}"
+              f"{'verif p/s':>10}{'chat s':>8}")
     print("\n" + header)
     for r in rows:
         rd = r["reading"]
@@ -213,13 +232,16 @@ def main() -> int:
               f"{rd['docs_per_s_with_startup']:>8.3f}{rd['tok_per_s']:>7.0f}{rd['usable_rate']:>7.0%}"
               f"{r['scoring']['tok_per_s']:>12.0f}{r['answering']['prefill_tok_per_s']:>12.0f}"
               f"{r['answering']['answers_per_s']:>7.2f}{r['support']['tok_per_s']:>11.0f}"
-              f"{r['support']['share_of_matmul']:>9.0%}")
+              f"{r['support']['share_of_matmul']:>9.0%}{r['verifier']['passages_per_s']:>10.1f}"
+              f"{r['chat']['s_per_reply']:>8.2f}")
     best = {
         "read": max(rows, key=lambda r: r["reading"]["docs_per_s_with_startup"]),
         "teacher": max(rows, key=lambda r: r["reading"]["docs_per_s_with_startup"]),
         "scorer": max(rows, key=lambda r: r["scoring"]["tok_per_s"]),
         "answer": max(rows, key=lambda r: r["answering"]["answers_per_s"]),
         "support": max(rows, key=lambda r: r["support"]["tok_per_s"]),
+        "verifier": max(rows, key=lambda r: r["verifier"]["passages_per_s"]),
+        "chat": min(rows, key=lambda r: r["chat"]["s_per_reply"]),
     }
     choices = {stage: {"backend": r["backend"], "dtype": r["dtype"], "measured": time.strftime("%Y-%m-%d"),
                        "by": "scripts/bench_engines.py"} for stage, r in best.items()}

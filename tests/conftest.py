@@ -47,3 +47,23 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> s
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+FAULTS = Path(__file__).parent / "faults"
+
+
+@pytest.fixture
+def die_in_shard(monkeypatch: pytest.MonkeyPatch):
+    """``die_in_shard(index, flag)``: the first read-dist worker to read shard ``index`` kills itself after the
+    shard's first batch (tests/faults/sitecustomize.py, on the workers' PYTHONPATH); ``die_in_shard(None)`` stops."""
+    import os
+
+    def arm(index: int | None, flag: Path | None = None) -> None:
+        if index is None:
+            monkeypatch.delenv("MEMREADER_TEST_DIE_IN_SHARD", raising=False)
+            return
+        monkeypatch.setenv("MEMREADER_TEST_DIE_IN_SHARD", f"{index}:{flag}")
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAULTS), *[p for p in paths if p != str(FAULTS)]]))
+
+    return arm

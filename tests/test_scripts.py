@@ -4,7 +4,6 @@ keys its stage knows (speedrun.sh needs a GPU and cannot run here, so its calls 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 import shlex
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from memreader.cli import COMMANDS
+from memreader.cli import stage as cli_stage
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ["scripts/runcpu.sh", "scripts/speedrun.sh"]
@@ -61,8 +61,7 @@ def valid_keys(stage: str) -> set[str]:
         from training.config import key_sets
 
         return set().union(*key_sets().values())
-    module = importlib.import_module(COMMANDS[stage][0])
-    return {f.name for f in dataclasses.fields(module.CONFIG_CLASS)}
+    return {f.name for f in dataclasses.fields(cli_stage(stage).config)}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

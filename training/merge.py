@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from dataclasses import dataclass
 
-from memreader.config import add_config_arguments, describe_config, field, load_config, shortcut_overrides
-from memreader.errors import MemReaderError
+from memreader.config import field
 from memreader.lora import DTYPES, MergeError, adapter_base, merge_adapter
-
-__all__ = ["MergeConfig", "MergeError", "adapter_base", "main", "merge_adapter", "run"]
 from memreader.paths import write_resolved_config
+from memreader.stage import Flag, Stage
+
+__all__ = ["STAGE", "MergeConfig", "MergeError", "adapter_base", "merge_adapter"]
 
 log = logging.getLogger(__name__)
 
@@ -51,41 +50,18 @@ class MergeConfig:
         return [] if self.dtype in DTYPES else [f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}"]
 
 
-CONFIG_CLASS = MergeConfig  # `memreader merge --help` lists every key
-SHORTCUTS = ("adapter", "base", "output", "dtype")  # --adapter X is --set adapter=X
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``python -m training.merge`` and ``memreader merge``."""
-    add_config_arguments(parser, "configs/training/ (merge.yaml)")
-    for key in SHORTCUTS:
-        parser.add_argument(f"--{key}", default=None, help=f"same as --set {key}=VALUE")
-    parser.add_argument("--overwrite", action="store_const", const=True, default=None,
-                        help="same as --set overwrite=true")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run from parsed flags; returns a process exit code."""
-    cfg = load_config(MergeConfig, args.config, shortcut_overrides(args, (*SHORTCUTS, "overwrite")) + args.set)
+def _run(cfg: MergeConfig, args: argparse.Namespace) -> int:
     out = merge_adapter(cfg.adapter, cfg.output, cfg.base, cfg.dtype, cfg.overwrite)
     write_resolved_config(out, cfg, "merge_config.yaml")
     print(out)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m training.merge --config YAML --set adapter=FOLDER``."""
-    parser = argparse.ArgumentParser(prog="python -m training.merge", description=__doc__.split("\n")[0],
-                                     epilog=describe_config(MergeConfig),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return run(parser.parse_args(argv))
-    except MemReaderError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
+STAGE = Stage("merge", "merge a LoRA adapter into its base model", run=_run, config=MergeConfig,
+              example_dir="configs/training/ (merge.yaml)",
+              flags=(Flag("adapter"), Flag("base"), Flag("output"), Flag("dtype"), Flag("overwrite", const=True)))
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("merge"))

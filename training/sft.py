@@ -40,17 +40,15 @@ import argparse
 import copy
 import json
 import logging
-import sys
 import time
 from typing import Any
 
-from memreader.config import ConfigError, add_config_arguments
+from memreader.config import ConfigError
 from memreader.paths import sha256_file, write_json, write_resolved_config
 from memreader.registry import resolve_model
+from memreader.stage import PrintAction, Stage
 from training.config import TrainConfig, describe_keys, load_train_config, resolved_values, world_size
 from training.preflight import (
-    DataFormatError,
-    PreflightError,
     check_lengths,
     format_report,
     load_sft_records,
@@ -229,24 +227,14 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
     return summary
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``python -m training.sft`` and ``memreader train``."""
-    add_config_arguments(parser, "configs/training/")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preflight-only", action="store_true",
                         help="only measure token lengths and write preflight.json; do not train")
-    parser.add_argument("--list-keys", action="store_true",
+    parser.add_argument("--list-keys", action=PrintAction, text=describe_keys,
                         help="print every config key (MemReaderArguments, peft.LoraConfig, trl.SFTConfig) and exit")
-    parser.epilog = ("Config keys: every key of trl.SFTConfig (transformers.TrainingArguments), of peft.LoraConfig "
-                     "and of training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "
-                     "prints them with their defaults.")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run from parsed flags; returns a process exit code."""
-    if args.list_keys:
-        print(describe_keys())
-        return 0
-    cfg = load_train_config(args.config, args.set)
+def _run(cfg: Any, args: argparse.Namespace) -> int:
     result = train(cfg, preflight_only=args.preflight_only)
     if args.preflight_only:
         print("\n".join(format_report(r) for r in result["preflight"].values()))
@@ -254,18 +242,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m training.sft --config X --set key=value``."""
-    parser = argparse.ArgumentParser(prog="python -m training.sft", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return run(parser.parse_args(argv))
-    except (ConfigError, DataFormatError, PreflightError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+STAGE = Stage("train", "LoRA fine-tuning with TRL SFTTrainer", run=_run, load=load_train_config,
+              example_dir="configs/training/", arguments=_arguments,
+              epilog="Config keys: every key of trl.SFTConfig (transformers.TrainingArguments), of peft.LoraConfig "
+                     "and of training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "
+                     "prints them with their defaults.")
 
+if __name__ == "__main__":  # also `accelerate launch -m training.sft --config ...`
+    from memreader.cli import module_main
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(module_main("train"))

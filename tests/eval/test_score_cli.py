@@ -13,7 +13,8 @@ import pytest
 
 import eval.metrics as metrics
 from eval.metrics import MetricSetupError, find_wordnet, resolve_config
-from eval.score import compare, format_table, main, score_pairs
+from eval.score import compare, format_table, score_pairs
+from memreader.cli import main as memreader_main
 from memreader.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +95,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 def test_cli_prints_table_and_writes_json(files: dict[str, Path], tmp_path: Path, capsys) -> None:
     out = tmp_path / "scores.json"
-    code = main(["--pred", str(files["pred"]), "--ref", str(files["ref"]), "--out", str(out),
+    code = score_main(["--pred", str(files["pred"]), "--ref", str(files["ref"]), "--out", str(out),
                  "--baseline", str(files["base"]), "--bootstrap", "200", "--workers", "1"])
     printed = capsys.readouterr().out
     assert code == 0
@@ -109,7 +110,7 @@ def test_cli_prints_table_and_writes_json(files: dict[str, Path], tmp_path: Path
 
 def test_cli_default_output_under_memreader_home(files, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    code = main(["--pred", str(files["pred"]), "--ref", str(files["ref"]), "--run", "t1", "--profile", "crud",
+    code = score_main(["--pred", str(files["pred"]), "--ref", str(files["ref"]), "--run", "t1", "--profile", "crud",
                  "--set", "meteor_wordnet=false", "--no-per-example", "--bootstrap", "50"])
     assert code == 0 and "wordnet:off" in capsys.readouterr().out
     data = json.loads((tmp_path / "home" / "runs" / "t1" / "score" / "scores.json").read_text(encoding="utf-8"))
@@ -126,7 +127,7 @@ def test_cli_config_yaml_and_resolved_config(files, tmp_path, monkeypatch, capsy
     config.write_text(yaml.safe_dump({"pred": str(files["pred"]), "ref": str(files["ref"]), "profile": "crud",
                                       "metrics": {"bleu_max_order": 2}, "bootstrap": 50, "run": "cfg"}),
                       encoding="utf-8")
-    assert main(["--config", str(config), "--set", "meteor_wordnet=false", "--set", "seed=7"]) == 0
+    assert score_main(["--config", str(config), "--set", "meteor_wordnet=false", "--set", "seed=7"]) == 0
     assert "order:2" in capsys.readouterr().out
     folder = tmp_path / "home" / "runs" / "cfg" / "score"
     written = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
@@ -135,16 +136,16 @@ def test_cli_config_yaml_and_resolved_config(files, tmp_path, monkeypatch, capsy
     data = json.loads((folder / "scores.json").read_text(encoding="utf-8"))
     assert data["report"]["metrics"]["meteor"]["interval"]["seed"] == 7
     out = tmp_path / "elsewhere" / "mine.json"
-    assert main(["--config", str(config), "--set", f"out={out}", "--set", "meteor_wordnet=false"]) == 0
+    assert score_main(["--config", str(config), "--set", f"out={out}", "--set", "meteor_wordnet=false"]) == 0
     assert out.is_file() and yaml.safe_load((out.parent / "mine.config.yaml").read_text())["out"] == str(out)
 
 
 def test_cli_errors_name_the_problem(files: dict[str, Path], tmp_path: Path, capsys) -> None:
     short = _jsonl(tmp_path / "short.jsonl", [{"id": "q0", "prediction": "x"}, {"id": "zz", "prediction": "y"}])
-    assert main(["--pred", str(short), "--ref", str(files["ref"])]) == 2
+    assert score_main(["--pred", str(short), "--ref", str(files["ref"])]) == 2
     err = capsys.readouterr().err
     assert "3 reference id(s) have no prediction" in err and "q1, q2, q3" in err and "not in" in err and "zz" in err
-    assert main(["--pred", str(files["pred"]), "--ref", str(files["ref"]), "--set", "bleu_smoothing=exp"]) == 2
+    assert score_main(["--pred", str(files["pred"]), "--ref", str(files["ref"]), "--set", "bleu_smoothing=exp"]) == 2
     assert "bleu_smoothing: 'exp' is not one of none, add1" in capsys.readouterr().err
 
 
@@ -167,3 +168,7 @@ def test_missing_wordnet_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(MetricSetupError):
         metrics.prepare(resolve_config("mom", meteor_alpha=0.85))  # a config not loaded before
     metrics.prepare(resolve_config("mom", meteor_alpha=0.85, meteor_wordnet=False))  # explicit opt-out works
+
+
+def score_main(argv: list[str]) -> int:
+    return memreader_main(["score", *argv])

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from inference.distributed import DistributedReadConfig, RayUnreachable, read_distributed
+from inference.distributed import DistributedReadConfig, read_distributed
+from inference.ray_engine import RayUnreachable
 from inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
-from inference.shards import DIE_ENV, ShardError, ShardStore, merge_shards, plan_shards, read_shard
+from inference.shards import ShardError, ShardStore, merge_shards, plan_shards, read_shard
 from memreader.config import ConfigError, load_config
 from memreader.corpus import CorpusError, read_corpus
 from memreader.generation import GenerationRequestError
@@ -90,10 +91,10 @@ def _shard_files(out: Path) -> dict[str, int]:
 
 @pytest.mark.integration
 def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resumes_per_shard(
-        tmp_path, monkeypatch, corpus, tiny_model, plain) -> None:
+        tmp_path, monkeypatch, corpus, tiny_model, plain, die_in_shard) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     flag = tmp_path / "died"
-    monkeypatch.setenv(DIE_ENV, f"1:{flag}")  # the worker reading shard 1 exits after its first batch
+    die_in_shard(1, flag)  # the worker reading shard 1 exits after its first batch
     cfg = _cfg(corpus, tiny_model, max_retries=1)
     summary = read_distributed(cfg)
     assert summary["shards"] == 4 and summary["shards_read"] == 4 and summary["read"] == 16
@@ -105,7 +106,7 @@ def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resum
     ids = [r["doc_id"] for r in _records(summary["memories"])]
     assert len(ids) == len(set(ids)) == 16
     assert _records(summary["memories"]) == plain  # same records, same order as `memreader read`
-    monkeypatch.delenv(DIE_ENV)
+    die_in_shard(None)
 
     # a rerun finds every shard done: no Ray, no model, the merged file rewritten identically
     before = _shard_files(out)
@@ -130,11 +131,11 @@ def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resum
 
 @pytest.mark.integration
 def test_data_parallel_engine_gives_up_naming_the_shard_and_a_rerun_finishes(tmp_path, monkeypatch, corpus,
-                                                                            tiny_model, plain) -> None:
+                                                                            tiny_model, plain, die_in_shard) -> None:
     """engine=vllm_dp with the transformers backend: two CPU processes stand in for two GPUs."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     flag = tmp_path / "died"
-    monkeypatch.setenv(DIE_ENV, f"3:{flag}")
+    die_in_shard(3, flag)
     cfg = _cfg(corpus, tiny_model, engine="vllm_dp", max_retries=0)
     with pytest.raises(ShardError, match=r"not finished: shard-00003; .*max_retries=0.*rerun the same command") as info:
         read_distributed(cfg)
@@ -143,7 +144,7 @@ def test_data_parallel_engine_gives_up_naming_the_shard_and_a_rerun_finishes(tmp
     done = {p.name for p in (out / "shards").glob("*.done.json")}
     assert "shard-00003.done.json" not in done and len(done) == 3  # the other process finished its shards
     assert not (out / "memories.jsonl").exists()  # nothing merged while a shard is missing
-    monkeypatch.delenv(DIE_ENV)
+    die_in_shard(None)
     summary = read_distributed(cfg)
     assert (summary["shards_read"], summary["shards_skipped"], summary["read"]) == (1, 3, 4)
     assert _records(summary["memories"]) == plain
@@ -159,7 +160,7 @@ ray.shutdown()
 
 
 @pytest.mark.slow  # starts a separate `ray start --head` cluster: ~1 min idle, ~4 min on a loaded 2-core machine
-def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, corpus, tiny_model, plain) -> None:
+def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, corpus, tiny_model, plain, die_in_shard) -> None:
     """A Ray cluster started by another process (as `ray start --head` would), joined by its address;
     a worker that dies with no retry left stops the run naming its shard, and a rerun finishes."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
@@ -169,13 +170,13 @@ def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, co
         address = cluster.stdout.readline().strip()
         assert re.fullmatch(r"[\d.]+:\d+", address), address
         flag = tmp_path / "died"
-        monkeypatch.setenv(DIE_ENV, f"1:{flag}")
+        die_in_shard(1, flag)
         cfg = _cfg(corpus, tiny_model, ray_address=address, max_retries=0, limit=8)
         with pytest.raises(ShardError, match=r"shard\(s\) were not finished: (shard-00000, )?shard-00001; a worker "
                                              r"reading them died with no retry left \(max_retries=0; ActorDiedError"):
             read_distributed(cfg)
         assert flag.is_file()
-        monkeypatch.delenv(DIE_ENV)
+        die_in_shard(None)
         summary = read_distributed(cfg)
         assert summary["shards"] == 2 and summary["read"] == 4 * summary["shards_read"]
         assert _records(summary["memories"]) == plain[:8]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import urllib.error
@@ -14,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from inference.server import ChatServer, add_arguments, build_server, serve_config
+from inference.server import STAGE, ChatServer, build_server
+from memreader.cli import main
 from memreader.generation import GenerationParams, GenerationRequestError, OpenAIChat
 
 pytestmark = pytest.mark.integration
@@ -143,11 +143,10 @@ def test_cli_arguments(tmp_path: Path) -> None:
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}", encoding="utf-8")
-    parser = add_arguments(argparse.ArgumentParser())
-    args = parser.parse_args(["--config", str(CONFIGS / "serve_smollm2.yaml"), "--model", MODEL, "--adapter",
+    args = STAGE.parser().parse_args(["--config", str(CONFIGS / "serve_smollm2.yaml"), "--model", MODEL, "--adapter",
                               str(adapter), "--host", "0.0.0.0", "--port", "9000", "--set", "port=9001",
                               "--set", "max_tokens_cap=1024", "--api-key", "k"])
-    cfg = serve_config(args)
+    cfg = STAGE.configure(args)
     assert (cfg.model, cfg.adapter, cfg.host, cfg.port) == (MODEL, str(adapter), "0.0.0.0", 9001)
     assert cfg.max_tokens_cap == 1024 and cfg.default_max_tokens == 512 and cfg.run == "serve-smollm2"
     assert args.api_key == "k" and not hasattr(cfg, "api_key"), "the key never lands in a config file"
@@ -161,8 +160,8 @@ def test_run_writes_the_resolved_config(memreader_home: Path, monkeypatch) -> No
         raise KeyboardInterrupt
 
     monkeypatch.setattr(server_module.ChatServer, "serve_forever", stop_at_once)
-    assert server_module.main(["--set", f"model={MODEL}", "--set", "port=0", "--set", "device=cpu",
-                               "--set", "run=serve-config-test", "--default-max-tokens", "8"]) == 0
+    assert main(["serve", "--set", f"model={MODEL}", "--set", "port=0", "--set", "device=cpu",
+                 "--set", "run=serve-config-test", "--default-max-tokens", "8"]) == 0
     written = yaml.safe_load((memreader_home / "runs" / "serve-config-test" / "serve" / "config.yaml").read_text())
     assert written["model"] == MODEL and written["port"] == 0 and written["default_max_tokens"] == 8
 

@@ -346,13 +346,12 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
 
 
 @pytest.mark.slow
-def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path, monkeypatch, chat: VLLMChat) -> None:
+def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path, monkeypatch, chat: VLLMChat, die_in_shard) -> None:
     """read-dist over vLLM engines (vLLM's CPU build, one in-process engine per worker), greedy: Ray Data with two
     workers, the one reading shard 1 killed after its first batch, and the data-parallel engine with two CPU
     processes; both merged files equal the plain vLLM reader's record for record. ~9 min on two cores (opt-in)."""
     from inference.distributed import DistributedReadConfig, read_distributed
     from inference.reader import ReadConfig, read_corpus_memories
-    from inference.shards import DIE_ENV
     from memreader.schema import read_memories
 
     reading = {"model": SMOLLM2, "backend": "vllm", "dtype": "float32", "max_model_len": 8192, "batch_size": 2,
@@ -369,7 +368,7 @@ def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path
                           ("vllm_dp", {"data_parallel_size": 2, "max_retries": 1})):
         monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / engine))
         flag = tmp_path / f"{engine}-died"
-        monkeypatch.setenv(DIE_ENV, f"1:{flag}")
+        die_in_shard(1, flag)
         cfg = DistributedReadConfig(input=str(DEMO_CORPUS), run="dist", engine=engine, shard_size=4,
                                     cpus_per_worker=1, **extra, **reading)
         summary = read_distributed(cfg)

@@ -8,7 +8,7 @@ import pytest
 
 from data_gen.pipeline import GenConfig
 from eval.qa import QAConfig
-from eval.score import ScoreConfig
+from eval.score_cli import ScoreConfig
 from inference.distributed import DistributedReadConfig
 from inference.reader import ReadConfig
 from inference.server import ServeConfig

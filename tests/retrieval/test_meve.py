@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from retrieval_samples import TEA, VOLCANO
 
+from memreader.cli import main
 from memreader.config import ConfigError, load_config
 from memreader.embedders import encode
 from memreader.schema import write_memories
-from retrieval.cli import main
 from retrieval.index import MemoryIndex
 from retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings, format_audit
 from retrieval.passages import PassageStore, PassageStoreError

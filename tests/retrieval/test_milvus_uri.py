@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from retrieval_samples import TEA, VOLCANO
 
+from memreader.cli import main
 from memreader.config import ConfigError, load_config
 from memreader.schema import write_memories
-from retrieval.cli import main
 from retrieval.index import MemoryIndex, MemoryIndexError
 from retrieval.milvus import CONNECT_TIMEOUT, TOKEN_ENV, connect, resolve_token
 from retrieval.search import RetrievalConfig, ask, build_index_from_file

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from retrieval_samples import BREAD, EXPECTED_ROWS, EXPECTED_SKIPPED, MEMORIES, TEA, VOLCANO, make_memory
 
+from memreader.cli import main
 from memreader.config import ConfigError, load_config
 from memreader.schema import write_memories
-from retrieval.cli import main
 from retrieval.index import MemoryIndex, MemoryIndexError
 from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits, run_ask, run_index
 

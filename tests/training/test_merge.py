@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from memreader.cli import main as cli
 from training.config import make_train_config
-from training.merge import MergeError, main, merge_adapter
+from training.merge import MergeError, merge_adapter
 from training.sft import train
 
 
@@ -56,21 +57,21 @@ def test_merge_cli_takes_config_and_set(trained_adapter, tmp_path, capsys):
     config = tmp_path / "merge.yaml"
     config.write_text(f"adapter: {trained_adapter}\ndtype: bfloat16\n", encoding="utf-8")
     out = tmp_path / "via-cli"
-    assert main(["--config", str(config), "--set", f"output={out}", "--dtype", "float32"]) == 0
+    assert cli(["merge", "--config", str(config), "--set", f"output={out}", "--dtype", "float32"]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     written = yaml.safe_load((out / "merge_config.yaml").read_text(encoding="utf-8"))
     assert written == {"adapter": trained_adapter, "base": None, "output": str(out), "dtype": "float32",
                        "overwrite": False}
     assert json.loads((out / "merge_manifest.json").read_text())["dtype"] == "torch.float32"
-    assert main(["--set", f"adapter={trained_adapter}", "--set", f"output={out}"]) == 2  # not empty
+    assert cli(["merge", "--set", f"adapter={trained_adapter}", "--set", f"output={out}"]) == 2  # not empty
     assert "overwrite=true" in capsys.readouterr().err
 
 
 def test_merge_errors_name_the_fix(tmp_path, capsys):
     with pytest.raises(MergeError, match="no adapter_config.json"):
         merge_adapter(str(tmp_path))
-    assert main(["--adapter", str(tmp_path)]) == 2
+    assert cli(["merge", "--adapter", str(tmp_path)]) == 2
     assert "no adapter_config.json" in capsys.readouterr().err
-    assert main(["--set", f"adapter={tmp_path}", "--set", "dtype=fp8", "--set", "colour=red"]) == 2
+    assert cli(["merge", "--set", f"adapter={tmp_path}", "--set", "dtype=fp8", "--set", "colour=red"]) == 2
     err = capsys.readouterr().err
     assert "dtype='fp8': use one of auto, float32, bfloat16, float16" in err and "unknown key 'colour'" in err

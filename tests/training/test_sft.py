@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memreader.cli import main as cli
 from memreader.config import ConfigError
 from training.config import TrainConfig, load_train_config, make_train_config
 from training.preflight import PreflightError
-from training.sft import build_trainer, load_tokenizer, main, train
+from training.sft import build_trainer, load_tokenizer, train
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_YAML = REPO / "configs/training/smollm2_135m_lora_cpu_smoke.yaml"
@@ -164,11 +165,11 @@ def test_library_validation_is_reported(sft_files):
 def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, training_home):
     args = ["--config", str(SMOKE_YAML), "--set", f"train_file={sft_files[0]}", "--set", "val_file=null",
             "--set", f"model={tiny_model}", "--set", "run=tiny-pre", "--preflight-only"]
-    assert main(args) == 0
+    assert cli(["train", *args]) == 0
     assert "total_tokens" in capsys.readouterr().out
     assert (training_home / "runs" / "tiny-pre" / "train" / "preflight.json").is_file()
     assert not (training_home / "runs" / "tiny-pre" / "train" / "adapter_config.json").exists()
-    assert main(["--config", str(SMOKE_YAML), "--set", "train_file=missing.jsonl"]) == 2
+    assert cli(["train", "--config", str(SMOKE_YAML), "--set", "train_file=missing.jsonl"]) == 2
     assert "train_file='missing.jsonl': file not found" in capsys.readouterr().err
 
 

@@ -1,0 +1,62 @@
+"""What every worker of :mod:`inference.distributed` shares, whichever engine runs it: the backend it loads, the
+environment it gets from the driver, errors as data for the driver, and the error for workers that kept dying."""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from pathlib import Path
+from typing import Any
+
+from inference.reader import make_backend
+from inference.shards import Shard, ShardError, ShardStore
+from memreader.errors import MemReaderError
+from memreader.paths import memreader_home
+
+FORWARDED_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH")
+"""Besides every ``MEMREADER_*`` variable: what a worker needs from the driver's environment."""
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """An exception raised in a worker, as data for the driver (which raises it with the shard's name)."""
+    return {"type": type(exc).__name__, "message": str(exc), "host": socket.gethostname(),
+            "user_error": isinstance(exc, (MemReaderError, FileNotFoundError, ImportError)),
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+def worker_backend(cfg: Any) -> Any:
+    """The backend of one worker, loaded now (a worker that cannot load fails before its first shard)."""
+    if cfg.backend == "vllm":
+        from memreader.generation import make_chat
+
+        return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
+                         tensor_parallel_size=max(1, int(cfg.worker_gpus())),
+                         gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, lora_mode=cfg.lora_mode,
+                         kv_cache_gib=cfg.kv_cache_gib, max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)
+    backend = make_backend(cfg)
+    model = backend.model()
+    if next(model.parameters()).device.type == "cpu":  # runtime() took every core; a worker has its share
+        import torch
+
+        torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
+    return backend
+
+
+def worker_env() -> dict[str, str]:
+    """Environment a worker needs from the driver: the artifact root and every ``MEMREADER_*`` setting, offline
+    flags, ``PYTHONPATH``."""
+    env = {k: v for k, v in os.environ.items() if v and (k in FORWARDED_ENV or k.startswith("MEMREADER_"))}
+    env["MEMREADER_HOME"] = str(memreader_home())
+    return env
+
+
+def workers_died(cfg: Any, todo: list[Shard], out_dir: Path, key: str, what: str) -> ShardError:
+    """The error for shards whose workers kept dying: names them, keeps the finished ones."""
+    store = ShardStore(out_dir)
+    left = [s.name for s in todo if store.state(s, key) == "todo"]
+    return ShardError(f"{len(left)} shard(s) were not finished: {', '.join(left[:8])}{' ...' if len(left) > 8 else ''}; "
+                      f"a worker reading them died with no retry left (max_retries={cfg.max_retries}; {what})",
+                      "rerun the same command: finished shards are kept and the others are read again from scratch; "
+                      "if workers keep dying, look at their logs (out of memory? lower batch_size or max_model_len) "
+                      "or raise max_retries")
