@@ -42,6 +42,7 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/python scripts/check_layers.py
 
 clean:
 	rm -rf $(VENV) artifacts

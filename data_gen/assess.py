@@ -3,7 +3,7 @@
     memreader assess --input artifacts/runs/demo/read/memories.jsonl
     memreader assess --input baseline_chunks.jsonl --set clarity_variant=prob --set evaluator=<folder>
 
-Every memory is scored by the evaluator LM of :mod:`data_gen.scoring`: atomic-chunk clarity
+Every memory is scored by the evaluator LM of :mod:`memreader.scoring`: atomic-chunk clarity
 always, core-content completeness when the memory has cores (chunk-only memories, such as a
 fixed-length chunking baseline, get clarity alone). Writes ``<name>.scores.jsonl`` (one row per
 memory: ``doc_id`` and the full, recomputable score record) and ``<name>.scores.json`` (means,
@@ -23,11 +23,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from data_gen.scoring import VARIANTS
 from memreader.backends import backend_problem, resolve_backend, resolve_dtype_for
 from memreader.config import ConfigError, field
 from memreader.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.schema import read_memories
+from memreader.scoring import VARIANTS
 from memreader.stage import Flag, Stage
 
 
@@ -37,7 +37,7 @@ class AssessConfig:
 
     input: str = field("", help="memories JSONL (from gen, read, or a chunking baseline)")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM (registry name or folder)")
-    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see data_gen.scoring)")
+    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see memreader.scoring)")
     device: str = field("auto", help="auto, cpu or cuda")
     dtype: str = field("auto", help="auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe), float32 or bfloat16")
     max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
@@ -74,7 +74,7 @@ def _mean(values: list[float]) -> float | None:
 
 def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     """Score every memory of ``cfg.input``; returns the summary (also written beside the input)."""
-    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
 
     memories = read_memories(cfg.input)
     if not memories:
@@ -83,7 +83,7 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out["config"].parent, cfg, out["config"].name)
     if scorer is None:
         backend, why = resolve_backend(cfg.backend, "scorer")
-        # an explicit device decides dtype auto itself (registry.runtime): bf16 only where that device is fast at it
+        # an explicit device decides dtype auto itself (memreader.runtime.runtime): bf16 only where that device is fast at it
         dtype = cfg.dtype if backend == "transformers" and cfg.device != "auto" else \
             resolve_dtype_for("scorer", cfg.dtype, backend)
         print(f"assess: evaluator on {backend} ({dtype}; {why})")

@@ -6,7 +6,7 @@
 MoM's data construction: per document, an outline, then ``num_candidates`` candidate memories
 (multi-path sampling, guided by the document's memory grammar where the backend takes one; see
 :mod:`memreader.guidance`), each scored by an evaluator LM for atomic-chunk clarity and core-content
-completeness (:mod:`data_gen.scoring`), ranked and fused with RRF (:mod:`data_gen.selection`); the
+completeness (:mod:`memreader.scoring`), ranked and fused with RRF (:mod:`data_gen.selection`); the
 winner gets its reasoning path (reverse CoM) and becomes an SFT record in TRL's conversational
 prompt-completion format (loss on the completion only). Every document runs as its own coroutine
 and asks for its next step as soon as its previous reply is in (:mod:`data_gen.teacher_flow`,
@@ -32,7 +32,6 @@ from tqdm.auto import tqdm
 from data_gen.cache import ReplyCache, ScoreCache
 from data_gen.cached_teacher import CachedTeacher
 from data_gen.flow import Dispatcher, gather_bounded
-from data_gen.scoring import VARIANTS
 from data_gen.selection import check_rrf_k
 from data_gen.sft_export import balance, sft_record, write_sft_splits
 from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
@@ -52,6 +51,7 @@ from memreader.guidance import GuidedConfig, count_fates
 from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.runlock import RunLock
 from memreader.schema import write_memories
+from memreader.scoring import VARIANTS
 from memreader.stage import Stage
 from memreader.windowing import WindowConfig
 
@@ -172,7 +172,7 @@ def _backend(cfg: GenConfig) -> tuple[Any, str]:
 
 def _scorer(cfg: GenConfig, backend: Any) -> Any:
     """The evaluator; the in-process teacher's weights are shared when it is the same model on the same device."""
-    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
 
     evaluator_backend = canonical_backend(cfg.evaluator_backend)
     if evaluator_backend == "auto":

@@ -7,9 +7,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from memreader.language import detect_language
 from memreader.markup import render_memory
 from memreader.paths import sha256_file, write_jsonl
-from memreader.prompts import detect_lang, render
+from memreader.prompts import render
 from memreader.schema import DocumentMemory
 
 
@@ -22,7 +23,7 @@ def sft_record(
     The target is rendered from the *aligned* memory, so its chunk markers are exact copies of the
     document even when the teacher's own markers were sloppy.
     """
-    lang = detect_lang(mem.document)
+    lang = detect_language(mem.document)
     name = "memreader_think" if mem.reasoning else "memreader"
     prompt, tpl = render(name, lang, document=mem.document)
     if templates is not None:

@@ -7,7 +7,7 @@ step the moment its previous reply is in (see :mod:`data_gen.flow`). Per unit:
 2. **candidates**: ``num_candidates`` extraction calls, candidate ``j`` sampled with its own seed
    and cached under its sample index, each guided by the unit's memory grammar where the backend
    takes grammars; each reply becomes a validated memory (or a recorded failure);
-3. **scoring**: the usable candidates are scored by the evaluator LM (:mod:`data_gen.scoring`),
+3. **scoring**: the usable candidates are scored by the evaluator LM (:mod:`memreader.scoring`),
    batched with every other unit waiting at that moment; scores are cached, so a crash loses none;
 4. **selection**: ranks per metric and RRF (:mod:`data_gen.selection`), the winner is kept;
 5. **reverse CoM**: the reasoning path for the winner only (cached).

@@ -16,7 +16,8 @@ from typing import Any
 from data_gen.teacher_flow import Unit, UnitResult
 from memreader.corpus import Document
 from memreader.guidance import MemoryGrammars, count_tokens_for, wants_grammar
-from memreader.prompts import detect_lang, render
+from memreader.language import detect_language
+from memreader.prompts import render
 from memreader.schema import DocumentMemory
 from memreader.windowing import merge_window_memories, model_window_of, plan_windows, prompt_tokens_of
 
@@ -49,7 +50,7 @@ def make_units(cfg: Any, docs: list[Document], backend: Any) -> tuple[list[Unit]
         grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
                                   may_go_unguided=cfg.teacher == "openai" and cfg.guided == "auto")
     texts = [d.text for d in docs]
-    prompt_tokens, budget = _prompt_room(cfg, backend, count, sorted({detect_lang(t) for t in texts}))
+    prompt_tokens, budget = _prompt_room(cfg, backend, count, sorted({detect_language(t) for t in texts}))
     wplan = plan_windows(texts, count, cfg.windows(), prompt_tokens=prompt_tokens, max_new_tokens=budget,
                          model_window=model_window_of(backend), grammar=grammars.settings if grammars else None)
     flat, window_texts = wplan.flat(), wplan.texts(texts)
@@ -70,7 +71,7 @@ def make_units(cfg: Any, docs: list[Document], backend: Any) -> tuple[list[Unit]
         single = len(wplan.windows[d]) == 1
         windows[doc.doc_id] = wplan.windows[d]
         units.append(Unit(doc, doc.doc_id if single else f"{doc.doc_id}#w{w.index}", window_texts[j],
-                          detect_lang(window_texts[j]), plans[j], None if single else w))
+                          detect_language(window_texts[j]), plans[j], None if single else w))
     return units, windows, failures
 
 

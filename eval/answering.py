@@ -15,13 +15,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memreader.prompts import detect_lang, render
+from memreader.language import detect_language
+from memreader.prompts import render
 
 
 def answer_messages(question: str, chunks: Sequence[str]) -> list[dict[str, str]]:
     """Chat messages asking the answering model ``question`` over the numbered retrieved ``chunks``."""
     context = "\n\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
-    msgs, _ = render("qa_answer", detect_lang(question), context=context, question=question)
+    msgs, _ = render("qa_answer", detect_language(question), context=context, question=question)
     return msgs
 
 

@@ -4,7 +4,7 @@
     summary = clarity_summary(scorer, memories)         # the "clarity" entry of an eval summary
     corr = correlate([MethodRow("memreader", rouge_per_question, clarity_per_document), ...])
 
-Clarity is :class:`data_gen.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
+Clarity is :class:`memreader.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
 (``settings.clarity_variant``; ``ppl`` by default), the mean over a memory's chunk boundaries. A memory
 with one chunk has no boundary: its clarity is ``None`` here (not the scorer's neutral value), it is
 counted in ``n_single_chunk`` and left out of means.
@@ -49,7 +49,7 @@ class CorrelationError(MemReaderError, ValueError):
 
 
 def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
-    """Clarity of each memory with ``scorer`` (an :class:`~data_gen.scoring.EvaluatorScorer`), scored
+    """Clarity of each memory with ``scorer`` (an :class:`~memreader.scoring.EvaluatorScorer`), scored
     ``block`` memories per call; ``None`` for a memory with a single chunk."""
     if block < 1:
         raise ValueError(f"block={block} must be >= 1")
@@ -64,8 +64,8 @@ def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list
 
 
 def clarity_signature(scorer: Any) -> str:
-    """A one-line signature of an :class:`~data_gen.scoring.EvaluatorScorer` (or of its
-    :meth:`~data_gen.scoring.EvaluatorScorer.signature` dict)."""
+    """A one-line signature of an :class:`~memreader.scoring.EvaluatorScorer` (or of its
+    :meth:`~memreader.scoring.EvaluatorScorer.signature` dict)."""
     s = scorer if isinstance(scorer, dict) else scorer.signature()
     return (f"Clarity|variant:{s['variant']}|evaluator:{s['evaluator']}|format:{s['format_version']}|"
             f"K:{s.get('ppl_target_tokens')}|M:{s.get('max_chunk_tokens')}|T:{s.get('ppl_temperature')}|"

@@ -82,7 +82,7 @@ class QAConfig:
     clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
                               "evaluator's ppl clarity costs two forward passes per chunk boundary")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
-    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (data_gen/scoring.py)")
+    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (memreader/scoring.py)")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
     report: bool = field(True, help="write the Markdown report with plots at the end (memreader report)")
 
@@ -174,8 +174,9 @@ def _dtype_of(answerer: Any) -> str:
 def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
     if not cfg.clarity:
         return None, "off"
-    from data_gen.scoring import EvaluatorScorer, ScorerSettings
     from eval.clarity import chunk_clarity, clarity_signature
+    from eval.records import ClarityRecord
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
 
     settings = ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant)
     if cfg.evaluator == cfg.answer_model and getattr(answerer, "engine", None) is not None:  # the same vLLM engine
@@ -190,19 +191,17 @@ def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
 
     def fn(memories: list[Any]) -> dict[str, Any]:
         memories = memories[: cfg.clarity_docs or None]
-        values = chunk_clarity(scorer, memories)
-        scored = [v for v in values if v is not None]
-        return {"per_memory": values, "doc_ids": [m.doc_id for m in memories],
-                "mean": sum(scored) / len(scored) if scored else None, "signature": signature}
+        return ClarityRecord.of(chunk_clarity(scorer, memories), [m.doc_id for m in memories], signature).to_dict()
 
     return fn, signature
 
 
 def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     """Evaluate every method on the same questions (``embedder``: an already-loaded model of ``cfg.embedder``)."""
-    from memreader.registry import load_embedder
-    from retrieval.lexical import detect_language
-    from retrieval.search import AUTO_EMBEDDERS, _canonical
+    from eval import records
+    from memreader.language import detect_language
+    from memreader.registry import AUTO_EMBEDDERS, canonical_name
+    from memreader.runtime import load_embedder
 
     t_run = time.perf_counter()
     if cfg.memories and not Path(cfg.memories).is_file():
@@ -213,8 +212,8 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out_dir, cfg)
     print(f"eval: {eset.name}: {len(eset.questions)} questions over {len(eset.documents)} documents; methods "
           f"{', '.join(cfg.methods)}; target {cfg.target_chars} chars ± {cfg.tolerance:.0%}")
-    # auto: by the corpus' language, as `memreader index` decides it from the chunks (retrieval.search)
-    embedder_name = _canonical(AUTO_EMBEDDERS[detect_language(eset.documents.values())]
+    # auto: by the corpus' language, as `memreader index` decides it from the chunks (memreader.registry)
+    embedder_name = canonical_name(AUTO_EMBEDDERS[detect_language(eset.documents.values())]
                                if cfg.embedder == "auto" else cfg.embedder)
     embedder = embedder or load_embedder(embedder_name)
     answerer, engine_record = _answerer(cfg)
@@ -228,7 +227,7 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     ctx = MethodContext(out_dir, eset, answer_settings, cfg.top_k, cfg.mode, cfg.max_new_tokens, cfg.answer_batch,
                         answerer, embedder, embedder_name, profile, support_fn, clarity_fn, clarity_sig)
     settings = _chunker_settings(cfg)
-    methods: dict[str, Any] = {}
+    methods: dict[str, records.MethodRecord] = {}
     reports = {}
     for method in cfg.methods:
         if method == "memreader" and cfg.memories:
@@ -244,36 +243,33 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
                              ids=[r["id"] for r in rows])
         profile.add("scoring", time.perf_counter() - t0)
         reports[method] = report
-        nlls = [r["support_nll"] for r in rows]
-        scored = [x for x in nlls if x is not None]
-        methods[method] = {
-            "scores": report.to_dict(),
-            "support": {"per_example": nlls, "ids": [r["id"] for r in rows],
-                        "mean": sum(scored) / len(scored) if scored else None, "signature": support_sig,
-                        "n_truncated": sum(bool(r.get("support_truncated")) for r in rows)},
-            "clarity": result["clarity"],
-            "calibration": result["calibration"],
-            "provenance": memory_provenance(result["memories"]),
-            "question_doc": {q: (docs[0] if docs else None) for q, docs in eset.question_docs.items()},
-            "mode": result["mode"],
-            "mean_context_chars": round(sum(r["context_chars"] for r in rows) / max(len(rows), 1), 1),
-            "questions_with_chunks_left_out": sum(bool(r.get("chunks_left_out")) for r in rows),
-            "seconds": result["seconds"],
-        }
+        mdir, clarity = out_dir / "methods" / method, result["clarity"]
+        methods[method] = records.MethodRecord(
+            scores=records.ScoresRecord.from_dict(report.to_dict(), f"the {method} scores"),
+            support=records.SupportRecord.of([r["support_nll"] for r in rows], [r["id"] for r in rows], support_sig,
+                                             sum(bool(r.get("support_truncated")) for r in rows)),
+            clarity=None if clarity is None else records.ClarityRecord.from_dict(clarity, mdir / "clarity.json"),
+            calibration=records.calibration_from_dict(result["calibration"], mdir / "calibration.json"),
+            provenance=records.ProvenanceRecord.of(result["memories"]),
+            question_doc={q: (docs[0] if docs else None) for q, docs in eset.question_docs.items()},
+            mode=result["mode"], mean_context_chars=round(sum(r["context_chars"] for r in rows) / max(len(rows), 1), 1),
+            questions_with_chunks_left_out=sum(bool(r.get("chunks_left_out")) for r in rows),
+            seconds=result["seconds"])
     table = format_table(reports)
-    table += "\n" + "\n".join(f"{m}: {_provenance_line(v['provenance'])}; chunks mean "
-                              f"{v['calibration']['mean_chars']} chars; {v['questions_with_chunks_left_out']} "
-                              "question(s) with chunks left out (window)" for m, v in methods.items())
+    table += "\n" + "\n".join(f"{m}: {r.provenance.line()}; chunks mean {r.calibration.mean_chars} chars; "
+                              f"{r.questions_with_chunks_left_out} question(s) with chunks left out (window)"
+                              for m, r in methods.items() if r.calibration)
     settings_line = (f"dataset={eset.name} questions={len(eset.questions)} documents={len(eset.documents)} "
                      f"top_k={cfg.top_k} answer_model={cfg.answer_model} backend={engine_record['backend']} "
                      f"dtype={engine_record['dtype']} embedder={embedder_name} "
                      f"target_chars={cfg.target_chars} profile={cfg.profile}")
-    summary = {"settings": {"line": settings_line, "target_chars": cfg.target_chars, "tolerance": cfg.tolerance,
-                            "mode": cfg.mode, "profile": cfg.profile, "max_new_tokens": cfg.max_new_tokens},
-               "dataset": eset.describe(), "answer_model": cfg.answer_model, "embedder": embedder_name,
-               "top_k": cfg.top_k, "methods": methods, "profile": profile.to_dict(), "engine": engine_record,
-               "seconds": round(time.perf_counter() - t_run, 1)}
-    write_json(out_dir / "summary.json", summary)
+    summary = records.EvalSummary(
+        settings=records.RunSettings(line=settings_line, target_chars=cfg.target_chars, tolerance=cfg.tolerance,
+                                     mode=cfg.mode, profile=cfg.profile, max_new_tokens=cfg.max_new_tokens),
+        dataset=records.DatasetRecord(**eset.describe()), answer_model=cfg.answer_model, embedder=embedder_name,
+        top_k=cfg.top_k, methods=methods, profile=records.ProfileRecord(**profile.to_dict()),
+        engine=records.EngineRecord(**engine_record), seconds=round(time.perf_counter() - t_run, 1))
+    write_json(out_dir / "summary.json", summary.to_dict())
     (out_dir / "report.txt").write_text(settings_line + "\n" + table + "\n" + profile.line() + "\n", encoding="utf-8")
     print(settings_line)
     print(table)
@@ -282,29 +278,9 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
         from eval.report import write_report
 
         print(f"eval: report → {write_report(out_dir)}")
-    print(f"eval: {len(methods)} methods x {len(eset.questions)} questions in {summary['seconds']:.0f} s → "
+    print(f"eval: {len(methods)} methods x {len(eset.questions)} questions in {summary.seconds:.0f} s → "
           f"{out_dir / 'summary.json'}")
-    return summary
-
-
-def memory_provenance(memories: list[Any]) -> dict[str, int]:
-    """How each system's memories were made: guided, unguided, whole-document fallbacks, truncated
-    (kept flagged), or built by a chunking baseline (no model)."""
-    counts = {"memories": len(memories), "guided": 0, "unguided": 0, "fallback": 0, "truncated": 0, "baseline": 0}
-    for m in memories:
-        gen = m.meta.get("generation")
-        if gen is None:
-            counts["baseline" if "baseline" in m.meta or "chunker" in m.meta else "unguided"] += 1
-        else:
-            counts["guided" if gen.get("guided") else "unguided"] += 1
-        counts["fallback"] += "fallback" in m.meta
-        counts["truncated"] += bool(m.meta.get("truncated"))
-    return counts
-
-
-def _provenance_line(p: dict[str, int]) -> str:
-    return (f"{p['memories']} memories: {p['guided']} guided, {p['unguided']} unguided, {p['fallback']} "
-            f"whole-document fallbacks, {p['truncated']} truncated (flagged), {p['baseline']} from a chunker")
+    return summary.to_dict()
 
 
 def _run(cfg: QAConfig, args: argparse.Namespace) -> int:

@@ -248,14 +248,14 @@ def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], co
                         answers: Sequence[str | Sequence[str]], batch_size: int = 8,
                         max_context_tokens: int | None = None, multi_ref: str = "first") -> list[SupportScore]:
     """:func:`informational_support` from parallel lists. ``model_name_or_objects``: a registry name
-    or folder (loaded with :func:`memreader.registry.load_causal_lm`), a ``(model, tokenizer)`` pair,
+    or folder (loaded with :func:`memreader.runtime.load_causal_lm`), a ``(model, tokenizer)`` pair,
     a :class:`memreader.generation.LocalChat` (its already-loaded model is reused), or a
     :class:`memreader.generation.vllm_chat.VLLMChat` (its engine's ``prompt_logprobs``)."""
     if not len(questions) == len(contexts) == len(answers):
         raise SupportError(f"{len(questions)} questions, {len(contexts)} contexts and {len(answers)} answers: "
                            "the three lists must align")
     if isinstance(model_name_or_objects, str):
-        from memreader.registry import load_causal_lm
+        from memreader.runtime import load_causal_lm
 
         model, tokenizer = load_causal_lm(model_name_or_objects)
     elif isinstance(model_name_or_objects, tuple):

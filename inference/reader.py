@@ -48,8 +48,9 @@ from memreader.guidance import (
     generate_with_policy,
     wants_grammar,
 )
+from memreader.language import detect_language
 from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
-from memreader.prompts import detect_lang, render
+from memreader.prompts import render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.stage import Stage
@@ -248,7 +249,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         if wants_grammar(cfg.guided, cfg.backend):
             grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
                                       may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
-        langs = sorted({detect_lang(d.text) for d in todo})
+        langs = sorted({detect_language(d.text) for d in todo})
         sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
                   "prompt_tokens": max(prompt_tokens_of(render(name, lang, document="")[0], backend, count)
                                        for lang in langs),
@@ -270,7 +271,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
             failed[batch[d].doc_id] = error
             log.warning("doc %s: no guided memory possible: %s", batch[d].doc_id, error)
         live = [j for j, (d, _) in enumerate(flat) if d not in refused]
-        langs_of = [detect_lang(t) for t in texts]
+        langs_of = [detect_language(t) for t in texts]
         rendered = [render(name, langs_of[flat[j][0]], document=window_texts[j]) for j in live]
 
         def call(idx: list[int], p: GenerationParams, live: list[int] = live, rendered: list = rendered,

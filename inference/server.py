@@ -342,7 +342,7 @@ def build_server(model_name: str, adapter: str | None = None, host: str = "127.0
     adapter is loaded (the name the vLLM command above uses). Unlike vLLM, every id answers with the
     same model: the adapted one when an adapter is given.
     """
-    from memreader.registry import load_causal_lm, runtime
+    from memreader.runtime import load_causal_lm, runtime
 
     _check_port(host, port)  # before the (slow) model load
     model, tokenizer = load_causal_lm(model_name, adapter=adapter, rt=runtime(device))

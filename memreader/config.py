@@ -19,15 +19,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from memreader.errors import MemReaderError
+from memreader.errors import ConfigError
 
 T = TypeVar("T")
 _BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b), "le": ("<=", lambda v, b: v <= b),
            "lt": ("<", lambda v, b: v < b)}
-
-
-class ConfigError(MemReaderError, ValueError):
-    """A config file or override is wrong; the message lists every problem."""
 
 
 def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | None = None,  # noqa: A002

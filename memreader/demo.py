@@ -83,8 +83,8 @@ def _load(path: Path, made_by: str) -> dict[str, Any]:
 
 def check_run(run: str) -> tuple[dict[str, str], list[str]]:
     """The checks of a finished demo run, read from its artifacts, and the ones that failed."""
+    from memreader.fusion import LAYERS
     from memreader.schema import read_memories
-    from retrieval.fusion import LAYERS
     from retrieval.index import MemoryIndex
 
     gen = _load(run_dir(run, "gen") / "manifest.json", "step 1 (memreader gen)")

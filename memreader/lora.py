@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memreader.errors import MemReaderError
 from memreader.paths import memreader_home, sha256_file, write_json
-from memreader.registry import ALIASES, MINILM, SMOLLM2, ModelNotFoundError, resolve_model
+from memreader.registry import MINILM, SMOLLM2, ModelNotFoundError, canonical_name, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def same_base(a: str, b: str) -> bool:
     """Whether two model names (registry names, aliases, folders, hub ids) name the same weights; a folder that
     no longer exists is compared by its last path component (an adapter records the folder it was trained from)."""
     def norm(name: str) -> str:
-        name = ALIASES.get(name, name)
+        name = canonical_name(name)
         if name in (SMOLLM2, MINILM) or Path(name).expanduser().exists():
             return str(Path(resolve_model(name)).resolve())
         return name

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memreader.errors import MemReaderError
+from memreader.language import is_chinese
 from memreader.markup import render_chunk_marker
-from memreader.parser import cjk_ratio
 
 
 class GuidanceError(MemReaderError, ValueError):
@@ -113,7 +113,7 @@ class BoundaryGraph:
         if not document.strip():
             raise GuidanceError("the document is empty (or only whitespace): there is nothing to read",
                                 "drop empty documents from the corpus")
-        weight = settings.cjk_char_weight if cjk_ratio(document[:4000]) > 0.3 else 1.0
+        weight = settings.cjk_char_weight if is_chinese(document[:4000]) else 1.0
         min_chars = max(1, round(settings.min_chunk_chars / weight))
         max_chars = max(min_chars, round(settings.max_chunk_chars / weight))
         # Longer documents get longer chunks, so that no path has more than max_scenarios chunks.

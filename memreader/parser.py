@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from memreader.errors import MemReaderError
+from memreader.language import is_chinese
 from memreader.markup import MASK, unescape_markup
 
 
@@ -39,14 +40,7 @@ class ParsedOutput:
     diagnostics: list[str] = field(default_factory=list)
 
 
-_CJK_RE = re.compile(r"[\u4e00-\u9fff]")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*•]\s*|\d+[.)、](?!\d)\s*)")
-
-
-def cjk_ratio(text: str) -> float:
-    """Share of CJK ideographs among the non-space characters of ``text``."""
-    chars = [c for c in text if not c.isspace()]
-    return sum(1 for c in chars if _CJK_RE.match(c)) / len(chars) if chars else 0.0
 
 
 def _block(text: str, tag: str, stop_tags: tuple[str, ...], diags: list[str]) -> tuple[str | None, str]:
@@ -169,8 +163,8 @@ def parse_output(text: str, document: str | None = None) -> ParsedOutput:
     outline = [sc.outline for sc in scenarios]
 
     if document is not None and document.strip():
-        doc_zh = cjk_ratio(document) > 0.3
-        out_zh = cjk_ratio(" ".join(sc.core for sc in scenarios) + " ".join(outline)) > 0.3
+        doc_zh = is_chinese(document)
+        out_zh = is_chinese([*(sc.core for sc in scenarios), *outline])
         if doc_zh != out_zh:
             diags.append(
                 f"language mismatch: document looks {'Chinese' if doc_zh else 'non-Chinese'}, "

@@ -37,7 +37,7 @@ def run_dir(run: str | None, stage: str | None = None) -> Path:
     name = run or time.strftime("%Y%m%d-%H%M%S")
     problem = run_name_problem(name)
     if problem:
-        from memreader.config import ConfigError
+        from memreader.errors import ConfigError
 
         raise ConfigError(problem)
     path = memreader_home() / "runs" / name

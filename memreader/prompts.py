@@ -16,7 +16,6 @@ from functools import cache
 from pathlib import Path
 
 from memreader.markup import escape_markup
-from memreader.parser import cjk_ratio
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 TEMPLATES = (
@@ -52,11 +51,6 @@ class Template:
     def fields(self) -> set[str]:
         """Placeholders the template expects."""
         return set(_PLACEHOLDER.findall(self.system + self.user))
-
-
-def detect_lang(text: str) -> str:
-    """``zh`` when CJK characters dominate ``text``, else ``en``."""
-    return "zh" if cjk_ratio(text[:4000]) > 0.3 else "en"
 
 
 @cache

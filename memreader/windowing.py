@@ -47,8 +47,8 @@ from typing import Any, TypeVar
 
 from memreader.config import field as config_field
 from memreader.errors import MemReaderError
+from memreader.language import is_chinese
 from memreader.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings
-from memreader.parser import cjk_ratio
 from memreader.schema import DocumentMemory, Scenario
 
 T = TypeVar("T")
@@ -281,9 +281,9 @@ def grammar_chars(text: str, grammar: GrammarSettings, conservative: bool = Fals
     as :meth:`memreader.memory_grammar.BoundaryGraph.build` sizes it). ``conservative``: the CJK
     weight applies if any stretch of the text is CJK, since a window's grammar weighs its own text."""
     if conservative:
-        cjk = any(cjk_ratio(text[i : i + 4000]) > 0.3 for i in range(0, max(len(text) - 2000, 1), 2000))
+        cjk = any(is_chinese(text[i : i + 4000]) for i in range(0, max(len(text) - 2000, 1), 2000))
     else:
-        cjk = cjk_ratio(text[:4000]) > 0.3
+        cjk = is_chinese(text[:4000])
     weight = grammar.cjk_char_weight if cjk else 1.0
     min_chars = max(1, round(grammar.min_chunk_chars / weight))
     return grammar.max_scenarios * max(min_chars, round(grammar.max_chunk_chars / weight))

@@ -4,7 +4,7 @@ Public API::
 
     from retrieval import MemoryIndex, reciprocal_rank_fusion, ask, build_index_from_file, format_hits
 
-Names resolve lazily, so ``from retrieval.fusion import reciprocal_rank_fusion`` does not pay for
+Names resolve lazily, so ``from memreader.fusion import reciprocal_rank_fusion`` does not pay for
 importing pymilvus and torch.
 """
 
@@ -14,9 +14,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Hit": "retrieval.fusion",
-    "LayerHit": "retrieval.fusion",
-    "reciprocal_rank_fusion": "retrieval.fusion",
+    "Hit": "memreader.fusion",
+    "LayerHit": "memreader.fusion",
+    "reciprocal_rank_fusion": "memreader.fusion",
     "MODES": "retrieval.index",
     "BuildSummary": "retrieval.index",
     "MemoryIndex": "retrieval.index",

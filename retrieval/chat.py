@@ -37,7 +37,7 @@ from memreader.backends import (
 from memreader.config import field
 from memreader.errors import MemReaderError
 from memreader.paths import run_dir, write_json, write_resolved_config
-from memreader.registry import ALIASES, SMOLLM2
+from memreader.registry import SMOLLM2, canonical_name
 from memreader.stage import Stage
 from retrieval.conversation_store import BM25, DEFAULT_COLLECTION, ConversationStore, check_conversation_id
 from retrieval.lexical import LANGUAGES
@@ -101,7 +101,7 @@ class ChatConfig:
 
     def weights(self) -> dict[str, float]:
         """Signal → weight: ``bm25`` and each embedder by its registry name."""
-        return {BM25: float(self.bm25_weight), **{_canonical(n): float(w)
+        return {BM25: float(self.bm25_weight), **{canonical_name(n): float(w)
                                                  for n, w in zip(self.embedders, self.embedder_weights, strict=False)}}
 
     def settings(self) -> MomentarySettings:
@@ -112,7 +112,7 @@ class ChatConfig:
     def check(self) -> list[str]:
         """Every problem with the values (empty when fine)."""
         problems = []
-        names = [_canonical(n) for n in self.embedders]
+        names = [canonical_name(n) for n in self.embedders]
         if len(set(names)) != len(names):
             problems.append(f"embedders: {self.embedders} lists an embedder twice")
         if len(self.embedder_weights) != len(self.embedders):
@@ -139,10 +139,6 @@ class ChatConfig:
         return self.db_path or str(run_dir(self.run, "chat") / "conversation.db")
 
 
-def _canonical(name: str) -> str:
-    return ALIASES.get(name, name)
-
-
 class ChatSession:
     """An open conversation: the store, the answering backend, the token counter and the last context."""
 
@@ -159,7 +155,7 @@ class ChatSession:
     def open(cls, cfg: ChatConfig) -> ChatSession:
         """Load the embedders and the answering model, open (or create) the store."""
         from memreader.generation import make_chat
-        from memreader.registry import load_embedder
+        from memreader.runtime import load_embedder
 
         chosen, why = resolve_backend(cfg.backend, "chat")
         if chosen == "openai":
@@ -176,7 +172,7 @@ class ChatSession:
                 backend = make_chat("local", model_name=cfg.model, device=cfg.device, batch_size=1, dtype=dtype)
             counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
             engine = describe_choice("chat", chosen, dtype, why)
-        embedders = {_canonical(n): load_embedder(_canonical(n), device=cfg.device) for n in cfg.embedders}
+        embedders = {canonical_name(n): load_embedder(canonical_name(n), device=cfg.device) for n in cfg.embedders}
         db = cfg.db()
         store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,
                                   token=cfg.token)

@@ -1,7 +1,7 @@
 """Conversation memory: every turn kept verbatim in one Milvus collection, searchable by BM25 and embeddings.
 
-Storage is Milvus Lite (a local ``.db`` path) or a Milvus server URI (+ token), through
-``pymilvus.MilvusClient``, like the memory index (:mod:`retrieval.index`). One row per turn:
+Storage is Milvus Lite (a local ``.db`` path) or a Milvus server URI (+ token), through the store
+base :class:`~retrieval.milvus.MilvusCollection`, like the memory index. One row per turn:
 
 ==============  ===================  ====================================================
 field           type                 what
@@ -28,7 +28,6 @@ reopening the same file (or server collection) gives the same turns.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -37,13 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pymilvus import DataType, MilvusClient
+from pymilvus import DataType
 
 from memreader.embedders import embedding_dim, encode
-from memreader.errors import MemReaderError
-from retrieval.lexical import LANGUAGES, add_bm25, bm25_search, text_field_params
-from retrieval.milvus import connect, disconnect, is_server_uri, resolve_uri, string_literal
-from retrieval.rows import MemoryIndexError
+from retrieval.lexical import LANGUAGES, bm25_search
+from retrieval.milvus import MAX_LIMIT, MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
 
 __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "ConversationStore",
            "ConversationStoreError", "Turn", "vector_field"]
@@ -52,16 +49,17 @@ SCHEMA_VERSION = 1
 DEFAULT_COLLECTION = "memreader_conversation"
 BM25 = "bm25"
 """The lexical signal's name, beside the embedder names."""
-_META_KEY = "memreader.conversation"
 _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
 _MAX_SPEAKER_BYTES = 64
-_MAX_LIMIT = 16384  # Milvus' largest search / query limit
+_SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 160}),
+           ("conversation", DataType.VARCHAR, {"max_length": 128, "is_partition_key": True}),
+           ("turn", DataType.INT64, {}), ("speaker", DataType.VARCHAR, {"max_length": _MAX_SPEAKER_BYTES}),
+           ("timestamp", DataType.DOUBLE, {})]
 _QUERY_CACHE = 32  # question vectors kept per embedder and question
 _TURN_FIELDS = ["conversation", "turn", "speaker", "timestamp", "text"]
 
 
-class ConversationStoreError(MemReaderError, ValueError):
+class ConversationStoreError(StoreError):
     """The store cannot be opened as asked, or a turn or search request is invalid."""
 
 
@@ -121,14 +119,23 @@ def check_conversation_id(conversation: str) -> str:
     return conversation
 
 
-class ConversationStore:
+class ConversationStore(MilvusCollection):
     """Turns of one or more conversations in a Milvus collection, with BM25 and one vector field per embedder.
 
     ``embedders`` maps each embedder's name (as recorded in the store) to a loaded model; their
     order fixes the field order of a new store. A new collection is created on first open; an
     existing one must have been made with the same schema version, embedder names and dimensions,
-    and BM25 language. Use as a context manager (Milvus Lite runs a server process per open file).
+    and BM25 language. Use as a context manager (Milvus Lite serves each open file from this process).
     """
+
+    KIND = "conversation store"
+    META_KEY = "memreader.conversation"
+    VERSION = SCHEMA_VERSION
+    VERSION_FIELD = "schema_version"
+    MISSING_FIX = "open it with ConversationStore, which creates it"
+    REBUILD_FIX = "start a new store (another db_path or collection); the old one is left as it is"
+    BUILT = False  # created whole on first open: no build status
+    error = ConversationStoreError
 
     def __init__(
         self,
@@ -147,41 +154,19 @@ class ConversationStore:
         if len(set(fields)) != len(fields):
             raise ConversationStoreError(f"embedder names {list(embedders)} give clashing fields {fields}",
                                          "list each embedder once")
-        self.uri = resolve_uri(uri)
-        if not is_server_uri(self.uri):
-            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
-        self.collection = collection
+        super().__init__(uri, collection, token)
         self.embedders = dict(embedders)
         self._query_cache: dict[tuple[str, str], np.ndarray] = {}
-        try:
-            self._client = connect(self.uri, token)
-        except MemoryIndexError as exc:  # the same connection errors, reported as this store's
-            raise ConversationStoreError(str(exc)) from exc
-        try:
+        with self._closing_on_error():
             wanted = {"schema_version": SCHEMA_VERSION, "bm25_language": bm25_language, "embedders": [
                 {"name": name, "field": vector_field(name), "dim": embedding_dim(model)}
                 for name, model in self.embedders.items()]}
             if self._client.has_collection(collection):
-                self.meta = self._check_meta(wanted)
-                self._client.load_collection(collection)  # a reopened collection starts out released
+                self._check_meta(wanted)
+                self.load()
             else:
-                self.meta = {**wanted, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-                self._create()
-        except BaseException:
-            disconnect(self._client, self.uri)
-            raise
-
-    # ---------------------------------------------------------------- lifecycle and schema
-
-    def close(self) -> None:
-        """Close the client (and with it the Milvus Lite server process of this file)."""
-        disconnect(self._client, self.uri)
-
-    def __enter__(self) -> ConversationStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+                self._create(_SCHEMA, {e["field"]: e["dim"] for e in wanted["embedders"]}, bm25_language,
+                             {**wanted, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     @property
     def embedder_names(self) -> list[str]:
@@ -193,21 +178,9 @@ class ConversationStore:
         """Every signal a context can be scored by: ``bm25`` and each embedder name."""
         return [BM25, *self.embedder_names]
 
-    def _where(self) -> str:
-        return f"conversation store {self.uri} (collection {self.collection!r})"
-
-    def _check_meta(self, wanted: dict[str, Any]) -> dict[str, Any]:
-        props = self._client.describe_collection(self.collection).get("properties", {})
-        if _META_KEY not in props:
-            raise ConversationStoreError(
-                f"{self._where()} exists but was not made by memreader chat (no {_META_KEY} property)",
-                "pick another collection name or db_path")
-        meta = json.loads(props[_META_KEY])
-        found = meta.get("schema_version")
-        if found != SCHEMA_VERSION:
-            raise ConversationStoreError(
-                f"{self._where()} has schema version {found!r}; this memreader reads version {SCHEMA_VERSION}",
-                "start a new store (another db_path or collection); the old one is left as it is")
+    def _check_meta(self, wanted: dict[str, Any]) -> None:
+        """Refuse a store made with other embedders or another BM25 language than ``wanted``."""
+        meta = self.meta  # checks that the store is ours and of this schema version
         have = [(e["name"], e["dim"]) for e in meta["embedders"]]
         want = [(e["name"], e["dim"]) for e in wanted["embedders"]]
         if sorted(have) != sorted(want):
@@ -221,36 +194,12 @@ class ConversationStore:
                 f"{self._where()} analyzes text for BM25 as {meta.get('bm25_language')!r}, but "
                 f"{wanted['bm25_language']!r} was asked for",
                 f"set bm25_language={meta.get('bm25_language')}, or use a new db_path or collection")
-        return meta
-
-    def _create(self) -> None:
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=160)
-        schema.add_field("conversation", DataType.VARCHAR, max_length=128, is_partition_key=True)
-        schema.add_field("turn", DataType.INT64)
-        schema.add_field("speaker", DataType.VARCHAR, max_length=_MAX_SPEAKER_BYTES)
-        schema.add_field("timestamp", DataType.DOUBLE)
-        schema.add_field("text", DataType.VARCHAR, max_length=_MAX_TEXT_BYTES,
-                         **text_field_params(self.meta["bm25_language"]))
-        index_params = self._client.prepare_index_params()
-        for e in self.meta["embedders"]:
-            schema.add_field(e["field"], DataType.FLOAT_VECTOR, dim=e["dim"])
-            index_params.add_index(field_name=e["field"], index_type="AUTOINDEX", metric_type="COSINE")
-        add_bm25(schema, index_params, text_field="text")
-        # Strong consistency: the turn just stored is searchable by the next question (matters on a server).
-        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong",
-                                       properties={_META_KEY: json.dumps(self.meta)})
-        # Milvus Lite lacks the AllocTimestamp call a synchronous index wait starts with; its index is usable at once.
-        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
-        self._client.load_collection(self.collection)
 
     # ---------------------------------------------------------------- writing and reading turns
 
     def count(self, conversation: str) -> int:
         """How many turns ``conversation`` holds."""
-        res = self._client.query(self.collection, filter=f"conversation == {string_literal(check_conversation_id(conversation))}",
-                                 output_fields=["count(*)"])
-        return int(res[0]["count(*)"])
+        return self._count(f"conversation == {string_literal(check_conversation_id(conversation))}")
 
     def add_turn(self, conversation: str, speaker: str, text: str, timestamp: float | None = None) -> Turn:
         """Append one turn (embedded by every embedder of the store) and return it."""
@@ -269,9 +218,9 @@ class ConversationStore:
                                              f"{_MAX_SPEAKER_BYTES} bytes", "name the speaker, e.g. user")
             if not isinstance(text, str) or not text.strip():
                 raise ConversationStoreError(f"turn {i} ({speaker}) has no text", "store only turns with text")
-            if len(text.encode()) > _MAX_TEXT_BYTES:
+            if len(text.encode()) > MAX_TEXT_BYTES:
                 raise ConversationStoreError(
-                    f"turn {i} ({speaker}) is {len(text.encode())} bytes, over Milvus' {_MAX_TEXT_BYTES}-byte limit",
+                    f"turn {i} ({speaker}) is {len(text.encode())} bytes, over Milvus' {MAX_TEXT_BYTES}-byte limit",
                     "split it into several turns")
         if not items:
             return []
@@ -290,7 +239,7 @@ class ConversationStore:
             vectors = encode(self.embedders[e["name"]], texts, batch_size=batch_size, kind="document")
             for row, vector in zip(rows, vectors, strict=True):
                 row[e["field"]] = vector.astype(np.float32).tolist()
-        self._client.insert(self.collection, rows)
+        self._insert(rows)
         return turns
 
     def get_turns(self, conversation: str, indices: Sequence[int]) -> dict[int, Turn]:
@@ -306,10 +255,10 @@ class ConversationStore:
         """Every turn of ``conversation``, in order (the cumulative history)."""
         total = self.count(conversation)
         out: list[Turn] = []
-        for lo in range(0, total, _MAX_LIMIT):
+        for lo in range(0, total, MAX_LIMIT):
             rows = self._client.query(
-                self.collection, limit=_MAX_LIMIT, output_fields=_TURN_FIELDS,
-                filter=f"conversation == {string_literal(conversation)} and turn >= {lo} and turn < {lo + _MAX_LIMIT}")
+                self.collection, limit=MAX_LIMIT, output_fields=_TURN_FIELDS,
+                filter=f"conversation == {string_literal(conversation)} and turn >= {lo} and turn < {lo + MAX_LIMIT}")
             out += [_turn(r) for r in rows]
         out.sort(key=lambda t: t.index)
         assert [t.index for t in out] == list(range(total)), f"{conversation}: turn indices are not 0..{total - 1}"
@@ -332,13 +281,13 @@ class ConversationStore:
         The last few questions' vectors are kept, so scoring one question several ways (different
         weights or fusion) embeds it once.
         """
-        out = {}
+        out, dims = {}, {e["name"]: e["dim"] for e in self.meta["embedders"]}
         for name in names:
             key = (name, question)
             if key not in self._query_cache:
                 if len(self._query_cache) >= _QUERY_CACHE:
                     self._query_cache.pop(next(iter(self._query_cache)))  # the oldest entry
-                self._query_cache[key] = encode(self.embedders[name], [question], batch_size=1, kind="query")[0]
+                self._query_cache[key] = self._encode_query(self.embedders[name], question, dims[name], name)
             out[name] = self._query_cache[key]
         return out
 
@@ -352,10 +301,8 @@ class ConversationStore:
         (a candidate sharing no term with the question scores 0), cosine from its stored vector —
         so a candidate found by one signal is never missing a score from another.
         """
-        if not question.strip():
-            raise ConversationStoreError("the question is empty", "type a question")
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise ConversationStoreError(f"candidates={limit} is out of range", f"use 1..{_MAX_LIMIT}")
+        self._check_query(question)
+        self._check_limit("candidates", limit)
         unknown = [s for s in signals if s not in self.signals]
         if unknown:
             raise ConversationStoreError(f"signals {unknown} are not in {self._where()}, which holds {self.signals}",

@@ -1,9 +1,10 @@
 """The memory index: document memories as vectors in Milvus, one row per scenario and layer.
 
 Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server (``http://``,
-``https://``, ``tcp://`` or ``unix:`` URI) — the same code path, through ``pymilvus.MilvusClient``
-(:func:`connect`). A server's token is the ``token`` argument, else ``$MILVUS_TOKEN``; a server
-that does not answer within :data:`CONNECT_TIMEOUT` seconds is reported at once, naming the URI.
+``https://``, ``tcp://`` or ``unix:`` URI), connected, created, opened and closed by the shared
+store base :class:`~retrieval.milvus.MilvusCollection`. A server's token is the ``token`` argument,
+else ``$MILVUS_TOKEN``; a server that does not answer within :data:`CONNECT_TIMEOUT` seconds is
+reported at once, naming the URI.
 
 Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``core`` / ``chunk``
 / ``single``) rather than one collection per layer, because
@@ -35,7 +36,6 @@ rows (so a re-read document with fewer scenarios leaves nothing behind), then it
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -45,11 +45,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pymilvus import DataType, MilvusClient
+from pymilvus import DataType
 from tqdm import tqdm
 
-from memreader.schema import DocumentMemory
-from retrieval.fusion import (
+from memreader.fusion import (
     ALL_LAYERS,
     BM25,
     CHUNK,
@@ -64,26 +63,17 @@ from retrieval.fusion import (
     split_by_layer,
     split_label,
 )
-from retrieval.lexical import add_bm25, bm25_search, resolve_language, text_field_params
-from retrieval.milvus import (
-    CONNECT_TIMEOUT,
-    connect,
-    disconnect,
-    get_rows,
-    is_server_uri,
-    resolve_uri,
-    string_literal,
-)
+from memreader.schema import DocumentMemory
+from retrieval.lexical import bm25_search, resolve_language
+from retrieval.milvus import CONNECT_TIMEOUT, MAX_LIMIT, MilvusCollection, get_rows, string_literal
 from retrieval.rows import (
     MAX_DOC_ID_BYTES,
-    MAX_TEXT_BYTES,
     BuildSummary,
     Embedder,
     MemoryIndexError,
     ScenarioTexts,
     embed_rows,
     embedding_dim,
-    encode,
     primary_key,
     scenario_texts,
 )
@@ -105,9 +95,10 @@ MODES: dict[str, tuple[str, ...]] = {
 ``<layer>/bm25`` its BM25 search (``hybrid``: all six; ``chunk_hybrid``: chunk vectors + chunk BM25)."""
 _HAS_TERM = re.compile(r"\w", re.UNICODE)  # a BM25 query needs a word character to match on
 _UNION_DEPTH = 4  # a batched search asks for 4x the rows its layers need, so a layer rarely needs its own
-_META_KEY = "memreader.index"
-_MAX_LIMIT = 16384  # Milvus' largest search limit
-_INSERT_ROWS = 512  # rows per insert call, well under the 64 MB gRPC message limit
+_FIELDS = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 512}),
+           ("layer", DataType.VARCHAR, {"max_length": 16, "is_partition_key": True}),
+           ("doc_id", DataType.VARCHAR, {"max_length": MAX_DOC_ID_BYTES}),
+           ("scenario", DataType.INT64, {}), ("start", DataType.INT64, {}), ("end", DataType.INT64, {})]
 _OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text"]
 
 
@@ -117,17 +108,25 @@ def _hit(label: str, score: float, entity: dict[str, Any]) -> LayerHit:
                     start=int(entity["start"]), end=int(entity["end"]), text=entity["text"])
 
 
-class MemoryIndex:
+class MemoryIndex(MilvusCollection):
     """Document memories in one Milvus collection: build it, search it by layer, fuse the layers.
 
     Use as a context manager (or call :meth:`close`): Milvus Lite serves each open file from this
     process. ``embedder`` is the sentence-transformers model used for queries (and builds);
     ``embedder_name``, when given, must be the name the index was built with (vectors of two
     embedders are not comparable even at the same dimension). ``token`` and ``timeout`` are for a
-    server URI (see :func:`connect`). ``batch_layers`` (default) asks Milvus once for all the
-    layers a query searches and splits the answer per layer (:meth:`search_lists`); ``False``
-    sends one search per layer. Both give each layer's own exact top k.
+    server URI (see :func:`~retrieval.milvus.connect`). ``batch_layers`` (default) asks Milvus once
+    for all the layers a query searches and splits the answer per layer (:meth:`search_lists`);
+    ``False`` sends one search per layer. Both give each layer's own exact top k. :attr:`meta` is the
+    build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``.
     """
+
+    KIND = "index"
+    META_KEY = "memreader.index"
+    VERSION = INDEX_FORMAT
+    MISSING_FIX = "run `memreader index` first to build it"
+    REBUILD_FIX = "rebuild it with `memreader index`"
+    error = MemoryIndexError
 
     def __init__(
         self,
@@ -140,15 +139,10 @@ class MemoryIndex:
         embedder_name: str | None = None,
         batch_layers: bool = True,
     ) -> None:
-        self.uri = resolve_uri(uri, must_exist=must_exist)
-        if not is_server_uri(self.uri):
-            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
-        self.collection = collection
+        super().__init__(uri, collection, token, timeout, must_exist)
         self.embedder = embedder
         self.embedder_name = embedder_name
         self.batch_layers = batch_layers
-        self._client = connect(self.uri, token, timeout)
-        self._meta: dict[str, Any] | None = None
 
     @classmethod
     def open(
@@ -159,86 +153,14 @@ class MemoryIndex:
         is given and differs from the embedder it was built with)."""
         index = cls(uri, collection, embedder, token=token, must_exist=True, timeout=timeout,
                     embedder_name=embedder_name, batch_layers=batch_layers)
-        try:
-            _ = index.meta  # raises unless the collection exists, has our format and finished building
+        with index._closing_on_error():
             index.check_embedder()
-            index._client.load_collection(collection)  # a reopened collection starts out released
-        except BaseException:
-            index.close()
-            raise
+            index.load()
         return index
-
-    def close(self) -> None:
-        """Close the client; the last client of a Milvus Lite file in this process also stops its
-        server and frees the file (:func:`disconnect`)."""
-        disconnect(self._client, self.uri)
-
-    def __enter__(self) -> MemoryIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        """The build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``."""
-        if self._meta is None:
-            if not self._client.has_collection(self.collection):
-                raise MemoryIndexError(
-                    f"{self.uri} has no collection {self.collection!r}; run `memreader index` first to build it"
-                )
-            props = self._client.describe_collection(self.collection).get("properties", {})
-            if _META_KEY not in props:
-                raise MemoryIndexError(
-                    f"collection {self.collection!r} in {self.uri} was not built by memreader (no {_META_KEY} "
-                    "property); pick another collection name or rebuild it with `memreader index`"
-                )
-            meta = json.loads(props[_META_KEY])
-            if meta.get("format") != INDEX_FORMAT:
-                raise MemoryIndexError(
-                    f"index {self.uri} has format {meta.get('format')!r}, this memreader reads {INDEX_FORMAT}; "
-                    "rebuild it with `memreader index`"
-                )
-            if meta.get("status") != "complete":
-                raise MemoryIndexError(
-                    f"the last build of {self.uri} did not finish (status {meta.get('status')!r}); "
-                    "rerun `memreader index`"
-                )
-            self._meta = meta
-        return self._meta
-
-    def _write_meta(self, meta: dict[str, Any]) -> None:
-        self._client.alter_collection_properties(self.collection, properties={_META_KEY: json.dumps(meta)})
-        self._meta = None
-
-    def _create(self, dim: int, language: str) -> None:
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
-        schema.add_field("layer", DataType.VARCHAR, max_length=16, is_partition_key=True)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID_BYTES)
-        schema.add_field("scenario", DataType.INT64)
-        schema.add_field("start", DataType.INT64)
-        schema.add_field("end", DataType.INT64)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_field_params(language))
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-        index_params = self._client.prepare_index_params()
-        index_params.add_index(field_name="vector", index_type="AUTOINDEX", metric_type="COSINE")
-        add_bm25(schema, index_params, text_field="text")
-        # Strong consistency: a search right after a build sees every row (matters on a server).
-        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong")
-        # Milvus Lite lacks the AllocTimestamp call that a synchronous index wait starts with (its
-        # server logs a traceback, then pymilvus sleeps); its index is usable at once anyway.
-        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
-        self._client.load_collection(self.collection)
 
     def counts(self) -> dict[str, int]:
         """Rows per layer."""
-        out = {}
-        for layer in ALL_LAYERS:
-            res = self._client.query(self.collection, filter=f"layer == {string_literal(layer)}",
-                                     output_fields=["count(*)"])
-            out[layer] = int(res[0]["count(*)"])
-        return out
+        return {layer: self._count(f"layer == {string_literal(layer)}") for layer in ALL_LAYERS}
 
     def build(
         self,
@@ -286,15 +208,14 @@ class MemoryIndex:
         if replace or not exists:
             if exists:
                 self._client.drop_collection(self.collection)
-            self._create(dim, language)
+            self._create(_FIELDS, {"vector": dim}, language, {**meta, "status": "building"})
         else:
             old = self.meta
             if (old["embedder"], old["dim"]) != (embedder_name, dim):
                 raise MemoryIndexError(
-                    f"index {self.uri} holds {old['embedder']} vectors (dim {old['dim']}), not {embedder_name} "
-                    f"(dim {dim}); use the same embedder or rebuild with replace=True"
-                )
-        self._write_meta({**meta, "status": "building"})
+                    f"{self._where()} holds {old['embedder']} vectors (dim {old['dim']}), not {embedder_name} "
+                    f"(dim {dim})", "use the same embedder or rebuild with replace=True")
+            self._write_meta({**meta, "status": "building"})
 
         summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
         started = time.perf_counter()
@@ -311,8 +232,7 @@ class MemoryIndex:
                     self._flush(pending, pending_docs, embedder, batch_size, replace, summary)
                     bar.update(len(pending_docs))
                     pending, pending_docs, pending_texts = [], [], 0
-        self._client.flush(self.collection)
-        self._write_meta({**meta, "status": "complete"})
+        self._finish(meta)
         summary.documents = len(seen)
         summary.skipped = dict(skipped)
         summary.seconds = time.perf_counter() - started
@@ -331,46 +251,26 @@ class MemoryIndex:
         if not replace:
             ids = ", ".join(string_literal(d) for d in doc_ids)
             self._client.delete(self.collection, filter=f"doc_id in [{ids}]")
-        for start in range(0, len(rows), _INSERT_ROWS):
-            self._client.insert(self.collection, rows[start : start + _INSERT_ROWS])
+        self._insert(rows)
         summary.scenarios += len(pending)
         for row in rows:
             summary.rows[row["layer"]] += 1
 
     def check_embedder(self) -> None:
         """Refuse to query with another embedder than the index was built with (when both are named)."""
-        built_with = self.meta["embedder"]
-        name = self.embedder_name
-        if name and name != "unnamed" and built_with != "unnamed" and name != built_with:
-            raise MemoryIndexError(
-                f"{self.uri} was built with {built_with!r}, not {name!r}: vectors of different embedders are "
-                f"not comparable, even at the same dimension; query with embedder={built_with} or rebuild the "
-                f"index with embedder={name} (`memreader index --set embedder={name}`)"
-            )
+        self._check_embedder(self.embedder_name, self.meta["embedder"])
 
     def embed_query(self, query: str) -> list[float]:
         """The query's unit vector, from the index's embedder (checked against the index dimension)."""
-        if not query.strip():
-            raise ValueError("the query is empty; ask a question")
+        self._check_query(query)
         self.check_embedder()
-        if self.embedder is None:
-            raise MemoryIndexError(
-                f"no embedder to encode the query: pass embedder= (this index was built with {self.meta['embedder']})"
-            )
-        vector = encode(self.embedder, [query], batch_size=1, kind="query")[0]
-        if len(vector) != self.meta["dim"]:
-            raise MemoryIndexError(
-                f"the query embedder gives {len(vector)}-dim vectors but {self.uri} holds {self.meta['dim']}-dim "
-                f"{self.meta['embedder']} vectors; query with the embedder the index was built with"
-            )
-        return vector.tolist()
+        return self._encode_query(self.embedder, query, self.meta["dim"], self.meta["embedder"]).tolist()
 
     def search_layer(self, vector: Sequence[float], layer: str, limit: int) -> list[LayerHit]:
         """The ``limit`` rows of one layer most similar to ``vector``, best first (ranks 1..n)."""
         if layer not in ALL_LAYERS:
             raise ValueError(f"unknown layer {layer!r}; choose from {', '.join(ALL_LAYERS)}")
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
+        self._check_limit("limit", limit)
         (results,) = self._client.search(
             self.collection, data=[list(vector)], anns_field="vector", limit=limit,
             filter=f"layer == {string_literal(layer)}", output_fields=_OUTPUT_FIELDS,
@@ -382,14 +282,14 @@ class MemoryIndex:
         """The ``limit`` rows of one layer that best match ``query`` by BM25, best first (ranks 1..n).
 
         Hits are labelled ``<layer>/bm25`` and ``similarity`` holds the BM25 score (positive,
-        unbounded). A query without a word character (only punctuation or spaces) gives an empty
-        list without asking Milvus: a tokenizer that keeps punctuation (jieba) would otherwise
-        match it against every row holding that punctuation.
+        unbounded). An empty query is refused; one without a word character (only punctuation)
+        gives an empty list without asking Milvus: a tokenizer that keeps punctuation (jieba) would
+        otherwise match it against every row holding that punctuation.
         """
         if layer not in LAYERS:
             raise ValueError(f"BM25 searches a text layer: choose from {', '.join(LAYERS)}, not {layer!r}")
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
+        self._check_query(query)
+        self._check_limit("limit", limit)
         _ = self.meta  # refuse an unfinished or foreign collection before searching it
         if not _HAS_TERM.search(query):
             return []
@@ -410,10 +310,8 @@ class MemoryIndex:
         found = {(r["doc_id"], int(r["scenario"])): r["text"] for r in rows}
         missing = [k for k in keys if k not in found]
         if missing:
-            raise MemoryIndexError(
-                f"index {self.uri} has no chunk row for {missing[:3]}; it is inconsistent — rebuild it with "
-                "`memreader index`"
-            )
+            raise MemoryIndexError(f"{self._where()} has no chunk row for {missing[:3]}; it is inconsistent",
+                                   self.REBUILD_FIX)
         return found
 
     def search_lists(self, query: str, labels: Sequence[str], limit: int) -> list[list[LayerHit]]:
@@ -423,12 +321,10 @@ class MemoryIndex:
         With ``batch_layers`` the vector lists come from one Milvus search over all their layers and
         the BM25 lists from one more (Milvus Lite spends most of a search on work proportional to
         the collection, not to the layers asked for; a server saves round trips). Each list is
-        still its layer's exact top ``limit`` (:func:`retrieval.fusion.split_by_layer`).
+        still its layer's exact top ``limit`` (:func:`memreader.fusion.split_by_layer`).
         """
-        if not query.strip():
-            raise ValueError("the query is empty; ask a question")
-        if not 1 <= limit <= _MAX_LIMIT:
-            raise ValueError(f"limit must be between 1 and {_MAX_LIMIT}, got {limit}")
+        self._check_query(query)
+        self._check_limit("limit", limit)
         parsed = [split_label(label) for label in labels]
         for layer, signal in parsed:
             if layer not in (LAYERS if signal == BM25 else ALL_LAYERS):
@@ -457,9 +353,9 @@ class MemoryIndex:
         self, layers: Sequence[str], limit: int, search_all: Any, search_one: Any,
     ) -> dict[str, list[LayerHit]]:
         """Each layer's exact top ``limit`` from ``search_all(n)``, one search for the best ``n`` rows
-        of all ``layers`` (:func:`retrieval.fusion.split_by_layer`); a layer that answer is too
+        of all ``layers`` (:func:`memreader.fusion.split_by_layer`); a layer that answer is too
         shallow for gets ``search_one(layer)``."""
-        n = min(_MAX_LIMIT, _UNION_DEPTH * limit * len(layers))
+        n = min(MAX_LIMIT, _UNION_DEPTH * limit * len(layers))
         split = split_by_layer(search_all(n), layers, limit, asked=n)
         return {layer: hits if hits is not None else search_one(layer) for layer, hits in split.items()}
 

@@ -18,34 +18,19 @@ in the order Milvus ranked them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memreader.errors import MemReaderError
+from memreader.language import LANGUAGES, detect_language
 
-LANGUAGES = ("en", "zh")
-"""Languages with a BM25 analyzer; ``auto`` chooses between them from the text."""
 SPARSE_FIELD = "sparse"
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_WORD = re.compile(r"\w", re.UNICODE)
 PUNCTUATION = "，。？！、；：“”‘’（）《》〈〉【】「」『』…—·～,.?!;:\"'()[]{}<>-–/\\|*&^%$#@~`+=_"
 """Characters the Chinese analyzer drops (the standard tokenizer drops punctuation itself)."""
-CJK_SHARE = 0.2
-"""``auto`` picks ``zh`` when at least this share of the word characters are CJK ideographs."""
 
 
 class LexicalSearchError(MemReaderError, ValueError):
     """A BM25 setting or query cannot be used."""
-
-
-def detect_language(texts: Iterable[str]) -> str:
-    """``zh`` when CJK ideographs make up at least :data:`CJK_SHARE` of the word characters, else ``en``."""
-    cjk = words = 0
-    for text in texts:
-        cjk += len(_CJK.findall(text))
-        words += len(_WORD.findall(text))
-    return "zh" if words and cjk / words >= CJK_SHARE else "en"
 
 
 def resolve_language(language: str, texts: Iterable[str]) -> str:

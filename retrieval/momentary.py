@@ -39,8 +39,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from memreader.errors import MemReaderError
+from memreader.fusion import reciprocal_rank_fusion
 from retrieval.conversation_store import BM25, ConversationStore, Turn, check_conversation_id
-from retrieval.fusion import reciprocal_rank_fusion
 
 __all__ = ["FUSIONS", "ContextTurn", "CutTurn", "MomentaryContext", "MomentaryError", "MomentarySettings",
            "Normalisation", "TokenCounter", "build_context", "format_context", "fuse", "render_turn"]

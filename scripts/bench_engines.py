@@ -118,10 +118,10 @@ def qa_items(memories: list[Any]) -> tuple[list[str], list[list[str]], list[str]
 
 def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: dict[str, Any],
               rates: dict[str, float]) -> dict[str, Any]:
-    from data_gen.scoring import EvaluatorScorer, ScorerSettings
     from eval.answering import answer_messages
     from eval.support import support_for_answers
     from memreader.generation import GenerationParams
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
 
     print(f"--- {backend} {dtype}", flush=True)
     chat, startup = make_backend(backend, dtype)

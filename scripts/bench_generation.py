@@ -18,8 +18,9 @@ import torch
 
 from memreader.corpus import read_corpus
 from memreader.demo import DEMO_DATA
-from memreader.prompts import detect_lang, render
-from memreader.registry import load_causal_lm, runtime
+from memreader.language import detect_language
+from memreader.prompts import render
+from memreader.runtime import load_causal_lm, runtime
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     rt = runtime("cpu", "float32", args.threads)
     model, tok = load_causal_lm("smollm2-135m-instruct", rt=rt)
     docs = read_corpus(DEMO_DATA / "corpus.jsonl")
-    prompts = [tok.apply_chat_template(render("memreader", detect_lang(d.text), document=d.text)[0],
+    prompts = [tok.apply_chat_template(render("memreader", detect_language(d.text), document=d.text)[0],
                                        add_generation_prompt=True, tokenize=False) for d in docs]
     tok.padding_side = "left"
     rows = []

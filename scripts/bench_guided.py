@@ -25,9 +25,10 @@ from pathlib import Path
 from memreader.assemble import memory_from_output
 from memreader.generation import GenerationParams, LocalChat
 from memreader.generation.guided import compile_matcher, ll_tokenizer
+from memreader.language import detect_language
 from memreader.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
 from memreader.parser import ParseError
-from memreader.prompts import detect_lang, render
+from memreader.prompts import render
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
@@ -88,7 +89,7 @@ def main() -> None:
         return len(tok.encode(s, add_special_tokens=False))
 
     docs = load_docs(args.crud)
-    msgs = [render("memreader", detect_lang(t), document=t)[0] for _, _, t in docs]
+    msgs = [render("memreader", detect_language(t), document=t)[0] for _, _, t in docs]
     graphs = [BoundaryGraph.build(t, settings) for _, _, t in docs]
     plans = [memory_grammar(g, settings, args.max_new_tokens, count) for g in graphs]
     params = GenerationParams(temperature=0.1, top_p=0.1, max_new_tokens=args.max_new_tokens,
@@ -148,7 +149,7 @@ def main() -> None:
 
     # 3. grammar build + compile for 20,000-character documents
     for lang, pool in (("zh", [t for s, _, t in docs if s == "crud"] or [docs[4][2]]),
-                       ("en", [t for s, _, t in docs if s == "demo" and detect_lang(t) == "en"])):
+                       ("en", [t for s, _, t in docs if s == "demo" and detect_language(t) == "en"])):
         text = ""
         while len(text) < 20_000:
             text += "\n\n".join(pool) + "\n\n"
@@ -167,7 +168,7 @@ def main() -> None:
     # 4. distributions over the usable guided memories
     print("scenarios per document (guided): " + quantiles([len(m.scenarios) for m in guided_mems]))
     for lang in ("en", "zh"):
-        lengths = [s.end - s.start for m in guided_mems if detect_lang(m.document) == lang for s in m.scenarios]
+        lengths = [s.end - s.start for m in guided_mems if detect_language(m.document) == lang for s in m.scenarios]
         print(f"chunk length in characters ({lang}): " + quantiles(lengths))
 
 

@@ -129,7 +129,7 @@ def same_top_k(mine: list[Any], own: list[Any]) -> bool:
 def threaded_three_layer(index: Any, pool: ThreadPoolExecutor, query: str, top_k: int) -> Any:
     """Three-layer search with the per-layer searches issued from threads (what ``search`` does,
     written out so this variant can be timed without living in the library)."""
-    from retrieval.fusion import CHUNK, LAYERS, fuse_layer_hits
+    from memreader.fusion import CHUNK, LAYERS, fuse_layer_hits
 
     vector = index.embed_query(query)
     lists = list(pool.map(lambda layer: index.search_layer(vector, layer, top_k), LAYERS))
@@ -160,8 +160,8 @@ def main() -> int:
     args = ap.parse_args()
 
     import retrieval.index
+    from memreader.fusion import LAYERS
     from memreader.paths import memreader_home
-    from retrieval.fusion import LAYERS
     from retrieval.index import MODES, MemoryIndex
 
     if args.union_depth:

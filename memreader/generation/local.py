@@ -146,7 +146,7 @@ class LocalChat:
     def _load(self) -> None:
         with self._lock:
             if self._model is None:
-                from memreader.registry import load_causal_lm, runtime
+                from memreader.runtime import load_causal_lm, runtime
 
                 rt = runtime(self.device, self.dtype)
                 self._model, self._tokenizer = load_causal_lm(self.model_name, adapter=self.adapter, rt=rt)

@@ -14,8 +14,10 @@ import math
 import pytest
 import torch
 
-import data_gen.scoring as scoring
-from data_gen.scoring import (
+import memreader.scoring as scoring
+from memreader.prompts import render
+from memreader.schema import DocumentMemory, Scenario
+from memreader.scoring import (
     SINGLE_CHUNK_CLARITY,
     EvaluatorScorer,
     ScorerSettings,
@@ -23,8 +25,6 @@ from data_gen.scoring import (
     answer_token_ids,
     evaluator_texts,
 )
-from memreader.prompts import render
-from memreader.schema import DocumentMemory, Scenario
 
 TOL = 1e-4
 

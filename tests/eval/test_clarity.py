@@ -90,7 +90,7 @@ def _memory(doc_id: str, chunks: list[str]) -> DocumentMemory:
 def scorer():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
     from tests.eval.test_support import smollm2_tokenizer
 
     tok = smollm2_tokenizer()

@@ -119,7 +119,7 @@ def test_teacher_does_not_retry_a_wrong_model_name(server: ChatServer) -> None:
 def test_serves_a_lora_adapter(memreader_home: Path, tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from memreader.registry import load_causal_lm, runtime
+    from memreader.runtime import load_causal_lm, runtime
 
     base, _ = load_causal_lm(MODEL, rt=runtime("cpu"))
     lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))

@@ -66,7 +66,7 @@ def test_max_tokens_cap_and_generic_500(keyed, monkeypatch) -> None:
 
 
 def test_stop_event_ends_generation_early(tiny_model: str) -> None:
-    from memreader.registry import load_causal_lm, runtime
+    from memreader.runtime import load_causal_lm, runtime
 
     model, tok = load_causal_lm(tiny_model, rt=runtime("cpu"))
     stop = threading.Event()

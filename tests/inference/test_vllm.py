@@ -152,7 +152,7 @@ def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp
 
 
 def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tmp_path, chat: VLLMChat, local: LocalChat) -> None:
-    from data_gen.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
 
     _, memories = _read(tmp_path, DEMO_CORPUS, chat, limit=4)
     via_vllm = EvaluatorScorer(ScorerSettings(model=SMOLLM2, backend="vllm", dtype="float32"))

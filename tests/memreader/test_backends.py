@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from memreader import backends, hardware
-from memreader.registry import runtime
+from memreader.runtime import runtime
 
 
 @pytest.fixture

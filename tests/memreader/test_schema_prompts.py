@@ -7,8 +7,9 @@ import json
 import pytest
 
 from memreader.config import ConfigError, field, load_config
+from memreader.language import detect_language
 from memreader.parser import parse_output
-from memreader.prompts import LANGS, TEMPLATES, detect_lang, load_template, render
+from memreader.prompts import LANGS, TEMPLATES, load_template, render
 from memreader.schema import (
     DocumentMemory,
     MemoryValidationError,
@@ -80,8 +81,8 @@ def test_hostile_document_cannot_break_prompt_structure() -> None:
 
 
 def test_language_detection() -> None:
-    assert detect_lang("茶叶的历史很长，最早在中国被饮用。") == "zh"
-    assert detect_lang("Tea has a long history.") == "en"
+    assert detect_language("茶叶的历史很长，最早在中国被饮用。") == "zh"
+    assert detect_language("Tea has a long history.") == "en"
     assert parse_output("<outline>a</outline><scenario><chunk>x[MASK]y</chunk>c</scenario>").outline == ["a"]
 
 

@@ -14,7 +14,7 @@ from retrieval_samples import MEMORIES
 @pytest.fixture(scope="session")
 def embedder() -> Any:
     """The embedded all-MiniLM-L6-v2 model, loaded once."""
-    from memreader.registry import load_embedder
+    from memreader.runtime import load_embedder
 
     return load_embedder("minilm-l6", device="cpu")
 

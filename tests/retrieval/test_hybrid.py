@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from retrieval_samples import make_memory
 
-from retrieval.fusion import Hit, LayerHit, rank_hits, split_by_layer
+from memreader.fusion import Hit, LayerHit, rank_hits, split_by_layer
 from retrieval.index import MODES, MemoryIndex
 from retrieval.search import format_hits
 

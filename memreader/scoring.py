@@ -78,10 +78,11 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll
 from memreader.errors import MemReaderError
-from memreader.prompts import detect_lang, load_template, render
+from memreader.language import detect_language
+from memreader.prompts import load_template, render
 from memreader.schema import DocumentMemory
+from memreader.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll
 
 VARIANTS = ("prob", "margin", "ppl")
 BACKENDS = ("hf", "transformers", "vllm")  # hf is the older name of transformers
@@ -184,7 +185,7 @@ def answer_token_ids(tokenizer: Any, words: Sequence[str] | None = None) -> list
             + ", ".join(f"{w!r} (as {len(i)} tokens {i})" for w, i in bad.items())
             + " as one token each, so P(split)/P(keep) cannot be read from one next-token distribution",
             "use clarity_variant='ppl', or an evaluator whose tokenizer has these words as single tokens, or "
-            "change ANSWER_WORDS in data_gen/scoring.py together with the chunk_boundary templates (bump their version)",
+            "change ANSWER_WORDS in memreader/scoring.py together with the chunk_boundary templates (bump their version)",
         )
     return [i[0] for i in ids]
 
@@ -306,7 +307,7 @@ class _MemoryPlan:
 def _plan_memory(planner: _Planner, mem: DocumentMemory, variants: Sequence[str]) -> _MemoryPlan:
     chunks, cores = mem.chunks, mem.cores
     planner.t.encode_many([*chunks, *cores])
-    lang = detect_lang(mem.document)
+    lang = detect_language(mem.document)
     ppl = "ppl" in variants
     prompt = "prob" in variants or "margin" in variants
     bounds = [planner.boundary(chunks[i], chunks[i + 1], lang, ppl, prompt) for i in range(len(chunks) - 1)]
@@ -362,7 +363,7 @@ class EvaluatorScorer:
         if (model is None) != (tokenizer is None):
             raise ScoringError("EvaluatorScorer got only one of model and tokenizer", "pass both, or neither")
         if model is None:
-            from memreader.registry import load_causal_lm, runtime
+            from memreader.runtime import load_causal_lm, runtime
 
             model, tokenizer = load_causal_lm(settings.model, rt=runtime(settings.device, settings.dtype))
             self.evaluator = settings.model
@@ -480,7 +481,7 @@ class EvaluatorScorer:
         ppl, prompts = "ppl" in variants, "prob" in variants or "margin" in variants
         planner = _Planner(self.tokenizer, self.settings)
         planner.t.encode_many([x for pair in pairs for x in pair])
-        bounds = [planner.boundary(a, b, detect_lang(a + b), ppl, prompts) for a, b in pairs]
+        bounds = [planner.boundary(a, b, detect_language(a + b), ppl, prompts) for a, b in pairs]
         self._run(planner, prompts)
         values = [self._boundary_values(b) for b in bounds]
         return {v: [row[v] for row in values] for v in variants}
