@@ -128,12 +128,12 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     return summary
 
 
-def _run(cfg: AssessConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: AssessConfig, args: argparse.Namespace) -> int:
     assess(cfg)
     return 0
 
 
-STAGE = Stage("assess", "clarity/completeness of any memories file (evaluator LM), written beside it", run=_run,
+STAGE = Stage("assess", "clarity/completeness of any memories file (evaluator LM), written beside it", run=_run_stage,
               config=AssessConfig, example_dir="configs/data_gen/",
               flags=(Flag("input", help="memories JSONL to score (same as --set input=FILE)"),))
 

@@ -340,12 +340,12 @@ async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, 
     return results, teacher, flow
 
 
-def _run(cfg: GenConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: GenConfig, args: argparse.Namespace) -> int:
     generate(cfg)
     return 0
 
 
-STAGE = Stage("gen", "teacher-side memory generation → memories + SFT data", run=_run, config=GenConfig,
+STAGE = Stage("gen", "teacher-side memory generation → memories + SFT data", run=_run_stage, config=GenConfig,
               example_dir="configs/data_gen/")
 
 if __name__ == "__main__":

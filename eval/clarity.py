@@ -23,13 +23,13 @@ The set of methods is fixed, not resampled.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from eval.records import ClarityRecord
 from eval.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -73,12 +73,10 @@ def clarity_signature(scorer: Any) -> str:
 
 
 def clarity_summary(scorer: Any, memories: Sequence[Any], block: int = 32) -> dict[str, Any]:
-    """The ``clarity`` entry of an evaluation summary for one method's memories."""
-    values = chunk_clarity(scorer, memories, block)
-    scored = [v for v in values if v is not None]
-    return {"per_memory": values, "doc_ids": [m.doc_id for m in memories],
-            "mean": math.fsum(scored) / len(scored) if scored else None,
-            "n_single_chunk": len(values) - len(scored), "signature": clarity_signature(scorer)}
+    """The ``clarity`` entry of an evaluation summary for one method's memories
+    (:class:`eval.records.ClarityRecord`)."""
+    return ClarityRecord.of(chunk_clarity(scorer, memories, block), [m.doc_id for m in memories],
+                            clarity_signature(scorer)).to_dict()
 
 
 @dataclass(frozen=True)

@@ -283,12 +283,12 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     return summary.to_dict()
 
 
-def _run(cfg: QAConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: QAConfig, args: argparse.Namespace) -> int:
     run_qa(cfg)
     return 0
 
 
-STAGE = Stage("eval", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR", run=_run, config=QAConfig,
+STAGE = Stage("eval", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR", run=_run_stage, config=QAConfig,
               example_dir="configs/eval/")
 
 if __name__ == "__main__":

@@ -56,9 +56,9 @@ def _kind(value: Any) -> str:
 def _fix(source: str | Path) -> str:
     path = Path(source)
     config = path.parent / "config.yaml"
-    rerun = f"memreader eval --config {config}" if path.name == "summary.json" and config.is_file() else \
-        "memreader eval with the run's config"
-    return (f"re-run `{rerun}` (it reuses the run's finished memories, answers and clarity and writes summary.json "
+    rerun = f"`memreader eval --config {config}`" if path.name == "summary.json" and config.is_file() else \
+        "`memreader eval` with the run's config"
+    return (f"re-run {rerun} (it reuses the run's finished memories, answers and clarity and writes summary.json "
             "again), or repair the named keys")
 
 

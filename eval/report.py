@@ -25,6 +25,7 @@ from eval import paper_tables as paper
 from eval.clarity import Correlation, MethodRow, correlate
 from eval.paper_tables import fmt as _f
 from eval.paper_tables import md_table as _table
+from eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, paired_bootstrap
 from memreader.config import field as config_field
 from memreader.errors import MemReaderError
@@ -43,10 +44,10 @@ class ReportError(MemReaderError, ValueError):
 
 @dataclass
 class Method:
-    """One evaluated method: its summary entry, memories and answers."""
+    """One evaluated method: its summary record, memories and answers."""
 
     name: str
-    entry: dict[str, Any]
+    record: MethodRecord
     memories: list[DocumentMemory]
     answers: list[dict[str, Any]]
 
@@ -70,62 +71,16 @@ def eval_dir(run: str) -> Path:
                       "evaluation stage first")
 
 
-def _problems(summary: Any) -> list[str]:
-    if not isinstance(summary, dict):
-        return [f"the top level is {type(summary).__name__}, not an object"]
-    out = [f"'{k}' missing or not {t.__name__}" for k, t in
-           (("settings", dict), ("dataset", dict), ("methods", dict), ("answer_model", str), ("embedder", str),
-            ("top_k", int)) if not isinstance(summary.get(k), t)]
-    if isinstance(summary.get("dataset"), dict) and not isinstance(summary["dataset"].get("name"), str):
-        out.append("'dataset.name' missing")
-    methods = summary.get("methods") if isinstance(summary.get("methods"), dict) else {}
-    if not methods and "'methods' missing or not dict" not in out:
-        out.append("'methods' is empty")
-    for name, e in methods.items():
-        where = f"methods.{name}"
-        if not isinstance(e, dict):
-            out.append(f"'{where}' is not an object")
-            continue
-        scores = e.get("scores")
-        if not isinstance(scores, dict) or not isinstance(scores.get("metrics"), dict) or not scores["metrics"]:
-            out.append(f"'{where}.scores.metrics' missing or empty")
-        else:
-            if not isinstance(scores.get("ids"), list):
-                out.append(f"'{where}.scores.ids' missing (score with per_example=True)")
-            for metric, m in scores["metrics"].items():
-                need = ("value", "ci_low", "ci_high", "signature", "per_example")
-                if not isinstance(m, dict) or any(k not in m for k in need):
-                    out.append(f"'{where}.scores.metrics.{metric}' lacks one of {', '.join(need)}")
-        for key, need in (("support", ("per_example", "ids", "mean", "signature")),
-                          ("clarity", ("per_memory", "doc_ids", "mean", "signature"))):
-            if key not in e:
-                out.append(f"'{where}.{key}' missing (null when not measured)")
-            elif e[key] is not None and (not isinstance(e[key], dict) or any(k not in e[key] for k in need)):
-                out.append(f"'{where}.{key}' lacks one of {', '.join(need)}")
-        prov = e.get("provenance")
-        if not isinstance(prov, dict) or any(not isinstance(prov.get(k), int) for k in ("memories", "fallback",
-                                                                                          "truncated")):
-            out.append(f"'{where}.provenance' lacks integer memories / fallback / truncated")
-        cal = e.get("calibration")
-        if cal is not None and (not isinstance(cal, dict) or not isinstance(cal.get("target_chars"), (int, float))
-                                or not isinstance(cal.get("tolerance"), (int, float))
-                                or not 0 <= cal["tolerance"] < 1):
-            out.append(f"'{where}.calibration' needs target_chars and a tolerance fraction in [0, 1)")
-    return out
-
-
-def load_run(folder: Path) -> tuple[dict[str, Any], dict[str, Method]]:
-    """The checked summary and every method's files, or :class:`ReportError` naming the file and the fix."""
+def load_run(folder: Path) -> tuple[EvalSummary, dict[str, Method]]:
+    """The checked summary (:meth:`eval.records.EvalSummary.read`) and every method's files, or
+    :class:`ReportError` naming the file and the fix."""
     path = folder / "summary.json"
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: not valid JSON ({exc})", _FIX) from exc
-    problems = _problems(summary)
-    if problems:
-        raise ReportError(f"{path}: malformed summary: {'; '.join(problems)}", _FIX)
+        summary = EvalSummary.read(path)
+    except SummaryError as exc:
+        raise ReportError(exc.problem, exc.fix) from exc
     methods = {}
-    for name, entry in summary["methods"].items():
+    for name, record in summary.methods.items():
         mdir = folder / "methods" / name
         for file in ("memories.jsonl", "answers.jsonl"):
             if not (mdir / file).is_file():
@@ -138,11 +93,11 @@ def load_run(folder: Path) -> tuple[dict[str, Any], dict[str, Method]]:
                     answers.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise ReportError(f"{mdir / 'answers.jsonl'}:{n}: not valid JSON ({exc})", _FIX) from exc
-        got, want = sorted(str(a.get("id")) for a in answers), sorted(map(str, entry["scores"]["ids"]))
+        got, want = sorted(str(a.get("id")) for a in answers), sorted(record.scores.ids)
         if got != want:
             raise ReportError(f"{mdir / 'answers.jsonl'}: its {len(got)} ids differ from the {len(want)} scored ids "
                               f"of methods.{name} in {path}", _FIX)
-        methods[name] = Method(name, entry, read_memories(mdir / "memories.jsonl"), answers)
+        methods[name] = Method(name, record, read_memories(mdir / "memories.jsonl"), answers)
     return summary, methods
 
 
@@ -150,7 +105,7 @@ def load_run(folder: Path) -> tuple[dict[str, Any], dict[str, Method]]:
 
 
 def _metric_names(methods: dict[str, Method]) -> list[str]:
-    names = list(dict.fromkeys(k for m in methods.values() for k in m.entry["scores"]["metrics"]))
+    names = list(dict.fromkeys(k for m in methods.values() for k in m.record.scores.metrics))
     return sorted(names, key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
 
 
@@ -159,11 +114,11 @@ def _by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any] = ()) 
     return {str(i): v for i, v in zip(ids, values, strict=True) if str(i) not in skip}
 
 
-def support_interval(entry: dict[str, Any] | None, n_resamples: int, seed: int) -> dict[str, Any] | None:
+def support_interval(record: SupportRecord | None, n_resamples: int, seed: int) -> dict[str, Any] | None:
     """Mean support with its bootstrap interval over the scored items (None when not measured)."""
-    if entry is None:
+    if record is None:
         return None
-    values = [v for v in entry["per_example"] if v is not None]
+    values = [v for v in record.per_example if v is not None]
     if not values:
         return {"mean": None, "n": 0, "interval": None}
     ci = bootstrap_ci(values, n_resamples, seed=seed)
@@ -181,24 +136,25 @@ def paired_comparisons(methods: dict[str, Method], reference: str = REFERENCE, n
     for name, m in methods.items():
         if name == reference:
             continue
-        pairs: list[tuple[str, dict | None, dict | None, Sequence, Sequence]] = []
-        rs, ms = ref.entry["scores"], m.entry["scores"]
-        drop = [*rs.get("excluded_ids", []), *ms.get("excluded_ids", [])]
+        pairs: list[tuple[str, MetricRecord | SupportRecord | None, MetricRecord | SupportRecord | None, dict,
+                          dict]] = []
+        rs, ms = ref.record.scores, m.record.scores
+        drop = [*rs.excluded_ids, *ms.excluded_ids]
         for metric in _metric_names({reference: ref, name: m}):
-            a, b = ms["metrics"].get(metric), rs["metrics"].get(metric)
-            pairs.append((metric, a, b, _by_id(ms["ids"], a["per_example"], drop) if a else {},
-                          _by_id(rs["ids"], b["per_example"], drop) if b else {}))
-        sa, sb = m.entry.get("support"), ref.entry.get("support")
-        pairs.append(("support", sa, sb, _by_id(sa["ids"], sa["per_example"]) if sa else {},
-                      _by_id(sb["ids"], sb["per_example"]) if sb else {}))
+            a, b = ms.metrics.get(metric), rs.metrics.get(metric)
+            pairs.append((metric, a, b, _by_id(ms.ids, a.per_example, drop) if a else {},
+                          _by_id(rs.ids, b.per_example, drop) if b else {}))
+        sa, sb = m.record.support, ref.record.support
+        pairs.append(("support", sa, sb, _by_id(sa.ids, sa.per_example) if sa else {},
+                      _by_id(sb.ids, sb.per_example) if sb else {}))
         for metric, a, b, va, vb in pairs:
             row: dict[str, Any] = {"method": name, "reference": reference, "metric": metric}
             common = [i for i in va if i in vb and va[i] is not None and vb[i] is not None]
             if a is None or b is None:
                 row["note"] = "not measured for both"
-            elif a["signature"] != b["signature"]:
+            elif a.signature != b.signature:
                 row["note"] = "signatures differ: not comparable"
-            elif a.get("aggregation") == "corpus":
+            elif getattr(a, "aggregation", "mean") == "corpus":
                 row["note"] = "corpus-level BLEU: the paired test needs counts (memreader score --baseline)"
             elif not common:
                 row["note"] = "no item scored for both"
@@ -211,19 +167,19 @@ def paired_comparisons(methods: dict[str, Method], reference: str = REFERENCE, n
 
 def correlation(methods: dict[str, Method], n_resamples: int, seed: int) -> tuple[Correlation | None, str]:
     """Clarity vs ROUGE-L across the methods that have clarity, or None and why not."""
-    have = {n: m for n, m in methods.items() if m.entry.get("clarity") and m.entry["clarity"]["mean"] is not None
-            and "rouge_l" in m.entry["scores"]["metrics"]}
+    have = {n: m for n, m in methods.items() if m.record.clarity and m.record.clarity.mean is not None
+            and "rouge_l" in m.record.scores.metrics}
     if len(have) < 3:
         return None, (f"needs at least 3 methods with clarity and ROUGE-L; this run has {len(have)}"
                       f"{' (' + ', '.join(have) + ')' if have else ''}")
-    drop = {str(i) for m in have.values() for i in m.entry["scores"].get("excluded_ids", [])}
-    per_q = {n: _by_id(m.entry["scores"]["ids"], m.entry["scores"]["metrics"]["rouge_l"]["per_example"], drop)
+    drop = {i for m in have.values() for i in m.record.scores.excluded_ids}
+    per_q = {n: _by_id(m.record.scores.ids, m.record.scores.metrics["rouge_l"].per_example, drop)
              for n, m in have.items()}
     questions = [i for i in next(iter(per_q.values())) if all(i in v for v in per_q.values())]
-    docs = list(dict.fromkeys(d for m in have.values() for d in m.entry["clarity"]["doc_ids"]))
+    docs = list(dict.fromkeys(d for m in have.values() for d in m.record.clarity.doc_ids))
     rows = []
     for n, m in have.items():
-        c = _by_id(m.entry["clarity"]["doc_ids"], m.entry["clarity"]["per_memory"])
+        c = _by_id(m.record.clarity.doc_ids, m.record.clarity.per_memory)
         rows.append(MethodRow(n, [per_q[n][i] for i in questions], [c.get(d) for d in docs]))
     return correlate(rows, n_resamples, seed), ""
 
@@ -236,14 +192,14 @@ def _ci(value: Any, low: Any, high: Any, digits: int = 4) -> str:
 
 
 def _display(methods: dict[str, Method], metric: str) -> str:
-    return next((m.entry["scores"]["metrics"][metric].get("metric") for m in methods.values()
-                 if metric in m.entry["scores"]["metrics"]), None) or metric
+    return next((m.record.scores.metrics[metric].metric for m in methods.values()
+                 if metric in m.record.scores.metrics), None) or metric
 
 
 def _bands(methods: dict[str, Method]) -> dict[str, tuple[float, float, float] | None]:
-    cals = {n: m.entry.get("calibration") for n, m in methods.items()}
-    band = lambda c: (c["target_chars"], c["target_chars"] * (1 - c["tolerance"]),  # noqa: E731
-                      c["target_chars"] * (1 + c["tolerance"]))
+    cals = {n: m.record.calibration for n, m in methods.items()}
+    band = lambda c: (c.target_chars, c.target_chars * (1 - c.tolerance),  # noqa: E731
+                      c.target_chars * (1 + c.tolerance))
     shared = {band(c) for c in cals.values() if c}
     return {n: band(c) if c else (next(iter(shared)) if len(shared) == 1 else None) for n, c in cals.items()}
 
@@ -257,19 +213,19 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
     summary, methods = load_run(folder)
     out.mkdir(parents=True, exist_ok=True)
     metrics = _metric_names(methods)
-    support = {n: support_interval(m.entry.get("support"), n_resamples, seed) for n, m in methods.items()}
+    support = {n: support_interval(m.record.support, n_resamples, seed) for n, m in methods.items()}
     paired = paired_comparisons(methods, REFERENCE, n_resamples, seed)
     corr, why = correlation(methods, n_resamples, seed)
-    ds = summary["dataset"]
+    ds = summary.dataset
     panels: dict[str, list[plots.Bar]] = {}
     for k in metrics:
-        cells = {n: m.entry["scores"]["metrics"].get(k) for n, m in methods.items()}
-        panels[_display(methods, k)] = [plots.Bar(n, c["value"], c["ci_low"], c["ci_high"]) if c else plots.Bar(n, None)
+        cells = {n: m.record.scores.metrics.get(k) for n, m in methods.items()}
+        panels[_display(methods, k)] = [plots.Bar(n, c.value, c.ci_low, c.ci_high) if c else plots.Bar(n, None)
                                         for n, c in cells.items()]
     panels["Support (NLL, lower is better)"] = [
         plots.Bar(n, s["mean"], *((s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None, None)))
         if s else plots.Bar(n, None) for n, s in support.items()]
-    figures = {"metrics.png": plots.metric_bars(panels, out / "metrics.png", f"{ds['name']}: 95% bootstrap intervals"),
+    figures = {"metrics.png": plots.metric_bars(panels, out / "metrics.png", f"{ds.name}: 95% bootstrap intervals"),
                "chunk_lengths.png": plots.chunk_histograms({n: m.chunk_lengths for n, m in methods.items()},
                                                            out / "chunk_lengths.png", _bands(methods))}
     (out / "clarity_rouge.png").unlink(missing_ok=True)  # never leave a stale scatter from an earlier report
@@ -278,21 +234,18 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
             dict(zip(corr.methods, zip(corr.clarity_means, corr.rouge_means, strict=True), strict=True)),
             out / "clarity_rouge.png", corr.pearson, corr.spearman)
 
-    settings = " · ".join([*([str(summary["settings"]["line"])] if "line" in summary["settings"] else []),
-                           *(f"{k}={v}" for k, v in summary["settings"].items() if k != "line")])
+    settings = " · ".join(str(v) if k == "line" else f"{k}={v}" for k, v in summary.settings.to_dict().items())
     md = [f"# Evaluation report: {folder.parent.name}", "",
-          f"Data set **{ds['name']}** ({ds.get('n_questions', '?')} questions, `{ds.get('path', '')}`) · answer "
-          f"model `{summary['answer_model']}` · embedder `{summary['embedder']}` · top_k {summary['top_k']}"
-          + (f" · {settings}" if settings else ""), "",
+          f"Data set **{ds.name}** ({ds.n_questions} questions, `{ds.path}`) · answer model "
+          f"`{summary.answer_model}` · embedder `{summary.embedder}` · top_k {summary.top_k} · {settings}", "",
           f"Intervals: 95% percentile bootstrap over questions ({n_resamples} resamples, seed {seed} for the ones "
           "computed here; metric intervals as recorded in summary.json). Signatures: last section.", "",
           "## QA scores", ""]
     rows = []
     for n, m in methods.items():
-        r, p = m.entry["scores"]["metrics"], m.entry["provenance"]
-        rows.append([n, m.entry["scores"].get("n", len(m.entry["scores"]["ids"])),
-                     *(_ci(r[k]["value"], r[k]["ci_low"], r[k]["ci_high"]) if k in r else "n/a" for k in metrics),
-                     p["memories"], p["fallback"], p["truncated"]])
+        r, p = m.record.scores.metrics, m.record.provenance
+        rows.append([n, m.record.scores.n, *(_ci(r[k].value, r[k].ci_low, r[k].ci_high) if k in r else "n/a"
+                                            for k in metrics), p.memories, p.fallback, p.truncated])
     md += _table(["method", "n", *(_display(methods, k) for k in metrics), "memories", "fallbacks", "truncated"], rows)
     md += ["Fallbacks: memories that are the whole document as one chunk because the model's reply was unusable; "
            "truncated: replies cut off by their budget and kept flagged.", "", "![metrics](metrics.png)", "",
@@ -301,20 +254,19 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
            "answering model (lower is better; eval/support.py).", ""]
     md += _table(["method", "scored", "S [95% CI]", "truncated"], [
         [n, s["n"], _ci(s["mean"], *((s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None,) * 2),
-                        3), methods[n].entry["support"].get("n_truncated", "n/a")] if s else [n, 0, "not measured", ""]
+                        3), methods[n].record.support.n_truncated] if s else [n, 0, "not measured", ""]
         for n, s in support.items()])
     md += ["## Chunk lengths and calibration", "", "![chunk lengths](chunk_lengths.png)", ""]
     cal_rows = []
     for n, m in methods.items():
-        c, lengths = m.entry.get("calibration"), m.chunk_lengths
+        c, lengths = m.record.calibration, m.chunk_lengths
         achieved = f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f}" if lengths else "n/a"
-        cal_rows.append([n, len(lengths), achieved, *((c["target_chars"], f"±{c['tolerance']:.0%}", c.get("within"),
-                        f"{c.get('param')}={c.get('value')}", c.get("note", "")) if c else ("", "", "", "", "not calibrated"))])
+        cal_rows.append([n, len(lengths), achieved, *((c.target_chars, f"±{c.tolerance:.0%}", c.within,
+                        f"{c.param}={c.value}", c.note) if c else ("", "", "", "", "not calibrated"))])
     md += _table(["method", "chunks", "chars mean ± std", "target", "tolerance", "within", "setting", "note"], cal_rows)
     md += ["## Atomic-chunk clarity vs ROUGE-L", ""]
     md += _table(["method", "mean clarity", "memories", "no boundary (single chunk)"], [
-        [n, _f(m.entry["clarity"]["mean"]), len(m.entry["clarity"]["per_memory"]),
-         sum(v is None for v in m.entry["clarity"]["per_memory"])] if m.entry.get("clarity")
+        [n, _f(c.mean), len(c.per_memory), sum(v is None for v in c.per_memory)] if (c := m.record.clarity)
         else [n, "not measured", "", ""] for n, m in methods.items()])
     if corr is None:
         md += [f"Correlation not computed: {why}.", ""]
@@ -336,24 +288,21 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
                                           _f(r["p_bootstrap"]), _f(r["p_permutation"]), r["n"]) if "delta" in r
                                          else (r["note"], "", "", "", ""))] for r in paired])
     md += paper.side_by_side(
-        ds["name"], str(ds.get("path", "")),
-        {n: {k: v["value"] for k, v in m.entry["scores"]["metrics"].items()} for n, m in methods.items()},
+        ds.name, ds.path, {n: {k: v.value for k, v in m.record.scores.metrics.items()} for n, m in methods.items()},
         {n: s["mean"] if s else None for n, s in support.items()},
         (corr.pearson, corr.spearman, len(corr.methods)) if corr else None)
     md += ["## Signatures", "", "Two numbers are comparable when their signatures are equal.", ""]
     sigs: dict[tuple[str, str], list[str]] = {}
     for n, m in methods.items():
         for k in metrics:
-            if k in m.entry["scores"]["metrics"]:
-                sigs.setdefault((_display(methods, k), m.entry["scores"]["metrics"][k]["signature"]), []).append(n)
-        for key in ("support", "clarity"):
-            if m.entry.get(key):
-                sigs.setdefault((key, m.entry[key]["signature"]), []).append(n)
+            if k in m.record.scores.metrics:
+                sigs.setdefault((_display(methods, k), m.record.scores.metrics[k].signature), []).append(n)
+        for key, measured in (("support", m.record.support), ("clarity", m.record.clarity)):
+            if measured:
+                sigs.setdefault((key, measured.signature), []).append(n)
     md += [f"- {q} ({', '.join(ns)}): `{s}`" for (q, s), ns in sigs.items()] + [""]
-    prof = summary.get("profile") or {}
-    if prof:
-        md += [f"Run profile: forward share {_f(prof.get('forward_share'), 3)}; seconds "
-               + ", ".join(f"{k} {v}" for k, v in (prof.get("seconds") or {}).items()), ""]
+    md += [f"Run profile: forward share {_f(summary.profile.forward_share, 3)}; seconds "
+           + ", ".join(f"{k} {v}" for k, v in summary.profile.seconds.items()), ""]
     path = write_atomic(out / "report.md", "\n".join(md) + "\n")
     write_json(out / "report.json", {"eval_dir": str(folder), "support": support, "paired": paired,
                                      "correlation": corr.to_dict() if corr else {"note": why},
@@ -385,14 +334,14 @@ class ReportConfig:
         return [] if self.eval_run else ["eval_run: name the evaluation run (memreader report RUN)"]
 
 
-def _run(cfg: ReportConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: ReportConfig, args: argparse.Namespace) -> int:
     folder = eval_dir(cfg.eval_run)
     path, figures = build_report(folder, Path(cfg.out) if cfg.out else folder / "report", cfg.bootstrap, cfg.seed)
     print(f"report: {path} (figures: {', '.join(p.name for p in figures)})")
     return 0
 
 
-STAGE = Stage("report", "Markdown report with plots of an evaluation run (memreader report RUN)", run=_run,
+STAGE = Stage("report", "Markdown report with plots of an evaluation run (memreader report RUN)", run=_run_stage,
               config=ReportConfig, example_dir="configs/eval/",
               flags=(Flag("eval_run", positional=True, help="run name under $MEMREADER_HOME/runs/, or the path of an "
                           "eval folder"), Flag("out"), Flag("bootstrap", int), Flag("seed", int)))

@@ -71,7 +71,7 @@ def load_score_config(path: str | None, items: list[str]) -> ScoreConfig:
     return load_config(ScoreConfig, path, overrides)
 
 
-def _run(cfg: ScoreConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: ScoreConfig, args: argparse.Namespace) -> int:
     """Score the files of ``cfg``, print the table and write the JSON report and the resolved config."""
     start = time.perf_counter()
     ids, preds, refs = join_by_id(load_predictions(cfg.pred), load_references(cfg.ref), cfg.pred, cfg.ref)
@@ -109,7 +109,7 @@ def _run(cfg: ScoreConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-STAGE = Stage("score", "score prediction/reference JSONL files with BLEU/ROUGE-L/METEOR", run=_run,
+STAGE = Stage("score", "score prediction/reference JSONL files with BLEU/ROUGE-L/METEOR", run=_run_stage,
               config=ScoreConfig, load=load_score_config, example_dir="configs/eval/ (score.yaml)",
               flags=(Flag("pred"), Flag("ref"), Flag("profile"), Flag("baseline"), Flag("out"), Flag("run"),
                      Flag("workers", int), Flag("bootstrap", int), Flag("seed", int),

@@ -37,7 +37,6 @@ as unpadded, for a causal LM); the LM head runs only on the hidden states that p
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -46,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from eval.answering import answer_messages
+from eval.records import SupportRecord
 from memreader.errors import MemReaderError
 from memreader.prompts import load_template
 
@@ -234,14 +234,11 @@ def support_signature(model_name: str, multi_ref: str = "first", max_context_tok
 
 
 def support_summary(scores: Sequence[SupportScore], ids: Sequence[str], signature: str) -> dict[str, Any]:
-    """The ``support`` entry of an evaluation summary: per-example S, ids, mean over scored items."""
+    """The ``support`` entry of an evaluation summary (:class:`eval.records.SupportRecord`): per-example S, ids,
+    mean over scored items."""
     if len(scores) != len(ids):
         raise SupportError(f"{len(scores)} support scores for {len(ids)} ids")
-    values = [s.nll for s in scores]
-    scored = [v for v in values if v is not None]
-    return {"per_example": values, "ids": [str(i) for i in ids],
-            "mean": math.fsum(scored) / len(scored) if scored else None, "n_scored": len(scored),
-            "n_truncated": sum(s.truncated for s in scores), "signature": signature}
+    return SupportRecord.of([s.nll for s in scores], ids, signature, sum(s.truncated for s in scores)).to_dict()
 
 
 def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], contexts: Sequence[Sequence[str]],

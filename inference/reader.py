@@ -386,12 +386,12 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     return summary
 
 
-def _run(cfg: ReadConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: ReadConfig, args: argparse.Namespace) -> int:
     read_corpus_memories(cfg)
     return 0
 
 
-STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=_run, config=ReadConfig,
+STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=_run_stage, config=ReadConfig,
               example_dir="configs/inference/")
 
 if __name__ == "__main__":

@@ -372,7 +372,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: $MEMREADER_SERVE_API_KEY; no key = open, for 127.0.0.1 only)")
 
 
-def _run(cfg: ServeConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: ServeConfig, args: argparse.Namespace) -> int:
     """Serve until Ctrl-C."""
     api_key = args.api_key or os.environ.get("MEMREADER_SERVE_API_KEY") or None
     if api_key is None and cfg.host not in ("127.0.0.1", "localhost", "::1"):
@@ -394,7 +394,7 @@ def _run(cfg: ServeConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-STAGE = Stage("serve", "OpenAI-compatible HTTP server over a local model (+ adapter)", run=_run, config=ServeConfig,
+STAGE = Stage("serve", "OpenAI-compatible HTTP server over a local model (+ adapter)", run=_run_stage, config=ServeConfig,
               example_dir="configs/inference/ (serve_*.yaml)", arguments=_arguments,
               flags=tuple(Flag(key, kind) for key, kind in SHORTCUTS.items()))
 

@@ -169,7 +169,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check-only", action="store_true", help="only check an existing run (runcpu.sh's last step)")
 
 
-def _run(cfg: DemoConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: DemoConfig, args: argparse.Namespace) -> int:
     if args.check_only:
         return print_checks(cfg.run)
     code = run_script(cfg)
@@ -179,7 +179,7 @@ def _run(cfg: DemoConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-STAGE = Stage("demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked", run=_run,
+STAGE = Stage("demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked", run=_run_stage,
               config=DemoConfig, arguments=_arguments, flags=(Flag("run", help="run name (default: demo)"),))
 
 if __name__ == "__main__":

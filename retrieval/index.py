@@ -95,7 +95,7 @@ MODES: dict[str, tuple[str, ...]] = {
 ``<layer>/bm25`` its BM25 search (``hybrid``: all six; ``chunk_hybrid``: chunk vectors + chunk BM25)."""
 _HAS_TERM = re.compile(r"\w", re.UNICODE)  # a BM25 query needs a word character to match on
 _UNION_DEPTH = 4  # a batched search asks for 4x the rows its layers need, so a layer rarely needs its own
-_FIELDS = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 512}),
+_SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 512}),
            ("layer", DataType.VARCHAR, {"max_length": 16, "is_partition_key": True}),
            ("doc_id", DataType.VARCHAR, {"max_length": MAX_DOC_ID_BYTES}),
            ("scenario", DataType.INT64, {}), ("start", DataType.INT64, {}), ("end", DataType.INT64, {})]
@@ -182,9 +182,9 @@ class MemoryIndex(MilvusCollection):
         """
         embedder = embedder or self.embedder
         if embedder is None:
-            raise MemoryIndexError("build needs an embedder: pass embedder= (e.g. registry.load_embedder())")
+            raise MemoryIndexError("build needs an embedder", "pass embedder= (e.g. registry.load_embedder())")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise MemoryIndexError(f"batch_size must be >= 1, got {batch_size}")
         # Validate the whole input before touching the collection: bad input never costs an index.
         memories = list(memories)
         skipped: Counter[str] = Counter()
@@ -208,7 +208,7 @@ class MemoryIndex(MilvusCollection):
         if replace or not exists:
             if exists:
                 self._client.drop_collection(self.collection)
-            self._create(_FIELDS, {"vector": dim}, language, {**meta, "status": "building"})
+            self._create(_SCHEMA, {"vector": dim}, language, {**meta, "status": "building"})
         else:
             old = self.meta
             if (old["embedder"], old["dim"]) != (embedder_name, dim):

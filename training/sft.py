@@ -234,7 +234,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                         help="print every config key (MemReaderArguments, peft.LoraConfig, trl.SFTConfig) and exit")
 
 
-def _run(cfg: Any, args: argparse.Namespace) -> int:
+def _run_stage(cfg: Any, args: argparse.Namespace) -> int:
     result = train(cfg, preflight_only=args.preflight_only)
     if args.preflight_only:
         print("\n".join(format_report(r) for r in result["preflight"].values()))
@@ -242,7 +242,7 @@ def _run(cfg: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-STAGE = Stage("train", "LoRA fine-tuning with TRL SFTTrainer", run=_run, load=load_train_config,
+STAGE = Stage("train", "LoRA fine-tuning with TRL SFTTrainer", run=_run_stage, load=load_train_config,
               example_dir="configs/training/", arguments=_arguments,
               epilog="Config keys: every key of trl.SFTConfig (transformers.TrainingArguments), of peft.LoraConfig "
                      "and of training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "

@@ -14,34 +14,7 @@ from data_gen.flow import Batcher, Dispatcher
 from data_gen.selection import SelectionError, metric_ranks, select_candidates
 from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, Reply
-from memreader.markup import render_memory
-from tests.data_gen.test_pipeline import DOCS, ScriptedTeacher, stage
-
-
-class SeededTeacher(ScriptedTeacher):
-    """Cuts each document at a place that depends on the request's seed, like a sampling teacher."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.documents: list[str] = []  # the document of every extraction prompt
-
-    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
-                      grammars=None, seeds=None):
-        self.calls += len(list_of_messages)
-        outs = []
-        for i, m in enumerate(list_of_messages):
-            seed = seeds[i] if seeds else params.seed
-            self.seen.append((stage(m[-1]["content"]), params.max_new_tokens, bool(grammars and grammars[i])))
-            self.seeds.append(seed)
-            prompt = m[-1]["content"]
-            if stage(prompt) != "extraction":
-                outs.append(Reply(self._reply(prompt), finish_reason="stop"))
-                continue
-            doc = prompt.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
-            self.documents.append(doc)
-            cut = 5 + (seed or 0) % (len(doc) - 10)
-            outs.append(Reply(render_memory(["P1", "P2"], [doc[:cut], doc[cut:]], ["c1", "c2"]), finish_reason="stop"))
-        return outs
+from tests.data_gen.fakes import DOCS, SeededTeacher
 
 
 @dataclass
@@ -69,13 +42,6 @@ class SpanScorer:
             cut = m.scenarios[0].end / len(m.document)
             out.append(FakeScore(round(1 - abs(cut - 0.5), 6), round(1 - abs(cut - 0.33), 6)))
         return out
-
-
-@pytest.fixture()
-def corpus(tmp_path):
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in DOCS))
-    return path
 
 
 @pytest.fixture()

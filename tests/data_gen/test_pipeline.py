@@ -1,4 +1,5 @@
-"""Teacher-side pipeline with a scripted teacher (the real teacher is a remote service)."""
+"""Teacher-side pipeline with a scripted teacher (the real teacher is a remote service; the fakes are in
+tests/data_gen/fakes.py)."""
 
 from __future__ import annotations
 
@@ -10,70 +11,13 @@ import data_gen.pipeline as pipeline
 from data_gen.cache import ReplyCache, cache_key
 from memreader.errors import RunFailed
 from memreader.generation import GenerationRequestError, Reply
-from memreader.markup import render_memory
 from memreader.schema import read_memories
-
-DOCS = [
-    ("a", "First part about apples and orchards. Second part about cider presses and bottles."),
-    ("b", "苹果的种植历史很长。榨汁机的使用方法也很重要，需要定期清洗。"),
-    ("c", "Short note one. Short note two is here."),
-]
-
-
-def stage(prompt: str) -> str:
-    """Which teacher step a prompt belongs to."""
-    if "Document memory:" in prompt or "文档记忆：" in prompt:
-        return "reverse CoM"
-    if "outline" in prompt.lower() and "<scenario>" not in prompt:
-        return "outline"
-    return "extraction"
+from tests.data_gen.fakes import ScriptedTeacher, stage
 
 
 def Cfg(**kw):  # noqa: N802 - reads like the config class it builds
     """A GenConfig with one candidate per document unless a test asks for more."""
     return pipeline.GenConfig(**{"num_candidates": 1, **kw})
-
-
-class ScriptedTeacher:
-    """Answers like a well-behaved teacher, computed from the document in the prompt."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.seen: list[tuple[str, int, bool]] = []  # (stage, max_new_tokens, got a grammar)
-        self.seeds: list[int | None] = []
-
-    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
-                      grammars=None, seeds=None):
-        self.calls += len(list_of_messages)
-        outs = []
-        for i, m in enumerate(list_of_messages):
-            self.seen.append((stage(m[-1]["content"]), params.max_new_tokens, bool(grammars and grammars[i])))
-            self.seeds.append(seeds[i] if seeds else params.seed)
-            out = self._reply(m[-1]["content"])
-            if isinstance(out, GenerationRequestError):
-                if not return_exceptions:
-                    raise out
-            elif on_reply is not None:
-                on_reply(i, out)
-            outs.append(out)
-        return outs
-
-    @staticmethod
-    def _reply(prompt: str) -> str:
-        doc = prompt.split("<document>\n", 1)[1].rsplit("\n</document>", 1)[0]
-        if "Document memory:" in prompt or "文档记忆：" in prompt:
-            return "The text has two parts; the second begins where the topic changes."
-        cut = len(doc) // 2
-        if "outline" in prompt.lower() and "<scenario>" not in prompt:
-            return "<outline>\nPart one\nPart two\n</outline>"
-        return render_memory(["Part one", "Part two"], [doc[:cut], doc[cut:]], ["core one", "core two"])
-
-
-@pytest.fixture()
-def corpus(tmp_path):
-    path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in DOCS))
-    return path
 
 
 def test_generate_writes_memories_sft_and_manifest_and_caches(tmp_path, corpus, monkeypatch) -> None:

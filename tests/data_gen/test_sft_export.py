@@ -10,7 +10,7 @@ import pytest
 import data_gen.pipeline as pipeline
 from data_gen.sft_export import balance, stratum, write_sft_splits
 from memreader.corpus import CorpusError
-from tests.data_gen.test_candidates import SeededTeacher
+from tests.data_gen.fakes import SeededTeacher
 
 
 def _rec(i: int, lang: str, domain: str, chars: int) -> dict:

@@ -87,13 +87,12 @@ def _memory(doc_id: str, chunks: list[str]) -> DocumentMemory:
 
 
 @pytest.fixture(scope="module")
-def scorer():
+def scorer(smollm2_tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from memreader.scoring import EvaluatorScorer, ScorerSettings
-    from tests.eval.test_support import smollm2_tokenizer
 
-    tok = smollm2_tokenizer()
+    tok = smollm2_tokenizer
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                          tie_word_embeddings=True, initializer_range=0.4, bos_token_id=tok.bos_token_id,

@@ -1,5 +1,6 @@
-"""Dataset loaders: every real file in ../shared/datasets with its expected counts, the CRUD split
-fixture, Python-literal fields, and errors that name file, line and field."""
+"""Dataset loaders: every loader on a hand-written file in its data set's layout (tests/assets/), the CRUD split
+fixture, Python-literal fields, and errors that name file, line and field; opt-in (``-m slow``), every real file
+in ../shared/datasets with its expected counts."""
 
 from __future__ import annotations
 
@@ -26,8 +27,65 @@ from eval.datasets import (
 )
 
 ASSETS = Path(__file__).resolve().parent / "assets"
+SMALL = Path(__file__).resolve().parents[1] / "assets"  # tests/assets/: hand-written, in the public layouts
 
 
+def test_longbench_layout() -> None:
+    records = load_longbench(SMALL / "longbench_multifieldqa_zh_small.jsonl")
+    assert [r.id for r in records] == ["lb-small-1", "lb-small-2", "lb-small-3"]
+    assert [r.answers for r in records] == [["青川师范学院。"], ["每 3 个月更换一次。"], ["约 12 万吨。"]]
+    assert records[0].question.startswith("2023 年青川市中小学校长") and records[1].documents[0].id == "lb-small-2"
+    assert [len(r.documents[0].text) for r in records] == [1196, 1228, 277]
+    assert records[0].documents[0].text.startswith("青教发〔2023〕15 号 \n") and "\n\n\n\n三、" in records[1].documents[0].text
+    assert records[2].meta == {"length": 277, "dataset": "multifieldqa_zh", "language": "zh", "all_classes": None}
+
+
+def test_mom_qa_layout_matches_longbench() -> None:
+    mom = load_mom_qa(SMALL / "mom_multifieldqa_zh_qa_small.json")
+    longbench = load_longbench(SMALL / "longbench_multifieldqa_zh_small.jsonl")
+    assert [m.id for m in mom] == [f"mom_multifieldqa_zh_qa_small-{i}" for i in range(3)]
+    assert all(m.documents is None for m in mom) and mom[2].meta == {"index": 2}
+    assert [(m.question, m.answers) for m in mom] == [(r.question, r.answers) for r in longbench]
+    assert load_dataset("mom_qa", SMALL / "mom_multifieldqa_zh_qa_small.json") == mom
+
+
+def test_crud_event_summary_layout() -> None:
+    records = load_crud_event_summary(SMALL / "crud_event_summary_small.jsonl")
+    assert [r.id for r in records] == [f"crud-small-{i:02d}" for i in range(1, 13)]
+    first = records[0]
+    assert first.question.startswith("2023年3月13日，青川市") and first.answers[0].startswith("青川市住房和城乡建设局")
+    assert first.documents[0] == Passage(first.documents[0].text, title="青川市启动老旧小区加装电梯工程", id="crud-small-01")
+    assert first.documents[0].text.startswith("2023-03-14 09:30，正文：本报讯")
+    assert first.meta == {"time": "2023-03-14 09:30", "url": "https://news.example.com/20230314/01.html"}
+
+
+def test_cmrc2018_layout() -> None:
+    records = load_cmrc2018(SMALL / "cmrc2018_dev_small.json")
+    assert [r.id for r in records] == ["DEV_0_QUERY_0", "DEV_0_QUERY_1", "DEV_0_QUERY_2", "DEV_1_QUERY_0",
+                                       "DEV_1_QUERY_1", "DEV_1_QUERY_2"]
+    assert [r.documents[0].id for r in records] == ["DEV_0"] * 3 + ["DEV_1", "DEV_1_P1", "DEV_1_P1"]
+    assert records[0].answers == ["青川师范专科学校"] * 3 and records[2].answers == ["16个", "16个二级学院", "16"]
+    assert records[4].meta["title"] == "东岭江隧道" and records[4].documents[0].title == "东岭江隧道"
+    for r in records:  # every answer starts where the file says, in its own paragraph
+        text = r.documents[0].text
+        assert [text[s:s + len(a)] for s, a in zip(r.meta["answer_starts"], r.answers, strict=True)] == r.answers
+
+
+def test_hotpotqa_layout_and_corpus() -> None:
+    records = load_hotpotqa(SMALL / "hotpotqa_small_qa.json")
+    corpus = load_hotpotqa_corpus(SMALL / "hotpotqa_small_corpus.json")
+    assert [r.answers for r in records] == [["the Arden"], ["the Tamsey Pottery"]]
+    assert [r.meta["type"] for r in records] == ["bridge", "comparison"] and records[1].meta["level"] == "medium"
+    assert records[0].meta["supporting_facts"] == [["Harwick Clock Museum", 0], ["Millbrook", 1]]
+    assert records[0].documents[1] == Passage(
+        "Millbrook is a market town in the county of Westshire. The Arden flows through Millbrook. Its market has "
+        "been held every Thursday since 1604.", title="Millbrook", id="Millbrook")
+    assert len(corpus) == 5 and {d.title for r in records for d in r.documents} == {p.title for p in corpus}
+    assert all(f[0] in {d.title for d in r.documents} for r in records for f in r.meta["supporting_facts"])
+    assert next(p for p in corpus if p.title == "Millbrook") == records[0].documents[1]
+
+
+@pytest.mark.slow
 def test_longbench_multifieldqa_zh(shared: Path) -> None:
     records = load_longbench(shared / "longbench_multifieldqa_zh.jsonl")
     assert len(records) == 200
@@ -37,6 +95,7 @@ def test_longbench_multifieldqa_zh(shared: Path) -> None:
     assert all(len(r.documents[0].text) > 1000 and r.meta["language"] == "zh" for r in records)
 
 
+@pytest.mark.slow
 def test_mom_qa_files_match_longbench(shared: Path) -> None:
     mom = load_mom_qa(shared / "mom_multifieldqa_zh_qa.json")
     longbench = load_longbench(shared / "longbench_multifieldqa_zh.jsonl")
@@ -47,6 +106,7 @@ def test_mom_qa_files_match_longbench(shared: Path) -> None:
     assert len(omni) == 500 and all(r.answers[0].strip() for r in omni)
 
 
+@pytest.mark.slow
 def test_crud_event_summary(shared: Path) -> None:
     records = load_crud_event_summary(shared / "crud_event_summary.jsonl")
     assert len(records) == 1328 and len({r.id for r in records}) == 1328
@@ -56,6 +116,7 @@ def test_crud_event_summary(shared: Path) -> None:
     assert set(first.meta) == {"time", "url"}
 
 
+@pytest.mark.slow
 def test_cmrc2018(shared: Path) -> None:
     records = load_cmrc2018(shared / "cmrc2018_dev.json")
     assert len(records) == 3219
@@ -65,6 +126,7 @@ def test_cmrc2018(shared: Path) -> None:
     assert first.documents[0].text[first.meta["answer_starts"][0]:].startswith("光荣和ω-force")
 
 
+@pytest.mark.slow
 def test_hotpotqa_and_corpus(shared: Path) -> None:
     records = load_hotpotqa(shared / "hotpotqa_100_qa.json")
     corpus = load_hotpotqa_corpus(shared / "hotpotqa_100_corpus.json")

@@ -1,5 +1,6 @@
-"""``memreader report``: renders from a synthetic run folder (Markdown + decodable PNGs), its paired
-tests equal eval.score.compare, and broken inputs give errors naming the file."""
+"""``memreader report``: renders the output of a real tiny ``memreader eval`` (a random 2-layer model answers,
+scores support and clarity) and of a synthetic run folder written through eval.records (Markdown + decodable
+PNGs); its paired tests equal eval.score.compare; broken inputs give errors naming the file."""
 
 from __future__ import annotations
 
@@ -14,10 +15,23 @@ import numpy as np
 import pytest
 
 from eval import paper_tables
+from eval.chunkers.base import Calibration
 from eval.clarity import MethodRow, correlate
+from eval.records import (
+    ClarityRecord,
+    DatasetRecord,
+    EvalSummary,
+    MethodRecord,
+    ProfileRecord,
+    ProvenanceRecord,
+    RunSettings,
+    ScoresRecord,
+    SupportRecord,
+)
 from eval.report import ReportError, build_report, correlation, load_run, paired_comparisons
 from eval.score import compare, score_pairs
 from memreader.cli import main as cli
+from memreader.paths import memreader_home
 from memreader.schema import DocumentMemory, Scenario, write_memories
 
 REFS = ["厦门大学位于福建省厦门市。", "The bridge was built in 1890.", "三个堆肥箱。", "Pepper is the cat.",
@@ -54,7 +68,7 @@ def _scores(method: str) -> dict:
 
 
 def provenance(memories: list[DocumentMemory]) -> dict[str, int]:
-    """The counts the evaluation stage records (eval.qa.memory_provenance), by hand."""
+    """The counts the evaluation stage records (eval.records.ProvenanceRecord.of), by hand."""
     guided = sum(bool(m.meta.get("generation")) for m in memories)
     fallback = sum("fallback" in m.meta for m in memories)
     return {"memories": len(memories), "guided": guided, "unguided": fallback, "fallback": fallback,
@@ -78,24 +92,23 @@ def make_run(root: Path, dataset: str = "longbench", path: str = "shared/longben
             for i, q, p, r, s in zip(ids, ids, preds, REFS, nll, strict=True):
                 fh.write(json.dumps({"id": i, "question": q, "answers": [r], "prediction": p,
                                      "retrieved": ["chunk"], "support_nll": s}, ensure_ascii=False) + "\n")
-        scores = _scores(method)
         clarity = [None if len(m.scenarios) == 1 else 0.3 + 0.1 * k + 0.01 * j for j, m in enumerate(memories)]
-        methods[method] = {
-            "scores": scores,
-            "support": {"per_example": nll, "ids": ids, "mean": float(np.mean([x for x in nll if x is not None])),
-                        "signature": "Support|model:tiny|mr-support:1"},
-            "clarity": {"per_memory": clarity, "doc_ids": list(DOCS), "signature": "Clarity|variant:ppl|mr-clarity:1",
-                        "mean": float(np.mean([c for c in clarity if c is not None]))},
-            "calibration": None if method == "memreader" else {
-                "method": method, "param": "size", "value": CHUNK[method], "target_chars": 40, "tolerance": 0.1,
-                "mean_chars": 38.0, "std_chars": 4.0, "n_chunks": 10, "within": True, "tried": [30, 40], "note": ""},
-            "provenance": provenance(memories), "question_doc": {i: "d0" for i in ids}, "seconds": 1.5,
-        }
-    summary = {"settings": {"profile": "mom", "limit": 8}, "dataset": {"name": dataset, "path": path,
-                                                                       "n_questions": len(ids)},
-               "answer_model": "tiny", "embedder": "minilm-l6", "top_k": 8, "methods": methods,
-               "profile": {"forward_share": 0.8, "seconds": {"answer": 3.0}}}
-    (folder / "summary.json").write_text(json.dumps(summary, ensure_ascii=False), encoding="utf-8")
+        methods[method] = MethodRecord(
+            scores=ScoresRecord.from_dict(_scores(method)),
+            support=SupportRecord.of(nll, ids, "Support|model:tiny|mr-support:1", n_truncated=0),
+            clarity=ClarityRecord.of(clarity, list(DOCS), "Clarity|variant:ppl|mr-clarity:1"),
+            calibration=None if method == "memreader" else Calibration(
+                method, "size", CHUNK[method], 40, 0.1, 38.0, 4.0, 10, True, [(30, 31.0), (40, 38.0)], ""),
+            provenance=ProvenanceRecord(**provenance(memories)), question_doc=dict.fromkeys(ids, "d0"),
+            mode="chunk_only", mean_context_chars=100.0, seconds=1.5)
+    summary = EvalSummary(
+        settings=RunSettings(line=f"dataset={dataset} questions={len(ids)}", target_chars=40, tolerance=0.1,
+                             mode="three_layer", profile="mom", max_new_tokens=32),
+        dataset=DatasetRecord(name=dataset, path=path, n_questions=len(ids), n_documents=len(DOCS),
+                              corpus_chars=sum(map(len, DOCS.values())), mean_document_chars=97.5),
+        answer_model="tiny", embedder="minilm-l6", top_k=8, methods=methods,
+        profile=ProfileRecord(forward_share=0.8, answers=32, forward_calls=64, seconds={"answer": 3.0}), seconds=9.0)
+    (folder / "summary.json").write_text(json.dumps(summary.to_dict(), ensure_ascii=False), encoding="utf-8")
     (folder / "config.yaml").write_text("run: demo-run\n", encoding="utf-8")
     return folder
 
@@ -103,6 +116,77 @@ def make_run(root: Path, dataset: str = "longbench", path: str = "shared/longben
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_run(tmp_path_factory.mktemp("report"))
+
+
+TINY_DOCS = {
+    "harbour": ("The harbour opens at six. Fishing boats leave before dawn. The ferry to the island runs every hour. "
+                "Tickets cost four euros. The last ferry leaves at ten. In winter the ferry stops at eight. "
+                "A small cafe sells coffee by the pier. Gulls wait on the harbour wall."),
+    "garden": ("The community garden has forty plots. Each plot is three metres wide. Members pay twenty euros a "
+               "year. Water comes from two rain barrels. Tools are kept in the green shed. The shed key hangs by the "
+               "gate. Compost bays stand behind the shed. Volunteers turn the compost on Saturdays."),
+    "library": ("The library lends books for three weeks. Renewals can be made online. Children's books are on the "
+                "ground floor. The reading room is upstairs. It is quiet from nine to five. Printing costs ten cents "
+                "a page. The library closes on Mondays. A book club meets there every Thursday."),
+}
+TINY_QA = [("How often does the ferry to the island run?", "Every hour.", "harbour"),
+           ("Where are the garden tools kept?", "In the green shed.", "garden"),
+           ("How long does the library lend books?", "For three weeks.", "library"),
+           ("When does the last ferry leave?", "At ten.", "harbour")]
+
+
+@pytest.fixture(scope="module")
+def tiny_eval(tmp_path_factory: pytest.TempPathFactory, tiny_model: str) -> Path:
+    """A real ``memreader eval``: the random 2-layer ``tiny_model`` answers 4 questions and scores support and
+    clarity for given memories (the memreader method) and the fixed and sentence chunkers calibrated to 60 chars."""
+    root = tmp_path_factory.mktemp("tiny_eval")
+    memories = []
+    for doc_id, text in TINY_DOCS.items():
+        cut = text.index(". ", len(text) // 2) + 2
+        memories.append(DocumentMemory(doc_id, text, [Scenario(f"{doc_id} basics", text[:40], 0, cut),
+                                                      Scenario(f"{doc_id} details", text[cut:cut + 40], cut, len(text))],
+                                       meta={"generation": {"guided": True}}))
+    write_memories(root / "memories.jsonl", memories)
+    (root / "qa.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answers": [a], "doc_id": d}) + "\n"
+                                           for i, (q, a, d) in enumerate(TINY_QA)), encoding="utf-8")
+    settings = {"dataset": "jsonl", "qa": root / "qa.jsonl", "memories": root / "memories.jsonl", "run": "tiny-eval",
+                "methods": "[memreader, fixed, sentence]", "target_chars": 60, "tolerance": 0.2,
+                "answer_model": tiny_model, "evaluator": tiny_model, "answer_backend": "transformers",
+                "dtype": "float32", "embedder": "minilm-l6", "top_k": 2, "max_new_tokens": 8, "report": "false"}
+    assert cli(["eval", *(a for k, v in settings.items() for a in ("--set", f"{k}={v}"))]) == 0
+    return memreader_home() / "runs" / "tiny-eval" / "eval"
+
+
+def test_report_of_a_real_tiny_eval(tiny_eval: Path, capsys) -> None:
+    data = json.loads((tiny_eval / "summary.json").read_text(encoding="utf-8"))
+    summary = EvalSummary.from_dict(data)
+    assert json.dumps(summary.to_dict(), sort_keys=True) == json.dumps(data, sort_keys=True)  # exactly the records
+    assert list(summary.methods) == ["memreader", "fixed", "sentence"] and summary.engine.dtype == "float32"
+    for m in summary.methods.values():
+        assert m.scores.ids == ["q0", "q1", "q2", "q3"] and m.support.n_scored == 4 and m.clarity.mean is not None
+    assert summary.methods["fixed"].calibration.within and summary.methods["fixed"].provenance.baseline == 3
+    assert summary.methods["memreader"].provenance.guided == 3
+
+    assert cli(["report", "tiny-eval", "--bootstrap", "100"]) == 0
+    assert "report.md" in capsys.readouterr().out
+    out = tiny_eval / "report"
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert {p.name for p in out.glob("*.png")} == {"metrics.png", "chunk_lengths.png", "clarity_rouge.png"}
+    assert summary.settings.line in md and "none of the paper's" in md
+    for name, m in summary.methods.items():
+        qa_row = next(line for line in md.splitlines() if line.startswith(f"| {name} | 4 | "))
+        for metric in m.scores.metrics.values():
+            assert f"{metric.value:.4f} [{metric.ci_low:.4f}, {metric.ci_high:.4f}]" in qa_row
+            assert metric.signature in md
+        assert qa_row.endswith(f"| {m.provenance.memories} | 0 | 0 |")
+        assert f"| {name} | 4 | {m.support.mean:.3f} [" in md and f"| {name} | {m.clarity.mean:.4f} | 3 | 0 |" in md
+        assert m.support.signature in md and m.clarity.signature in md
+    assert "chunk_chars=" in md and "chunk_size=" in md and "given memories" in md
+    assert "| Pearson r |" in md and "## Paired comparisons against memreader" in md
+    saved = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert {(r["method"], r["metric"]) for r in saved["paired"]} == {
+        (n, k) for n in ("fixed", "sentence") for k in [*summary.methods[n].scores.metrics, "support"]}
+    assert saved["correlation"]["methods"] == ["memreader", "fixed", "sentence"]
 
 
 def test_report_renders(run_folder: Path, tmp_path: Path):
@@ -146,7 +230,7 @@ def test_paired_comparisons_equal_score_compare(run_folder: Path):
 def test_report_correlation_uses_per_item_arrays(run_folder: Path):
     _, methods = load_run(run_folder)
     got, why = correlation(methods, 100, seed=5)
-    rows = [MethodRow(n, m.entry["scores"]["metrics"]["rouge_l"]["per_example"], m.entry["clarity"]["per_memory"])
+    rows = [MethodRow(n, m.record.scores.metrics["rouge_l"].per_example, m.record.clarity.per_memory)
             for n, m in methods.items()]
     assert why == "" and got == correlate(rows, 100, seed=5)
     two = {n: methods[n] for n in ("memreader", "llm")}
@@ -173,6 +257,7 @@ def test_malformed_or_missing_inputs_name_the_file(run_folder: Path, tmp_path: P
     with pytest.raises(ReportError, match=re.escape(str(broken / "summary.json"))) as err:
         load_run(broken)
     assert "methods.semantic.provenance" in str(err.value) and "methods.llm.scores.metrics.rouge_l" in str(err.value)
+    assert f"re-run `memreader eval --config {broken / 'config.yaml'}`" in str(err.value)
     (broken / "summary.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ReportError, match="not valid JSON"):
         load_run(broken)
@@ -184,12 +269,10 @@ def test_malformed_or_missing_inputs_name_the_file(run_folder: Path, tmp_path: P
     assert "no summary.json" in capsys.readouterr().err
 
 
-def test_paper_tables_match_the_paper_text():
-    text_path = Path(__file__).resolve().parents[2] / ".." / "shared" / "papers" / \
-        "mom_mixtures_of_scenario_aware_document_memories.txt"
-    if not text_path.is_file():
-        pytest.skip(f"{text_path} is not here: the transcription is checked where the paper text is")
-    lines = text_path.read_text(encoding="utf-8").splitlines()
+@pytest.mark.slow  # opt-in: reads the paper's text in ../shared/papers (skipped, naming it, where it is absent)
+def test_paper_tables_match_the_paper_text(shared_papers: Path):
+    lines = (shared_papers / "mom_mixtures_of_scenario_aware_document_memories.txt").read_text(
+        encoding="utf-8").splitlines()
     numbers = lambda line: [float(x) for x in re.findall(r"-?\d\.\d{3,4}", line)]  # noqa: E731
     for name in paper_tables.TABLE1["CRUD"]:
         line = next(x for x in lines if x.startswith(name + " 0.5"))
@@ -200,5 +283,8 @@ def test_paper_tables_match_the_paper_text():
     for name, values in paper_tables.TABLE3.items():
         assert numbers(next(x for x in lines if x.startswith(name + " 3.") or x.startswith(name + " 2."))) == \
             list(values)
+
+
+def test_paper_datasets_are_matched_by_loader_and_file_name():
     assert paper_tables.match_dataset("longbench", "x/longbench_multifieldqa_zh.jsonl") == "MultiFieldQA"
     assert paper_tables.match_dataset("crud_qa") == "CRUD" and paper_tables.match_dataset("cmrc2018") is None

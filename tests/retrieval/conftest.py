@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retrieval_samples import MEMORIES
+
+from tests.retrieval.retrieval_samples import MEMORIES
 
 
 @pytest.fixture(scope="session")

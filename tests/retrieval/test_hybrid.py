@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retrieval_samples import make_memory
 
 from memreader.fusion import Hit, LayerHit, rank_hits, split_by_layer
 from retrieval.index import MODES, MemoryIndex
 from retrieval.search import format_hits
+from tests.retrieval.retrieval_samples import make_memory
 
 PARTS = [
     ("Seal for the feed pump", "QZ-7718 seals the feed pump.",

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from retrieval_samples import TEA, VOLCANO
 
 from memreader.cli import main
 from memreader.config import ConfigError, load_config
@@ -29,6 +28,7 @@ from retrieval.verifier import (
     VerifierError,
     build_verifier,
 )
+from tests.retrieval.retrieval_samples import TEA, VOLCANO
 
 QUESTION = "At what water temperature should green tea be brewed?"
 CORPUS = [

