@@ -15,11 +15,11 @@ from typing import Any
 
 from data_gen.teacher_flow import Unit, UnitResult
 from memreader.corpus import Document
-from memreader.guidance import MemoryGrammars, count_tokens_for, wants_grammar
+from memreader.guidance import MemoryGrammars, count_tokens_for, plan_guided_windows, wants_grammar
 from memreader.language import detect_language
 from memreader.prompts import render
 from memreader.schema import DocumentMemory
-from memreader.windowing import merge_window_memories, model_window_of, plan_windows, prompt_tokens_of
+from memreader.windowing import merge_window_memories, model_window_of, prompt_tokens_of
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,10 @@ def make_units(cfg: Any, docs: list[Document], backend: Any) -> tuple[list[Unit]
                                   may_go_unguided=cfg.teacher == "openai" and cfg.guided == "auto")
     texts = [d.text for d in docs]
     prompt_tokens, budget = _prompt_room(cfg, backend, count, sorted({detect_language(t) for t in texts}))
-    wplan = plan_windows(texts, count, cfg.windows(), prompt_tokens=prompt_tokens, max_new_tokens=budget,
-                         model_window=model_window_of(backend), grammar=grammars.settings if grammars else None)
+    wplan, plans, plan_errors = plan_guided_windows(
+        texts, grammars, cfg.max_new_tokens, count_tokens=count, settings=cfg.windows(), prompt_tokens=prompt_tokens,
+        max_new_tokens=budget, model_window=model_window_of(backend), grammar=grammars.settings if grammars else None)
     flat, window_texts = wplan.flat(), wplan.texts(texts)
-    plans, plan_errors = grammars.plan(window_texts, cfg.max_new_tokens) if grammars else ([None] * len(flat), {})
     refused = dict(wplan.errors)
     for j, error in plan_errors.items():
         d, w = flat[j]

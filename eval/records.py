@@ -6,51 +6,44 @@
     write_json(folder / "summary.json", summary.to_dict())
     summary = EvalSummary.read(folder / "summary.json")        # or EvalSummary.from_dict(data, source)
 
-``to_dict`` writes the JSON every run has written (its keys are the field names). ``from_dict`` checks every
-key's presence and type, and that per-item lists align with their ids; it raises one :class:`SummaryError`
-that names the file, every bad key (dotted: ``methods.fixed.scores.ids``) and the fix (re-run ``memreader
-eval``: it reuses the finished memories, answers and clarity and writes the summary again).
+``to_dict`` writes the JSON every run has written (its keys are the field names). ``from_dict`` reads every field
+by its type annotation and checks what types cannot say (per-item lists align with their ids, a tolerance is a
+fraction); it raises one :class:`SummaryError` that names the file, every bad key (dotted:
+``methods.fixed.scores.ids``) and the fix (re-run ``memreader eval``: it reuses the finished memories, answers and
+clarity and writes the summary again).
 
-Tolerated, so that summaries of older runs still report (they read as None or the default shown): a null or
-absent ``support``, ``clarity`` or ``calibration`` of a method (not measured, not calibrated); ``engine`` at the
-top level and a method's ``questions_with_chunks_left_out`` (added to the format later); ``support.n_scored``
-and ``clarity.n_single_chunk`` (written by every run since this module); a calibration's ``n_docs`` and
-``calibration_docs``. Keys not named here are ignored.
+A field with a default is optional: absent or null, it reads as its default. So summaries of older runs still
+report: a method's ``support``, ``clarity`` or ``calibration`` may be null or absent (not measured, not
+calibrated); ``engine`` and a method's ``questions_with_chunks_left_out`` were added to the format later;
+``support.n_scored`` and ``clarity.n_single_chunk`` are written since this module; a calibration's ``n_docs``
+and ``calibration_docs`` are missing where the memreader method used given memories. Other keys are ignored.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import types
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from eval.chunkers.base import Calibration
 from eval.stats import Interval
 from memreader.errors import MemReaderError
 
-T = TypeVar("T")
 R = TypeVar("R", bound="_Record")
 NULL = type(None)
-_ABSENT: Any = object()
-_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+_NAMES = {str: "a string", bool: "true or false", int: "an integer", float: "a number", list: "a list",
           tuple: "a list", dict: "an object", NULL: "null"}
+# The memreader method's calibration from given memories records the memories file as its value.
+_FIELD_TYPES = {Calibration: {"value": float | str | None}}
 
 
 class SummaryError(MemReaderError, ValueError):
     """A summary that is not what ``memreader eval`` writes; the message names the file, every bad key and the fix."""
-
-
-def _is(value: Any, types: Sequence[type]) -> bool:
-    if isinstance(value, bool):
-        return bool in types
-    return isinstance(value, tuple(types)) or (float in types and isinstance(value, int))
-
-
-def _kind(value: Any) -> str:
-    return next((name for t, name in _NAMES.items() if _is(value, (t,))), type(value).__name__)
 
 
 def _fix(source: str | Path) -> str:
@@ -62,85 +55,97 @@ def _fix(source: str | Path) -> str:
             "again), or repair the named keys")
 
 
-class _Obj:
-    """One JSON object of a summary being read: type-checked values by key. Every problem is collected with its
-    dotted key, so that one error names them all."""
-
-    def __init__(self, data: dict[str, Any], where: str, problems: list[str]) -> None:
-        self.data, self.where, self.problems = data, where, problems
-
-    def path(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def check(self, ok: bool, key: str, text: str) -> None:
-        if not ok:
-            self.problems.append(f"'{self.path(key)}' {text}")
-
-    def get(self, key: str, *types: type, default: Any = _ABSENT) -> Any:
-        """``data[key]`` if it is one of ``types``; an optional key (one with a ``default``) may be absent or null."""
-        value = self.data.get(key, _ABSENT)
-        expected = " or ".join(_NAMES[t] for t in types)
-        if value is _ABSENT or (value is None and default is not _ABSENT):
-            self.check(default is not _ABSENT, key, f"missing (expected {expected})")
-            return None if default is _ABSENT else default
-        self.check(_is(value, types), key, f"is {_kind(value)}, expected {expected}")
-        return value if _is(value, types) else None if default is _ABSENT else default
-
-    def items(self, key: str, *types: type, default: Any = _ABSENT) -> list[Any] | None:
-        """A list whose every item is one of ``types``."""
-        value = self.get(key, list, default=default)
-        bad = next((i for i, v in enumerate(value) if not _is(v, types)), None) if isinstance(value, list) else None
-        self.check(bad is None, f"{key}[{bad}]", f"is {_kind(value[bad] if bad is not None else None)}, expected "
-                   + " or ".join(_NAMES[t] for t in types))
-        return value
-
-    def ids(self, key: str) -> list[str] | None:
-        """A list of ids (strings; integers are read as strings)."""
-        value = self.items(key, str, int)
-        return None if value is None else [str(i) for i in value]
-
-    def mapping(self, key: str, *types: type) -> dict[str, Any] | None:
-        """An object whose every value is one of ``types`` (any value when none are given)."""
-        value = self.get(key, dict)
-        for name, v in (value or {}).items():
-            self.check(not types or _is(v, types), f"{key}.{name}", f"is {_kind(v)}, expected "
-                       + " or ".join(_NAMES[t] for t in types))
-        return value
-
-    def obj(self, key: str, read: Callable[[_Obj], T], optional: bool = False) -> T | None:
-        """A nested object read by ``read``; ``optional``: it may be null or absent (None)."""
-        value = self.get(key, dict, default=None if optional else _ABSENT)
-        return read(_Obj(value, self.path(key), self.problems)) if isinstance(value, dict) else None
-
-    def objs(self, key: str, read: Callable[[_Obj], T]) -> dict[str, T]:
-        """An object of nested objects, each read by ``read`` (name -> record)."""
-        out = {}
-        for name, value in (self.get(key, dict) or {}).items():
-            self.check(isinstance(value, dict), f"{key}.{name}", f"is {_kind(value)}, expected an object")
-            if isinstance(value, dict):
-                out[name] = read(_Obj(value, f"{self.path(key)}.{name}", self.problems))
-        return out
-
-    def aligned(self, key: str, values: list[Any] | None, ids_key: str, ids: list[str] | None) -> None:
-        """``values`` has one entry per id."""
-        if isinstance(values, list) and isinstance(ids, list):
-            self.check(len(values) == len(ids), key, f"has {len(values)} values for the {len(ids)} ids of "
-                       f"'{self.path(ids_key)}'")
+def _outer(t: Any) -> Any:
+    """The JSON type of values of type ``t``."""
+    origin = get_origin(t)
+    return dict if is_dataclass(t) or origin is dict else list if origin in (list, tuple) else t
 
 
-def _parse(read: Callable[[_Obj], T], data: Any, source: str | Path) -> T:
+def _is(value: Any, t: Any) -> bool:
+    t = _outer(t)
+    if t is Any or isinstance(value, bool):
+        return t in (Any, bool)
+    return isinstance(value, t) or (t is float and isinstance(value, int)) or (t is list and isinstance(value, tuple))
+
+
+def _kind(value: Any) -> str:
+    return next((name for t, name in _NAMES.items() if _is(value, t)), type(value).__name__)
+
+
+def _expected(t: Any) -> str:
+    if get_origin(t) in (Union, types.UnionType):
+        return " or ".join(_expected(a) for a in get_args(t))
+    return _NAMES.get(_outer(t), "anything")
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return {**get_type_hints(cls), **_FIELD_TYPES.get(cls, {})}
+
+
+def _load(t: Any, value: Any, where: str, problems: list[str]) -> Any:
+    """``value`` read as type ``t`` (a dataclass from an object, ``list``/``tuple``/``dict[str, ...]``, a union
+    with None, ``str``/``int``/``float``/``bool``, ``Any``); a mismatch goes to ``problems`` (and gives None)."""
+    expected, origin, args = _expected(t), get_origin(t), get_args(t)
+    if origin in (Union, types.UnionType):
+        if value is None and NULL in args:
+            return None
+        t = next((a for a in args if a is not NULL and _is(value, a)), NULL)
+        origin, args = get_origin(t), get_args(t)
+    if not _is(value, t) or (origin is tuple and len(value) != len(args)):
+        what = f"'{where}'" if where else "the top level"
+        got = f"a list of {len(value)}" if origin is tuple and _is(value, t) else _kind(value)
+        problems.append(f"{what} is {got}, expected {expected}{f' of {len(args)}' * (origin is tuple)}")
+        return None
+    if is_dataclass(t):
+        return _load_record(t, value, where, problems)
+    if origin in (list, tuple):
+        inner = []  # only the first bad item of a long list is named
+        items = [_load(args[0] if origin is list else args[i], v, f"{where}[{i}]", inner) for i, v in enumerate(value)]
+        problems += [inner[0] + f" (and {len(inner) - 1} more in '{where}')" * (len(inner) > 1)] if inner else []
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        return {k: _load(args[1], v, f"{where}.{k}", problems) for k, v in value.items()}
+    return value
+
+
+def _load_record(cls: type, data: dict[str, Any], where: str, problems: list[str]) -> Any:
+    """The dataclass ``cls`` from ``data``: a field with a default may be absent or null (it keeps the default);
+    a record's ``_problems()`` checks what types cannot say."""
+    kwargs = {}
+    for f in fields(cls):
+        key = f"{where}.{f.name}" if where else f.name
+        optional = f.default is not MISSING or f.default_factory is not MISSING
+        if data.get(f.name) is None and (optional or f.name not in data):
+            if not optional:
+                problems.append(f"'{key}' missing (expected {_expected(_field_types(cls)[f.name])})")
+                kwargs[f.name] = None
+            continue
+        kwargs[f.name] = _load(_field_types(cls)[f.name], data[f.name], key, problems)
+    record = cls(**kwargs)
+    if hasattr(record, "_problems"):
+        problems += record._problems(lambda key: f"'{where}.{key}'" if where else f"'{key}'")
+    return record
+
+
+def _parse(cls: type[R], data: Any, source: str | Path) -> R:
     problems: list[str] = []
-    record = read(_Obj(data, "", problems)) if isinstance(data, dict) else None
-    if not isinstance(data, dict):
-        problems.append(f"the top level is {_kind(data)}, expected an object")
+    record = _load(cls, data, "", problems)
     if problems:
         raise SummaryError(f"{source}: malformed summary ({len(problems)} problem(s)): {'; '.join(problems)}",
                            _fix(source))
-    return record  # type: ignore[return-value]
+    return record
+
+
+def _misaligned(key: str, values: list[Any] | None, ids_key: str, ids: list[str] | None) -> list[str]:
+    if isinstance(values, list) and isinstance(ids, list) and len(values) != len(ids):
+        return [f"{key} has {len(values)} values for the {len(ids)} ids of {ids_key}"]
+    return []
 
 
 class _Record:
-    """``to_dict`` / ``from_dict`` of a summary record; its JSON keys are its field names."""
+    """``to_dict`` / ``from_dict`` of a summary record: its JSON keys are its field names, its field types say
+    what ``from_dict`` accepts."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -149,32 +154,12 @@ class _Record:
     @classmethod
     def from_dict(cls: type[R], data: Any, source: str | Path = "summary.json") -> R:
         """The record of ``data`` (JSON from ``source``), checked: :class:`SummaryError` names every bad key."""
-        return _parse(cls._read, data, source)  # type: ignore[attr-defined]
-
-
-def _interval(o: _Obj) -> Interval:
-    return Interval(low=o.get("low", float), high=o.get("high", float), confidence=o.get("confidence", float),
-                    n_resamples=o.get("n_resamples", int), seed=o.get("seed", int),
-                    method=o.get("method", str, default="percentile-bootstrap"))
-
-
-def _calibration(o: _Obj) -> Calibration:
-    """A method's :class:`eval.chunkers.base.Calibration` (``tried``: [value, mean_chars] pairs in JSON)."""
-    tolerance = o.get("tolerance", float)
-    o.check(tolerance is None or 0 <= tolerance < 1, "tolerance", f"is {tolerance}, expected a fraction in [0, 1)")
-    tried = [tuple(t) for t in o.items("tried", list, tuple) or [] if isinstance(t, (list, tuple))]
-    o.check(all(len(t) == 2 for t in tried), "tried", "expected [value, mean_chars] pairs")
-    return Calibration(method=o.get("method", str), param=o.get("param", str), value=o.get("value", float, str, NULL),
-                       target_chars=o.get("target_chars", float), tolerance=tolerance,
-                       mean_chars=o.get("mean_chars", float), std_chars=o.get("std_chars", float),
-                       n_chunks=o.get("n_chunks", int), within=o.get("within", bool), tried=tried,
-                       note=o.get("note", str), n_docs=o.get("n_docs", int, default=0),
-                       calibration_docs=o.get("calibration_docs", int, default=0))
+        return _parse(cls, data, source)
 
 
 def calibration_from_dict(data: Any, source: str | Path = "calibration.json") -> Calibration:
     """A method's calibration record (``calibration.json``, a summary's ``methods.<m>.calibration``), checked."""
-    return _parse(_calibration, data, source)
+    return _parse(Calibration, data, source)
 
 
 @dataclass(kw_only=True)
@@ -189,13 +174,6 @@ class MetricRecord(_Record):
     interval: Interval
     signature: str  # equal signatures: comparable numbers
     per_example: list[float]  # aligned with ScoresRecord.ids
-
-    @classmethod
-    def _read(cls, o: _Obj) -> MetricRecord:
-        return cls(metric=o.get("metric", str), value=o.get("value", float), aggregation=o.get("aggregation", str),
-                   ci_low=o.get("ci_low", float), ci_high=o.get("ci_high", float),
-                   interval=o.obj("interval", _interval),
-                   signature=o.get("signature", str), per_example=o.items("per_example", float))
 
 
 @dataclass(kw_only=True)
@@ -212,15 +190,10 @@ class ScoresRecord(_Record):
     versions: dict[str, str]
     seconds: float
 
-    @classmethod
-    def _read(cls, o: _Obj) -> ScoresRecord:
-        ids, metrics = o.ids("ids"), o.objs("metrics", MetricRecord._read)
-        o.check(bool(metrics) or not isinstance(o.data.get("metrics"), dict), "metrics", "is empty")
-        for name, m in metrics.items():
-            o.aligned(f"metrics.{name}.per_example", m.per_example, "ids", ids)
-        return cls(profile=o.get("profile", str), config=o.mapping("config"), n=o.get("n", int),
-                   n_total=o.get("n_total", int), excluded_ids=o.ids("excluded_ids"), metrics=metrics, ids=ids,
-                   versions=o.mapping("versions", str), seconds=o.get("seconds", float))
+    def _problems(self, at: Callable[[str], str]) -> list[str]:
+        return [f"{at('metrics')} is empty"] * (self.metrics == {}) + [
+            p for k, m in (self.metrics or {}).items() if m
+            for p in _misaligned(at(f"metrics.{k}.per_example"), m.per_example, at("ids"), self.ids)]
 
 
 @dataclass(kw_only=True)
@@ -243,12 +216,8 @@ class SupportRecord(_Record):
                    mean=math.fsum(scored) / len(scored) if scored else None, n_truncated=n_truncated,
                    n_scored=len(scored))
 
-    @classmethod
-    def _read(cls, o: _Obj) -> SupportRecord:
-        per_example, ids = o.items("per_example", float, NULL), o.ids("ids")
-        o.aligned("per_example", per_example, "ids", ids)
-        return cls(per_example=per_example, ids=ids, mean=o.get("mean", float, NULL), signature=o.get("signature", str),
-                   n_truncated=o.get("n_truncated", int), n_scored=o.get("n_scored", int, default=None))
+    def _problems(self, at: Callable[[str], str]) -> list[str]:
+        return _misaligned(at("per_example"), self.per_example, at("ids"), self.ids)
 
 
 @dataclass(kw_only=True)
@@ -269,12 +238,8 @@ class ClarityRecord(_Record):
                    mean=math.fsum(scored) / len(scored) if scored else None,
                    n_single_chunk=len(per_memory) - len(scored))
 
-    @classmethod
-    def _read(cls, o: _Obj) -> ClarityRecord:
-        per_memory, doc_ids = o.items("per_memory", float, NULL), o.ids("doc_ids")
-        o.aligned("per_memory", per_memory, "doc_ids", doc_ids)
-        return cls(per_memory=per_memory, doc_ids=doc_ids, mean=o.get("mean", float, NULL),
-                   signature=o.get("signature", str), n_single_chunk=o.get("n_single_chunk", int, default=None))
+    def _problems(self, at: Callable[[str], str]) -> list[str]:
+        return _misaligned(at("per_memory"), self.per_memory, at("doc_ids"), self.doc_ids)
 
 
 @dataclass(kw_only=True)
@@ -308,11 +273,6 @@ class ProvenanceRecord(_Record):
         return (f"{self.memories} memories: {self.guided} guided, {self.unguided} unguided, {self.fallback} "
                 f"whole-document fallbacks, {self.truncated} truncated (flagged), {self.baseline} from a chunker")
 
-    @classmethod
-    def _read(cls, o: _Obj) -> ProvenanceRecord:
-        return cls(**{k: o.get(k, int) for k in ("memories", "guided", "unguided", "fallback", "truncated",
-                                                 "baseline")})
-
 
 @dataclass(kw_only=True)
 class MethodRecord(_Record):
@@ -329,16 +289,10 @@ class MethodRecord(_Record):
     questions_with_chunks_left_out: int | None = None  # chunks that did not fit the answerer's window
     seconds: float
 
-    @classmethod
-    def _read(cls, o: _Obj) -> MethodRecord:
-        return cls(scores=o.obj("scores", ScoresRecord._read), support=o.obj("support", SupportRecord._read, True),
-                   clarity=o.obj("clarity", ClarityRecord._read, True),
-                   calibration=o.obj("calibration", _calibration, True),
-                   provenance=o.obj("provenance", ProvenanceRecord._read), question_doc=o.mapping("question_doc", str,
-                                                                                                   NULL),
-                   mode=o.get("mode", str), mean_context_chars=o.get("mean_context_chars", float),
-                   questions_with_chunks_left_out=o.get("questions_with_chunks_left_out", int, default=None),
-                   seconds=o.get("seconds", float))
+    def _problems(self, at: Callable[[str], str]) -> list[str]:
+        tolerance = self.calibration.tolerance if self.calibration else 0
+        return [] if tolerance is None or 0 <= tolerance < 1 else [
+            f"{at('calibration.tolerance')} is {tolerance}, expected a fraction in [0, 1)"]
 
 
 @dataclass(kw_only=True)
@@ -352,12 +306,6 @@ class RunSettings(_Record):
     profile: str
     max_new_tokens: int
 
-    @classmethod
-    def _read(cls, o: _Obj) -> RunSettings:
-        return cls(line=o.get("line", str), target_chars=o.get("target_chars", int),
-                   tolerance=o.get("tolerance", float), mode=o.get("mode", str), profile=o.get("profile", str),
-                   max_new_tokens=o.get("max_new_tokens", int))
-
 
 @dataclass(kw_only=True)
 class DatasetRecord(_Record):
@@ -370,12 +318,6 @@ class DatasetRecord(_Record):
     corpus_chars: int
     mean_document_chars: float
 
-    @classmethod
-    def _read(cls, o: _Obj) -> DatasetRecord:
-        return cls(name=o.get("name", str), path=o.get("path", str), n_questions=o.get("n_questions", int),
-                   n_documents=o.get("n_documents", int), corpus_chars=o.get("corpus_chars", int),
-                   mean_document_chars=o.get("mean_document_chars", float))
-
 
 @dataclass(kw_only=True)
 class ProfileRecord(_Record):
@@ -386,11 +328,6 @@ class ProfileRecord(_Record):
     forward_calls: int
     seconds: dict[str, float]  # per phase
 
-    @classmethod
-    def _read(cls, o: _Obj) -> ProfileRecord:
-        return cls(forward_share=o.get("forward_share", float, NULL), answers=o.get("answers", int),
-                   forward_calls=o.get("forward_calls", int), seconds=o.mapping("seconds", float))
-
 
 @dataclass(kw_only=True)
 class EngineRecord(_Record):
@@ -400,11 +337,6 @@ class EngineRecord(_Record):
     backend: str
     dtype: str
     why: str = ""
-
-    @classmethod
-    def _read(cls, o: _Obj) -> EngineRecord:
-        return cls(stage=o.get("stage", str), backend=o.get("backend", str), dtype=o.get("dtype", str),
-                   why=o.get("why", str, default=""))
 
 
 @dataclass(kw_only=True)
@@ -433,11 +365,5 @@ class EvalSummary(_Record):
             raise SummaryError(f"{path}: not valid JSON ({exc})", _fix(path)) from exc
         return cls.from_dict(data, path)
 
-    @classmethod
-    def _read(cls, o: _Obj) -> EvalSummary:
-        methods = o.objs("methods", MethodRecord._read)
-        o.check(bool(methods) or not isinstance(o.data.get("methods"), dict), "methods", "is empty")
-        return cls(settings=o.obj("settings", RunSettings._read), dataset=o.obj("dataset", DatasetRecord._read),
-                   answer_model=o.get("answer_model", str), embedder=o.get("embedder", str), top_k=o.get("top_k", int),
-                   methods=methods, profile=o.obj("profile", ProfileRecord._read),
-                   engine=o.obj("engine", EngineRecord._read, True), seconds=o.get("seconds", float))
+    def _problems(self, at: Callable[[str], str]) -> list[str]:
+        return [f"{at('methods')} is empty"] * (self.methods == {})

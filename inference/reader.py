@@ -46,6 +46,7 @@ from memreader.guidance import (
     count_fates,
     count_tokens_for,
     generate_with_policy,
+    plan_guided_windows,
     wants_grammar,
 )
 from memreader.language import detect_language
@@ -59,7 +60,6 @@ from memreader.windowing import (
     WindowConfig,
     merge_window_memories,
     model_window_of,
-    plan_windows,
     prompt_tokens_of,
 )
 
@@ -259,9 +259,9 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start : start + cfg.batch_size]
         texts = [d.text for d in batch]
-        wplan = plan_windows(texts, **sizing)  # long documents: one item per window, merged back below
+        # long documents: one item per window, merged back below
+        wplan, plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens, **sizing)
         flat, window_texts = wplan.flat(), wplan.texts(texts)
-        plans, plan_errors = grammars.plan(window_texts, cfg.max_new_tokens) if grammars else ([None] * len(flat), {})
         refused = dict(wplan.errors)
         for j, error in plan_errors.items():
             d, w = flat[j]

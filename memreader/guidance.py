@@ -24,11 +24,13 @@ from memreader.config import field
 from memreader.generation.params import GenerationParams, Reply
 from memreader.memory_grammar import (
     BoundaryGraph,
+    GrammarBudgetError,
     GrammarPlan,
     GrammarSettings,
     GuidanceError,
     memory_grammar,
 )
+from memreader.windowing import WindowPlan, plan_windows
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +114,11 @@ class MemoryGrammars:
     count_tokens: Callable[[str], int]
     may_go_unguided: bool = False
 
-    def plan(self, texts: Sequence[str], max_new_tokens: int) -> tuple[list[GrammarPlan | None], dict[int, str]]:
+    def plan(self, texts: Sequence[str], max_new_tokens: int,
+             needs: dict[int, int] | None = None) -> tuple[list[GrammarPlan | None], dict[int, str]]:
         """One plan per text; a text that cannot be guided gets None and, unless it may go unguided,
-        its error message in ``errors`` (the caller refuses it before any model call)."""
+        its error message in ``errors`` (the caller refuses it before any model call). ``needs`` collects
+        the tokens each text's grammar would need when that is over ``max_new_tokens``."""
         plans: list[GrammarPlan | None] = []
         errors: dict[int, str] = {}
         for i, text in enumerate(texts):
@@ -122,12 +126,46 @@ class MemoryGrammars:
                 graph = BoundaryGraph.build(text, self.settings)
                 plans.append(memory_grammar(graph, self.settings, max_new_tokens, self.count_tokens))
             except GuidanceError as exc:
+                if isinstance(exc, GrammarBudgetError) and needs is not None:
+                    needs[i] = exc.need
                 plans.append(None)
                 if self.may_go_unguided:
                     log.warning("text %d: no grammar possible (%s); asking unguided", i, exc)
                 else:
                     errors[i] = str(exc)
         return plans, errors
+
+
+FIT_ROUNDS = 4
+"""Times :func:`plan_guided_windows` cuts a document into smaller windows before it refuses it."""
+
+
+def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, grammar_budget: int,
+                        **sizing: Any) -> tuple[WindowPlan, list[GrammarPlan | None], dict[int, str]]:
+    """:func:`memreader.windowing.plan_windows` and the grammar of every window (``sizing``: its keyword
+    arguments). A window whose grammar needs more tokens than ``grammar_budget`` (the reply budget) (small chunks of CJK text under a
+    tight budget: every chunk marker costs tokens) is not refused at once: its document is cut again into windows
+    of ``0.9 x budget / need`` of the capacity, up to :data:`FIT_ROUNDS` times, and only then refused with the
+    fix. Returns the plan, one grammar per window (None when unguided) and the refused windows' messages."""
+    scale: dict[int, float] = {}
+    for _ in range(FIT_ROUNDS):
+        wplan = plan_windows(texts, scale=scale, **sizing)
+        flat = wplan.flat()
+        if grammars is None:
+            return wplan, [None] * len(flat), {}
+        needs: dict[int, int] = {}
+        plans, errors = grammars.plan(wplan.texts(texts), grammar_budget, needs)
+        shrink: dict[int, float] = {}
+        for j, need in needs.items():
+            d = flat[j][0]
+            shrink[d] = min(shrink.get(d, 1.0), 0.9 * grammar_budget / need)
+        if not shrink:
+            break
+        for d, factor in shrink.items():
+            scale[d] = scale.get(d, 1.0) * factor
+        log.info("%d document(s) cut into smaller windows so that their grammars fit max_new_tokens=%d",
+                 len(shrink), grammar_budget)
+    return wplan, plans, errors
 
 
 Call = Callable[[list[int], GenerationParams], list[Any]]

@@ -33,6 +33,15 @@ class GuidanceError(MemReaderError, ValueError):
     """A document for which no guided memory can be built with these settings (message: problem — fix)."""
 
 
+class GrammarBudgetError(GuidanceError):
+    """The memory grammar of a text needs more new tokens (``need``) than the budget allows: a shorter text (a
+    smaller window) fits."""
+
+    def __init__(self, problem: str, fix: str, need: int, budget: int) -> None:
+        super().__init__(problem, fix)
+        self.need, self.budget = need, budget
+
+
 @dataclass(frozen=True)
 class GrammarSettings:
     """Shape of a guided memory; character lengths are for English, CJK text divides them."""
@@ -244,10 +253,11 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
         topic = max(settings.min_topic_tokens, topic * 3 // 4)
     need = worst(core, topic)
     if need > max_new_tokens:
-        raise GuidanceError(
+        raise GrammarBudgetError(
             f"a guided memory of this document ({n} characters, up to {k_max} chunks) needs up to {need} new "
             f"tokens even with {core}-token core contents, but max_new_tokens is {max_new_tokens}",
-            f"raise max_new_tokens to at least {need}, or raise min_chunk_chars so fewer chunks fit")
+            f"raise max_new_tokens to at least {need}, or raise min_chunk_chars so fewer chunks fit", need,
+            max_new_tokens)
 
     think = "think " if settings.think_tokens else ""
     lines = [

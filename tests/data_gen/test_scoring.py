@@ -26,6 +26,8 @@ from memreader.scoring import (
     evaluator_texts,
 )
 
+pytestmark = pytest.mark.integration
+
 TOL = 1e-4
 
 

@@ -85,6 +85,7 @@ def semantic_run(corpus, tmp_path_factory) -> tuple[list[DocumentMemory], Calibr
     return memories, cal, settings
 
 
+@pytest.mark.integration
 def test_semantic_tiles_and_hits_the_target(semantic_run, corpus) -> None:
     memories, cal, settings = semantic_run
     _check(memories, corpus, "semantic", cal, settings)
@@ -274,6 +275,7 @@ def test_teacher_names_the_missing_key_and_documents(tmp_path) -> None:
 # --- real models (slow on CPU) ---------------------------------------------------------------------
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_lumber_with_smollm2_on_a_short_document(tmp_path) -> None:
     """The real LM, guided: every answer is a valid ID; a rerun asks nothing."""
@@ -319,6 +321,7 @@ def _short_docs() -> dict[str, str]:
 
 
 # Three short documents give only 5-8 chunks, so the mean moves in big steps: a wider tolerance.
+@pytest.mark.integration
 @pytest.mark.slow
 def test_llm_direct_on_a_tiny_model_calibrates_on_the_first_documents(tiny_long_model, tmp_path) -> None:
     """The reader path, guided on a random model: memories tile and calibrate; the final read
@@ -335,6 +338,7 @@ def test_llm_direct_on_a_tiny_model_calibrates_on_the_first_documents(tiny_long_
     assert summary["skipped_done"] == 2 and summary["read"] == 1
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_memreader_on_a_tiny_model_uses_its_adapter(tiny_long_model, tmp_path) -> None:
     from peft import LoraConfig, get_peft_model

@@ -101,6 +101,7 @@ def scorer(smollm2_tokenizer):
     return EvaluatorScorer(ScorerSettings(), model=LlamaForCausalLM(config).eval(), tokenizer=tok)
 
 
+@pytest.mark.integration
 def test_chunk_clarity_uses_the_scorer_and_marks_single_chunks(scorer):
     memories = [_memory("a", ["The cat sat on the mat. ", "Stock markets fell on Monday. ", "It rained."]),
                 _memory("b", ["Only one chunk here."]),

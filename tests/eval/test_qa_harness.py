@@ -60,6 +60,7 @@ def _cfg(files: dict[str, str], **kw) -> qa.QAConfig:
     return qa.QAConfig(**base)
 
 
+@pytest.mark.integration
 def test_run_qa_scores_memreader_and_a_calibrated_chunker(demo_files, monkeypatch) -> None:
     monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
     summary = qa.run_qa(_cfg(demo_files))
@@ -80,6 +81,7 @@ def test_run_qa_scores_memreader_and_a_calibrated_chunker(demo_files, monkeypatc
     assert summary["profile"]["answers"] == 6
 
 
+@pytest.mark.integration
 def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
     crashing = EchoFirstPassage(fail_after=1)
     monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: crashing)
@@ -97,6 +99,7 @@ def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
     assert summary["methods"]["memreader"]["scores"]["n"] == 3
 
 
+@pytest.mark.integration
 def test_other_settings_in_the_same_run_are_refused(demo_files, monkeypatch) -> None:
     monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
     qa.run_qa(_cfg(demo_files, methods=["memreader"]))

@@ -157,6 +157,7 @@ def tiny_eval(tmp_path_factory: pytest.TempPathFactory, tiny_model: str) -> Path
     return memreader_home() / "runs" / "tiny-eval" / "eval"
 
 
+@pytest.mark.integration
 def test_report_of_a_real_tiny_eval(tiny_eval: Path, capsys) -> None:
     data = json.loads((tiny_eval / "summary.json").read_text(encoding="utf-8"))
     summary = EvalSummary.from_dict(data)

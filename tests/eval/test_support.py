@@ -20,6 +20,8 @@ from eval.support import (
     support_summary,
 )
 
+pytestmark = pytest.mark.integration
+
 TOL = 1e-4
 
 ITEMS = [

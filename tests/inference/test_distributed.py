@@ -159,6 +159,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # starts a separate `ray start --head` cluster: ~1 min idle, ~4 min on a loaded 2-core machine
 def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, corpus, tiny_model, plain, die_in_shard) -> None:
     """A Ray cluster started by another process (as `ray start --head` would), joined by its address;
@@ -220,6 +221,7 @@ def test_duplicate_doc_ids_are_refused_before_any_work(tmp_path, monkeypatch) ->
     assert not (tmp_path / "home" / "runs" / "dist" / "read" / "shards").exists()
 
 
+@pytest.mark.integration
 def test_merge_refuses_a_document_twice_naming_it(tmp_path, corpus, plain) -> None:
     from memreader.schema import DocumentMemory
 

@@ -72,6 +72,7 @@ def test_unusable_output_falls_back_loudly(tmp_path, corpus, monkeypatch, capsys
     assert all(m.meta["fallback"] for m in read_memories(summary["memories"]))
 
 
+@pytest.mark.integration
 def test_transformers_backend_on_tiny_random_model(tmp_path, corpus, tiny_model, monkeypatch) -> None:
     """The real transformers path (chat template, batched generation, parse, align, write) on a
     random 2-layer model: its output is noise, so every memory must be a loud, valid fallback."""
@@ -166,13 +167,21 @@ def test_unguidable_document_is_named_with_the_fix(tmp_path, monkeypatch, capsys
     long_text = "A sentence of words. " * 200  # 4,200 characters > max_scenarios x max_chunk_chars: windows
     path.write_text(json.dumps({"id": "long", "text": long_text}) + "\n" +
                     json.dumps({"id": "ok", "text": "document ok has words here and there"}) + "\n")
+    from memreader import guidance
+
     backend = Backend()
+    monkeypatch.setattr(guidance, "FIT_ROUNDS", 1)  # the windows as planned, no smaller ones tried
     summary = read_corpus_memories(ReadConfig(input=str(path), run="u", max_scenarios=2, max_chunk_chars=1000,
                                               max_new_tokens=60), backend=backend)
     # each 1,500-character window needs more than 60 new tokens for its 2 chunks; the short one fits
     assert list(summary["failed"]) == ["long"] and summary["failed"]["long"].startswith("window 0 [0, ")
     assert "raise max_new_tokens" in summary["failed"]["long"]
     assert len(backend.seen) == 1 and summary["read"] == 1  # no model call spent on it
+    # with smaller windows tried (the default), the long document is read, not refused
+    monkeypatch.setattr(guidance, "FIT_ROUNDS", 4)
+    again = read_corpus_memories(ReadConfig(input=str(path), run="u60", max_scenarios=2, max_chunk_chars=1000,
+                                            max_new_tokens=60), backend=backend)
+    assert again["failed"] == {} and again["read"] == 2 and again["windowed"] == 1
 
 
 def _long_corpus(tmp_path, n_sentences: int = 120):

@@ -15,6 +15,8 @@ import pytest
 from inference.server import build_server
 from memreader.generation import GenerationParams, generate_chat_batch
 
+pytestmark = pytest.mark.integration
+
 
 def _post(url: str, body: dict[str, Any], key: str | None = None) -> tuple[int, dict[str, Any]]:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}

@@ -47,6 +47,7 @@ def _messages(doc: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"Read this document:\n{doc}"}]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_guided_rows_are_exact_memories_beside_a_free_row(tiny, plans, temperature: float) -> None:
     from memreader.generation.local import generate_chat_batch
@@ -72,6 +73,7 @@ def test_guided_rows_are_exact_memories_beside_a_free_row(tiny, plans, temperatu
             assert sc.core and "<" not in sc.core and "\n" not in sc.core
 
 
+@pytest.mark.integration
 def test_guided_row_cut_off_by_its_budget_is_length(tiny, plans) -> None:
     from memreader.generation.local import generate_chat_batch
 
@@ -82,6 +84,7 @@ def test_guided_row_cut_off_by_its_budget_is_length(tiny, plans) -> None:
     assert gens[0].text.startswith("<outline>\n")
 
 
+@pytest.mark.integration
 def test_accepts_and_compile_guards(tiny, plans) -> None:
     from memreader.generation.guided import GuidedDecodingUnavailable, accepts, compile_matcher, ll_tokenizer
 
@@ -146,6 +149,7 @@ def test_nothing_cut_off_means_one_call_and_bad_policy_is_refused() -> None:
         generate_with_policy(FakeCall(), 1, GenerationParams(), on_truncated="retry")
 
 
+@pytest.mark.integration
 def test_sampled_rows_do_not_depend_on_their_batch(tiny, plans) -> None:
     """Each row samples from its own seeded generator: the same prompt and seed give the same reply
     alone, in a batch with other rows, in another order, guided or not; another seed another reply."""

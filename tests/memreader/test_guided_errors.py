@@ -45,6 +45,7 @@ def test_cli_reports_guidance_errors_without_traceback(tmp_path, monkeypatch, ca
     assert code == 2 and "min_chunk_chars=0 must be >= 1" in err and "Traceback" not in err
 
 
+@pytest.mark.integration
 def test_document_longer_than_the_window_is_a_named_request_error(tiny_model) -> None:
     """The tiny model's window is 1,024 tokens: a longer prompt fails alone, naming the fix; the
     other prompt of the batch is still answered."""

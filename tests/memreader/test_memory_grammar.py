@@ -133,6 +133,7 @@ def test_cjk_documents_get_shorter_chunks() -> None:
     assert english.max_chars == 200
 
 
+@pytest.mark.integration
 def test_grammar_accepts_a_true_memory_and_rejects_broken_ones(hf_tok, ll_tok) -> None:
     graph = BoundaryGraph.build(DOC, SMALL)
     plan = memory_grammar(graph, SMALL, 4000, _count(hf_tok))
@@ -156,6 +157,7 @@ def test_grammar_accepts_a_true_memory_and_rejects_broken_ones(hf_tok, ll_tok) -
     assert not accepts(ll_tok, plan.lark, good.replace("core words 1", "core [x] 1"))
 
 
+@pytest.mark.integration
 def test_budget_shrinks_cores_then_refuses(hf_tok) -> None:
     graph = BoundaryGraph.build(DOC, SMALL)
     full = memory_grammar(graph, SMALL, 100_000, _count(hf_tok))
@@ -197,6 +199,7 @@ def _junctions_unique(doc: str, path: list[int], k: int) -> bool:
     return True
 
 
+@pytest.mark.integration
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(doc=_docs, data=st.data())
 def test_property_any_graph_path_is_accepted_and_aligns_exactly(hf_tok, ll_tok, doc: str, data) -> None:
@@ -219,6 +222,7 @@ def test_property_any_graph_path_is_accepted_and_aligns_exactly(hf_tok, ll_tok, 
         assert plain.meta["alignment"]["coverage_exact"] == 1.0
 
 
+@pytest.mark.integration
 def test_repeated_junction_in_guided_output_aligns_to_the_grammar_path(hf_tok, ll_tok) -> None:
     """Search alone takes the first tail+head junction (here the wrong one, and it cannot tell: it
     reports an exact tiling); the graph walk recovers the path the grammar generated."""
@@ -237,6 +241,7 @@ def test_repeated_junction_in_guided_output_aligns_to_the_grammar_path(hf_tok, l
     assert mem.meta["alignment"]["coverage_exact"] == 1.0 and mem.meta["alignment"]["methods"] == {"grammar-path": 3}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("brk", ["\u2028", "\r", "\x0b", "\x85"])
 def test_free_text_cannot_hold_a_line_break(hf_tok, ll_tok, brk: str) -> None:
     """The parser splits the outline with str.splitlines: no line break of any kind may enter a topic."""
@@ -253,6 +258,7 @@ def test_free_text_cannot_hold_a_line_break(hf_tok, ll_tok, brk: str) -> None:
     assert render_memory([f"a{brk}b"], [doc], ["c"]).count("\n") == render_memory(["a b"], [doc], ["c"]).count("\n")
 
 
+@pytest.mark.integration
 def test_outline_line_count_is_tied_to_the_scenarios(hf_tok, ll_tok) -> None:
     """Small graphs: exactly one outline line per scenario, so the parser pairs them without repair."""
     doc = "The cat sat on a mat today. It was warm and the sun was out! Birds sang in the old oak tree?"
@@ -273,6 +279,7 @@ def test_outline_line_count_is_tied_to_the_scenarios(hf_tok, ll_tok) -> None:
     assert not parsed.meta["parse_diagnostics"] and parsed.outline == [f"topic {i}" for i in range(len(chunks))]
 
 
+@pytest.mark.integration
 def test_large_graphs_leave_the_outline_count_free(hf_tok) -> None:
     big = GrammarSettings(max_scenarios=64)
     doc = " ".join(f"Sentence number {i} talks about item {i % 7} in some detail here." for i in range(400))

@@ -10,6 +10,7 @@ import pytest
 from memreader import registry
 
 
+@pytest.mark.integration
 def test_converted_folder_is_a_plain_trainable_model(smollm2_path: str) -> None:
     folder = Path(smollm2_path)
     config = json.loads((folder / "config.json").read_text())

@@ -19,6 +19,8 @@ from retrieval.milvus import MilvusCollection, StoreError, connect, disconnect, 
 from retrieval.passages import PassageStore, PassageStoreError
 from tests.retrieval.retrieval_samples import VOLCANO
 
+pytestmark = pytest.mark.integration
+
 NAME = "minilm-l6"
 KINDS = ("index", "passages", "conversation")
 CLASSES: dict[str, tuple[type[MilvusCollection], type[StoreError], str]] = {

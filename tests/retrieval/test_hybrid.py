@@ -71,6 +71,7 @@ def _keys(hits: list[Hit]) -> list[tuple[str, int]]:
     return [(h.doc_id, h.scenario) for h in hits]
 
 
+@pytest.mark.integration
 def test_bm25_finds_the_rare_part_number_that_dense_ranks_last(catalogue: MemoryIndex) -> None:
     vector = catalogue.embed_query(QUESTION)
     dense = catalogue.search_layer(vector, "chunk", limit=len(PARTS))
@@ -82,6 +83,7 @@ def test_bm25_finds_the_rare_part_number_that_dense_ranks_last(catalogue: Memory
     assert [h.similarity for h in bm25] == sorted((h.similarity for h in bm25), reverse=True)
 
 
+@pytest.mark.integration
 def test_hybrid_modes_find_what_dense_only_misses(catalogue: MemoryIndex) -> None:
     assert TARGET not in _keys(catalogue.search(QUESTION, top_k=TOP_K, mode="chunk_only"))
     assert TARGET not in _keys(catalogue.search(QUESTION, top_k=TOP_K, mode="three_layer"))
@@ -98,6 +100,7 @@ def test_hybrid_modes_find_what_dense_only_misses(catalogue: MemoryIndex) -> Non
     assert top.text == PAGES[2].document[top.start : top.end]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["hybrid", "chunk_hybrid"])
 def test_fused_scores_are_rrf_sums_with_deterministic_order(catalogue: MemoryIndex, mode: str) -> None:
     hits = catalogue.search(QUESTION, top_k=TOP_K, mode=mode, rrf_k=60)
@@ -120,6 +123,7 @@ def test_fused_scores_are_rrf_sums_with_deterministic_order(catalogue: MemoryInd
     assert all(h.score == math.fsum(1 / p.rank for p in h.provenance) for h in with_k0)
 
 
+@pytest.mark.integration
 def test_bm25_provenance_is_labelled_in_dict_and_text(catalogue: MemoryIndex) -> None:
     hits = catalogue.search(QUESTION, top_k=TOP_K, mode="hybrid")
     provenance = [p for h in hits for p in h.to_dict()["provenance"]]
@@ -133,6 +137,7 @@ def test_bm25_provenance_is_labelled_in_dict_and_text(catalogue: MemoryIndex) ->
     assert any({"core", "core/bm25"} <= set(h.layers) for h in hits)
 
 
+@pytest.mark.integration
 def test_query_without_a_term_gives_no_bm25_votes(catalogue: MemoryIndex) -> None:
     for layer in ("outline", "core", "chunk"):
         assert catalogue.search_bm25("?! ... ？", layer, limit=5) == []
@@ -147,6 +152,7 @@ def test_query_without_a_term_gives_no_bm25_votes(catalogue: MemoryIndex) -> Non
         catalogue.search("   ", mode="chunk_hybrid")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("depth", [1, 4])
 def test_batched_layer_search_gives_each_layers_exact_top_k(
     catalogue: MemoryIndex, monkeypatch: pytest.MonkeyPatch, depth: int

@@ -30,6 +30,8 @@ from retrieval.verifier import (
 )
 from tests.retrieval.retrieval_samples import TEA, VOLCANO
 
+pytestmark = pytest.mark.integration
+
 QUESTION = "At what water temperature should green tea be brewed?"
 CORPUS = [
     ("tea-temp", "Green tea", "Green tea is brewed with water at about 80 degrees Celsius; boiling water makes it "

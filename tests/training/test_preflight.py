@@ -53,6 +53,7 @@ def test_load_validates_every_line(tmp_path, tiny_records):
         load_sft_records(tmp_path / "missing.jsonl")
 
 
+@pytest.mark.integration
 def test_lengths_and_stats(tokenizer, tiny_records):
     lengths = measure(tiny_records, tokenizer)
     assert [e.id for e in lengths] == [r["id"] for r in tiny_records]
@@ -66,6 +67,7 @@ def test_lengths_and_stats(tokenizer, tiny_records):
     assert stats == {"min": 1, "mean": 22.0, "p50": 3.0, "p95": pytest.approx(80.8), "max": 100}
 
 
+@pytest.mark.integration
 def test_refuse_names_examples_and_fix(tokenizer, tiny_records):
     records = tiny_records + [_long(tiny_records[0], "huge-1"), _long(tiny_records[1], "huge-2", 60)]
     with pytest.raises(PreflightError) as err:
@@ -76,6 +78,7 @@ def test_refuse_names_examples_and_fix(tokenizer, tiny_records):
     assert "raise max_length" in message and "window" in message and "truncation_policy=drop" in message
 
 
+@pytest.mark.integration
 def test_drop_is_loud_and_counted(tokenizer, tiny_records, caplog):
     records = tiny_records + [_long(tiny_records[0], "huge-1")]
     with caplog.at_level(logging.WARNING, logger="training.preflight"):
@@ -89,6 +92,7 @@ def test_drop_is_loud_and_counted(tokenizer, tiny_records, caplog):
     assert "huge-1" in warning
 
 
+@pytest.mark.integration
 def test_prompt_alone_over_limit_counts_as_target_lost(tokenizer, tiny_records):
     records = [_long(tiny_records[0], "huge-1", 400)]
     with pytest.raises(PreflightError, match=r"1 lose the whole target"):
@@ -97,6 +101,7 @@ def test_prompt_alone_over_limit_counts_as_target_lost(tokenizer, tiny_records):
         check_lengths(records, tokenizer, max_length=300, policy="drop")
 
 
+@pytest.mark.integration
 def test_within_limit_passes_untouched(tokenizer, tiny_records):
     kept, report = check_lengths(tiny_records, tokenizer, max_length=1024, policy="refuse")
     assert kept == tiny_records

@@ -37,6 +37,7 @@ def _lora_tensors(model) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
 
 
+@pytest.mark.integration
 def test_collated_labels_mask_the_prompt(tiny_model, sft_files):
     from training.preflight import measure
 
@@ -56,6 +57,7 @@ def test_collated_labels_mask_the_prompt(tiny_model, sft_files):
         assert target.rstrip().endswith(tokenizer.eos_token)
 
 
+@pytest.mark.integration
 def test_lora_weights_move_and_loss_falls(tiny_model, sft_files):
     cfg = _cfg(tiny_model, sft_files[0], max_steps=8, run="tiny-moves")
     tokenizer = load_tokenizer(tiny_model)
@@ -73,6 +75,7 @@ def test_lora_weights_move_and_loss_falls(tiny_model, sft_files):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
+@pytest.mark.integration
 def test_train_writes_run_folder(tiny_model, sft_files, training_home):
     cfg = _cfg(tiny_model, sft_files[0], val_file=str(sft_files[1]), run="tiny-e2e")
     summary = train(cfg)
@@ -106,6 +109,7 @@ def test_train_writes_run_folder(tiny_model, sft_files, training_home):
         train(cfg)
 
 
+@pytest.mark.integration
 def test_refuse_stops_before_training(tiny_model, tiny_records, write_jsonl, training_home):
     long = dict(tiny_records[0], id="too-long")
     long["prompt"] = [long["prompt"][0], {"role": "user", "content": "word " * 400}]
@@ -162,6 +166,7 @@ def test_library_validation_is_reported(sft_files):
         load_train_config(SMOKE_YAML, [f"train_file={sft_files[0]}", "val_file=null", "bf16=true", "fp16=true"])
 
 
+@pytest.mark.integration
 def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, training_home):
     args = ["--config", str(SMOKE_YAML), "--set", f"train_file={sft_files[0]}", "--set", "val_file=null",
             "--set", f"model={tiny_model}", "--set", "run=tiny-pre", "--preflight-only"]
@@ -173,6 +178,7 @@ def test_main_preflight_only_and_error_exit(tiny_model, sft_files, capsys, train
     assert "train_file='missing.jsonl': file not found" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_compile_layers_compiles_every_decoder_layer_but_the_first(tiny_model, sft_files):
     cfg = _cfg(tiny_model, sft_files[0], run="tiny-compile", compile_layers=True)
     trainer = build_trainer(cfg, tiny_model, load_tokenizer(tiny_model), _records(sft_files[1]))
@@ -185,6 +191,7 @@ def test_compile_layers_compiles_every_decoder_layer_but_the_first(tiny_model, s
     assert all(layer._compiled_call_impl is None for layer in plain.model.get_base_model().get_decoder().layers)
 
 
+@pytest.mark.integration
 def test_compile_layers_refuses_torch_compile_too(tiny_model, sft_files):
     cfg = _cfg(tiny_model, sft_files[0], run="tiny-compile-both", compile_layers=True, torch_compile=True)
     with pytest.raises(ConfigError, match="pick one"):

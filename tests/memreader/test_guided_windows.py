@@ -1,0 +1,39 @@
+"""A window whose memory grammar does not fit the reply budget is cut into smaller windows, not refused
+(memreader.guidance.plan_guided_windows): small chunks of Chinese text cost many marker tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from memreader import guidance
+from memreader.guidance import MemoryGrammars, plan_guided_windows
+from memreader.memory_grammar import GrammarSettings
+from memreader.windowing import WindowSettings
+
+SENTENCE = "这座城市的图书馆每天早上八点开门，读者可以在一楼借书，也可以在二楼的阅览室安静地学习。"
+TEXT = SENTENCE * 36  # ~1,600 characters, as one MultiFieldQA-zh context window
+
+
+def _plan(budget: int):
+    settings = GrammarSettings(min_chunk_chars=160, max_chunk_chars=196, cjk_char_weight=1.0, max_scenarios=8)
+    grammars = MemoryGrammars(settings, count_tokens=len)  # one token per character: Chinese-like costs
+    return plan_guided_windows([TEXT], grammars, budget, count_tokens=len, settings=WindowSettings(0, 0),
+                               grammar=settings)
+
+
+def test_a_grammar_over_budget_gets_smaller_windows_that_fit() -> None:
+    wide, _, errors = _plan(4000)
+    assert errors == {} and len(wide.windows[0]) == 1  # a generous budget: one window, as before
+    plan, plans, errors = _plan(512)
+    assert errors == {}, errors
+    windows = plan.windows[0]
+    assert len(windows) > 1 and all(p is not None and p.worst_case_tokens <= 512 for p in plans)
+    assert windows[0].start == 0 and windows[-1].end == len(TEXT)
+
+
+def test_a_budget_no_window_fits_is_still_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guidance, "FIT_ROUNDS", 1)  # no second try: the old behaviour
+    _, _, errors = _plan(512)
+    assert "needs up to" in errors[0] and "raise max_new_tokens" in errors[0]
+    _, _, errors = _plan(40)  # not even one chunk fits
+    assert errors and all("raise max_new_tokens" in e for e in errors.values())
