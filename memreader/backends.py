@@ -7,11 +7,12 @@ support, the MeVe verifier and the chat) takes ``backend`` (``local`` and ``hf``
 1. ``scripts/bench_engines.py`` times every backend x dtype per stage on the machine it runs on and records the
    fastest in ``$MEMREADER_HOME/engine_choice.json`` (keyed by CPU model / GPU name, torch and core count);
    ``auto`` takes that row when the file has one for this machine.
-2. Without a recorded measurement: vLLM when it imports, for the generating stages (reading, teacher, answering)
-   and informational support, and transformers for the evaluator scorer. That is what the measurements in
-   docs/BENCHMARKS.md found on a GPU and on this project's two-core CPUs alike (vLLM's CPU build in process:
-   guided reading 4.8x, answering 16x, support 1.1x the transformers rows; the batched transformers scorer 1.2x
-   vLLM's ``prompt_logprobs``); a machine where that does not hold gets its own rows by running the benchmark.
+2. Without a recorded measurement: vLLM when it imports, for the generating stages (reading, teacher, answering,
+   chat), informational support and the MeVe verifier, and transformers for the evaluator scorer. That is what
+   the measurements in docs/BENCHMARKS.md found on this project's two-core CPUs (vLLM's CPU build in process,
+   bf16: guided reading 4.5x, answering 3.5x, support 1.2x, verifier 1.4x, chat 1.46x the transformers bf16 rows;
+   the batched transformers scorer 1.03x vLLM's ``prompt_logprobs``), and what holds on a GPU; a machine where it
+   does not hold gets its own rows by running the benchmark.
 
 The dtype's ``auto`` is the cached matmul probe (:mod:`memreader.hardware`). Every run records the backend and
 dtype that produced it (:func:`describe_choice`).

@@ -57,6 +57,19 @@ def corpus(path: Path, n_crud: int) -> Path:
     return path
 
 
+STAGE_KEYS = {  # stage -> (row section, metric, +1 higher is faster / -1 lower is faster)
+    "read": ("reading", "docs_per_s_with_startup", 1), "teacher": ("reading", "docs_per_s_with_startup", 1),
+    "scorer": ("scoring", "tok_per_s", 1), "answer": ("answering", "answers_per_s", 1),
+    "support": ("support", "tok_per_s", 1), "verifier": ("verifier", "passages_per_s", 1),
+    "chat": ("chat", "s_per_reply", -1)}
+COLUMNS = {("reading", "docs_per_s"): ("read doc/s", ".3f"), ("reading", "docs_per_s_with_startup"): ("+start", ".3f"),
+           ("reading", "tok_per_s"): ("gen tok/s", ".0f"), ("reading", "usable_rate"): ("usable", ".0%"),
+           ("scoring", "tok_per_s"): ("scorer tok/s", ".0f"), ("answering", "prefill_tok_per_s"): ("ans prefill", ".0f"),
+           ("answering", "answers_per_s"): ("ans/s", ".2f"), ("support", "tok_per_s"): ("supp tok/s", ".0f"),
+           ("support", "share_of_matmul"): ("supp %mm", ".0%"), ("verifier", "passages_per_s"): ("verif p/s", ".1f"),
+           ("chat", "s_per_reply"): ("chat s/reply", ".2f")}
+
+
 def model_flops_per_token(config: Any, seq_len: int) -> float:
     """2 x non-embedding parameters of a Llama-shaped decoder, plus causal attention (QK^T and AV) at ``seq_len``."""
     d, layers = config.hidden_size, config.num_hidden_layers
@@ -116,35 +129,83 @@ def qa_items(memories: list[Any]) -> tuple[list[str], list[list[str]], list[str]
     return questions, contexts, answers
 
 
+def demo_memories() -> list[Any]:
+    """The demo documents cut at paragraphs and sentences into ~300-character chunks (``--stages`` without
+    ``read``: the QA contexts come from these instead of the first row's memories)."""
+    import re
+
+    from memreader.schema import DocumentMemory, Scenario
+
+    out = []
+    for line in DEMO.read_text(encoding="utf-8").splitlines():
+        doc = json.loads(line)
+        text, cuts, start = doc["text"], [], 0
+        for m in re.finditer(r"(?<=[.!?])\s+", text):
+            if m.end() - start >= 300:
+                cuts.append(m.end())
+                start = m.end()
+        spans = list(zip([0, *cuts], [*cuts, len(text)], strict=True))
+        spans = [(a, b) for a, b in spans if b > a]
+        out.append(DocumentMemory(doc["id"], text, [Scenario(f"part {i}", "", a, b) for i, (a, b) in enumerate(spans)]))
+    return out
+
+
 def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: dict[str, Any],
-              rates: dict[str, float]) -> dict[str, Any]:
+              rates: dict[str, float], stages: set[str]) -> dict[str, Any]:
     from eval.answering import answer_messages
-    from eval.support import support_for_answers
-    from memreader.generation import GenerationParams
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
 
     print(f"--- {backend} {dtype}", flush=True)
     chat, startup = make_backend(backend, dtype)
     row: dict[str, Any] = {"backend": backend, "dtype": dtype, "startup_s": round(startup, 1)}
-    reading = bench_reading(chat, backend, dtype, corpus_path, work)
-    memories = reading.pop("memories")
-    shared.setdefault("memories", memories)  # every row scores and answers over the first row's memories
-    reading["docs_per_s_with_startup"] = reading["documents"] / (reading["seconds"] + startup)
-    row["reading"] = reading
-    # scoring
+    if "read" in stages:
+        reading = bench_reading(chat, backend, dtype, corpus_path, work)
+        memories = reading.pop("memories")
+        shared.setdefault("memories", memories)  # every row scores and answers over the first row's memories
+        reading["docs_per_s_with_startup"] = reading["documents"] / (reading["seconds"] + startup)
+        row["reading"] = reading
+    else:
+        shared.setdefault("memories", demo_memories())
+    if "scorer" in stages:
+        row["scoring"] = bench_scoring(chat, backend, dtype, shared["memories"])
+    questions, contexts, answers = qa_items(shared["memories"])
+    prompts = [answer_messages(q, c) for q, c in zip(questions, contexts, strict=True)]
+    if "answer" in stages or "support" in stages:
+        row.update(bench_answering(chat, dtype, prompts, questions, contexts, answers, rates))
+    if "verifier" in stages:
+        row["verifier"] = bench_verifier(chat, backend, questions, contexts)
+    if "chat" in stages:
+        row["chat"] = bench_chat(chat, prompts)
+    if backend == "vllm":
+        from memreader.vllm_engine import shutdown_engines
+
+        shutdown_engines()
+    return row
+
+
+def bench_scoring(chat: Any, backend: str, dtype: str, memories: list[Any]) -> dict[str, Any]:
+    """The evaluator scorer (``ppl`` clarity + completeness) over ``memories``: prompt tokens/s."""
+    from memreader.scoring import EvaluatorScorer, ScorerSettings
+
     if backend == "vllm":
         scorer = EvaluatorScorer(ScorerSettings(backend="vllm", dtype=dtype), engine=chat.engine)
     else:
         scorer = EvaluatorScorer(ScorerSettings(dtype=dtype), chat.model(), chat.tokenizer())
     before = scorer.engine.tokens_processed
     t0 = time.perf_counter()
-    scorer.score(shared["memories"], ["ppl"])
+    scorer.score(memories, ["ppl"])
     dt = time.perf_counter() - t0
-    row["scoring"] = {"tokens": scorer.engine.tokens_processed - before, "seconds": round(dt, 2),
-                      "tok_per_s": (scorer.engine.tokens_processed - before) / dt}
+    return {"tokens": scorer.engine.tokens_processed - before, "seconds": round(dt, 2),
+            "tok_per_s": (scorer.engine.tokens_processed - before) / dt}
+
+
+def bench_answering(chat: Any, dtype: str, prompts: list[Any], questions: list[str], contexts: list[list[str]],
+                    answers: list[str], rates: dict[str, float]) -> dict[str, Any]:
+    """Answering (prefill alone, then 32-token answers) and support of the reference answers."""
+    from eval.support import support_for_answers
+    from memreader.generation import GenerationParams
+
     # answering: prefill alone, then 32-token answers
-    questions, contexts, answers = qa_items(shared["memories"])
-    prompts = [answer_messages(q, c) for q, c in zip(questions, contexts, strict=True)]
+    row: dict[str, Any] = {}
     tok = chat.tokenizer()
     prompt_tokens = [len(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
                          ["input_ids"]) for p in prompts]
@@ -172,7 +233,11 @@ def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: d
                       "model_gflops": flops / 1e9, "share_of_matmul": flops / 1e9 / rates[dtype]}
     answer_flops = model_flops_per_token(config, int(sum(prompt_tokens) / len(prompts))) * sum(prompt_tokens) / prefill
     row["answering"]["share_of_matmul"] = answer_flops / 1e9 / rates[dtype]
-    # MeVe verifier: P(yes) of every (question, retrieved chunk) pair, 24 questions x 8 chunks
+    return row
+
+
+def bench_verifier(chat: Any, backend: str, questions: list[str], contexts: list[list[str]]) -> dict[str, Any]:
+    """MeVe's LM verifier: P(yes) of every (question, retrieved chunk) pair, 24 questions x 8 chunks."""
     from retrieval.verifier import LMVerifier
 
     verifier = LMVerifier(chat.engine if backend == "vllm" else chat.model(), chat.tokenizer(), batch_size=8)
@@ -181,19 +246,19 @@ def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: d
     for q, c in zip(questions, contexts, strict=True):
         verifier.score(q, c)
     dt = time.perf_counter() - t0
-    row["verifier"] = {"passages": pairs, "seconds": round(dt, 2), "passages_per_s": pairs / dt}
-    # chat: one question at a time (a conversation), 32-token answers
+    return {"passages": pairs, "seconds": round(dt, 2), "passages_per_s": pairs / dt}
+
+
+def bench_chat(chat: Any, prompts: list[Any]) -> dict[str, Any]:
+    """The chat: 6 of the QA prompts one at a time (as a conversation asks), 32 new tokens: seconds per reply."""
+    from memreader.generation import GenerationParams
+
     t0 = time.perf_counter()
     for p in prompts[:6]:
         chat.generate_many([p], GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=32))
     dt = time.perf_counter() - t0
-    row["chat"] = {"replies": 6, "seconds": round(dt, 2), "s_per_reply": dt / 6}
-    if backend == "vllm":
-        from memreader.vllm_engine import shutdown_engines
+    return {"replies": 6, "seconds": round(dt, 2), "s_per_reply": dt / 6}
 
-        shutdown_engines()
-    del chat, scorer
-    return row
 
 
 def main() -> int:
@@ -202,6 +267,8 @@ def main() -> int:
     ap.add_argument("--rows", default="transformers:float32,transformers:bfloat16,vllm:float32,vllm:bfloat16")
     ap.add_argument("--out", default="", help="also write the rows as JSON here")
     ap.add_argument("--no-record", action="store_true", help="do not write engine_choice.json")
+    ap.add_argument("--stages", default=",".join(STAGE_KEYS), help="stages to measure (without read, the QA "
+                    "contexts are the demo documents cut into ~300-character chunks); only these are recorded")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -213,6 +280,10 @@ def main() -> int:
     print(f"machine: {machine_key()} ({cpu_model()}), {torch.get_num_threads()} threads, device {device}")
     rates = {d: max(matmul_rate(d, 1024), matmul_rate(d, 2048)) for d in ("float32", "bfloat16")}
     print(f"matmul: fp32 {rates['float32']:.0f} GFLOP/s, bf16 {rates['bfloat16']:.0f} GFLOP/s")
+    stages = set(args.stages.split(","))
+    unknown = stages - set(STAGE_KEYS)
+    if unknown:
+        ap.error(f"unknown stages {sorted(unknown)}; choose from {', '.join(STAGE_KEYS)}")
     rows = []
     shared: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -220,29 +291,18 @@ def main() -> int:
         corpus_path = corpus(work / "corpus.jsonl", args.crud)
         for spec in args.rows.split(","):
             backend, dtype = spec.split(":")
-            rows.append(bench_row(backend, dtype, corpus_path, work, shared, rates))
+            rows.append(bench_row(backend, dtype, corpus_path, work, shared, rates, stages))
             print("row:", json.dumps(rows[-1], default=float), flush=True)  # kept even if a later row fails
-    header = (f"{'backend':<13}{'dtype':<10}{'start s':>8}{'read doc/s':>11}{'+start':>8}{'tok/s':>7}{'usable':>7}"
-              f"{'score tok/s':>12}{'ans prefill':>12}{'ans/s':>7}{'supp tok/s':>11}{'supp %mm':>9}"
-              f"{'verif p/s':>10}{'chat s':>8}")
-    print("\n" + header)
+    print()
     for r in rows:
-        rd = r["reading"]
-        print(f"{r['backend']:<13}{r['dtype']:<10}{r['startup_s']:>8.1f}{rd['docs_per_s']:>11.3f}"
-              f"{rd['docs_per_s_with_startup']:>8.3f}{rd['tok_per_s']:>7.0f}{rd['usable_rate']:>7.0%}"
-              f"{r['scoring']['tok_per_s']:>12.0f}{r['answering']['prefill_tok_per_s']:>12.0f}"
-              f"{r['answering']['answers_per_s']:>7.2f}{r['support']['tok_per_s']:>11.0f}"
-              f"{r['support']['share_of_matmul']:>9.0%}{r['verifier']['passages_per_s']:>10.1f}"
-              f"{r['chat']['s_per_reply']:>8.2f}")
-    best = {
-        "read": max(rows, key=lambda r: r["reading"]["docs_per_s_with_startup"]),
-        "teacher": max(rows, key=lambda r: r["reading"]["docs_per_s_with_startup"]),
-        "scorer": max(rows, key=lambda r: r["scoring"]["tok_per_s"]),
-        "answer": max(rows, key=lambda r: r["answering"]["answers_per_s"]),
-        "support": max(rows, key=lambda r: r["support"]["tok_per_s"]),
-        "verifier": max(rows, key=lambda r: r["verifier"]["passages_per_s"]),
-        "chat": min(rows, key=lambda r: r["chat"]["s_per_reply"]),
-    }
+        cells = [f"{r['backend']} {r['dtype']}", f"start-up {r['startup_s']:.1f} s"]
+        for key, (name, fmt) in COLUMNS.items():
+            section, metric = key
+            if section in r:
+                cells.append(f"{name} {format(r[section][metric], fmt)}")
+        print(" | ".join(cells))
+    best = {stage: max(rows, key=lambda r, k=key: r[k[0]][k[1]] * k[2])
+            for stage, key in STAGE_KEYS.items() if stage in stages and all(key[0] in r for r in rows)}
     choices = {stage: {"backend": r["backend"], "dtype": r["dtype"], "measured": time.strftime("%Y-%m-%d"),
                        "by": "scripts/bench_engines.py"} for stage, r in best.items()}
     for stage, c in choices.items():
