@@ -40,8 +40,7 @@ def _open(kind: str, db: Path, embedder: Any) -> Any:
 
 
 def _size(kind: str, store: Any) -> int:
-    return {"index": lambda: store.counts()["chunk"], "passages": store.count,
-            "conversation": lambda: store.count("talk")}[kind]()
+    return store.counts()["chunk"] if kind == "index" else store.count() if kind == "passages" else store.count("talk")
 
 
 def _bad_requests(kind: str, store: Any) -> list[Callable[[], Any]]:
