@@ -49,3 +49,11 @@ def test_every_kind_of_wrong_import_is_caught(tmp_path: Path) -> None:
     assert "eval.qa imports retrieval.search: private name(s) _canonical" in text
     assert "import cycle among memreader.a, memreader.b" in text
     assert len(found) == 5, found  # the __main__ block, the top layer and eval -> retrieval are allowed
+
+
+def test_every_module_imports() -> None:
+    """A name moved between modules (and an import a linter dropped as unused) fails here, not in a user's run."""
+    import importlib
+
+    for name in check_layers.modules():
+        importlib.import_module(name)

