@@ -13,7 +13,6 @@ as ``<name>.scores.config.yaml``. The evaluation harness uses it to score chunki
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -128,12 +127,7 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     return summary
 
 
-def _run_stage(cfg: AssessConfig, args: argparse.Namespace) -> int:
-    assess(cfg)
-    return 0
-
-
-STAGE = Stage("assess", "clarity/completeness of any memories file (evaluator LM), written beside it", run=_run_stage,
+STAGE = Stage("assess", "clarity/completeness of any memories file (evaluator LM), written beside it", run=assess,
               config=AssessConfig, example_dir="configs/data_gen/",
               flags=(Flag("input", help="memories JSONL to score (same as --set input=FILE)"),))
 

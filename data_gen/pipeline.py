@@ -19,7 +19,6 @@ pays only for the new candidates. Outputs: ``memories.jsonl`` (winners), ``candi
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import time
@@ -340,12 +339,7 @@ async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, 
     return results, teacher, flow
 
 
-def _run_stage(cfg: GenConfig, args: argparse.Namespace) -> int:
-    generate(cfg)
-    return 0
-
-
-STAGE = Stage("gen", "teacher-side memory generation → memories + SFT data", run=_run_stage, config=GenConfig,
+STAGE = Stage("gen", "teacher-side memory generation → memories + SFT data", run=generate, config=GenConfig,
               example_dir="configs/data_gen/")
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ method's chunks (:mod:`eval.clarity`) are measured too. Outputs: ``$MEMREADER_HO
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,12 +282,7 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     return summary.to_dict()
 
 
-def _run_stage(cfg: QAConfig, args: argparse.Namespace) -> int:
-    run_qa(cfg)
-    return 0
-
-
-STAGE = Stage("eval", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR", run=_run_stage, config=QAConfig,
+STAGE = Stage("eval", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR", run=run_qa, config=QAConfig,
               example_dir="configs/eval/")
 
 if __name__ == "__main__":

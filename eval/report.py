@@ -12,7 +12,6 @@ Paired tests are every method minus ``memreader`` on the same items (:func:`eval
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -334,7 +333,7 @@ class ReportConfig:
         return [] if self.eval_run else ["eval_run: name the evaluation run (memreader report RUN)"]
 
 
-def _run_stage(cfg: ReportConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: ReportConfig) -> int:
     folder = eval_dir(cfg.eval_run)
     path, figures = build_report(folder, Path(cfg.out) if cfg.out else folder / "report", cfg.bootstrap, cfg.seed)
     print(f"report: {path} (figures: {', '.join(p.name for p in figures)})")

@@ -4,7 +4,6 @@ shorthand for that key of ``metrics``)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -71,7 +70,7 @@ def load_score_config(path: str | None, items: list[str]) -> ScoreConfig:
     return load_config(ScoreConfig, path, overrides)
 
 
-def _run_stage(cfg: ScoreConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: ScoreConfig) -> int:
     """Score the files of ``cfg``, print the table and write the JSON report and the resolved config."""
     start = time.perf_counter()
     ids, preds, refs = join_by_id(load_predictions(cfg.pred), load_references(cfg.ref), cfg.pred, cfg.ref)

@@ -31,7 +31,6 @@ Shard files, markers and the merge: :mod:`inference.shards`; guide: ``docs/DISTR
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from dataclasses import dataclass
@@ -194,13 +193,8 @@ def raise_shard_errors(results: dict[int, dict[str, Any]]) -> None:
                      "fix the cause and rerun the same command: finished shards are kept and not read again")
 
 
-def _run_stage(cfg: DistributedReadConfig, args: argparse.Namespace) -> int:
-    read_distributed(cfg)
-    return 0
-
-
 STAGE = Stage("read-dist", "read a corpus in shards on several GPUs or a Ray cluster, merged into one memories file "
-              "(resumable)", run=_run_stage, config=DistributedReadConfig, example_dir="configs/inference/")
+              "(resumable)", run=read_distributed, config=DistributedReadConfig, example_dir="configs/inference/")
 
 if __name__ == "__main__":
     from memreader.cli import module_main

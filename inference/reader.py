@@ -22,7 +22,6 @@ window memories are merged into one that tiles the document, the mapping kept in
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -386,12 +385,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     return summary
 
 
-def _run_stage(cfg: ReadConfig, args: argparse.Namespace) -> int:
-    read_corpus_memories(cfg)
-    return 0
-
-
-STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=_run_stage, config=ReadConfig,
+STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=read_corpus_memories, config=ReadConfig,
               example_dir="configs/inference/")
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def _run_stage(cfg: DemoConfig, args: argparse.Namespace) -> int:
 
 
 STAGE = Stage("demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked", run=_run_stage,
-              config=DemoConfig, arguments=_arguments, flags=(Flag("run", help="run name (default: demo)"),))
+              config=DemoConfig, arguments=_arguments, needs_args=True, flags=(Flag("run", help="run name (default: demo)"),))
 
 if __name__ == "__main__":
     from memreader.cli import module_main

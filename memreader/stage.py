@@ -1,13 +1,13 @@
 """One way to define a stage: each stage module exports ``STAGE = Stage(...)``; ``memreader.cli`` is built from them.
 
-    STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=_run, config=ReadConfig,
-                  example_dir="configs/inference/")
-    STAGE = Stage("merge", "...", run=_run, config=MergeConfig, flags=(Flag("adapter"), Flag("overwrite", const=True)))
+    STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=read_corpus_memories,
+                  config=ReadConfig, example_dir="configs/inference/")
+    STAGE = Stage("merge", "...", run=merge, config=MergeConfig, flags=(Flag("adapter"), Flag("overwrite", const=True)))
 
 A stage is a name, a one-line help, a config class (a dataclass read by :func:`memreader.config.load_config`
 from ``--config FILE`` and ``--set key=value``, or a custom ``load`` for configs of another shape), optional
 shortcut flags, optional extra arguments that are not config keys (a question, ``--json``), and
-``run(cfg, args) -> exit code``.
+``run(cfg)`` (or ``run(cfg, args)`` with ``needs_args``), whose int result is the exit code.
 
 **One precedence rule**: a shortcut flag is ``--set key=value`` written earlier on the line, so the YAML gives way
 to the flags, and an explicit ``--set`` of the same key wins over its shortcut (``memreader merge --adapter A --set
@@ -71,7 +71,8 @@ class Stage:
 
     name: str
     help: str
-    run: Callable[[Any, argparse.Namespace], int | None]
+    run: Callable[..., Any]
+    """``run(cfg)`` (``run(cfg, args)`` with ``needs_args``); an int result is the exit code, anything else is 0."""
     config: type | None = None
     example_dir: str = "configs/"
     flags: tuple[Flag, ...] = ()
@@ -81,6 +82,8 @@ class Stage:
     """How to build the config from ``(--config path, overrides)`` when it is not ``load_config(config, ...)``."""
     epilog: str = ""
     """``--help``'s closing text; default: every key of ``config`` with its help."""
+    needs_args: bool = False
+    """``run`` also takes the parsed arguments (for the extra ``arguments``)."""
 
     def parser(self, description: str | None = None) -> argparse.ArgumentParser:
         """The stage's argument parser: ``--config``, ``--set``, the shortcut flags and the extra arguments."""
@@ -114,4 +117,6 @@ class Stage:
 
     def __call__(self, args: argparse.Namespace) -> int:
         """Build the config and run; returns the exit code."""
-        return int(self.run(self.configure(args), args) or 0)
+        cfg = self.configure(args)
+        result = self.run(cfg, args) if self.needs_args else self.run(cfg)
+        return result if isinstance(result, int) and not isinstance(result, bool) else 0

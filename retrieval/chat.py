@@ -289,7 +289,7 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
 # ---------------------------------------------------------------- command line
 
 STAGE = Stage("chat", "terminal chat answered from momentary contexts rebuilt from the stored turns",
-              run=lambda cfg, args: run_chat(cfg), config=ChatConfig, example_dir="configs/retrieval/")
+              run=run_chat, config=ChatConfig, example_dir="configs/retrieval/")
 
 if __name__ == "__main__":
     from memreader.cli import module_main

@@ -23,7 +23,7 @@ def _ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", help="the question to retrieve chunks for")
 
 
-def _index(cfg: RetrievalConfig, args: argparse.Namespace) -> int:
+def _index(cfg: RetrievalConfig) -> int:
     """Build the index and print its one-line summary."""
     print(run_index(cfg).line())
     return 0
@@ -48,7 +48,7 @@ STAGES = (
     Stage("index", "index memories into Milvus (outline / core / chunk layers)", run=_index, config=RetrievalConfig,
           example_dir="configs/retrieval/"),
     Stage("ask", "retrieve chunks for a question, with provenance", run=_ask, config=RetrievalConfig,
-          example_dir="configs/retrieval/", arguments=_ask_arguments,
+          example_dir="configs/retrieval/", arguments=_ask_arguments, needs_args=True,
           flags=(Flag("pipeline", help=f"{' or '.join(PIPELINES)}: layers (search + RRF, the default) or meve (five "
                       "verified phases, packed under t_max tokens); the same as --set pipeline=..."),)),
 )

@@ -18,7 +18,6 @@ resolved config (``merge_config.yaml``). Merging a 7B model needs ~16 GB of CPU 
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import dataclass
 
@@ -50,7 +49,7 @@ class MergeConfig:
         return [] if self.dtype in DTYPES else [f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}"]
 
 
-def _run_stage(cfg: MergeConfig, args: argparse.Namespace) -> int:
+def _run_stage(cfg: MergeConfig) -> int:
     out = merge_adapter(cfg.adapter, cfg.output, cfg.base, cfg.dtype, cfg.overwrite)
     write_resolved_config(out, cfg, "merge_config.yaml")
     print(out)
