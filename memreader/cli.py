@@ -30,6 +30,7 @@ from memreader.errors import MemReaderError, RunFailed
 from memreader.stage import Stage
 
 COMMANDS: dict[str, str] = {
+    "ingest": "ingest.ingest",
     "gen": "data_gen.pipeline",
     "assess": "data_gen.assess",
     "train": "training.sft",
@@ -98,7 +99,7 @@ def module_main(name: str) -> int:
     return main([name, *sys.argv[1:]])
 
 
-_OWN_PACKAGES = ("memreader", "data_gen", "training", "inference", "retrieval", "eval")
+_OWN_PACKAGES = ("memreader", "ingest", "data_gen", "training", "inference", "retrieval", "eval")
 
 
 def _is_user_error(exc: BaseException) -> bool:

@@ -10,6 +10,9 @@ from typing import Any
 
 from memreader.errors import MemReaderError
 
+DOCUMENT_SUFFIXES = (".pdf", ".docx", ".doc", ".html", ".htm", ".md", ".markdown", ".rtf", ".odt")
+"""Files that are documents, not corpora: ``memreader ingest`` turns them into one."""
+
 
 class CorpusError(MemReaderError, ValueError):
     """A corpus file is unreadable or a record lacks a field; the message names file and line."""
@@ -36,6 +39,10 @@ def read_corpus(
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
+    if path.suffix.lower() in DOCUMENT_SUFFIXES:
+        raise CorpusError(f"{path} is a {path.suffix.lower()[1:].upper()} file, not a corpus JSONL",
+                          f"turn files into a corpus first: memreader ingest {path} (then read "
+                          "runs/<run>/ingest/corpus.jsonl)")
     docs: list[Document] = []
     seen: set[str] = set()
     raw = path.read_bytes()

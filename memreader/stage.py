@@ -39,18 +39,21 @@ class Flag:
     name: str = ""
     """The flag as typed (default ``--`` + the key with ``-`` for ``_``)."""
     positional: bool = False
+    many: bool = False
+    """Takes several values (a list key)."""
     help: str = ""
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         what = self.help or f"same as --set {self.key}={'VALUE' if self.const is None else json.dumps(self.const)}"
+        nargs = "*" if self.many else "?"
         if self.positional:
-            parser.add_argument(self.key, metavar=self.key.upper(), type=self.type, nargs="?", default=None, help=what)
+            parser.add_argument(self.key, metavar=self.key.upper(), type=self.type, nargs=nargs, default=None, help=what)
         elif self.const is not None:
             parser.add_argument(self.name or f"--{self.key.replace('_', '-')}", dest=self.key, action="store_const",
                                 const=self.const, default=None, help=what)
         else:
             parser.add_argument(self.name or f"--{self.key.replace('_', '-')}", dest=self.key, type=self.type,
-                                default=None, help=what)
+                                nargs="+" if self.many else None, default=None, help=what)
 
 
 class PrintAction(argparse.Action):

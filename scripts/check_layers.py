@@ -7,7 +7,7 @@ Layers, from the top:
 1. **top**: ``memreader.cli`` (the ``memreader`` command, built from the stages) and ``memreader.demo`` (the
    whole pipeline as a script). Nothing below imports them, except a stage module's ``if __name__ ==
    "__main__":`` block (``python -m <stage module>`` is ``memreader <stage>``).
-2. **stages**: ``data_gen``, ``training``, ``inference``, ``retrieval``, ``eval``. A stage imports the core and
+2. **stages**: ``ingest``, ``data_gen``, ``training``, ``inference``, ``retrieval``, ``eval``. A stage imports the core and
    itself. The one cross-stage direction allowed is ``eval`` → ``inference`` / ``retrieval`` (the evaluation
    reads and retrieves with what those stages ship), and never a private name (``_x``) of another package.
 3. **core**: every other ``memreader`` module. It imports only itself (and third-party libraries).
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("memreader", "data_gen", "training", "inference", "retrieval", "eval")
-STAGES = ("data_gen", "training", "inference", "retrieval", "eval")
+PACKAGES = ("memreader", "ingest", "data_gen", "training", "inference", "retrieval", "eval")
+STAGES = ("ingest", "data_gen", "training", "inference", "retrieval", "eval")
 TOP = ("memreader.cli", "memreader.demo")
 ALLOWED_CROSS_STAGE = {("eval", "inference"), ("eval", "retrieval")}
 

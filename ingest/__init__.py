@@ -1,0 +1,1 @@
+"""``memreader ingest``: files of every common format into a reading corpus, with pages and headings."""

@@ -1,0 +1,232 @@
+"""Text and structure out of one file: PDF, DOCX, HTML, Markdown, plain text.
+
+    got = extract(Path("report.pdf"))      # Extracted(text, pages=[(0, 1), (1834, 2), ...], headings=None)
+    got = extract(Path("guide.md"))        # headings=[(0, ["Guide"]), (412, ["Guide", "Install"]), ...]
+
+Every extractor returns the document text and, where the format has them, a **page map** (character offset where
+each page's text starts → page number, PDF) and a **heading map** (offset where each heading starts → its path
+of headings, Markdown, HTML, DOCX). Offsets index the returned text, so a chunk's start finds its page and
+heading path by bisection (:func:`page_at`, :func:`headings_at`).
+
+Libraries, chosen by measurement (``scripts/bench_ingest.py``, docs/BENCHMARKS.md): pypdf for PDF (pure Python,
+reads encrypted files, the faster of pypdf and pdfminer.six on the benchmark's PDFs), python-docx for Word,
+lxml for HTML (already a dependency; scripts, styles and the head are dropped, block elements become paragraphs)
+and markdown-it-py for Markdown headings (the Markdown source itself is the text, unchanged).
+
+A file that cannot give text raises :class:`FileProblem` with a kind (``encrypted``, ``no-text``, ``corrupt``,
+``encoding``, ``unsupported``), the problem and the fix; the caller reports it for that file and goes on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memreader.errors import MemReaderError
+
+__all__ = ["FORMATS", "Extracted", "FileProblem", "extract", "format_of", "headings_at", "page_at"]
+
+FORMATS = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown",
+           ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
+"""File extension → format (JSONL and Parquet corpora pass through, one document per record)."""
+_HEADINGS = {f"h{i}": i for i in range(1, 7)}
+_BLOCKS = {"p", "li", "pre", "blockquote", "td", "th", "dd", "dt", "figcaption", "caption", "div", "section",
+           "article", "main", "aside", "header", "footer", "nav", "table", "tr", "ul", "ol", "dl", "figure", "form",
+           "address", "body", *(_HEADINGS)}
+_DROP = "//script|//style|//noscript|//template|//head|//svg"
+_SPACES = re.compile(r"[ \t\r\f\v\u00a0]+")
+
+
+class FileProblem(MemReaderError, ValueError):
+    """A file that gives no text; ``kind`` says why (``encrypted``, ``no-text``, ``corrupt``, ``encoding``,
+    ``unsupported``)."""
+
+    def __init__(self, kind: str, problem: str, fix: str) -> None:
+        super().__init__(problem, fix)
+        self.kind = kind
+
+
+@dataclass
+class Extracted:
+    """The text of a file, with its page map and heading map when the format has them."""
+
+    text: str
+    pages: list[tuple[int, int]] | None = None
+    headings: list[tuple[int, list[str]]] | None = None
+
+
+def format_of(path: Path) -> str | None:
+    """The format of a file by its extension, None when unsupported."""
+    return FORMATS.get(path.suffix.lower())
+
+
+def page_at(pages: list[tuple[int, int]], offset: int) -> int | None:
+    """The page holding character ``offset`` (None before the first page's text)."""
+    i = bisect.bisect_right([p[0] for p in pages], offset) - 1
+    return pages[i][1] if i >= 0 else None
+
+
+def headings_at(headings: list[tuple[int, list[str]]], offset: int) -> list[str]:
+    """The heading path in force at character ``offset`` ([] before the first heading)."""
+    i = bisect.bisect_right([h[0] for h in headings], offset) - 1
+    return list(headings[i][1]) if i >= 0 else []
+
+
+def extract(path: Path) -> Extracted:
+    """The text and structure of one PDF, DOCX, HTML, Markdown or text file (see the module docstring)."""
+    kind = format_of(path)
+    readers = {"pdf": _pdf, "docx": _docx, "html": _html, "markdown": _markdown, "text": _text}
+    if kind not in readers:
+        raise FileProblem("unsupported", f"unsupported file type {path.suffix or '(none)'!r}",
+                          f"supported: {', '.join(sorted(FORMATS))}")
+    return readers[kind](path)
+
+
+def _joined(blocks: list[tuple[int, str]]) -> Extracted:
+    """Paragraph blocks ``(heading level or 0, text)`` → text joined by blank lines, with the heading map."""
+    parts, headings, path = [], [], []
+    offset = 0
+    for level, text in blocks:
+        if not text:
+            continue
+        if level:
+            path = [*path[: level - 1], *[""] * max(0, level - 1 - len(path)), text][:level]
+            headings.append((offset, [p for p in path if p]))
+        parts.append(text)
+        offset += len(text) + 2
+    return Extracted("\n\n".join(parts), headings=headings)
+
+
+def _clean(text: str) -> str:
+    lines = [_SPACES.sub(" ", line).strip() for line in text.splitlines()]
+    return "\n".join(line for line in lines if line)
+
+
+def _text(path: Path) -> Extracted:
+    return Extracted(_decode(path.read_bytes(), path))
+
+
+def _decode(data: bytes, path: Path) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FileProblem("encoding", f"not UTF-8 text (byte {exc.start} is invalid)",
+                          f"re-encode it as UTF-8 (iconv -f <its encoding> -t UTF-8 {path.name})") from None
+
+
+def _markdown(path: Path) -> Extracted:
+    from markdown_it import MarkdownIt
+
+    text = _decode(path.read_bytes(), path)
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    tokens = MarkdownIt("commonmark").parse(text)
+    headings, trail = [], []
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and token.map:
+            level = int(token.tag[1])
+            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            trail = [*trail[: level - 1], *[""] * max(0, level - 1 - len(trail)), title][:level]
+            headings.append((starts[token.map[0]], [t for t in trail if t]))
+    return Extracted(text, headings=headings)
+
+
+def _html(path: Path) -> Extracted:
+    import lxml.etree
+    import lxml.html
+
+    data = path.read_bytes()
+    if not data.strip():
+        raise FileProblem("no-text", "the HTML file is empty", "check the file")
+    try:
+        root = lxml.html.document_fromstring(data)
+    except (lxml.etree.ParserError, ValueError) as exc:
+        raise FileProblem("corrupt", f"not parseable HTML ({exc})", "check the file") from None
+    for node in root.xpath(_DROP):
+        node.drop_tree()
+    blocks: list[tuple[int, str]] = []
+    _walk(root, blocks)
+    return _joined(blocks)
+
+
+def _walk(el: Any, out: list[tuple[int, str]]) -> None:
+    """Block elements in document order: a heading or a block without block descendants is one paragraph;
+    a block that holds others gives its own loose text and its children's."""
+    tag = el.tag if isinstance(el.tag, str) else ""
+    if tag in _HEADINGS:
+        out.append((_HEADINGS[tag], _clean(el.text_content()).replace("\n", " ")))
+        return
+    if not any(isinstance(d.tag, str) and d.tag in _BLOCKS for d in el.iterdescendants()):
+        out.append((0, _clean(el.text_content())))
+        return
+    out.append((0, _clean(el.text or "")))
+    for child in el:
+        if isinstance(child.tag, str):  # not a comment or processing instruction
+            _walk(child, out)
+        out.append((0, _clean(child.tail or "")))
+
+
+def _docx(path: Path) -> Extracted:
+    import zipfile
+
+    import docx
+
+    try:
+        document = docx.Document(str(path))
+    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise FileProblem("corrupt", f"not a readable Word file ({type(exc).__name__}: {exc})",
+                          "open and save it again in Word or LibreOffice (only .docx is read, not .doc)") from None
+    blocks: list[tuple[int, str]] = []
+    for item in document.iter_inner_content():
+        if isinstance(item, docx.table.Table):
+            rows = [" | ".join(_clean(c.text) for c in row.cells) for row in item.rows]
+            blocks.append((0, "\n".join(r for r in rows if r.strip(" |"))))
+            continue
+        style = (item.style.name if item.style is not None else "") or ""
+        # the Title sits above Heading 1 (a document without one starts its paths at Heading 1 all the same)
+        level = 1 if style == "Title" else int(style.split()[-1]) + 1 if re.fullmatch(r"Heading [1-9]", style) else 0
+        blocks.append((level, _clean(item.text)))
+    return _joined(blocks)
+
+
+def _pdf(path: Path) -> Extracted:
+    from pypdf import PdfReader
+    from pypdf.errors import FileNotDecryptedError, PdfReadError
+
+    try:
+        reader = PdfReader(str(path))
+        encrypted = reader.is_encrypted
+    except (PdfReadError, ValueError, OSError, KeyError, TypeError) as exc:
+        raise FileProblem("corrupt", f"not a readable PDF ({type(exc).__name__}: {exc})",
+                          "re-export the PDF, or repair it (qpdf in.pdf out.pdf)") from None
+    if encrypted:
+        try:  # an owner password alone (printing, copying limits) opens with the empty user password
+            opened = bool(reader.decrypt(""))
+        except (FileNotDecryptedError, NotImplementedError, PdfReadError):
+            opened = False
+        if not opened:
+            raise FileProblem("encrypted", "the PDF is encrypted with a password",
+                              "decrypt it first (qpdf --password=... --decrypt in.pdf out.pdf)")
+    parts, pages = [], []
+    offset = 0
+    try:
+        for number, page in enumerate(reader.pages, 1):
+            text = "\n".join(line.rstrip() for line in (page.extract_text() or "").splitlines()).strip()
+            if not text:
+                continue
+            pages.append((offset, number))
+            parts.append(text)
+            offset += len(text) + 2
+    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
+        raise FileProblem("corrupt", f"a page of the PDF cannot be read ({type(exc).__name__}: {exc})",
+                          "re-export the PDF, or repair it (qpdf in.pdf out.pdf)") from None
+    if not parts:
+        raise FileProblem("no-text", f"no text layer in any of its {len(reader.pages)} page(s)",
+                          "run OCR first (e.g. ocrmypdf in.pdf out.pdf), then ingest the result")
+    return Extracted("\n\n".join(parts), pages=pages)

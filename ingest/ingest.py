@@ -1,0 +1,238 @@
+"""``memreader ingest``: files, folders and globs of PDF, Word, HTML, Markdown and text into a reading corpus.
+
+    memreader ingest docs/ reports/*.pdf notes.md --set run=mydocs
+    memreader read --config configs/inference/smollm2_cpu.yaml --set input=artifacts/runs/mydocs/ingest/corpus.jsonl
+    python -m ingest.ingest ...                                  (the same)
+
+Each file becomes one corpus record (``memreader read``, ``gen`` and ``index`` take the file as it is)::
+
+    {"id": "reports/q1.pdf", "text": "...", "source": "/abs/path/reports/q1.pdf", "sha256": "...",
+     "format": "pdf", "pages": [[0, 1], [1834, 2]], "headings": [[0, ["Q1 report"]], [96, ["Q1 report", "Sales"]]]}
+
+- ``id``: the path relative to the folder given (a file given by name: its name; a glob: relative to the folder
+  before its first wildcard), with ``/`` separators, so it is stable across machines and reruns. Two files with
+  the same id are refused, both named.
+- ``pages`` (PDF) and ``headings`` (Markdown, HTML, Word): ``[character offset, page]`` and ``[offset, heading
+  path]`` where each page's text and each heading start (:mod:`ingest.formats`).
+- JSONL and Parquet corpora pass through record by record (their own ids; ``source`` and ``format`` added).
+
+Reruns skip unchanged files (same sha256 as the record in the previous corpus) and drop files that are gone.
+Extraction runs in ``workers`` processes with a progress bar. A file that gives no text (encrypted PDF, PDF
+without a text layer, corrupt file, unsupported extension, bad encoding) is reported on its own line with the
+fix and left out; the run goes on. Exit 0 when the corpus holds documents, 1 when nothing could be ingested,
+2 for configuration (no input, an input that does not exist, duplicate ids). The corpus and a report (every
+file's fate) are written under ``$MEMREADER_HOME/runs/<run>/ingest/``.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ingest.formats import FORMATS, FileProblem, extract, format_of
+from memreader.config import field
+from memreader.errors import ConfigError, RunFailed
+from memreader.paths import run_dir, write_atomic, write_json, write_resolved_config
+from memreader.stage import Flag, Stage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestConfig:
+    """Settings of ``memreader ingest``."""
+
+    inputs: list[str] = field([], help="files, folders (searched recursively) and globs to ingest")
+    run: str = field("ingest", help="run name: the corpus goes to $MEMREADER_HOME/runs/<run>/ingest/corpus.jsonl")
+    workers: int = field(0, ge=0, help="extraction processes (0 = one per core)")
+    id_field: str = field("id", help="id field of JSONL / Parquet corpora passed through")
+    text_field: str = field("text", help="text field of JSONL / Parquet corpora passed through")
+
+    def check(self) -> list[str]:
+        if not self.inputs:
+            return ["inputs: name at least one file, folder or glob (memreader ingest docs/ notes.md)"]
+        missing = [i for i in self.inputs if not glob.has_magic(i) and not Path(i).exists()]
+        return [f"inputs: {i!r} does not exist" for i in missing]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file to ingest and the id it gets."""
+
+    path: Path
+    doc_id: str
+
+
+def find_sources(inputs: list[str]) -> list[Source]:
+    """Every file the inputs name, with its id; a folder is searched recursively (hidden files skipped)."""
+    sources: dict[str, Source] = {}
+    for item in inputs:
+        if glob.has_magic(item):
+            base = Path(item.split("*")[0].split("?")[0].split("[")[0] or ".")
+            base = base if base.is_dir() else base.parent
+            found = [(Path(p), base) for p in sorted(glob.glob(item, recursive=True)) if Path(p).is_file()]
+        elif Path(item).is_dir():
+            found = [(p, Path(item)) for p in sorted(Path(item).rglob("*")) if p.is_file()
+                     and not any(part.startswith(".") for part in p.relative_to(item).parts)]
+        else:
+            found = [(Path(item), Path(item).parent)]
+        for path, base in found:
+            doc_id = path.resolve().relative_to(base.resolve()).as_posix()
+            other = sources.get(doc_id)
+            if other is not None and other.path.resolve() != path.resolve():
+                raise ConfigError(f"two files map to the id {doc_id!r}: {other.path} and {path}",
+                                  "ingest them from one common folder, or rename one")
+            sources[doc_id] = Source(path, doc_id)
+    return list(sources.values())
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _extract_one(source: Source, sha256: str) -> list[dict[str, Any]] | dict[str, str]:
+    """The record of one file (a worker process), or ``{"kind", "error"}`` when it gives no text."""
+    try:
+        got = extract(source.path)
+    except FileProblem as exc:
+        return {"kind": exc.kind, "error": str(exc)}
+    if not got.text.strip():
+        return {"kind": "no-text", "error": "the file holds no text — fix: check the file"}
+    record: dict[str, Any] = {"id": source.doc_id, "text": got.text, "source": str(source.path.resolve()),
+                              "sha256": sha256, "format": format_of(source.path)}
+    if got.pages is not None:
+        record["pages"] = [list(p) for p in got.pages]
+    if got.headings is not None:
+        record["headings"] = [[o, h] for o, h in got.headings]
+    return [record]
+
+
+def _passthrough(source: Source, sha256: str, cfg: IngestConfig) -> list[dict[str, Any]] | dict[str, str]:
+    """The records of a JSONL or Parquet corpus, each with ``source`` and ``format`` added."""
+    kind = format_of(source.path)
+    if kind == "jsonl":
+        from memreader.corpus import CorpusError, read_corpus
+
+        try:
+            rows = [{cfg.id_field: d.doc_id, cfg.text_field: d.text, **d.meta}
+                    for d in read_corpus(source.path, cfg.id_field, cfg.text_field)]
+        except CorpusError as exc:
+            return {"kind": "corrupt", "error": str(exc)}
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.read_table(source.path).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; reported for this file, named
+            return {"kind": "corrupt", "error": f"not a readable Parquet file ({type(exc).__name__}: {exc})"}
+        if rows and (cfg.id_field not in rows[0] or cfg.text_field not in rows[0]):
+            return {"kind": "corrupt", "error": f"no {cfg.id_field!r} / {cfg.text_field!r} columns — fix: set "
+                    "id_field / text_field to its column names"}
+    return [{**r, "id": str(r[cfg.id_field]), "text": r[cfg.text_field], "source": str(source.path.resolve()),
+             "sha256": sha256, "format": kind} for r in rows]
+
+
+def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
+    """Build (or update) the corpus of ``cfg``; returns the summary written beside it."""
+    started = time.perf_counter()
+    out_dir = run_dir(cfg.run, "ingest")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_resolved_config(out_dir, cfg)
+    corpus_path = out_dir / "corpus.jsonl"
+    previous: dict[str, list[dict[str, Any]]] = {}
+    if corpus_path.is_file():
+        for line in corpus_path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            previous.setdefault(rec["source"], []).append(rec)
+    sources = find_sources(cfg.inputs)
+    fates: dict[str, dict[str, Any]] = {}
+    records: dict[str, list[dict[str, Any]]] = {}
+    todo: list[tuple[Source, str]] = []
+    for source in sources:
+        if format_of(source.path) is None:
+            fates[source.doc_id] = {"fate": "unsupported", "error": f"unsupported file type "
+                                    f"{source.path.suffix or '(none)'!r} — fix: supported: {', '.join(sorted(FORMATS))}"}
+            continue
+        sha = sha256_of(source.path)
+        old = previous.get(str(source.path.resolve()))
+        if old and all(r.get("sha256") == sha for r in old):
+            records[source.doc_id] = old
+            fates[source.doc_id] = {"fate": "unchanged"}
+        else:
+            todo.append((source, sha))
+    passthrough = [(s, h) for s, h in todo if format_of(s.path) in ("jsonl", "parquet")]
+    files = [(s, h) for s, h in todo if format_of(s.path) not in ("jsonl", "parquet")]
+    results = {s.doc_id: _passthrough(s, h, cfg) for s, h in passthrough}
+    workers = cfg.workers or os.cpu_count() or 1
+    bar = tqdm(total=len(files), desc="ingest", unit="file", disable=not progress)
+    if files and workers > 1 and len(files) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
+            for (source, _), result in zip(files, pool.map(_extract_one, *zip(*files, strict=True), chunksize=4),
+                                           strict=True):
+                results[source.doc_id] = result
+                bar.update()
+    else:
+        for source, sha in files:
+            results[source.doc_id] = _extract_one(source, sha)
+            bar.update()
+    bar.close()
+    for source, _ in todo:
+        result = results[source.doc_id]
+        if isinstance(result, dict):
+            fates[source.doc_id] = {"fate": result["kind"], "error": result["error"]}
+            print(f"ingest: {source.path}: {result['error']}")
+        else:
+            records[source.doc_id] = result
+            fates[source.doc_id] = {"fate": "ingested" if str(source.path.resolve()) not in previous else "updated"}
+    seen: dict[str, str] = {}
+    rows = []
+    for doc_id in sorted(records):
+        for rec in records[doc_id]:
+            if rec["id"] in seen:
+                raise ConfigError(f"the id {rec['id']!r} comes from {seen[rec['id']]} and from {rec['source']}",
+                                  "give the records unique ids, or ingest the files separately")
+            seen[rec["id"]] = rec["source"]
+            rows.append(rec)
+    current = {str(s.path.resolve()) for s in sources}
+    removed = sorted(src for src in previous if src not in current)
+    counts: dict[str, int] = {}
+    for fate in fates.values():
+        counts[fate["fate"]] = counts.get(fate["fate"], 0) + 1
+    if rows:
+        write_atomic(corpus_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    summary = {"corpus": str(corpus_path) if rows else None, "documents": len(rows), "n_files": len(sources),
+               "counts": counts, "removed": removed, "seconds": round(time.perf_counter() - started, 2),
+               "files": {s.doc_id: {"source": str(s.path), **fates[s.doc_id]} for s in sources}}
+    write_json(out_dir / "report.json", summary)
+    print(f"ingest: {len(sources)} file(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+          + (f", {len(removed)} removed" if removed else "") + f"; {len(rows)} document(s) → {corpus_path} "
+          f"({summary['seconds']:.1f} s)")
+    if not rows:
+        raise RunFailed(f"nothing could be ingested from {len(sources)} file(s)",
+                        f"see the lines above and {out_dir / 'report.json'}; supported: {', '.join(sorted(FORMATS))}")
+    return summary
+
+
+STAGE = Stage("ingest", "PDF, Word, HTML, Markdown and text files into a reading corpus with pages and headings",
+              run=ingest, config=IngestConfig, example_dir="configs/ingest/",
+              flags=(Flag("inputs", positional=True, many=True, help="files, folders and globs"),
+                     Flag("workers", int)))
+
+if __name__ == "__main__":
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("ingest"))
