@@ -54,6 +54,7 @@ from memreader.prompts import render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.stage import Stage
+from memreader.structure import annotate
 from memreader.vllm_engine import COMPILE_MODES, LORA_MODES
 from memreader.windowing import (
     WindowConfig,
@@ -319,6 +320,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
                     **meta, "windowing": {"budget_tokens": wplan.budget, "overlap_tokens": cfg.overlap_tokens}})
                 stats["windowed"] += 1
                 stats["windows"] += len(doc_windows)
+            annotate(mem, doc.meta)  # pages and headings of each scenario, when memreader ingest mapped them
             stats["fallbacks"] += "fallback" in mem.meta
             stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
             stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)

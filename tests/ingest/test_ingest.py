@@ -136,3 +136,21 @@ def test_a_pdf_given_as_a_corpus_is_sent_to_ingest(tmp_path: Path) -> None:
     with pytest.raises(CorpusError, match="memreader ingest"):
         read_corpus(path)
     assert extract(path).pages == [(0, 1)]
+
+
+def test_memories_keep_the_pages_and_headings_of_each_scenario(tmp_path: Path, memreader_home: Path) -> None:
+    from memreader.schema import DocumentMemory, Scenario
+    from memreader.structure import annotate, where
+
+    path = _pdf(tmp_path / "report.pdf", PAGES)
+    assert main(["ingest", str(path), "--set", "run=st"]) == 0
+    (doc,) = read_corpus(memreader_home / "runs" / "st" / "ingest" / "corpus.jsonl")
+    starts = [o for o, _ in doc.meta["pages"]]
+    cut = starts[1] + 5  # the second scenario starts inside page 2 and runs to the end of page 3
+    memory = DocumentMemory(doc.doc_id, doc.text, [Scenario("a", "", 0, cut), Scenario("b", "", cut, len(doc.text))])
+    annotate(memory, {**doc.meta, "headings": [[0, ["Report"]], [cut + 1, ["Report", "Later"]]]})
+    assert memory.meta["source"]["format"] == "pdf" and memory.meta["source"]["source"].endswith("report.pdf")
+    assert where(memory, 0) == {"source": str(path.resolve()), "pages": [1, 2], "headings": ["Report"]}
+    assert where(memory, 1)["pages"] == [2, 3] and where(memory, 1)["headings"] == ["Report"]
+    plain = DocumentMemory("x", "text", [Scenario("a", "", 0, 4)])
+    assert annotate(plain, {"domain": "news"}).meta == {}  # a corpus without maps: nothing added

@@ -1,0 +1,54 @@
+"""Where each scenario of a memory sits in its source file: pages and heading path, from the corpus record.
+
+    annotate(memory, doc.meta)          # after reading: memory.meta["source"] and memory.meta["structure"]
+    where(memory, 2)                    # {"source": "reports/q1.pdf", "pages": [3, 4], "headings": ["Q1", "Sales"]}
+
+``memreader ingest`` writes a page map (``pages``: ``[offset, page]`` where each page's text starts) and a
+heading map (``headings``: ``[offset, heading path]``) into each corpus record. A memory tiles its document, so
+each scenario's ``[start, end)`` finds the pages it spans and the heading path in force at its start by
+bisection. Records without maps (a plain JSONL corpus) leave the memory as it was.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from memreader.schema import DocumentMemory
+
+__all__ = ["annotate", "where"]
+
+
+def _index(starts: list[int], offset: int) -> int:
+    return bisect.bisect_right(starts, offset) - 1
+
+
+def annotate(memory: DocumentMemory, doc_meta: dict[str, Any]) -> DocumentMemory:
+    """Add ``source`` (file, format, sha256) and per-scenario ``structure`` (pages, headings) to the memory's meta
+    when the corpus record has a page or heading map; returns the memory."""
+    pages, headings = doc_meta.get("pages"), doc_meta.get("headings")
+    if "source" in doc_meta:
+        memory.meta["source"] = {k: doc_meta[k] for k in ("source", "format", "sha256") if k in doc_meta}
+    if not pages and not headings:
+        return memory
+    page_starts = [p[0] for p in pages or []]
+    heading_starts = [h[0] for h in headings or []]
+    structure = []
+    for sc in memory.scenarios:
+        entry: dict[str, Any] = {}
+        if pages:
+            first, last = _index(page_starts, sc.start), _index(page_starts, max(sc.start, sc.end - 1))
+            entry["pages"] = sorted({pages[i][1] for i in range(max(first, 0), last + 1)}) if last >= 0 else []
+        if headings:
+            i = _index(heading_starts, sc.start)
+            entry["headings"] = list(headings[i][1]) if i >= 0 else []
+        structure.append(entry)
+    memory.meta["structure"] = structure
+    return memory
+
+
+def where(memory: DocumentMemory, scenario: int) -> dict[str, Any]:
+    """The source file, pages and heading path of one scenario (empty values when unknown)."""
+    entry = (memory.meta.get("structure") or [{}] * len(memory.scenarios))[scenario]
+    return {"source": memory.meta.get("source", {}).get("source"), "pages": entry.get("pages", []),
+            "headings": entry.get("headings", [])}
