@@ -35,6 +35,7 @@ def _files(tmp: Path) -> dict[str, Path]:
     empty.write_text("", encoding="utf-8")
     blank = tmp / "blank.jsonl"
     blank.write_text('{"id": "a", "text": "   "}\n{"id": "b", "text": ""}\n', encoding="utf-8")
+    (tmp / "report.pdf").write_bytes(b"%PDF-1.4\n")  # a document where a corpus belongs
     return {"corpus": corpus, "bad_yaml": bad_yaml, "not_utf8": not_utf8, "empty": empty, "blank": blank}
 
 
@@ -147,6 +148,9 @@ CASES += [
     ("ask-unreachable-server", ["ask", "--set", "db_path=http://127.0.0.1:1", "q"], 2,
      "cannot reach the Milvus server at http://127.0.0.1:1"),
     ("chat-zero-top-k", ["chat", "--set", "top_k=0"], 2, "top_k=0 is out of range"),
+    ("ingest-missing-input", ["ingest", "{tmp}/nope"], 2, "does not exist"),
+    ("ingest-no-input", ["ingest"], 2, "name at least one file, folder or glob"),
+    ("read-a-pdf-as-corpus", ["read", "--set", "input={tmp}/report.pdf"], 2, "memreader ingest"),
     ("chat-bad-fusion", ["chat", "--set", "fusion=mean"], 2, "fusion"),
     ("chat-unknown-backend", ["chat", "--set", "backend=tgi"], 2,
      "backend: 'tgi' is not one of transformers, vllm, openai, auto"),
