@@ -62,6 +62,8 @@ class QAConfig:
     teacher_memories: str = field("", help="memories JSONL from `memreader gen` for the 'teacher' method")
     chunk_lm: str = field("smollm2-135m-instruct", help="LM of the lumber and llm-direct methods (and memreader's base)")
     calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
+    chunk_backend: str = field("transformers", help="engine of the lumber, llm-direct and memreader methods' LM: "
+                               "transformers, vllm or auto (the measured fastest here: docs/ENGINES.md)")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
     answer_backend: str = field("transformers", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
                                 "(the fastest on this machine: memreader/backends.py; the shipped configs use it)")
@@ -104,7 +106,8 @@ class QAConfig:
                             "(it then reads the corpus itself)")
         if "teacher" in self.methods and not self.teacher_memories:
             problems.append("teacher: give teacher_memories=<memories.jsonl> (from memreader gen)")
-        problems += [p for p in (backend_problem(self.answer_backend, key="answer_backend"), dtype_problem(self.dtype))
+        problems += [p for p in (backend_problem(self.answer_backend, key="answer_backend"), dtype_problem(self.dtype),
+                                 backend_problem(self.chunk_backend, ("transformers", "vllm", "auto"), "chunk_backend"))
                      if p]
         return problems
 
@@ -112,7 +115,8 @@ class QAConfig:
 def _chunker_settings(cfg: QAConfig) -> ChunkerSettings:
     return ChunkerSettings(target_chars=cfg.target_chars, tolerance=cfg.tolerance, lm=cfg.chunk_lm,
                            adapter=cfg.adapter, teacher_memories=cfg.teacher_memories,
-                           calibration_docs=cfg.calibration_docs, embedder=cfg.embedder)
+                           calibration_docs=cfg.calibration_docs, embedder=cfg.embedder, backend=cfg.chunk_backend,
+                           dtype=cfg.dtype)
 
 
 def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any], dict[str, Any]]:

@@ -47,6 +47,23 @@ class ChunkerSettings:
     max_trials: int = 30  # calibration values tried for rule/embedding methods (cheap)
     model_max_trials: int = 6  # calibration values tried for model methods (each one reads the docs)
     device: str = "auto"
+    backend: str = "transformers"  # lumber, llm-direct, memreader: transformers, vllm or auto (memreader.backends)
+    dtype: str = "auto"  # their model's dtype: auto, float32 or bfloat16
+
+    def chat(self, stage: str, adapter: str = "") -> tuple[Any, str, str]:
+        """``(chat backend, backend name, dtype)`` for the model-based methods: ``stage`` is ``read``
+        (llm-direct, memreader: guided memories) or ``answer`` (lumber: short answers), whose measured fastest
+        engine ``backend: auto`` takes. A vLLM engine is the process's one for these settings (shared)."""
+        from memreader.backends import resolve_backend, resolve_dtype_for
+        from memreader.generation import make_chat
+
+        backend, _ = resolve_backend(self.backend, stage)
+        dtype = resolve_dtype_for(stage, self.dtype, backend)
+        if backend == "vllm":
+            return (make_chat("vllm", model=self.lm, adapter=adapter or None, dtype=dtype, max_model_len=8192),
+                    backend, dtype)
+        return (make_chat("local", model_name=self.lm, batch_size=self.batch_size, adapter=adapter or None,
+                          device=self.device, dtype=dtype), backend, dtype)
 
     def problems(self) -> list[str]:
         """Every out-of-range value, with its range."""
@@ -63,6 +80,10 @@ class ChunkerSettings:
                 out.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.calibration_docs < 0:
             out.append(f"calibration_docs={self.calibration_docs} must be >= 0 (0 = all documents)")
+        from memreader.backends import backend_problem, dtype_problem
+
+        out += [p for p in (backend_problem(self.backend, ("transformers", "vllm", "auto"), "chunk_backend"),
+                            dtype_problem(self.dtype)) if p]
         return out
 
 

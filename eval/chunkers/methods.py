@@ -100,9 +100,8 @@ def _method(method: str, documents: dict[str, str], settings: ChunkerSettings, w
         return param, chunk, lambda _: f"embedders: {', '.join(splitter.used())}"
     if method == "lumber":
         from eval.chunkers.lumber import AnswerCache, LumberChunker, lumber_param
-        from memreader.generation import make_chat
 
-        client = make_chat("local", model_name=settings.lm, batch_size=settings.batch_size, device=settings.device)
+        client, _, _ = settings.chat("answer")
         lumber = LumberChunker(client, AnswerCache(work_dir / "lumber" / "answers.jsonl", settings.lm),
                                settings.lumber_min_share, progress)
         param = lumber_param(target)

@@ -56,15 +56,13 @@ class ReaderChunker:
         self.adapter = settings.adapter if method == "memreader" else ""
         self.folder = Path(work_dir) / method
         self._backend = backend
+        self.engine = ("transformers", settings.dtype) if backend is not None else None
         self.summaries: list[dict[str, Any]] = []
 
     def backend(self) -> Any:
-        """The local transformers chat (loaded once, shared by every value tried)."""
+        """The chat (transformers or vLLM, ``settings.backend``), loaded once and shared by every value tried."""
         if self._backend is None:
-            from memreader.generation import make_chat
-
-            self._backend = make_chat("local", model_name=self.settings.lm, batch_size=self.settings.batch_size,
-                                      adapter=self.adapter or None, device=self.settings.device)
+            self._backend, *self.engine = self.settings.chat("read", self.adapter)
         return self._backend
 
     def config(self, chunk_chars: float, corpus: Path, limit: int) -> Any:
@@ -72,7 +70,11 @@ class ReaderChunker:
 
         s = self.settings
         lo = max(1, round(chunk_chars * (1 - s.llm_spread)))
+        self.backend()
+        backend, dtype = self.engine
         return ReadConfig(input=str(corpus), model=s.lm, adapter=self.adapter, batch_size=s.batch_size,
+                          backend=backend, dtype=dtype,
+                          max_model_len=8192,
                           max_new_tokens=s.max_new_tokens, guided="on", min_chunk_chars=lo,
                           max_chunk_chars=max(lo, round(chunk_chars * (1 + s.llm_spread))), cjk_char_weight=1.0,
                           max_scenarios=s.max_scenarios, limit=limit, run=f"{self.method}-chunker")

@@ -219,6 +219,23 @@ def test_the_chat_answers_through_vllm_as_through_transformers(chat: VLLMChat, m
     assert replies["vllm"] == replies["transformers"]
 
 
+def test_the_model_chunkers_read_through_vllm(tmp_path, chat: VLLMChat) -> None:
+    """llm-direct (and memreader, lumber) with chunk_backend=vllm: the process's engine, guided memories that tile."""
+    from eval.chunkers.base import ChunkerSettings
+    from eval.chunkers.model_memories import ReaderChunker
+
+    settings = ChunkerSettings(lm=SMOLLM2, backend="vllm", dtype="float32", target_chars=200)
+    client, backend, dtype = settings.chat("answer")
+    assert (backend, dtype) == ("vllm", "float32") and client.engine is chat.engine  # lumber's client: shared
+    docs = {json.loads(line)["id"]: json.loads(line)["text"] for line in DEMO_CORPUS.read_text().splitlines()[:2]}
+    chunker = ReaderChunker("llm-direct", settings, tmp_path)
+    memories = chunker.memories(docs, 200)
+    assert chunker.engine == ["vllm", "float32"] and chunker.backend().engine is chat.engine
+    assert [m.doc_id for m in memories] == list(docs)
+    for m in memories:
+        assert "".join(m.chunks) == m.document and m.meta["generation"]["guided"] and m.meta["backend"] == "vllm"
+
+
 def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: VLLMChat) -> None:
     import torch
     from peft import PeftModel
