@@ -182,7 +182,7 @@ class MemoryIndex(MilvusCollection):
         """
         embedder = embedder or self.embedder
         if embedder is None:
-            raise MemoryIndexError("build needs an embedder", "pass embedder= (e.g. registry.load_embedder())")
+            raise MemoryIndexError("build needs an embedder", "pass embedder= (e.g. memreader.runtime.load_embedder())")
         if batch_size < 1:
             raise MemoryIndexError(f"batch_size must be >= 1, got {batch_size}")
         # Validate the whole input before touching the collection: bad input never costs an index.

@@ -161,7 +161,7 @@ class PassageStore(MilvusCollection):
         """
         embedder = embedder or self.embedder
         if embedder is None:
-            raise PassageStoreError("build needs an embedder", "pass embedder= (e.g. registry.load_embedder())")
+            raise PassageStoreError("build needs an embedder", "pass embedder= (e.g. memreader.runtime.load_embedder())")
         if batch_size < 1:
             raise PassageStoreError(f"batch_size must be >= 1, got {batch_size}")
         rows = self._validate(passages)
