@@ -6,7 +6,7 @@
 Every extractor returns the document text and, where the format has them, a **page map** (character offset where
 each page's text starts → page number, PDF) and a **heading map** (offset where each heading starts → its path
 of headings, Markdown, HTML, DOCX). Offsets index the returned text, so a chunk's start finds its page and
-heading path by bisection (:func:`page_at`, :func:`headings_at`).
+heading path by bisection (:func:`memreader.structure.page_at`, :func:`memreader.structure.headings_at`).
 
 Libraries, chosen by measurement (``scripts/bench_ingest.py``, docs/BENCHMARKS.md): pypdf for PDF (pure Python,
 reads encrypted files, the faster of pypdf and pdfminer.six on the benchmark's PDFs), python-docx for Word,
@@ -19,7 +19,6 @@ A file that cannot give text raises :class:`FileProblem` with a kind (``encrypte
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from memreader.errors import MemReaderError
 
-__all__ = ["FORMATS", "Extracted", "FileProblem", "extract", "format_of", "headings_at", "page_at"]
+__all__ = ["FORMATS", "Extracted", "FileProblem", "extract", "format_of"]
 
 FORMATS = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown",
            ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -61,18 +60,6 @@ class Extracted:
 def format_of(path: Path) -> str | None:
     """The format of a file by its extension, None when unsupported."""
     return FORMATS.get(path.suffix.lower())
-
-
-def page_at(pages: list[tuple[int, int]], offset: int) -> int | None:
-    """The page holding character ``offset`` (None before the first page's text)."""
-    i = bisect.bisect_right([p[0] for p in pages], offset) - 1
-    return pages[i][1] if i >= 0 else None
-
-
-def headings_at(headings: list[tuple[int, list[str]]], offset: int) -> list[str]:
-    """The heading path in force at character ``offset`` ([] before the first heading)."""
-    i = bisect.bisect_right([h[0] for h in headings], offset) - 1
-    return list(headings[i][1]) if i >= 0 else []
 
 
 def extract(path: Path) -> Extracted:

@@ -27,7 +27,6 @@ file's fate) are written under ``$MEMREADER_HOME/runs/<run>/ingest/``.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -42,7 +41,7 @@ from tqdm.auto import tqdm
 from ingest.formats import FORMATS, FileProblem, extract, format_of
 from memreader.config import field
 from memreader.errors import ConfigError, RunFailed
-from memreader.paths import run_dir, write_atomic, write_json, write_resolved_config
+from memreader.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.stage import Flag, Stage
 
 log = logging.getLogger(__name__)
@@ -94,14 +93,6 @@ def find_sources(inputs: list[str]) -> list[Source]:
                                   "ingest them from one common folder, or rename one")
             sources[doc_id] = Source(path, doc_id)
     return list(sources.values())
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _extract_one(source: Source, sha256: str) -> list[dict[str, Any]] | dict[str, str]:
@@ -167,7 +158,7 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
             fates[source.doc_id] = {"fate": "unsupported", "error": f"unsupported file type "
                                     f"{source.path.suffix or '(none)'!r} — fix: supported: {', '.join(sorted(FORMATS))}"}
             continue
-        sha = sha256_of(source.path)
+        sha = sha256_file(source.path)
         old = previous.get(str(source.path.resolve()))
         if old and all(r.get("sha256") == sha for r in old):
             records[source.doc_id] = old

@@ -16,11 +16,23 @@ from typing import Any
 
 from memreader.schema import DocumentMemory
 
-__all__ = ["annotate", "where"]
+__all__ = ["annotate", "headings_at", "page_at", "where"]
 
 
 def _index(starts: list[int], offset: int) -> int:
     return bisect.bisect_right(starts, offset) - 1
+
+
+def page_at(pages: list[Any], offset: int) -> int | None:
+    """The page holding character ``offset`` of a page map (None before the first page's text)."""
+    i = _index([p[0] for p in pages], offset)
+    return pages[i][1] if i >= 0 else None
+
+
+def headings_at(headings: list[Any], offset: int) -> list[str]:
+    """The heading path in force at character ``offset`` of a heading map ([] before the first heading)."""
+    i = _index([h[0] for h in headings], offset)
+    return list(headings[i][1]) if i >= 0 else []
 
 
 def annotate(memory: DocumentMemory, doc_meta: dict[str, Any]) -> DocumentMemory:
@@ -32,7 +44,6 @@ def annotate(memory: DocumentMemory, doc_meta: dict[str, Any]) -> DocumentMemory
     if not pages and not headings:
         return memory
     page_starts = [p[0] for p in pages or []]
-    heading_starts = [h[0] for h in headings or []]
     structure = []
     for sc in memory.scenarios:
         entry: dict[str, Any] = {}
@@ -40,8 +51,7 @@ def annotate(memory: DocumentMemory, doc_meta: dict[str, Any]) -> DocumentMemory
             first, last = _index(page_starts, sc.start), _index(page_starts, max(sc.start, sc.end - 1))
             entry["pages"] = sorted({pages[i][1] for i in range(max(first, 0), last + 1)}) if last >= 0 else []
         if headings:
-            i = _index(heading_starts, sc.start)
-            entry["headings"] = list(headings[i][1]) if i >= 0 else []
+            entry["headings"] = headings_at(headings, sc.start)
         structure.append(entry)
     memory.meta["structure"] = structure
     return memory

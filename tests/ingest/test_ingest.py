@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats import extract, headings_at, page_at
+from ingest.formats import extract
 from memreader.cli import main
 from memreader.corpus import CorpusError, read_corpus
+from memreader.structure import headings_at, page_at
 
 PAGES = ["Compost bays hold garden waste for a season.", "The club meets every week in the old hall.",
          "Members bring notes and share them after the meeting."]
