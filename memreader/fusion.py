@@ -18,6 +18,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from memreader.structure import where_from_json
+
 K = TypeVar("K", bound=Hashable)
 
 OUTLINE, CORE, CHUNK, SINGLE = "outline", "core", "chunk", "single"
@@ -97,6 +99,17 @@ class LayerHit:
     end: int
     text: str
     """The row's own text: the outline item, the core content or the chunk (empty for ``single``)."""
+    version: str = ""
+    """The content hash of the memory version the row belongs to (an index of format 3; "" otherwise)."""
+    generation: int = 0
+    """The index generation (build or update) that wrote the row."""
+    origin: str = ""
+    """JSON of the scenario's source file, pages and heading path ("" when the corpus had none)."""
+
+    @property
+    def where(self) -> dict[str, Any]:
+        """The scenario's ``source``, ``pages`` and ``headings`` (empty values when unknown)."""
+        return where_from_json(self.origin)
 
     @property
     def key(self) -> ChunkKey:
@@ -128,6 +141,8 @@ class Hit:
     """RRF score over the lists searched (one list in ``single`` / ``chunk_only`` mode)."""
     provenance: list[LayerHit] = field(default_factory=list)
     """The rows that voted for this chunk, in list order (dense layers first, then BM25 lists)."""
+    where: dict[str, Any] = field(default_factory=dict)
+    """The chunk's ``source`` file, ``pages`` and ``headings`` path (from ``memreader ingest``; empty otherwise)."""
 
     @property
     def layers(self) -> list[str]:
@@ -143,6 +158,9 @@ class Hit:
             "end": self.end,
             "score": self.score,
             "text": self.text,
+            "source": self.where.get("source"),
+            "pages": self.where.get("pages", []),
+            "headings": self.where.get("headings", []),
             "provenance": [
                 {"layer": p.layer, "signal": p.signal, "rank": p.rank, "similarity": p.similarity, "text": p.text}
                 for p in self.provenance

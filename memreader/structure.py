@@ -12,11 +12,14 @@ bisection. Records without maps (a plain JSONL corpus) leave the memory as it wa
 from __future__ import annotations
 
 import bisect
+import json
+from pathlib import Path
 from typing import Any
 
+from memreader.paths import sha256_file
 from memreader.schema import DocumentMemory
 
-__all__ = ["annotate", "headings_at", "page_at", "where"]
+__all__ = ["annotate", "changed_sources", "describe_where", "headings_at", "page_at", "where", "where_from_json"]
 
 
 def _index(starts: list[int], offset: int) -> int:
@@ -62,3 +65,39 @@ def where(memory: DocumentMemory, scenario: int) -> dict[str, Any]:
     entry = (memory.meta.get("structure") or [{}] * len(memory.scenarios))[scenario]
     return {"source": memory.meta.get("source", {}).get("source"), "pages": entry.get("pages", []),
             "headings": entry.get("headings", [])}
+
+
+def where_from_json(text: str) -> dict[str, Any]:
+    """A stored ``where`` record (an index row's ``origin``) back as a dict; ``{}`` for ""."""
+    return json.loads(text) if text else {}
+
+
+def describe_where(found: dict[str, Any]) -> str:
+    """``reports/q1.pdf p. 3-4 · Q1 > Sales``: the source, pages and heading path, for people ("" when unknown)."""
+    parts = []
+    if found.get("source"):
+        parts.append(str(found["source"]))
+    pages = found.get("pages") or []
+    if pages:
+        parts.append(f"p. {pages[0]}" if len(pages) == 1 else f"p. {pages[0]}-{pages[-1]}")
+    text = " ".join(parts)
+    if found.get("headings"):
+        text += (" · " if text else "") + " > ".join(found["headings"])
+    return text
+
+
+def changed_sources(memories: list[DocumentMemory]) -> tuple[list[str], list[str]]:
+    """``(changed, missing)``: the source files of ``memories`` (from ``memreader ingest``) whose content is no
+    longer what was ingested, and those that are gone. Each file is hashed once."""
+    changed, missing, seen = [], [], set()
+    for mem in memories:
+        src = mem.meta.get("source") or {}
+        path, digest = src.get("source"), src.get("sha256")
+        if not path or not digest or path in seen:
+            continue
+        seen.add(path)
+        if not Path(path).is_file():
+            missing.append(path)
+        elif sha256_file(Path(path)) != digest:
+            changed.append(path)
+    return changed, missing

@@ -23,15 +23,18 @@ so :meth:`MemoryIndex.search_bm25` ranks a layer's rows by keywords in the same 
 ``hybrid`` / ``chunk_hybrid`` modes fuse those BM25 lists with the vector lists (:data:`MODES`).
 
 Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``start``/``end``,
-its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer`` and a
-unit-normalised ``vector`` searched with the COSINE metric (how memories become rows:
-:mod:`retrieval.rows`). The primary key is ``"{layer}/{scenario}/{doc_id}"``, deterministic, so
-an outline or core hit finds its chunk row by key.
+its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer``, a
+unit-normalised ``vector`` searched with the COSINE metric, the memory's content hash ``doc_hash``, the
+``generation`` that wrote it and the scenario's ``origin`` (source file, pages, heading path; how
+memories become rows: :mod:`retrieval.rows`). The primary key is
+``"{layer}/{scenario}/{hash[:16]}/{doc_id}"``, deterministic, so an outline or core hit finds its chunk
+row by key.
 
-Rebuilds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and recreates the
+Builds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and recreates the
 collection — idempotent, and no stale rows survive from documents no longer in the input. With
-``replace=False`` it adds to an existing index: every document in the input first loses its old
-rows (so a re-read document with fewer scenarios leaves nothing behind), then its rows are inserted.
+``replace=False`` it updates the index in place by content hash: unchanged documents are skipped,
+new and changed ones written, documents gone from the input removed with ``prune`` (how, and what
+readers see meanwhile: :mod:`retrieval.updates`).
 """
 
 from __future__ import annotations
@@ -68,22 +71,25 @@ from retrieval.lexical import bm25_search, resolve_language
 from retrieval.milvus import CONNECT_TIMEOUT, MAX_LIMIT, MilvusCollection, get_rows, string_literal
 from retrieval.rows import (
     MAX_DOC_ID_BYTES,
+    MAX_ORIGIN_BYTES,
     BuildSummary,
     Embedder,
     MemoryIndexError,
     ScenarioTexts,
     embed_rows,
     embedding_dim,
+    memory_hash,
     primary_key,
     scenario_texts,
 )
+from retrieval.updates import UpdatePlan, delete_docs, indexed_versions, newest_only
 
 __all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "memreader_memories"
-INDEX_FORMAT = 2  # 2: a BM25 sparse field over ``text``
+INDEX_FORMAT = 3  # 2: a BM25 sparse field over ``text``; 3: doc_hash, generation and origin per row
 MODES: dict[str, tuple[str, ...]] = {
     "three_layer": LAYERS,
     "single": (SINGLE,),
@@ -98,14 +104,17 @@ _UNION_DEPTH = 4  # a batched search asks for 4x the rows its layers need, so a 
 _SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 512}),
            ("layer", DataType.VARCHAR, {"max_length": 16, "is_partition_key": True}),
            ("doc_id", DataType.VARCHAR, {"max_length": MAX_DOC_ID_BYTES}),
-           ("scenario", DataType.INT64, {}), ("start", DataType.INT64, {}), ("end", DataType.INT64, {})]
-_OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text"]
+           ("scenario", DataType.INT64, {}), ("start", DataType.INT64, {}), ("end", DataType.INT64, {}),
+           ("doc_hash", DataType.VARCHAR, {"max_length": 64}), ("generation", DataType.INT64, {}),
+           ("origin", DataType.VARCHAR, {"max_length": MAX_ORIGIN_BYTES})]
+_OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text", "doc_hash", "generation", "origin"]
 
 
 def _hit(label: str, score: float, entity: dict[str, Any]) -> LayerHit:
     """An unranked hit (rank 0) from a Milvus entity."""
     return LayerHit(layer=label, rank=0, similarity=score, doc_id=entity["doc_id"], scenario=int(entity["scenario"]),
-                    start=int(entity["start"]), end=int(entity["end"]), text=entity["text"])
+                    start=int(entity["start"]), end=int(entity["end"]), text=entity["text"],
+                    version=entity["doc_hash"], generation=int(entity["generation"]), origin=entity["origin"])
 
 
 class MemoryIndex(MilvusCollection):
@@ -171,14 +180,17 @@ class MemoryIndex(MilvusCollection):
         replace: bool = True,
         progress: bool = True,
         bm25_language: str = "auto",
+        prune: bool = False,
     ) -> BuildSummary:
         """Embed and write the outline, core, chunk and single rows of every scenario.
 
-        ``replace=True`` drops and recreates the collection; ``replace=False`` adds to it, creating
-        it if missing (see the module docstring). ``embedder_name`` is recorded so that queries use
-        the same model. ``bm25_language`` (``auto``, ``en``, ``zh``) picks the BM25 analyzer when the
-        collection is created (``auto``: from the chunks' text). The whole input is validated first; a build that stops half-way leaves the
-        index marked unfinished, and opening it then says so.
+        ``replace=True`` drops and recreates the collection; ``replace=False`` updates it by content
+        hash, creating it if missing, and with ``prune`` deletes the documents the input lacks (see the
+        module docstring; the summary's ``plan`` says what changed). ``embedder_name`` is recorded so that
+        queries use the same model. ``bm25_language`` (``auto``, ``en``, ``zh``) picks the BM25 analyzer
+        when the collection is created (``auto``: from the chunks' text). The whole input is validated
+        first; a full build that stops half-way leaves the index marked unfinished, and opening it then
+        says so; an update that stops half-way leaves the old versions searchable.
         """
         embedder = embedder or self.embedder
         if embedder is None:
@@ -188,52 +200,49 @@ class MemoryIndex(MilvusCollection):
         # Validate the whole input before touching the collection: bad input never costs an index.
         memories = list(memories)
         skipped: Counter[str] = Counter()
-        texts: list[list[ScenarioTexts]] = []
-        seen: set[str] = set()
+        texts: dict[str, list[ScenarioTexts]] = {}
+        hashes: dict[str, str] = {}
         for mem in memories:
-            if mem.doc_id in seen:
+            if mem.doc_id in texts:
                 raise MemoryIndexError(f"doc_id {mem.doc_id!r} occurs twice in the input; doc_ids must be unique")
-            seen.add(mem.doc_id)
-            texts.append(scenario_texts(mem, skipped))
+            texts[mem.doc_id] = scenario_texts(mem, skipped)
+            hashes[mem.doc_id] = texts[mem.doc_id][0].doc_hash if texts[mem.doc_id] else memory_hash(mem)
 
         self.embedder = embedder
         dim = embedding_dim(embedder)
         exists = self._client.has_collection(self.collection)
-        if replace or not exists:
-            language = resolve_language(bm25_language, (s.texts.get(CHUNK, "") for doc in texts for s in doc))
+        update = exists and not replace
+        if update:
+            old = self._updatable(embedder_name, dim)
+            self._client.load_collection(self.collection)  # a reopened collection starts out released
+            language, generation = old["bm25_language"], int(old["generation"]) + 1
         else:
-            language = self.meta["bm25_language"]
+            language = resolve_language(bm25_language, (s.texts.get(CHUNK, "") for doc in texts.values() for s in doc))
+            generation = 1
         meta = {"format": INDEX_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
-                "bm25_language": language}
-        if replace or not exists:
+                "bm25_language": language, "generation": generation}
+        summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
+        started = time.perf_counter()
+        if update:
+            # Rows of an update that never committed are invisible; drop them before writing anew.
+            self._client.delete(self.collection, filter=f"generation >= {generation}")
+            plan = UpdatePlan.between(indexed_versions(self._client, self.collection, generation - 1), hashes, prune)
+        else:
             if exists:
                 self._client.drop_collection(self.collection)
             self._create(_SCHEMA, {"vector": dim}, language, {**meta, "status": "building"})
+            plan = UpdatePlan(added=sorted(texts))
+        summary.plan, summary.update = plan, update
+        self._write_docs([texts[d] for d in plan.to_write], embedder, batch_size, generation, summary, progress)
+        if update:
+            self._client.flush(self.collection)
+            self._write_meta({**meta, "status": "complete"})  # the commit: the new rows become visible
+            delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
+            delete_docs(self._client, self.collection, plan.removed)
+            self._client.flush(self.collection)
         else:
-            old = self.meta
-            if (old["embedder"], old["dim"]) != (embedder_name, dim):
-                raise MemoryIndexError(
-                    f"{self._where()} holds {old['embedder']} vectors (dim {old['dim']}), not {embedder_name} "
-                    f"(dim {dim})", "use the same embedder or rebuild with replace=True")
-            self._write_meta({**meta, "status": "building"})
-
-        summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
-        started = time.perf_counter()
-        flush_texts = max(batch_size * 8, 256)
-        pending: list[ScenarioTexts] = []
-        pending_docs: list[str] = []
-        pending_texts = 0
-        with tqdm(total=len(memories), unit="doc", desc="index", disable=not progress) as bar:
-            for i, (mem, scenarios) in enumerate(zip(memories, texts, strict=True)):
-                pending.extend(scenarios)
-                pending_docs.append(mem.doc_id)
-                pending_texts += sum(len(s.texts) for s in scenarios)
-                if pending_texts >= flush_texts or i == len(memories) - 1:
-                    self._flush(pending, pending_docs, embedder, batch_size, replace, summary)
-                    bar.update(len(pending_docs))
-                    pending, pending_docs, pending_texts = [], [], 0
-        self._finish(meta)
-        summary.documents = len(seen)
+            self._finish(meta)
+        summary.documents = len(texts)
         summary.skipped = dict(skipped)
         summary.seconds = time.perf_counter() - started
         if progress:  # the bar's closing line; quiet builds (tests, eval loops) only log it
@@ -242,19 +251,44 @@ class MemoryIndex(MilvusCollection):
             log.info(summary.line())
         return summary
 
-    def _flush(
-        self, pending: list[ScenarioTexts], doc_ids: list[str], embedder: Embedder, batch_size: int,
-        replace: bool, summary: BuildSummary,
-    ) -> None:
-        """Embed the pending scenarios and insert their rows (after deleting old ones when adding)."""
-        rows = embed_rows(pending, embedder, batch_size)
-        if not replace:
-            ids = ", ".join(string_literal(d) for d in doc_ids)
-            self._client.delete(self.collection, filter=f"doc_id in [{ids}]")
-        self._insert(rows)
-        summary.scenarios += len(pending)
-        for row in rows:
-            summary.rows[row["layer"]] += 1
+    def _updatable(self, embedder_name: str, dim: int) -> dict[str, Any]:
+        """The record of an index that an update may write to, or the error saying why not and how to rebuild."""
+        fix = "rebuild it: memreader index --set replace=true"
+        try:
+            old = self.meta
+        except MemoryIndexError as exc:
+            raise MemoryIndexError(f"cannot update: {exc}", fix) from None
+        if (old["embedder"], old["dim"]) != (embedder_name, dim):
+            raise MemoryIndexError(
+                f"{self._where()} holds {old['embedder']} vectors (dim {old['dim']}), not {embedder_name} (dim {dim}): "
+                "an update (or --prune) cannot mix them", f"index with embedder={old['embedder']}, or {fix}")
+        return old
+
+    def _write_docs(self, docs: list[list[ScenarioTexts]], embedder: Embedder, batch_size: int, generation: int,
+                    summary: BuildSummary, progress: bool) -> None:
+        """Embed and insert the rows of ``docs`` (each a memory's scenarios), flushing every few batches."""
+        flush_texts = max(batch_size * 8, 256)
+        pending: list[ScenarioTexts] = []
+        pending_docs = pending_texts = 0
+        with tqdm(total=len(docs), unit="doc", desc="index", disable=not progress) as bar:
+            for i, scenarios in enumerate(docs):
+                pending.extend(scenarios)
+                pending_docs += 1
+                pending_texts += sum(len(s.texts) for s in scenarios)
+                if pending_texts >= flush_texts or i == len(docs) - 1:
+                    rows = embed_rows(pending, embedder, batch_size, generation)
+                    self._insert(rows)
+                    summary.scenarios += len(pending)
+                    for row in rows:
+                        summary.rows[row["layer"]] += 1
+                    bar.update(pending_docs)
+                    pending, pending_docs, pending_texts = [], 0, 0
+
+    def _visible(self) -> str:
+        """The filter that hides the rows of an update not yet committed; the record is read again, since an
+        update may have committed since the last search."""
+        self._meta = None
+        return f"generation <= {int(self.meta['generation'])}"
 
     def check_embedder(self) -> None:
         """Refuse to query with another embedder than the index was built with (when both are named)."""
@@ -273,10 +307,10 @@ class MemoryIndex(MilvusCollection):
         self._check_limit("limit", limit)
         (results,) = self._client.search(
             self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer == {string_literal(layer)}", output_fields=_OUTPUT_FIELDS,
+            filter=f"layer == {string_literal(layer)} and {self._visible()}", output_fields=_OUTPUT_FIELDS,
             search_params={"metric_type": "COSINE"},
         )
-        return rank_hits([_hit(layer, float(r["distance"]), r["entity"]) for r in results], limit)
+        return newest_only([rank_hits([_hit(layer, float(r["distance"]), r["entity"]) for r in results], limit)])[0]
 
     def search_bm25(self, query: str, layer: str, limit: int) -> list[LayerHit]:
         """The ``limit`` rows of one layer that best match ``query`` by BM25, best first (ranks 1..n).
@@ -290,23 +324,23 @@ class MemoryIndex(MilvusCollection):
             raise ValueError(f"BM25 searches a text layer: choose from {', '.join(LAYERS)}, not {layer!r}")
         self._check_query(query)
         self._check_limit("limit", limit)
-        _ = self.meta  # refuse an unfinished or foreign collection before searching it
+        visible = self._visible()  # also refuses an unfinished or foreign collection before searching it
         if not _HAS_TERM.search(query):
             return []
         found = bm25_search(self._client, self.collection, query, limit,
-                            filter=f"layer == {string_literal(layer)}", output_fields=_OUTPUT_FIELDS)
-        return rank_hits([_hit(bm25_label(layer), score, e) for e, score in found], limit)
+                            filter=f"layer == {string_literal(layer)} and {visible}", output_fields=_OUTPUT_FIELDS)
+        return newest_only([rank_hits([_hit(bm25_label(layer), score, e) for e, score in found], limit)])[0]
 
     def rows_by_pk(self, pks: Sequence[str], output_fields: Sequence[str]) -> list[dict[str, Any]]:
         """Rows by primary key (``"{layer}/{scenario}/{doc_id}"``), any quotes in doc_ids escaped."""
         return get_rows(self._client, self.collection, list(pks), list(output_fields))
 
-    def chunk_texts(self, keys: Iterable[ChunkKey]) -> dict[ChunkKey, str]:
-        """The chunk text of each ``(doc_id, scenario)``, fetched by primary key."""
-        keys = list(keys)
+    def chunk_texts(self, hits: Iterable[LayerHit]) -> dict[ChunkKey, str]:
+        """The chunk text of each hit's scenario (of the hit's version), fetched by primary key."""
+        keys = {h.key: primary_key(CHUNK, h.scenario, h.doc_id, h.version) for h in hits}
         if not keys:
             return {}
-        rows = self.rows_by_pk([primary_key(CHUNK, sc, doc) for doc, sc in keys], ["doc_id", "scenario", "text"])
+        rows = self.rows_by_pk(list(keys.values()), ["doc_id", "scenario", "text"])
         found = {(r["doc_id"], int(r["scenario"])): r["text"] for r in rows}
         missing = [k for k in keys if k not in found]
         if missing:
@@ -332,22 +366,24 @@ class MemoryIndex(MilvusCollection):
         dense = [layer for layer, signal in parsed if signal != BM25]
         lexical = [layer for layer, signal in parsed if signal == BM25]
         found: dict[str, list[LayerHit]] = {}
+        visible = self._visible()
         if dense:
             vector = self.embed_query(query)
             if self.batch_layers and len(dense) > 1:
                 found.update(self._split_by_layer(
-                    dense, limit, lambda n: self._search_vector(vector, dense, n),
+                    dense, limit, lambda n: self._search_vector(vector, dense, n, visible),
                     lambda layer: self.search_layer(vector, layer, limit)))
             else:
                 found.update((layer, self.search_layer(vector, layer, limit)) for layer in dense)
         if lexical:
             if self.batch_layers and len(lexical) > 1 and _HAS_TERM.search(query):
                 found.update((bm25_label(layer), hits) for layer, hits in self._split_by_layer(
-                    lexical, limit, lambda n: self._search_text(query, lexical, n),
+                    lexical, limit, lambda n: self._search_text(query, lexical, n, visible),
                     lambda layer: self.search_bm25(query, layer, limit)).items())
             else:
                 found.update((bm25_label(layer), self.search_bm25(query, layer, limit)) for layer in lexical)
-        return [found[label] for label in labels]  # dense lists are keyed by layer, BM25 ones by label
+        # dense lists are keyed by layer, BM25 ones by label; one version per document (retrieval.updates)
+        return newest_only(found[label] for label in labels)
 
     def _split_by_layer(
         self, layers: Sequence[str], limit: int, search_all: Any, search_one: Any,
@@ -359,25 +395,25 @@ class MemoryIndex(MilvusCollection):
         split = split_by_layer(search_all(n), layers, limit, asked=n)
         return {layer: hits if hits is not None else search_one(layer) for layer, hits in split.items()}
 
-    def _search_vector(self, vector: Sequence[float], layers: Sequence[str], limit: int) -> list[LayerHit]:
+    def _search_vector(self, vector: Sequence[float], layers: Sequence[str], limit: int,
+                       visible: str) -> list[LayerHit]:
         """The best ``limit`` rows of ``layers`` together by vector similarity (unranked hits)."""
         names = ", ".join(string_literal(layer) for layer in layers)
         (results,) = self._client.search(
             self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer in [{names}]", output_fields=[*_OUTPUT_FIELDS, "layer"],
+            filter=f"layer in [{names}] and {visible}", output_fields=[*_OUTPUT_FIELDS, "layer"],
             search_params={"metric_type": "COSINE"},
         )
         return [_hit(r["entity"]["layer"], float(r["distance"]), r["entity"]) for r in results]
 
-    def _search_text(self, query: str, layers: Sequence[str], limit: int) -> list[LayerHit]:
+    def _search_text(self, query: str, layers: Sequence[str], limit: int, visible: str) -> list[LayerHit]:
         """The best ``limit`` rows of ``layers`` together by BM25 (unranked hits, ``<layer>/bm25``).
 
         BM25 statistics are the collection's, not the filter's, so a row scores the same here as
         in its own layer's search.
         """
-        _ = self.meta
         names = ", ".join(string_literal(layer) for layer in layers)
-        found = bm25_search(self._client, self.collection, query, limit, filter=f"layer in [{names}]",
+        found = bm25_search(self._client, self.collection, query, limit, filter=f"layer in [{names}] and {visible}",
                             output_fields=[*_OUTPUT_FIELDS, "layer"])
         return [_hit(bm25_label(e["layer"]), score, e) for e, score in found]
 
@@ -398,10 +434,10 @@ class MemoryIndex(MilvusCollection):
         lists = self.search_lists(query, MODES[mode], top_k)
         fused = fuse_layer_hits(lists, k=rrf_k)[:top_k]
         texts = {h.key: h.text for hits in lists for h in hits if h.base_layer == CHUNK}
-        texts.update(self.chunk_texts(key for key, _, _ in fused if key not in texts))
+        texts.update(self.chunk_texts(provenance[0] for key, _, provenance in fused if key not in texts))
         hits = []
         for key, score, provenance in fused:
             first = provenance[0]
             hits.append(Hit(doc_id=key[0], scenario=key[1], start=first.start, end=first.end,
-                            text=texts[key], score=score, provenance=provenance))
+                            text=texts[key], score=score, provenance=provenance, where=first.where))
         return hits

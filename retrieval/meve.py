@@ -42,6 +42,7 @@ import numpy as np
 from memreader.config import field, range_problems
 from memreader.embedders import encode
 from memreader.errors import MemReaderError
+from memreader.structure import describe_where
 from retrieval.passages import PassageHit
 from retrieval.verifier import KINDS, Verifier
 
@@ -141,7 +142,7 @@ class PassageSource(Protocol):
 class MemoryChunkSource:
     """The chunk layer of a :class:`~retrieval.index.MemoryIndex` as a MeVe passage source.
 
-    Passage ids are the chunk rows' primary keys (``chunk/<scenario>/<doc_id>``); vectors for the
+    Passage ids are the chunk rows' primary keys (``chunk/<scenario>/<version>/<doc_id>``); vectors for the
     redundancy check are the stored chunk vectors, read by primary key (no re-embedding).
     """
 
@@ -152,8 +153,8 @@ class MemoryChunkSource:
     def _hit(h: Any) -> PassageHit:
         from retrieval.rows import primary_key
 
-        return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id), doc_id=h.doc_id, text=h.text, rank=h.rank,
-                          score=h.similarity)
+        return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id, h.version), doc_id=h.doc_id, text=h.text,
+                          rank=h.rank, score=h.similarity, where=h.where)
 
     def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]:
         """The ``k`` nearest chunks (cosine), best first."""
@@ -198,6 +199,8 @@ class Candidate:
     tokens: int | None = None
     """The passage's own tokens in the budget tokenizer (set in phase 5)."""
     vector: np.ndarray | None = None
+    where: dict[str, Any] | None = None
+    """Source file, pages and heading path of the passage, when the store knows them."""
 
     def brief(self, **extra: Any) -> dict[str, Any]:
         """The audit entry of this candidate."""
@@ -207,6 +210,8 @@ class Candidate:
             out["verifier_score"] = round(self.verifier_score, 6)
         if self.tokens is not None:
             out["tokens"] = self.tokens
+        if self.where:
+            out["where"] = self.where
         return {**out, **extra}
 
 
@@ -285,7 +290,7 @@ class MeVePipeline:
         t = time.perf_counter()
         vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
         hits = self.source.knn(vector.tolist(), s.k)
-        found = [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score,
+        found = [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where,
                            vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
         ms["knn"] = _ms(t)
         audit["knn"] = {"k": s.k, "candidates": [c.brief() for c in found]}
@@ -346,7 +351,7 @@ class MeVePipeline:
             for j, h in enumerate(hits[: s.fallback_k], start=1):
                 extra.append(Candidate(h.id, h.doc_id, h.text, "bm25", h.rank, h.score,
                                        score=s.tau * (s.fallback_k + 1 - j) / (s.fallback_k + 1),
-                                       verifier_score=scored.get(h.id),
+                                       verifier_score=scored.get(h.id), where=h.where,
                                        vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)))
         ms["fallback"] = _ms(t)
         audit["fallback"] = {"enabled": s.fallback, "fired": fires, "reason": why,
@@ -461,5 +466,6 @@ def format_audit(result: MeVeResult, max_chars: int = 200) -> str:
     for i, c in enumerate(result.passages, start=1):
         text = " ".join(c.text.split())
         text = text if len(text) <= max_chars else text[:max_chars] + " ..."
-        out.append(f"[{i}] {c.doc_id} ({c.id}, {c.source}, score {c.score:.3f}, {c.tokens} tok)\n    {text}")
+        at = f"  {describe_where(c.where)}" if c.where and describe_where(c.where) else ""
+        out.append(f"[{i}] {c.doc_id}{at} ({c.id}, {c.source}, score {c.score:.3f}, {c.tokens} tok)\n    {text}")
     return "\n".join(out) if result.passages else "\n".join(out + ["(empty context: no passage survived)"])

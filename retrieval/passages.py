@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ class PassageHit:
     """Cosine similarity for a dense search, the BM25 score (positive, unbounded) for a BM25 search."""
     vector: tuple[float, ...] | None = None
     """The stored unit vector when the search returned it (dense searches do), else ``None``."""
+    where: dict[str, Any] | None = field(default=None, compare=False)
+    """The passage's source file, pages and heading path, when its store knows them (the memory index does)."""
 
 
 def _vector(entity: dict[str, Any]) -> tuple[float, ...] | None:

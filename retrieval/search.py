@@ -8,8 +8,10 @@ file or a Milvus server URI (its token is ``token``, else ``$MILVUS_TOKEN``).
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +23,7 @@ from memreader.paths import memreader_home, run_dir, write_json, write_resolved_
 from memreader.registry import AUTO_EMBEDDERS, canonical_name
 from memreader.runtime import load_embedder
 from memreader.schema import read_memories
+from memreader.structure import changed_sources, describe_where
 from retrieval.index import (
     DEFAULT_COLLECTION,
     MODES,
@@ -56,8 +59,12 @@ class RetrievalConfig(MeVeSettings):
     batch_size: int = field(64, ge=1, help="texts per embedding batch when indexing")
     bm25_language: str = field("auto", help="BM25 analyzer of the index: auto (from the chunks' text), en "
                                "(standard tokenizer) or zh (jieba); chosen when the index is built")
-    replace: bool = field(True, help="true: drop and rebuild the index; false: add the memories to it, replacing "
-                          "the rows of documents already there")
+    replace: bool = field(False, help="false: update the index by content hash (unchanged documents skipped, "
+                          "changed ones replaced, new ones added; built when missing); true: drop and rebuild it")
+    prune: bool = field(False, help="with an update: also remove the documents the memories no longer hold "
+                        "(without it they stay, listed as stale in the manifest)")
+    check_sources: bool = field(True, help="refuse memories whose source file (from `memreader ingest`) changed "
+                                "since it was ingested")
     top_k: int = field(8, ge=1, help="chunks returned per question, and the search depth of each layer (paper: 8)")
     mode: str = field("three_layer", help="three_layer (per-layer search + RRF), single (one averaged vector per "
                       "scenario), chunk_only (raw chunks only), hybrid (three_layer + BM25 per layer, RRF) or "
@@ -121,11 +128,15 @@ def build_index_from_file(
     progress: bool = True,
     token: str = "",
     bm25_language: str = "auto",
+    prune: bool = False,
+    check_sources: bool = True,
 ) -> BuildSummary:
     """Index every memory of a JSONL file (all are read and validated before the index is touched).
 
-    ``token`` is for a server URI (else ``$MILVUS_TOKEN``); ``bm25_language`` picks the BM25
-    analyzer (``auto``, ``en``, ``zh``)."""
+    ``replace=False`` updates an existing index by content hash (``prune``: removing the documents the
+    file lacks; :meth:`MemoryIndex.build`). ``token`` is for a server URI (else ``$MILVUS_TOKEN``);
+    ``bm25_language`` picks the BM25 analyzer (``auto``, ``en``, ``zh``). ``check_sources`` refuses
+    memories whose ingested source file changed since (their pages and text would no longer match it)."""
     path = Path(memories_jsonl)
     if not path.is_file():
         raise FileNotFoundError(
@@ -134,12 +145,23 @@ def build_index_from_file(
     memories = read_memories(path)
     if not memories:
         raise MemoryIndexError(f"{path} holds no memories; nothing to index")
+    if check_sources:
+        changed, missing = changed_sources(memories)
+        if changed:
+            raise MemoryIndexError(
+                f"{path}: {len(changed)} source file(s) changed since they were ingested: "
+                + ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else ""),
+                "run `memreader ingest` and `memreader read` again, then index (or --set check_sources=false to "
+                "index the memories as they are)")
+        if missing and progress:
+            print(f"index: warning: {len(missing)} source file(s) of these memories are gone (first: {missing[0]}); "
+                  "their memories are indexed as read", file=sys.stderr)
     name = auto_embedder(memories) if embedder_name == "auto" else canonical_name(embedder_name)
     if embedder_name == "auto" and progress:
         print(f"index: embedder auto -> {name} (from the memories' language)", file=sys.stderr)
     with MemoryIndex(db_path, collection, token=token) as index:
         return index.build(memories, _embedder(name, device), batch_size=batch_size, embedder_name=name,
-                           replace=replace, progress=progress, bm25_language=bm25_language)
+                           replace=replace, progress=progress, bm25_language=bm25_language, prune=prune)
 
 
 def ask(
@@ -175,7 +197,8 @@ def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
                         f"{p.similarity:.{2 if p.signal == BM25 else 3}f})" for p in hit.provenance)
         head = f"[{i}] {hit.doc_id} scenario {hit.scenario} [{hit.start}:{hit.end}]  score {hit.score:.4f}  via {via}"
         text = hit.text if max_chars is None or len(hit.text) <= max_chars else hit.text[:max_chars] + " ..."
-        lines = [head, textwrap.indent(text.strip(), "    ")]
+        at = describe_where(hit.where)
+        lines = [head] + ([f"    @ {at}"] if at else []) + [textwrap.indent(text.strip(), "    ")]
         texts = {p.base_layer: p.text for p in hit.provenance}  # a layer's dense and BM25 rows share one text
         lines += [f"    > {layer}: {texts[layer].strip()}" for layer in (OUTLINE, CORE) if layer in texts]
         blocks.append("\n".join(lines))
@@ -187,15 +210,24 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
     db = cfg.db()
     summary = build_index_from_file(cfg.memories_path(), db, cfg.embedder, cfg.collection, cfg.batch_size,
                                     cfg.replace, cfg.device, progress, token=cfg.token,
-                                    bm25_language=cfg.bm25_language)
+                                    bm25_language=cfg.bm25_language, prune=cfg.prune, check_sources=cfg.check_sources)
     if not is_server_uri(db):  # the record is written only for an index that was built
         out = run_dir(cfg.run, "retrieval") if not cfg.db_path else Path(db).parent
         out.mkdir(parents=True, exist_ok=True)
         write_resolved_config(out, cfg, name=Path(db).stem + ".config.yaml")
-        write_json(Path(db).with_suffix(".manifest.json"), {
+        manifest_path = Path(db).with_suffix(".manifest.json")
+        history = []
+        if manifest_path.is_file() and summary.update:
+            history = json.loads(manifest_path.read_text(encoding="utf-8")).get("history", [])
+        plan = summary.plan
+        history.append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "kind": "update" if summary.update else "build",
+                        "memories": str(cfg.memories_path().resolve()), **plan.counts(),
+                        "seconds": round(summary.seconds, 3)})
+        write_json(manifest_path, {
             "memories": str(cfg.memories_path().resolve()), "index": db, "collection": summary.collection,
-            "embedder": summary.embedder, "documents": summary.documents, "scenarios": summary.scenarios,
-            "rows": summary.rows, "skipped": summary.skipped, "seconds": round(summary.seconds, 3),
+            "embedder": summary.embedder, "documents": summary.documents, "scenarios_written": summary.scenarios,
+            "rows_written": summary.rows, "skipped": summary.skipped, "seconds": round(summary.seconds, 3),
+            "kind": "update" if summary.update else "build", "changes": plan.to_dict(), "history": history,
         })
     return summary
 

@@ -135,7 +135,7 @@ def threaded_three_layer(index: Any, pool: ThreadPoolExecutor, query: str, top_k
     lists = list(pool.map(lambda layer: index.search_layer(vector, layer, top_k), LAYERS))
     fused = fuse_layer_hits(lists)[:top_k]
     texts = {h.key: h.text for hits in lists for h in hits if h.base_layer == CHUNK}
-    texts.update(index.chunk_texts(key for key, _, _ in fused if key not in texts))
+    texts.update(index.chunk_texts(prov[0] for key, _, prov in fused if key not in texts))
     return fused
 
 

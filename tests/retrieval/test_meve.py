@@ -20,6 +20,7 @@ from memreader.schema import write_memories
 from retrieval.index import MemoryIndex
 from retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings, format_audit
 from retrieval.passages import PassageStore, PassageStoreError
+from retrieval.rows import memory_hash
 from retrieval.search import RetrievalConfig, build_index_from_file
 from retrieval.verifier import (
     CrossEncoderVerifier,
@@ -318,7 +319,7 @@ def test_meve_over_the_chunk_layer_and_the_cli(tmp_path: Path, embedder: Any, to
         assert result.audit["fallback"]["fired"]
         assert {p.source for p in result.passages} == {"bm25"}
         assert all(p.vector is not None and p.vector.shape == (384,) for p in result.passages)
-        assert result.passages[0].id == f"chunk/1/{VOLCANO.doc_id}"  # BM25's best: ash, explode
+        assert result.passages[0].id == f"chunk/1/{memory_hash(VOLCANO)[:16]}/{VOLCANO.doc_id}"  # BM25's best: ash
         assert result.passages[0].text == VOLCANO.document[VOLCANO.scenarios[1].start:VOLCANO.scenarios[1].end]
 
     base = ["ask", "--set", f"db_path={db}", "--set", "device=cpu", "--set", "verifier_kind=cross_encoder",

@@ -10,8 +10,10 @@ import pytest
 
 from memreader.cli import main
 from memreader.config import ConfigError, load_config
+from memreader.fusion import LayerHit
 from memreader.schema import write_memories
 from retrieval.index import MemoryIndex, MemoryIndexError
+from retrieval.rows import memory_hash
 from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits, run_ask, run_index
 from tests.retrieval.retrieval_samples import (
     BREAD,
@@ -202,9 +204,11 @@ def test_doc_ids_with_quotes_are_searched_and_fetched(tmp_path: Path, embedder: 
     ])
     with MemoryIndex(tmp_path / "odd.db", embedder=embedder) as index:
         index.build([odd, VOLCANO], embedder, embedder_name="minilm-l6", progress=False)
-        assert index.chunk_texts([(odd.doc_id, 1)]) == {(odd.doc_id, 1): "Perth won the first championship."}
+        row = LayerHit("outline", 1, 0.5, odd.doc_id, 1, 0, 0, "", version=memory_hash(odd))
+        assert index.chunk_texts([row]) == {(odd.doc_id, 1): "Perth won the first championship."}
         for mode in ("three_layer", "hybrid"):
             hits = index.search("When did the women's basketball league begin?", top_k=3, mode=mode)
             assert (hits[0].doc_id, hits[0].scenario) == (odd.doc_id, 0)
-        index.build([odd], embedder, embedder_name="minilm-l6", replace=False, progress=False)  # delete by doc_id
-        assert index.counts()["chunk"] == 2 + len(VOLCANO.scenarios)
+        summary = index.build([odd], embedder, embedder_name="minilm-l6", replace=False, prune=True, progress=False)
+        assert summary.plan.removed == [VOLCANO.doc_id]  # deleted by doc_id, quotes and all
+        assert index.counts()["chunk"] == 2

@@ -1,0 +1,118 @@
+"""An index that follows its memories: which documents an update adds, replaces, keeps, removes.
+
+    existing = indexed_versions(client, collection, committed)     # doc_id -> content hashes in the index
+    plan = UpdatePlan.between(existing, {doc_id: memory_hash(m) for m in memories}, prune=True)
+
+An update (``memreader index`` with ``replace: false``, the default) compares each memory's content hash
+(:func:`retrieval.rows.memory_hash`) with the hashes the index holds for that document id:
+
+- **unchanged** (the same hash): nothing is embedded or written;
+- **added** (an id the index lacks) and **replaced** (another hash): the new rows are embedded and written under
+  the next generation, the generation is committed, then the old rows of replaced documents are deleted;
+- **removed** (ids in the index but not in the memories): deleted with ``prune``, otherwise kept and listed as
+  **stale**.
+
+Readers see one version of each document at any time: a search filters on ``generation <= committed`` (rows of
+an update in progress are invisible until its commit), and between the commit and the deletion of old rows it
+keeps, per document, only the rows of the newest generation it found (:func:`newest_only`). An update that stops
+part way leaves the index searchable at the old versions; the next update first deletes the uncommitted rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memreader.fusion import SINGLE, LayerHit, rank_hits
+from retrieval.milvus import string_literal
+
+__all__ = ["UpdatePlan", "delete_docs", "indexed_versions", "newest_only"]
+
+_DELETE_IDS = 256  # doc ids per delete filter
+_QUERY_BATCH = 4096
+
+
+@dataclass
+class UpdatePlan:
+    """What one update does, by document id (every list sorted)."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """In the index, not in the memories, and deleted (``prune``)."""
+    stale: list[str] = field(default_factory=list)
+    """In the index, not in the memories, and kept (no ``prune``)."""
+
+    @classmethod
+    def between(cls, indexed: dict[str, set[str]], wanted: dict[str, str], prune: bool) -> UpdatePlan:
+        """The plan that turns an index holding ``indexed`` (doc id → hashes) into one holding ``wanted``
+        (doc id → hash)."""
+        plan = cls()
+        for doc_id, doc_hash in wanted.items():
+            have = indexed.get(doc_id)
+            (plan.unchanged if have == {doc_hash} else plan.replaced if have else plan.added).append(doc_id)
+        gone = sorted(set(indexed) - set(wanted))
+        plan.removed, plan.stale = (gone, []) if prune else ([], gone)
+        for name in ("added", "replaced", "unchanged"):
+            getattr(plan, name).sort()
+        return plan
+
+    @property
+    def to_write(self) -> list[str]:
+        """The documents whose rows are embedded and written."""
+        return sorted(self.added + self.replaced)
+
+    def counts(self) -> dict[str, int]:
+        """How many documents each list holds."""
+        return {k: len(v) for k, v in self.to_dict().items()}
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """The lists by name (for the manifest)."""
+        return {"added": self.added, "replaced": self.replaced, "unchanged": self.unchanged,
+                "removed": self.removed, "stale": self.stale}
+
+
+def indexed_versions(client: Any, collection: str, committed: int) -> dict[str, set[str]]:
+    """doc_id → the content hashes of its committed rows (two only after an update that stopped between its
+    commit and its deletions). Read from the ``single`` rows: every indexed scenario has one."""
+    out: dict[str, set[str]] = {}
+    # Milvus Lite has no timestamp service: pymilvus warns on every iterator that it uses the client's clock.
+    quiet = logging.getLogger("pymilvus.client.iterator.query_iterator")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        it = client.query_iterator(collection, batch_size=_QUERY_BATCH, output_fields=["doc_id", "doc_hash"],
+                                   filter=f"layer == {string_literal(SINGLE)} and generation <= {int(committed)}")
+    finally:
+        quiet.setLevel(level)
+    try:
+        while rows := it.next():
+            for row in rows:
+                out.setdefault(row["doc_id"], set()).add(row["doc_hash"])
+    finally:
+        it.close()
+    return out
+
+
+def delete_docs(client: Any, collection: str, doc_ids: Sequence[str], extra: str = "") -> None:
+    """Delete every row of ``doc_ids`` (that also matches ``extra``, a filter expression), in batches."""
+    for start in range(0, len(doc_ids), _DELETE_IDS):
+        ids = ", ".join(string_literal(d) for d in doc_ids[start : start + _DELETE_IDS])
+        client.delete(collection, filter=f"doc_id in [{ids}]" + (f" and ({extra})" if extra else ""))
+
+
+def newest_only(lists: Iterable[Sequence[LayerHit]]) -> list[list[LayerHit]]:
+    """The lists with, per document, only the rows of the newest generation found in any of them, re-ranked.
+    Outside the moment between an update's commit and its deletions every document has one generation, and
+    the lists come back as they were."""
+    lists = [list(hits) for hits in lists]
+    newest: dict[str, int] = {}
+    for hits in lists:
+        for h in hits:
+            newest[h.doc_id] = max(newest.get(h.doc_id, h.generation), h.generation)
+    if all(h.generation == newest[h.doc_id] for hits in lists for h in hits):
+        return lists
+    return [rank_hits([h for h in hits if h.generation == newest[h.doc_id]], len(hits)) for hits in lists]
