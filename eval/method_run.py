@@ -28,7 +28,7 @@ from memreader.errors import MemReaderError
 from memreader.generation import GenerationParams
 from memreader.paths import sha256_file, write_json
 from memreader.schema import DocumentMemory, read_memories, write_memories
-from retrieval.index import MemoryIndex
+from retrieval.index import INDEX_FORMAT, MemoryIndex
 
 
 class StaleRunError(MemReaderError, ValueError):
@@ -69,8 +69,8 @@ def _key(payload: dict[str, Any]) -> str:
 
 
 def _index(ctx: MethodContext, mdir: Path, memories: list[DocumentMemory], memories_sha: str) -> MemoryIndex:
-    """The method's index, rebuilt only when its memories or the embedder changed."""
-    manifest = {"memories_sha256": memories_sha, "embedder": ctx.embedder_name}
+    """The method's index, rebuilt only when its memories, the embedder or the index format changed."""
+    manifest = {"memories_sha256": memories_sha, "embedder": ctx.embedder_name, "format": INDEX_FORMAT}
     db = mdir / "index.db"
     if _read_json(mdir / "index.json") == manifest and db.exists():
         return MemoryIndex.open(db, embedder=ctx.embedder, embedder_name=ctx.embedder_name)

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from tqdm import tqdm
 from memreader.assemble import memory_from_output
 from memreader.backends import backend_problem, dtype_problem, resolve_backend, resolve_dtype_for
 from memreader.config import field
-from memreader.corpus import CorpusError, Document, read_corpus, split_empty
+from memreader.corpus import CorpusError, Document, batched, iter_corpus
 from memreader.errors import RunFailed
 from memreader.generation import GenerationParams, GenerationRequestError, make_chat
 from memreader.guidance import (
@@ -210,16 +211,30 @@ def read_documents(cfg: ReadConfig, docs: list[Document], out_dir: Path, backend
 def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Document] | None = None,
           strict: bool = True) -> dict[str, Any]:
     out_path = out_dir / "memories.jsonl"
-    docs, empty = split_empty(given if given is not None else
-                              read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
-    if not docs:
-        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
-                          "give documents with text")
+
+    def corpus() -> Iterator[Document]:  # read twice, streaming: the corpus is never held whole
+        return iter(given) if given is not None else iter_corpus(cfg.input, cfg.id_field, cfg.text_field,
+                                                                 cfg.limit or None)
+
     if backend is not None and callable(getattr(backend, "describe", None)):
         cfg = replace(cfg, dtype=backend.describe()["dtype"])  # a given backend's weights are what the memories record
     key = read_key(cfg)
     done = _done(out_path)
-    stale = [d.doc_id for d in docs if d.doc_id in done and done[d.doc_id] != (d.sha256, key)]
+    # Pass 1: counts, empty documents, stale ones and the languages to size windows for; no text is kept.
+    n_docs, n_todo, empty, stale, langs = 0, 0, [], [], set()
+    for d in corpus():
+        n_docs += 1
+        if not d.text.strip():
+            empty.append(d.doc_id)
+        elif d.doc_id in done:
+            if done[d.doc_id] != (d.sha256, key):
+                stale.append(d.doc_id)
+        else:
+            n_todo += 1
+            langs.add(detect_language(d.text))
+    if len(empty) == n_docs:
+        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
+                          "give documents with text")
     if stale:
         raise MemoryValidationError(
             f"{out_path} already holds {len(stale)} of these documents read from other text or with other "
@@ -227,9 +242,9 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
             "Use a new run name, or delete the file to read everything again."
         )
     write_resolved_config(out_dir, cfg)  # only now: a refused run leaves the earlier record as it was
-    todo = [d for d in docs if d.doc_id not in done]
+    n_done = n_docs - len(empty) - n_todo
     if done:
-        print(f"read: resumed: {len(docs) - len(todo)} of {len(docs)} documents already done in {out_path}")
+        print(f"read: resumed: {n_done} of {n_docs - len(empty)} documents already done in {out_path}")
     if empty:
         log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
@@ -241,7 +256,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     fates: list[str] = []  # one per document asked
     t0 = time.perf_counter()
     grammars, sizing = None, {}
-    if todo:
+    if n_todo:
         backend = backend or make_backend(cfg)
         if callable(getattr(backend, "check_reachable", None)):
             backend.check_reachable()  # an unreachable server is a configuration error, before any document
@@ -249,15 +264,14 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         if wants_grammar(cfg.guided, cfg.backend):
             grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
                                       may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
-        langs = sorted({detect_language(d.text) for d in todo})
         sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
                   "prompt_tokens": max(prompt_tokens_of(render(name, lang, document="")[0], backend, count)
-                                       for lang in langs),
+                                       for lang in sorted(langs)),
                   "model_window": cfg.max_model_len if cfg.backend == "vllm" else model_window_of(backend),
                   "grammar": grammars.settings if grammars else None}
-    bar = tqdm(total=len(todo), desc="read", unit="doc")
-    for start in range(0, len(todo), cfg.batch_size):
-        batch = todo[start : start + cfg.batch_size]
+    bar = tqdm(total=n_todo, desc="read", unit="doc")
+    # Pass 2: the documents still to read, a batch at a time.
+    for batch in batched((d for d in corpus() if d.text.strip() and d.doc_id not in done), cfg.batch_size):
         texts = [d.text for d in batch]
         # long documents: one item per window, merged back below
         wplan, plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens, **sizing)
@@ -334,11 +348,11 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     bar.close()
     seconds = time.perf_counter() - t0
     truncated = count_fates(fates)
-    n = len(todo) - len(failed) - truncated.get("truncated-skipped", 0)
+    n = n_todo - len(failed) - truncated.get("truncated-skipped", 0)
     summary = {
-        "documents": len(docs),
+        "documents": n_docs - len(empty),
         "read": n,
-        "skipped_done": len(docs) - len(todo),
+        "skipped_done": n_done,
         "skipped_empty": empty,
         "failed": failed,
         "guided": stats["guided"],
@@ -360,7 +374,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     }
     write_json(out_dir / "summary.json", summary)
     print(
-        f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {len(docs) - len(todo)} already done, "
+        f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {n_done} already done, "
         f"{stats['guided']} guided / {stats['unguided']} unguided, {len(failed)} failed, "
         f"{summary['truncated_skipped']} cut off and skipped, {stats['repaired']} repaired, "
         f"{stats['fallbacks']} whole-document fallbacks → {out_path}"
@@ -381,8 +395,8 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
     if empty:
         print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
-    if strict and todo and n == 0:
-        raise RunFailed(f"every one of the {len(todo)} documents to read failed or was cut off; nothing was written",
+    if strict and n_todo and n == 0:
+        raise RunFailed(f"every one of the {n_todo} documents to read failed or was cut off; nothing was written",
                         f"see the warnings above and {out_dir / 'summary.json'}")
     return summary
 

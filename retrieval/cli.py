@@ -24,8 +24,11 @@ def _ask_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _index(cfg: RetrievalConfig) -> int:
-    """Build the index and print its one-line summary."""
-    print(run_index(cfg).line())
+    """Build or update the index and print its one-line summary (and how far BM25 statistics drifted)."""
+    summary = run_index(cfg)
+    print(summary.line())
+    if summary.bm25_drift_note():
+        print(summary.bm25_drift_note())
     return 0
 
 

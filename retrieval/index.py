@@ -237,9 +237,12 @@ class MemoryIndex(MilvusCollection):
         if update:
             self._client.flush(self.collection)
             self._write_meta({**meta, "status": "complete"})  # the commit: the new rows become visible
-            delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
-            delete_docs(self._client, self.collection, plan.removed)
+            deleted = (delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
+                       + delete_docs(self._client, self.collection, plan.removed))
             self._client.flush(self.collection)
+            meta["deleted_rows"] = int(old.get("deleted_rows", 0)) + deleted
+            self._write_meta({**meta, "status": "complete"})
+            summary.deleted_rows, summary.live_rows = meta["deleted_rows"], self._count()
         else:
             self._finish(meta)
         summary.documents = len(texts)

@@ -83,6 +83,20 @@ class BuildSummary:
     """The :class:`~retrieval.updates.UpdatePlan`: documents added, replaced, unchanged, removed, stale."""
     update: bool = False
     """An update in place (``replace=False`` over an existing index), not a full build."""
+    deleted_rows: int = 0
+    """Rows deleted since the last full build (Milvus still counts them in its BM25 statistics)."""
+    live_rows: int = 0
+    """Rows in the index after an update."""
+
+    def bm25_drift_note(self) -> str:
+        """The warning an update prints when deleted rows still weigh on BM25 scores ("" when none)."""
+        if not self.deleted_rows:
+            return ""
+        share = self.deleted_rows / max(1, self.deleted_rows + self.live_rows)
+        return (f"NOTE: {self.deleted_rows} rows were deleted since the last full build ({share:.1%} of all rows "
+                "written): Milvus still counts them in BM25 statistics until it compacts (Milvus Lite never does), so "
+                "hybrid / chunk_hybrid / MeVe-fallback scores differ slightly from a fresh build; dense modes are "
+                "exact. Rebuild with --set replace=true to reset them.")
 
     @property
     def total_rows(self) -> int:

@@ -228,6 +228,7 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
             "embedder": summary.embedder, "documents": summary.documents, "scenarios_written": summary.scenarios,
             "rows_written": summary.rows, "skipped": summary.skipped, "seconds": round(summary.seconds, 3),
             "kind": "update" if summary.update else "build", "changes": plan.to_dict(), "history": history,
+            "deleted_rows_since_build": summary.deleted_rows,
         })
     return summary
 

@@ -16,6 +16,11 @@ Readers see one version of each document at any time: a search filters on ``gene
 an update in progress are invisible until its commit), and between the commit and the deletion of old rows it
 keeps, per document, only the rows of the newest generation it found (:func:`newest_only`). An update that stops
 part way leaves the index searchable at the old versions; the next update first deletes the uncommitted rows.
+
+Dense searches then answer exactly as a fresh build over the same memories. BM25 scores do not quite: Milvus
+counts deleted rows in its BM25 statistics (document count, mean length, term frequencies) until the segments
+are compacted, and Milvus Lite never compacts. The index records the rows deleted since its last full build
+(``deleted_rows``) and every update says how large that share is; ``replace=true`` rebuilds it exactly.
 """
 
 from __future__ import annotations
@@ -97,11 +102,17 @@ def indexed_versions(client: Any, collection: str, committed: int) -> dict[str, 
     return out
 
 
-def delete_docs(client: Any, collection: str, doc_ids: Sequence[str], extra: str = "") -> None:
-    """Delete every row of ``doc_ids`` (that also matches ``extra``, a filter expression), in batches."""
+def delete_docs(client: Any, collection: str, doc_ids: Sequence[str], extra: str = "") -> int:
+    """Delete every row of ``doc_ids`` (that also matches ``extra``, a filter expression), in batches; returns
+    how many rows went."""
+    deleted = 0
     for start in range(0, len(doc_ids), _DELETE_IDS):
         ids = ", ".join(string_literal(d) for d in doc_ids[start : start + _DELETE_IDS])
-        client.delete(collection, filter=f"doc_id in [{ids}]" + (f" and ({extra})" if extra else ""))
+        where = f"doc_id in [{ids}]" + (f" and ({extra})" if extra else "")
+        (row,) = client.query(collection, filter=where, output_fields=["count(*)"])
+        deleted += int(row["count(*)"])
+        client.delete(collection, filter=where)
+    return deleted
 
 
 def newest_only(lists: Iterable[Sequence[LayerHit]]) -> list[list[LayerHit]]:

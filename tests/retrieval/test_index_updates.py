@@ -59,8 +59,10 @@ def test_update_skips_unchanged_replaces_changed_and_answers_as_a_fresh_build(tm
         assert kept.scenarios == len(VOLCANO.scenarios) + len(KILN.scenarios)  # only what changed is embedded
         assert "update: 1 added, 1 replaced, 1 unchanged, 0 removed, 1 stale" in kept.line()
         assert index.meta["generation"] == 2
+        assert kept.deleted_rows == 4 * len(VOLCANO.scenarios) and "replace=true" in kept.bm25_drift_note()
         pruned = index.build(new, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
         assert pruned.plan.removed == [BREAD.doc_id] and pruned.scenarios == 0
+        assert pruned.deleted_rows == kept.deleted_rows + 10  # bread's 10 rows (3 scenarios, 2 rows skipped)
         assert index.counts() == expected_counts
         for mode, answers in expected.items():
             assert _answers(index, mode) == answers, mode
