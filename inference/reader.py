@@ -55,7 +55,7 @@ from memreader.prompts import render
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.stage import Stage
-from memreader.structure import annotate
+from memreader.structure import annotate, structural_breaks
 from memreader.vllm_engine import COMPILE_MODES, LORA_MODES
 from memreader.windowing import (
     WindowConfig,
@@ -274,7 +274,9 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     for batch in batched((d for d in corpus() if d.text.strip() and d.doc_id not in done), cfg.batch_size):
         texts = [d.text for d in batch]
         # long documents: one item per window, merged back below
-        wplan, plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens, **sizing)
+        breaks = [structural_breaks(d.meta) for d in batch]  # heading and page starts: preferred chunk ends
+        wplan, plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens,
+                                                        breaks if any(breaks) else None, **sizing)
         flat, window_texts = wplan.flat(), wplan.texts(texts)
         refused = dict(wplan.errors)
         for j, error in plan_errors.items():

@@ -114,16 +114,17 @@ class MemoryGrammars:
     count_tokens: Callable[[str], int]
     may_go_unguided: bool = False
 
-    def plan(self, texts: Sequence[str], max_new_tokens: int,
-             needs: dict[int, int] | None = None) -> tuple[list[GrammarPlan | None], dict[int, str]]:
+    def plan(self, texts: Sequence[str], max_new_tokens: int, needs: dict[int, int] | None = None,
+             breaks: Sequence[Sequence[int]] | None = None) -> tuple[list[GrammarPlan | None], dict[int, str]]:
         """One plan per text; a text that cannot be guided gets None and, unless it may go unguided,
         its error message in ``errors`` (the caller refuses it before any model call). ``needs`` collects
-        the tokens each text's grammar would need when that is over ``max_new_tokens``."""
+        the tokens each text's grammar would need when that is over ``max_new_tokens``; ``breaks`` are each
+        text's structural breaks (heading and page starts: preferred chunk ends)."""
         plans: list[GrammarPlan | None] = []
         errors: dict[int, str] = {}
         for i, text in enumerate(texts):
             try:
-                graph = BoundaryGraph.build(text, self.settings)
+                graph = BoundaryGraph.build(text, self.settings, breaks[i] if breaks else ())
                 plans.append(memory_grammar(graph, self.settings, max_new_tokens, self.count_tokens))
             except GuidanceError as exc:
                 if isinstance(exc, GrammarBudgetError) and needs is not None:
@@ -141,12 +142,15 @@ FIT_ROUNDS = 4
 
 
 def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, grammar_budget: int,
+                        breaks: Sequence[Sequence[int]] | None = None,
                         **sizing: Any) -> tuple[WindowPlan, list[GrammarPlan | None], dict[int, str]]:
     """:func:`memreader.windowing.plan_windows` and the grammar of every window (``sizing``: its keyword
     arguments). A window whose grammar needs more tokens than ``grammar_budget`` (the reply budget) (small chunks of CJK text under a
     tight budget: every chunk marker costs tokens) is not refused at once: its document is cut again into windows
     of ``0.9 x budget / need`` of the capacity, up to :data:`FIT_ROUNDS` times, and only then refused with the
-    fix. Returns the plan, one grammar per window (None when unguided) and the refused windows' messages."""
+    fix. ``breaks``: each document's structural breaks (heading and page starts), preferred chunk ends in the
+    windows that hold them. Returns the plan, one grammar per window (None when unguided) and the refused
+    windows' messages."""
     scale: dict[int, float] = {}
     for _ in range(FIT_ROUNDS):
         wplan = plan_windows(texts, scale=scale, **sizing)
@@ -154,7 +158,10 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
         if grammars is None:
             return wplan, [None] * len(flat), {}
         needs: dict[int, int] = {}
-        plans, errors = grammars.plan(wplan.texts(texts), grammar_budget, needs)
+        window_breaks = None
+        if breaks:
+            window_breaks = [[b - w.start for b in breaks[d] if w.start < b < w.end] for d, w in flat]
+        plans, errors = grammars.plan(wplan.texts(texts), grammar_budget, needs, window_breaks)
         shrink: dict[int, float] = {}
         for j, need in needs.items():
             d = flat[j][0]

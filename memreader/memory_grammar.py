@@ -4,7 +4,10 @@
     lark = memory_grammar(graph, GrammarSettings(), max_new_tokens=512, count_tokens=len)
 
 The document decides where a chunk may end: after a sentence or paragraph end (clause ends when
-a stretch has no sentence end in range, the first end past the range when it has neither). Each
+a stretch has no sentence end in range, the first end past the range when it has neither). Structural
+breaks (where a heading or a page starts, from ``memreader ingest``) are preferred ends: a chunk ends at the
+next break, or early enough that the chunk after it can end there, whenever the length range allows; only a
+break the range cannot reach is crossed. Each
 reachable start position becomes one grammar rule, and each allowed end one alternative of it, so
 a chunk marker ``HEAD[MASK]TAIL`` is a literal: its HEAD starts exactly where the previous chunk
 ended and its TAIL ends at an allowed boundary. The model picks *where* to cut and writes the
@@ -21,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from memreader.errors import MemReaderError
@@ -95,6 +98,7 @@ class BoundaryGraph:
     min_chars: int
     max_chars: int
     relaxed: list[int] = field(default_factory=list)  # starts with no end in range (took the first one past it)
+    breaks: list[int] = field(default_factory=list)  # structural breaks no edge crosses (heading / page starts)
     head_chars: int = 12  # marker shape, so a guided reply can be walked back along the graph
     tail_chars: int = 12
 
@@ -116,8 +120,9 @@ class BoundaryGraph:
         return best[0]
 
     @classmethod
-    def build(cls, document: str, settings: GrammarSettings) -> BoundaryGraph:
-        """Boundaries of ``document`` and the edges between them (see the module docstring)."""
+    def build(cls, document: str, settings: GrammarSettings, breaks: Sequence[int] = ()) -> BoundaryGraph:
+        """Boundaries of ``document`` and the edges between them (see the module docstring); ``breaks`` are
+        character offsets where a heading or a page starts."""
         n = len(document)
         if not document.strip():
             raise GuidanceError("the document is empty (or only whitespace): there is nothing to read",
@@ -134,6 +139,8 @@ class BoundaryGraph:
                 "raise max_scenarios or max_chunk_chars, or split the document into shorter ones")
         sentence = _ends(document, _SENTENCE_END)
         clause = sorted(set(_ends(document, _CLAUSE_END)) - set(sentence))
+        # a break is kept where a chunk may end: text before it, and at least min_chars after it
+        hard = sorted({b for b in breaks if 0 < b < n and document[:b].strip() and n - b >= min_chars})
         edges: dict[int, list[int]] = {}
         relaxed: list[int] = []
         todo = [0]
@@ -147,11 +154,17 @@ class BoundaryGraph:
             if not ends:  # nothing in range: the first boundary past it (or the end) keeps the graph whole
                 relaxed.append(s)
                 ends = [next((b for b in sorted({*sentence, *clause}) if b > s + max_chars), n)]
+            h = next((b for b in hard if b > s), None)
+            if h is not None:  # end at the break, or early enough that the next chunk can end there
+                ok = {e for e in ends if e <= h - min_chars} | ({h} if min_chars <= h - s <= max_chars else set())
+                ends = sorted(ok) or ends  # nothing left: the break is crossed (too close for the length range)
             if s == 0 and len(ends) > 1:
                 ends = [e for e in ends if e < n] or ends  # a memory has at least two chunks when it can
             edges[s] = ends
             todo.extend(e for e in ends if e < n and e not in edges)
-        return cls(document, edges, min_chars, max_chars, sorted(relaxed), settings.head_chars, settings.tail_chars)
+        crossed = {b for st, es in edges.items() for e in es for b in hard if st < b < e}
+        return cls(document, edges, min_chars, max_chars, sorted(relaxed), breaks=sorted(set(hard) - crossed),
+                   head_chars=settings.head_chars, tail_chars=settings.tail_chars)
 
 
 def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
@@ -205,7 +218,7 @@ class GrammarPlan:
         return {"scenarios_max": self.scenarios_max, "topic_tokens": self.topic_tokens,
                 "core_tokens": self.core_tokens, "worst_case_tokens": self.worst_case_tokens,
                 "single_chunk": self.single_chunk, "relaxed_starts": self.relaxed_starts,
-                "outline_tied": self.outline_tied}
+                "outline_tied": self.outline_tied, **({"breaks": len(self.graph.breaks)} if self.graph.breaks else {})}
 
 
 # Free text never holds "<" (no tag can open), "[" (no [MASK]) or any line break str.splitlines knows.

@@ -19,7 +19,7 @@ from typing import Any
 from memreader.paths import sha256_file
 from memreader.schema import DocumentMemory
 
-__all__ = ["annotate", "changed_sources", "describe_where", "headings_at", "page_at", "where", "where_from_json"]
+__all__ = ["annotate", "changed_sources", "structural_breaks", "describe_where", "headings_at", "page_at", "where", "where_from_json"]
 
 
 def _index(starts: list[int], offset: int) -> int:
@@ -36,6 +36,12 @@ def headings_at(headings: list[Any], offset: int) -> list[str]:
     """The heading path in force at character ``offset`` of a heading map ([] before the first heading)."""
     i = _index([h[0] for h in headings], offset)
     return list(headings[i][1]) if i >= 0 else []
+
+
+def structural_breaks(doc_meta: dict[str, Any]) -> list[int]:
+    """Offsets where a heading or a page starts in a corpus record (``[]`` without maps): preferred chunk ends."""
+    marks = [h[0] for h in doc_meta.get("headings") or []] + [p[0] for p in doc_meta.get("pages") or []]
+    return sorted({int(m) for m in marks if int(m) > 0})
 
 
 def annotate(memory: DocumentMemory, doc_meta: dict[str, Any]) -> DocumentMemory:

@@ -55,7 +55,9 @@ from memreader.fusion import (
     ALL_LAYERS,
     BM25,
     CHUNK,
+    CORE,
     LAYERS,
+    OUTLINE,
     SINGLE,
     ChunkKey,
     Hit,
@@ -350,6 +352,21 @@ class MemoryIndex(MilvusCollection):
             raise MemoryIndexError(f"{self._where()} has no chunk row for {missing[:3]}; it is inconsistent",
                                    self.REBUILD_FIX)
         return found
+
+    def layer_texts(self, hits: Iterable[Hit]) -> dict[ChunkKey, dict[str, str]]:
+        """The outline item and core content of each hit's scenario (``{}`` for a layer whose row was skipped as
+        blank), fetched by primary key from the hit's own version."""
+        keys = {}
+        for h in hits:
+            version = h.provenance[0].version if h.provenance else ""
+            for layer in (OUTLINE, CORE):
+                keys[primary_key(layer, h.scenario, h.doc_id, version)] = ((h.doc_id, h.scenario), layer)
+        out: dict[ChunkKey, dict[str, str]] = {key: {} for key, _ in keys.values()}
+        if keys:
+            for r in self.rows_by_pk(list(keys), ["pk", "text"]):
+                key, layer = keys[r["pk"]]
+                out[key][layer] = r["text"]
+        return out
 
     def search_lists(self, query: str, labels: Sequence[str], limit: int) -> list[list[LayerHit]]:
         """One ranked list per label (see :data:`MODES`): ``chunk`` is the chunk layer's vector

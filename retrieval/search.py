@@ -233,10 +233,49 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
     return summary
 
 
+class Searcher:
+    """An open index with its embedder (and MeVe's verifier once asked for): what ``memreader ask`` and the
+    Python API (:mod:`memreader.api`) search with. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, cfg: RetrievalConfig) -> None:
+        self.cfg = cfg
+        name = canonical_name(cfg.embedder) if cfg.embedder and cfg.embedder != "auto" else None
+        self.index = MemoryIndex.open(cfg.db(), cfg.collection, token=cfg.token, embedder_name=name)
+        with self.index._closing_on_error():
+            name = name or self.index.meta["embedder"]
+            if name == "unnamed":
+                raise MemoryIndexError(f"{self.index.uri} does not record its embedder; set embedder=")
+            self.index.embedder = _embedder(name, cfg.device)
+
+    def ask(self, question: str, top_k: int | None = None, mode: str | None = None) -> list[Hit]:
+        """The ``top_k`` best chunks for ``question`` by ``mode`` (defaults: the config's)."""
+        return self.index.search(question, top_k=top_k or self.cfg.top_k, mode=mode or self.cfg.mode,
+                                 rrf_k=self.cfg.rrf_k)
+
+    def meve(self, question: str) -> MeVeResult:
+        """MeVe's five phases over the chunk layer (settings: the config's MeVe keys)."""
+        cfg = self.cfg
+        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.device, cfg.verifier_batch_size,
+                              cfg.verifier_max_tokens, cfg.verifier_backend, cfg.verifier_dtype) if cfg.verify else None)
+        pipeline = MeVePipeline(MemoryChunkSource(self.index), self.index.embedder, verifier,
+                                load_tokenizer(cfg.budget_tokenizer), cfg)
+        return pipeline.run(question)
+
+    def close(self) -> None:
+        """Close the index (a Milvus Lite file is freed with its last client)."""
+        self.index.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
     """Answer one question with the index and search settings of ``cfg``."""
-    return ask(cfg.db(), question, cfg.top_k, cfg.mode, cfg.embedder, cfg.collection, cfg.rrf_k, cfg.device,
-               token=cfg.token)
+    with Searcher(cfg) as searcher:
+        return searcher.ask(question)
 
 
 @lru_cache(maxsize=2)
@@ -250,11 +289,5 @@ def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: in
 
 def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
     """MeVe's five phases over the chunk layer of the index of ``cfg`` (settings: the MeVe keys)."""
-    name = canonical_name(cfg.embedder) if cfg.embedder and cfg.embedder != "auto" else None
-    with MemoryIndex.open(cfg.db(), cfg.collection, token=cfg.token, embedder_name=name) as index:
-        name = name or index.meta["embedder"]
-        embedder = _embedder(name, cfg.device)
-        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.device, cfg.verifier_batch_size,
-                              cfg.verifier_max_tokens, cfg.verifier_backend, cfg.verifier_dtype) if cfg.verify else None)
-        pipeline = MeVePipeline(MemoryChunkSource(index), embedder, verifier, load_tokenizer(cfg.budget_tokenizer), cfg)
-        return pipeline.run(question)
+    with Searcher(cfg) as searcher:
+        return searcher.meve(question)

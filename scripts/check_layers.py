@@ -4,8 +4,9 @@
 
 Layers, from the top:
 
-1. **top**: ``memreader.cli`` (the ``memreader`` command, built from the stages) and ``memreader.demo`` (the
-   whole pipeline as a script). Nothing below imports them, except a stage module's ``if __name__ ==
+1. **top**: ``memreader.cli`` (the ``memreader`` command, built from the stages), ``memreader.demo`` (the
+   whole pipeline as a script), ``memreader.api`` (the Python API over the stages) and ``memreader.integrations``
+   (LangChain / LlamaIndex retrievers on the API). Nothing below imports them, except a stage module's ``if __name__ ==
    "__main__":`` block (``python -m <stage module>`` is ``memreader <stage>``).
 2. **stages**: ``ingest``, ``data_gen``, ``training``, ``inference``, ``retrieval``, ``eval``. A stage imports the core and
    itself. The one cross-stage direction allowed is ``eval`` → ``inference`` / ``retrieval`` (the evaluation
@@ -25,12 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("memreader", "ingest", "data_gen", "training", "inference", "retrieval", "eval")
 STAGES = ("ingest", "data_gen", "training", "inference", "retrieval", "eval")
-TOP = ("memreader.cli", "memreader.demo")
+TOP = ("memreader.cli", "memreader.demo", "memreader.api", "memreader.integrations")
 ALLOWED_CROSS_STAGE = {("eval", "inference"), ("eval", "retrieval")}
 
 
 def layer(module: str) -> str:
-    if module in TOP:
+    if module in TOP or module.startswith("memreader.integrations."):
         return "top"
     return "core" if module.split(".")[0] == "memreader" else "stage"
 
@@ -91,7 +92,7 @@ def violations(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[
         graph[src].add(dst)
         src_pkg, dst_pkg = src.split(".")[0], dst.split(".")[0]
         if layer(dst) == "top" and layer(src) != "top":
-            problems.append(f"{where}: only the top layer (and __main__ blocks) may import the CLI or the demo")
+            problems.append(f"{where}: only the top layer (and __main__ blocks) may import the CLI, the demo, the API or the integrations")
         elif layer(src) == "core" and layer(dst) == "stage":
             problems.append(f"{where}: the core never imports a stage; move the shared service into memreader/")
         elif layer(src) == "stage" and src_pkg != dst_pkg and layer(dst) == "stage" \

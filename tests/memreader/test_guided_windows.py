@@ -37,3 +37,19 @@ def test_a_budget_no_window_fits_is_still_refused_with_the_fix(monkeypatch: pyte
     assert "needs up to" in errors[0] and "raise max_new_tokens" in errors[0]
     _, _, errors = _plan(40)  # not even one chunk fits
     assert errors and all("raise max_new_tokens" in e for e in errors.values())
+
+
+def test_structural_breaks_reach_the_window_that_holds_them() -> None:
+    settings = GrammarSettings(min_chunk_chars=160, max_chunk_chars=196, cjk_char_weight=1.0, max_scenarios=8)
+    grammars = MemoryGrammars(settings, count_tokens=len)
+    breaks = [350, 815]  # a heading in the first window, one in the second (windows are 645 characters)
+    plan, plans, errors = plan_guided_windows([TEXT], grammars, 512, [breaks], count_tokens=len,
+                                              settings=WindowSettings(0, 0), grammar=settings)
+    assert errors == {}
+    seen = []
+    for (_, w), p in zip(plan.flat(), plans, strict=True):
+        seen += [w.start + b for b in p.graph.breaks]  # window offsets back to document offsets
+        for s, ends in p.graph.edges.items():
+            assert not any(s < b - w.start < e and b - w.start - s >= p.graph.min_chars for b in breaks
+                           for e in ends), (w, s)
+    assert sorted(seen) == breaks

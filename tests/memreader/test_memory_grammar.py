@@ -87,6 +87,26 @@ def test_graph_boundaries_follow_sentences_and_chunk_sizes() -> None:
     assert len(graph.edges) >= 5 and graph.longest_path() >= 5 and not graph.single_chunk
 
 
+def test_headings_and_page_breaks_are_not_crossed_when_the_range_allows() -> None:
+    doc = ("Garden club notes. We meet weekly in the hall. Tea is served after.\n"
+           "Compost\nThree bays sit behind the greenhouse. Turn them monthly. Keep them damp.\n"
+           "Trips\nThe spring trip goes to the botanic garden. Bring lunch and boots.")
+    settings = GrammarSettings(min_chunk_chars=20, max_chunk_chars=120, max_scenarios=8)
+    heading, trips = doc.index("Compost"), doc.index("Trips")
+    free = BoundaryGraph.build(doc, settings)
+    assert any(s < heading < e for s, ends in free.edges.items() for e in ends)  # without breaks a chunk may cross
+    graph = BoundaryGraph.build(doc, settings, breaks=[heading, trips])
+    _check_graph(graph)
+    assert graph.breaks == [heading, trips]
+    for s, ends in graph.edges.items():
+        for e in ends:  # crossing only where the break is too close to the start for a chunk to end there
+            assert not any(s < b < e and b - s >= graph.min_chars for b in (heading, trips)), (s, e)
+    assert heading in graph.edges[0] and heading in graph.edges  # the break is itself an end, then a start
+    # a break that the range cannot reach from a start (too close to it) is not forced
+    near = BoundaryGraph.build(doc, settings, breaks=[5])
+    assert near.breaks == [] and near.edges == free.edges
+
+
 def test_state_zero_drops_the_whole_document_edge() -> None:
     doc = "Short first sentence here. A second one follows now. And a third closes it."
     graph = BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=10, max_chunk_chars=200))

@@ -1,0 +1,34 @@
+"""MemReader indexes as retrievers of the RAG frameworks people already use (optional extras).
+
+    pip install 'memreader[langchain]'      from memreader.integrations.langchain import MemReaderRetriever
+    pip install 'memreader[llamaindex]'     from memreader.integrations.llamaindex import MemReaderRetriever
+
+Both wrap a :class:`memreader.api.Index` and return each retrieved chunk (an exact span of its document) with the
+same metadata: :func:`hit_metadata`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memreader.fusion import CORE, OUTLINE, Hit
+
+__all__ = ["hit_metadata", "hit_id"]
+
+
+def hit_id(hit: Hit) -> str:
+    """A stable id of the retrieved chunk: ``<doc_id>#<scenario>``."""
+    return f"{hit.doc_id}#{hit.scenario}"
+
+
+def hit_metadata(hit: Hit, layers: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a framework document carries besides the chunk text: the memory's outline item and core content for
+    that chunk (``layers``, from :meth:`memreader.api.Index.layer_texts`; else what the voting rows hold), the
+    document id, scenario and character span, the fused score, the layers that found it, and the source file,
+    pages and heading path (from ``memreader ingest``)."""
+    texts = {p.base_layer: p.text for p in hit.provenance} | (layers or {})
+    where = hit.where or {}
+    return {"doc_id": hit.doc_id, "scenario": hit.scenario, "start": hit.start, "end": hit.end,
+            "score": hit.score, "layers": hit.layers, "outline": texts.get(OUTLINE), "core": texts.get(CORE),
+            "source": where.get("source"), "pages": list(where.get("pages") or []),
+            "headings": list(where.get("headings") or [])}

@@ -1,0 +1,43 @@
+"""A LangChain retriever over a MemReader index (``pip install 'memreader[langchain]'``).
+
+    from memreader import api
+    from memreader.integrations.langchain import MemReaderRetriever
+
+    retriever = MemReaderRetriever(index=api.open_index(run="docs"), top_k=4, mode="hybrid")
+    docs = retriever.invoke("What changed in the third quarter?")
+    docs[0].page_content, docs[0].metadata["pages"], docs[0].metadata["outline"]
+
+Each LangChain ``Document`` is one retrieved chunk (an exact span of its source document), with the metadata of
+:func:`memreader.integrations.hit_metadata` and ``id`` ``<doc_id>#<scenario>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("the LangChain retriever needs langchain-core: pip install 'memreader[langchain]'") from exc
+
+from memreader.integrations import hit_id, hit_metadata
+
+__all__ = ["MemReaderRetriever"]
+
+
+class MemReaderRetriever(BaseRetriever):
+    """Retrieves MemReader chunks for a query: ``mode`` is any search mode of the index (``three_layer``,
+    ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``), ``top_k`` the number of chunks."""
+
+    index: Any
+    """An open :class:`memreader.api.Index`."""
+    top_k: int = 8
+    mode: str = "three_layer"
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        hits = self.index.search(query, top_k=self.top_k, mode=self.mode)
+        layers = self.index.layer_texts(hits)
+        return [Document(page_content=h.text, id=hit_id(h), metadata=hit_metadata(h, layers[(h.doc_id, h.scenario)]))
+                for h in hits]

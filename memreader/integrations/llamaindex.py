@@ -1,0 +1,43 @@
+"""A LlamaIndex retriever over a MemReader index (``pip install 'memreader[llamaindex]'``).
+
+    from memreader import api
+    from memreader.integrations.llamaindex import MemReaderRetriever
+
+    retriever = MemReaderRetriever(api.open_index(run="docs"), top_k=4, mode="hybrid")
+    nodes = retriever.retrieve("What changed in the third quarter?")
+    nodes[0].node.text, nodes[0].score, nodes[0].node.metadata["headings"]
+
+Each ``NodeWithScore`` is one retrieved chunk (an exact span of its source document) scored by MemReader's fused
+RRF score, its ``TextNode`` carrying the metadata of :func:`memreader.integrations.hit_metadata` and the id
+``<doc_id>#<scenario>``. It plugs into ``RetrieverQueryEngine`` like any LlamaIndex retriever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("the LlamaIndex retriever needs llama-index-core: pip install 'memreader[llamaindex]'") from exc
+
+from memreader.integrations import hit_id, hit_metadata
+
+__all__ = ["MemReaderRetriever"]
+
+
+class MemReaderRetriever(BaseRetriever):
+    """Retrieves MemReader chunks for a query: ``mode`` is any search mode of the index (``three_layer``,
+    ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``), ``top_k`` the number of chunks."""
+
+    def __init__(self, index: Any, top_k: int = 8, mode: str = "three_layer", **kwargs: Any) -> None:
+        self.index, self.top_k, self.mode = index, top_k, mode
+        super().__init__(**kwargs)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = self.index.search(query_bundle.query_str, top_k=self.top_k, mode=self.mode)
+        layers = self.index.layer_texts(hits)
+        return [NodeWithScore(node=TextNode(text=h.text, id_=hit_id(h),
+                                            metadata=hit_metadata(h, layers[(h.doc_id, h.scenario)])),
+                              score=h.score) for h in hits]

@@ -1,0 +1,109 @@
+"""The Python API end to end (files → memories → index → answers) and the LangChain / LlamaIndex retrievers over
+a real index, with the metadata each framework document carries."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memreader import api
+from memreader.errors import ConfigError
+from memreader.structure import annotate
+from tests.retrieval.retrieval_samples import TEA, VOLCANO, make_memory
+
+pytestmark = pytest.mark.integration
+
+KILN = make_memory("pottery.pdf", [
+    ("Firing pottery in a kiln", "Clay is fired at about 1000 °C to harden it into ceramic.",
+     "Potters fire dried clay in a kiln at around a thousand degrees, which turns it into hard ceramic. "),
+    ("Glazes", "A glaze melts into glass on the pot's surface during a second firing.",
+     "A second, hotter firing melts the glaze into a thin layer of glass that seals the pot."),
+])
+
+
+def _annotated() -> Any:
+    mem = copy.deepcopy(KILN)
+    annotate(mem, {"source": "/data/pottery.pdf", "format": "pdf", "sha256": "0" * 64,
+                   "pages": [[0, 1], [len(mem.chunks[0]), 2]],
+                   "headings": [[0, ["Pottery"]], [len(mem.chunks[0]), ["Pottery", "Glazes"]]]})
+    return mem
+
+
+def test_files_to_answers_in_a_few_lines(tmp_path: Path, tiny_model: str, smollm2_path: str) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "club.md").write_text("# Club\n\nThe garden club meets every Tuesday in the old hall.\n\n## Compost\n\n"
+                                  "Members keep three compost bays behind the greenhouse.\n", encoding="utf-8")
+    (docs / "trip.html").write_text("<html><body><h1>Trips</h1><p>The spring trip goes to the botanic garden in "
+                                    "May.</p></body></html>", encoding="utf-8")
+    corpus = api.ingest(docs, run="api")
+    memories = api.read(corpus, run="api", model=tiny_model, max_new_tokens=256, min_chunk_chars=20,
+                        max_chunk_chars=200)
+    assert sorted(m.doc_id for m in memories) == ["club.md", "trip.html"]
+    assert all(m.chunks and "".join(m.chunks) == m.document for m in memories)  # guided: they tile exactly
+    with api.index(memories, run="api", embedder="minilm-l6", device="cpu", verify=False) as index:
+        assert index.built.plan.added == ["club.md", "trip.html"]
+        hits = index.search("How many compost bays are there?", top_k=2, mode="hybrid")
+        assert hits and all(h.text == next(m for m in memories if m.doc_id == h.doc_id).document[h.start:h.end]
+                            for h in hits)
+        assert {h.where["source"] for h in hits} <= {str((docs / "club.md").resolve()),
+                                                     str((docs / "trip.html").resolve())}
+        result = index.meve("How many compost bays are there?")  # MeVe's keys come with the index settings
+        assert result.passages and result.audit["tokens"] <= 512
+    again = api.index(memories, run="api", embedder="minilm-l6", device="cpu")  # unchanged: nothing re-embedded
+    assert again.built.plan.unchanged == ["club.md", "trip.html"] and again.built.scenarios == 0
+    again.close()
+    report = api.score(["three compost bays"], [["Members keep three compost bays."]])
+    assert 0 < report.metrics["rouge_l"].value <= 1
+
+
+def test_bad_settings_are_config_errors_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="top_k"):
+        api.open_index(run="nothing-here", top_k=0)
+    with pytest.raises(ConfigError, match="no texts given"):
+        api.read_texts({})
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = tmp_path_factory.mktemp("frameworks") / "index.db"
+    index = api.index([_annotated(), VOLCANO, TEA], run="frameworks", db_path=str(db), embedder="minilm-l6",
+                      device="cpu")
+    yield index
+    index.close()
+
+
+def test_langchain_retriever_returns_chunks_with_outline_core_source_and_pages(opened: Any) -> None:
+    from langchain_core.documents import Document
+
+    from memreader.integrations.langchain import MemReaderRetriever
+
+    retriever = MemReaderRetriever(index=opened, top_k=2, mode="hybrid")
+    docs = retriever.invoke("What seals a pot?")
+    assert all(isinstance(d, Document) for d in docs) and len(docs) == 2
+    top = docs[0]
+    assert top.page_content == KILN.chunks[1] and top.id == "pottery.pdf#1"
+    meta = dict(top.metadata)
+    assert meta.pop("score") > 0 and "chunk" in meta.pop("layers")
+    assert meta == {"doc_id": "pottery.pdf", "scenario": 1, "start": KILN.scenarios[1].start,
+                    "end": KILN.scenarios[1].end, "outline": "Glazes", "core": KILN.scenarios[1].core,
+                    "source": "/data/pottery.pdf", "pages": [2], "headings": ["Pottery", "Glazes"]}
+    volcano = retriever.invoke("How do scientists forecast an eruption?")[0]
+    assert volcano.metadata["doc_id"] == VOLCANO.doc_id and volcano.metadata["source"] is None
+    assert volcano.metadata["outline"] == VOLCANO.scenarios[2].outline  # fetched even when its row did not vote
+
+
+def test_llamaindex_retriever_returns_scored_nodes_with_the_same_metadata(opened: Any) -> None:
+    from llama_index.core.schema import NodeWithScore
+
+    from memreader.integrations.llamaindex import MemReaderRetriever
+
+    nodes = MemReaderRetriever(opened, top_k=3).retrieve("What seals a pot?")
+    assert all(isinstance(n, NodeWithScore) for n in nodes) and len(nodes) == 3
+    top = nodes[0]
+    assert top.node.text == KILN.chunks[1] and top.node.id_ == "pottery.pdf#1"
+    assert top.score == pytest.approx(3 / 61)  # first in all three layers
+    assert top.node.metadata["pages"] == [2] and top.node.metadata["core"] == KILN.scenarios[1].core
