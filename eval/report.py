@@ -31,6 +31,7 @@ from memreader.errors import MemReaderError
 from memreader.paths import memreader_home, write_atomic, write_json
 from memreader.schema import DocumentMemory, read_memories
 from memreader.stage import Flag, Stage
+from memreader.structure import describe_where
 
 REFERENCE = "memreader"
 METRIC_ORDER = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "bleu_avg", "rouge_l", "meteor")
@@ -203,6 +204,24 @@ def _bands(methods: dict[str, Method]) -> dict[str, tuple[float, float, float] |
     return {n: band(c) if c else (next(iter(shared)) if len(shared) == 1 else None) for n, c in cals.items()}
 
 
+def _retrieved_example(methods: dict[str, Method], per_method: int = 3, chars: int = 120) -> list[str]:
+    """What each method retrieved for the first question: document, source file and pages, the chunk's start."""
+    first = next((m.answers[0] for m in methods.values() if m.answers), None)
+    if first is None:
+        return []
+    md = ["## What each method retrieved (first question)", "", f"Question `{first.get('id')}`: "
+          f"{' '.join(str(first.get('question', '')).split())[:300]}", ""]
+    rows = []
+    for n, m in methods.items():
+        answer = next((a for a in m.answers if a.get("id") == first.get("id")), {})
+        hits = [h for h in answer.get("retrieved", []) if isinstance(h, dict)]
+        for rank, hit in enumerate(hits[:per_method], start=1):
+            text = " ".join(str(hit.get("text", "")).split())
+            rows.append([n, rank, hit.get("doc_id"), describe_where(hit) or "-",
+                         (text[:chars] + " ...") if len(text) > chars else text])
+    return md + _table(["method", "rank", "document", "source, pages, headings", "chunk"], rows)
+
+
 def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
                  seed: int = DEFAULT_SEED) -> tuple[Path, list[Path]]:
     """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out``;
@@ -286,6 +305,7 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
             [r["method"], _display(methods, r["metric"]), *((_f(r["delta"]), f"[{_f(r['interval']['low'])}, {_f(r['interval']['high'])}]",
                                           _f(r["p_bootstrap"]), _f(r["p_permutation"]), r["n"]) if "delta" in r
                                          else (r["note"], "", "", "", ""))] for r in paired])
+    md += _retrieved_example(methods)
     md += paper.side_by_side(
         ds.name, ds.path, {n: {k: v.value for k, v in m.record.scores.metrics.items()} for n, m in methods.items()},
         {n: s["mean"] if s else None for n, s in support.items()},

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -218,11 +217,13 @@ class MemoryIndex(MilvusCollection):
             old = self._updatable(embedder_name, dim)
             self._client.load_collection(self.collection)  # a reopened collection starts out released
             language, generation = old["bm25_language"], int(old["generation"]) + 1
+            deleted_before = int(old.get("deleted_rows", 0))
         else:
             language = resolve_language(bm25_language, (s.texts.get(CHUNK, "") for doc in texts.values() for s in doc))
             generation = 1
         meta = {"format": INDEX_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
-                "bm25_language": language, "generation": generation}
+                "bm25_language": language, "generation": generation,
+                "deleted_rows": deleted_before if update else 0}
         summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
         started = time.perf_counter()
         if update:
@@ -242,7 +243,7 @@ class MemoryIndex(MilvusCollection):
             deleted = (delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
                        + delete_docs(self._client, self.collection, plan.removed))
             self._client.flush(self.collection)
-            meta["deleted_rows"] = int(old.get("deleted_rows", 0)) + deleted
+            meta["deleted_rows"] = deleted_before + deleted
             self._write_meta({**meta, "status": "complete"})
             summary.deleted_rows, summary.live_rows = meta["deleted_rows"], self._count()
         else:
@@ -250,10 +251,7 @@ class MemoryIndex(MilvusCollection):
         summary.documents = len(texts)
         summary.skipped = dict(skipped)
         summary.seconds = time.perf_counter() - started
-        if progress:  # the bar's closing line; quiet builds (tests, eval loops) only log it
-            print(summary.line(), file=sys.stderr)
-        else:
-            log.info(summary.line())
+        log.info(summary.line())  # `memreader index` prints it
         return summary
 
     def _updatable(self, embedder_name: str, dim: int) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def test_speedrun_runs_end_to_end_on_cpu_with_vllm(tmp_path: Path) -> None:
     text = log.read_text()
     assert rc == 0, text[-5000:]
     run = tmp_path / "home" / "runs" / "sr-cpu"
-    gen = json.loads((run / "gen" / "summary.json").read_text())
+    gen = json.loads((run / "gen" / "manifest.json").read_text())
     assert gen["teacher"]["backend"] == "openai" and gen["teacher"]["calls"] > 0
     assert (run / "train" / "adapter_model.safetensors").is_file()
     read = json.loads((run / "read" / "summary.json").read_text())

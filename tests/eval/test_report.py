@@ -91,7 +91,9 @@ def make_run(root: Path, dataset: str = "longbench", path: str = "shared/longben
         with (mdir / "answers.jsonl").open("w", encoding="utf-8") as fh:
             for i, q, p, r, s in zip(ids, ids, preds, REFS, nll, strict=True):
                 fh.write(json.dumps({"id": i, "question": q, "answers": [r], "prediction": p,
-                                     "retrieved": ["chunk"], "support_nll": s}, ensure_ascii=False) + "\n")
+                                     "retrieved": [{"doc_id": "d0", "scenario": 0, "text": f"the {method} chunk",
+                                                    "source": "/data/d0.pdf", "pages": [2, 3],
+                                                    "headings": ["Intro"]}], "support_nll": s}, ensure_ascii=False) + "\n")
         clarity = [None if len(m.scenarios) == 1 else 0.3 + 0.1 * k + 0.01 * j for j, m in enumerate(memories)]
         methods[method] = MethodRecord(
             scores=ScoresRecord.from_dict(_scores(method)),
@@ -208,6 +210,8 @@ def test_report_renders(run_folder: Path, tmp_path: Path):
     assert mr["signature"] in md and "Support|model:tiny|mr-support:1" in md and "Clarity|variant:ppl" in md
     assert "Table 1, MultiFieldQA" in md and "Table 3" in md and "Table 2" in md
     assert "| paper | MemReader-7B | 0.2000 | 0.0837 | 0.2637 | 0.4043 |" in md
+    assert "## What each method retrieved (first question)" in md
+    assert "| memreader | 1 | d0 | /data/d0.pdf p. 2-3 · Intro | the memreader chunk |" in md
     saved = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert {r["method"] for r in saved["paired"]} == {"fixed-180", "semantic", "llm"}
 
