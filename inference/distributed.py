@@ -9,7 +9,11 @@ merged into one ``memories.jsonl`` (resumable per shard, each doc_id once).
 
 Engines (``engine``):
 
-* ``ray``: Ray Data over the shards (``ray.data.from_items`` + ``map_batches`` with an actor pool):
+The driver scans the corpus once, streaming, and plans shards as byte ranges of the file (ids and text hashes,
+no text); each worker reads its own range (``send_text: true`` ships the text instead, for workers that cannot
+read the file).
+
+* ``ray``: Ray Data over the shards (``ray.data.from_items`` of the shard plans + ``map_batches`` with an actor pool):
   each worker loads the backend once (vLLM with the LoRA adapter through ``LoRARequest`` on a GPU
   worker, ``num_gpus=gpus_per_worker``; transformers on CPU) and reads one shard per call.
   ``ray_address``: empty = start a Ray instance on this machine for this run (what the tests use:
@@ -38,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from inference.reader import ReadConfig, read_key, resolved
-from inference.shards import ShardError, ShardStore, merge_shards, plan_shards
+from inference.shards import ShardError, ShardStore, merge_shards, plan_file_shards
 from memreader.config import field
-from memreader.corpus import CorpusError, read_corpus, split_empty
+from memreader.corpus import CorpusError
 from memreader.errors import RunFailed
 from memreader.paths import run_dir, write_json, write_resolved_config
 from memreader.registry import resolve_model
@@ -74,6 +78,9 @@ class DistributedReadConfig(ReadConfig):
     gpu_memory_utilization: float = field(0.9, gt=0, le=1, help="backend=vllm: share of each GPU vLLM may use")
     max_retries: int = field(2, ge=0, help="times a shard is redone after its worker died (then the run stops "
                              "naming it; finished shards are kept)")
+    send_text: bool = field(False, help="false: each worker reads its shard's byte range of the corpus file itself "
+                            "(the driver holds ids and hashes only; the file must be readable on every worker); "
+                            "true: the driver sends each shard's text (workers without the file)")
 
     def worker_gpus(self) -> float:
         """GPUs of one worker (``gpus_per_worker``, or its default for the backend)."""
@@ -111,8 +118,9 @@ def read_distributed(cfg: DistributedReadConfig) -> dict[str, Any]:
 
 
 def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
-    docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
-    if not docs:
+    plan = plan_file_shards(cfg.input, cfg.shard_size, cfg.id_field, cfg.text_field, cfg.limit or None)
+    shards, empty, n_docs = plan.shards, plan.empty, plan.documents
+    if not shards:
         raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
                           "give documents with text")
     key = read_key(cfg)
@@ -121,15 +129,16 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
         from memreader.lora import merged_model
 
         merged_model(cfg.adapter, base=cfg.model, dtype=cfg.dtype)  # once, here, not by every worker at once
-    shards = plan_shards(docs, cfg.shard_size)
     store = ShardStore(out_dir)
-    store.check_plan(shards, {"shard_size": cfg.shard_size, "documents": len(docs)})
+    store.check_plan(shards, {"shard_size": cfg.shard_size, "documents": n_docs})
     for left in store.remove_attempts():
         log.warning("removed %s, left by a worker that died in an earlier run", left.name)
     states = {s.index: store.state(s, key) for s in shards}  # refuses markers of other documents or settings
     write_resolved_config(out_dir, cfg)
     todo = [s for s in shards if states[s.index] != "done"]
-    print(f"read-dist: {len(docs)} documents in {len(shards)} shard(s) of up to {cfg.shard_size}; "
+    if cfg.send_text:
+        todo = [s.with_text() for s in todo]
+    print(f"read-dist: {n_docs} documents in {len(shards)} shard(s) of up to {cfg.shard_size}; "
           f"{len(shards) - len(todo)} already done, {len(todo)} to read (engine={cfg.engine})")
     t0 = time.perf_counter()
     results: dict[int, dict[str, Any]] = {}
@@ -151,9 +160,9 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     failed = {d: e for m in markers for d, e in m.get("failed", {}).items()}
     n_read = sum(r["read"] for r in fresh)
     summary = {
-        "documents": len(docs), "shards": len(shards), "shard_size": cfg.shard_size, "engine": cfg.engine,
+        "documents": n_docs, "shards": len(shards), "shard_size": cfg.shard_size, "engine": cfg.engine,
         "shards_read": len(fresh), "shards_skipped": len(shards) - len(fresh), "read": n_read,
-        "skipped_done": len(docs) - sum(len(s.docs) for s in todo), "memories_written": merged,
+        "skipped_done": n_docs - sum(len(s.refs) for s in todo), "memories_written": merged,
         "skipped_empty": empty, "failed": failed,
         "truncated_skipped": sum(m.get("truncated_skipped", 0) for m in markers),
         "workers": sorted({f"{r['host']}:{r['pid']}" for r in fresh}),

@@ -17,6 +17,11 @@ leaves only its attempt folder, so the retry (or the next run) reads the shard a
 two attempts of one shard never append to one file, and the rename makes the later one win whole.
 A shard whose marker lists failed or cut-off documents is resumed on the next run (only those are
 asked again), like the plain reader's failed documents.
+
+The driver never holds the corpus: :func:`plan_file_shards` scans the JSONL once, streaming, and keeps per
+document only its id, text hash and line's byte offset. A shard is a byte range of the file with its ids and
+hashes; each worker reads its own range (:meth:`Shard.load`, checked against the hashes), so no text travels
+from the driver. ``send_text`` ships each shard's text in its payload instead (workers without the file).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import os
 import shutil
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,29 +52,99 @@ class ShardError(MemReaderError, RuntimeError):
     """A shard could not be read, or the shards of a run do not fit together; the message names it."""
 
 
+@dataclass(frozen=True)
+class FileSpan:
+    """Where a shard's documents sit in the corpus file: bytes ``[start, end)`` and the field names."""
+
+    path: str
+    start: int
+    end: int
+    id_field: str = "id"
+    text_field: str = "text"
+
+
 @dataclass
 class Shard:
-    """One contiguous slice of the corpus, in corpus order."""
+    """One contiguous slice of the corpus, in corpus order: its documents' ids and text hashes (``refs``), and
+    either the documents themselves (``docs``) or the byte range of the corpus file that holds them (``span``)."""
 
     index: int
-    docs: list[Document]
+    docs: list[Document] | None = None
+    refs: list[tuple[str, str]] | None = None
+    span: FileSpan | None = None
+
+    def __post_init__(self) -> None:
+        if self.refs is None:
+            if self.docs is None:
+                raise ValueError("a shard needs its documents or their refs")
+            self.refs = [(d.doc_id, d.sha256) for d in self.docs]
 
     @property
     def name(self) -> str:
         return f"shard-{self.index:05d}"
 
+    @property
+    def ids(self) -> list[str]:
+        """The shard's doc_ids in corpus order."""
+        return [doc_id for doc_id, _ in self.refs]
+
     def digest(self) -> str:
         """Hash of the shard's (doc_id, text sha256) list: a marker of other documents is never trusted."""
-        blob = json.dumps([[d.doc_id, d.sha256] for d in self.docs])
+        blob = json.dumps([list(r) for r in self.refs])
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def load(self) -> list[Document]:
+        """The shard's documents: given, or read from its byte range of the corpus file (on the worker), each
+        checked against the hash the driver planned with."""
+        if self.docs is not None:
+            return self.docs
+        span = self.span
+        path = Path(span.path)
+        if not path.is_file():
+            raise ShardError(f"{self.name}: the corpus {path} is not readable on {socket.gethostname()}",
+                             "put the corpus on a filesystem every worker sees, or set send_text=true to ship each "
+                             "shard's text from the driver")
+        with path.open("rb") as fh:
+            fh.seek(span.start)
+            raw = fh.read(span.end - span.start)
+        found = {}
+        for line in raw.decode("utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                doc = Document(str(rec[span.id_field]), rec[span.text_field],
+                               {k: v for k, v in rec.items() if k not in (span.id_field, span.text_field)})
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line that no longer parses: its document is reported missing below
+            found[doc.doc_id] = doc
+        docs = []
+        for doc_id, sha in self.refs:
+            doc = found.get(doc_id)
+            if doc is None or doc.sha256 != sha:
+                raise ShardError(f"{self.name}: {path} changed since the run was planned ({doc_id!r} is "
+                                 f"{'gone' if doc is None else 'another text'})",
+                                 "rerun the same command: the plan is made again from the file as it is now")
+            docs.append(doc)
+        self.docs = docs
+        return docs
+
     def payload(self) -> str:
-        """The documents as JSON, for a worker that has no access to the corpus file."""
-        return json.dumps([[d.doc_id, d.text] for d in self.docs], ensure_ascii=False)
+        """What a worker needs, as JSON: the byte range and refs, or (no span, or ``with_text``) the documents."""
+        if self.span is not None:
+            return json.dumps({"span": asdict(self.span), "refs": self.refs})
+        return json.dumps({"docs": [[d.doc_id, d.text, d.meta] for d in self.docs]}, ensure_ascii=False)
+
+    def with_text(self) -> Shard:
+        """The same shard carrying its documents (loaded here), so its payload needs no file on the worker."""
+        return Shard(self.index, self.load(), self.refs)
 
     @classmethod
     def from_payload(cls, index: int, payload: str) -> Shard:
-        return cls(index, [Document(doc_id, text) for doc_id, text in json.loads(payload)])
+        data = json.loads(payload)
+        if "span" in data:
+            return cls(index, refs=[tuple(r) for r in data["refs"]], span=FileSpan(**data["span"]))
+        return cls(index, [Document(doc_id, text, meta) for doc_id, text, meta in data["docs"]])
 
 
 def plan_shards(docs: list[Document], shard_size: int) -> list[Shard]:
@@ -77,6 +152,54 @@ def plan_shards(docs: list[Document], shard_size: int) -> list[Shard]:
     if shard_size < 1:
         raise ValueError(f"shard_size={shard_size} must be >= 1")
     return [Shard(i, docs[start:start + shard_size]) for i, start in enumerate(range(0, len(docs), shard_size))]
+
+
+@dataclass
+class FilePlan:
+    """Shards of a corpus file, and what the scan found besides."""
+
+    shards: list[Shard]
+    documents: int
+    """Documents with text (in the shards)."""
+    empty: list[str]
+    """ids of documents whose text is empty or only whitespace (in no shard)."""
+
+
+def plan_file_shards(path: str | Path, shard_size: int, id_field: str = "id", text_field: str = "text",
+                     limit: int | None = None) -> FilePlan:
+    """Shards of ``shard_size`` non-empty documents of a JSONL corpus as byte ranges, from one streaming scan
+    (:func:`memreader.corpus.iter_corpus_spans`: the same checks and errors as any corpus read); memory holds ids and hashes, never texts."""
+    from memreader.corpus import iter_corpus_spans
+
+    if shard_size < 1:
+        raise ValueError(f"shard_size={shard_size} must be >= 1")
+    path = Path(path)
+    shards: list[Shard] = []
+    refs: list[tuple[str, str]] = []
+    empty: list[str] = []
+    start = end = 0
+    n = 0
+
+    def close() -> None:
+        shards.append(Shard(len(shards), refs=list(refs), span=FileSpan(str(path.resolve()), start, end, id_field,
+                                                                          text_field)))
+        refs.clear()
+
+    for doc, line_start, line_end in iter_corpus_spans(path, id_field, text_field, limit):
+        if not doc.text.strip():
+            empty.append(doc.doc_id)
+            continue
+        if not refs:
+            start = line_start
+        refs.append((doc.doc_id, doc.sha256))
+        end = line_end
+        n += 1
+        if len(refs) == shard_size:
+            close()
+    if refs:
+        close()
+    return FilePlan(shards, n, empty)
+
 
 
 class ShardStore:
@@ -124,8 +247,8 @@ class ShardStore:
 
     def check_plan(self, shards: list[Shard], settings: dict[str, Any]) -> None:
         """Write the plan on the first run; on a rerun refuse a different sharding of the same run."""
-        plan = {**settings, "shards": [{"index": s.index, "digest": s.digest(), "documents": len(s.docs),
-                                        "first": s.docs[0].doc_id, "last": s.docs[-1].doc_id} for s in shards]}
+        plan = {**settings, "shards": [{"index": s.index, "digest": s.digest(), "documents": len(s.refs),
+                                        "first": s.ids[0], "last": s.ids[-1]} for s in shards]}
         path = self.dir / PLAN_NAME
         if path.is_file():
             before = json.loads(path.read_text(encoding="utf-8"))
@@ -165,11 +288,11 @@ def read_shard(cfg: Any, shard: Shard, out_dir: Path, backend: Any, key: str) ->
     memories = attempt / "memories.jsonl"
     if state == "resume":  # keep what it has, ask only the failed / cut-off documents again
         shutil.copyfile(store.path(shard), memories)
-    summary = read_documents(cfg, shard.docs, attempt, backend)
+    summary = read_documents(cfg, shard.load(), attempt, backend)
     if not memories.exists():
         write_memories(memories, [])
     os.replace(memories, store.path(shard))  # whole, or not at all
-    marker = {"shard": shard.index, "digest": shard.digest(), "read_key": key, "documents": len(shard.docs),
+    marker = {"shard": shard.index, "digest": shard.digest(), "read_key": key, "documents": len(shard.refs),
               "written": sum(1 for _ in iter_memories(store.path(shard))), "sha256": sha256_file(store.path(shard)),
               "read": summary["read"], "failed": summary["failed"], "truncated_skipped": summary["truncated_skipped"],
               "resumed": state == "resume", "host": socket.gethostname(), "pid": os.getpid(),
@@ -192,7 +315,7 @@ def merge_shards(store: ShardStore, shards: list[Shard], out_path: Path) -> int:
             path = store.path(shard)
             if not path.is_file():
                 raise ShardError(f"{path} is missing while merging", "rerun the same command to read that shard")
-            order = {d.doc_id: i for i, d in enumerate(shard.docs)}
+            order = {doc_id: i for i, doc_id in enumerate(shard.ids)}
             mems = []
             for mem in iter_memories(path):
                 if mem.doc_id in seen:

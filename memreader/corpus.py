@@ -41,6 +41,14 @@ def iter_corpus(
 ) -> Iterator[Document]:
     """Documents of a JSONL corpus one at a time, read line by line (memory does not grow with the file, only
     the set of ids seen); duplicate ids, missing fields and bad bytes are errors naming file and line."""
+    for doc, _, _ in iter_corpus_spans(path, id_field, text_field, limit):
+        yield doc
+
+
+def iter_corpus_spans(
+    path: str | Path, id_field: str = "id", text_field: str = "text", limit: int | None = None
+) -> Iterator[tuple[Document, int, int]]:
+    """:func:`iter_corpus` with each record's line as byte offsets ``[start, end)`` of the file."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
@@ -49,8 +57,10 @@ def iter_corpus(
                           f"turn files into a corpus first: memreader ingest {path} (then read "
                           "runs/<run>/ingest/corpus.jsonl)")
     seen: set[str] = set()
+    pos = 0
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
+            start, pos = pos, pos + len(line)
             where = f"{path}:{lineno}"
             try:
                 text_line = line.decode("utf-8")
@@ -74,7 +84,8 @@ def iter_corpus(
             if doc_id in seen:
                 raise CorpusError(f"{where}: duplicate id {doc_id!r}; ids must be unique for resuming to work")
             seen.add(doc_id)
-            yield Document(doc_id, rec[text_field], {k: v for k, v in rec.items() if k not in (id_field, text_field)})
+            yield (Document(doc_id, rec[text_field], {k: v for k, v in rec.items() if k not in (id_field, text_field)}),
+                   start, pos)
             if limit is not None and len(seen) >= limit:
                 return
     if not seen:
