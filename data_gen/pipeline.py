@@ -48,6 +48,7 @@ from memreader.errors import RunFailed
 from memreader.generation import LocalChat, make_chat
 from memreader.guidance import GuidedConfig, count_fates
 from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
+from memreader.prompts import PromptConfig
 from memreader.runlock import RunLock
 from memreader.schema import write_memories
 from memreader.scoring import VARIANTS
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class GenConfig(GuidedConfig, WindowConfig):
+class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     """Settings of one data-generation run (guided-decoding and window keys from :class:`GuidedConfig` and
     :class:`~memreader.windowing.WindowConfig`)."""
 
@@ -119,7 +120,7 @@ class GenConfig(GuidedConfig, WindowConfig):
 
     def check(self) -> list[str]:
         """Problems a config file can have beyond types."""
-        problems = self.guided_problems(**self.marker()) + self.windows().problems()
+        problems = self.guided_problems(**self.marker()) + self.windows().problems() + self.prompt_problems()
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
@@ -245,7 +246,8 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
     # A cut-off reply is never a training target, even when kept (flagged) as a memory.
     domains = {d.doc_id: str(d.meta[cfg.domain_field]) for d in docs} if cfg.domain_field else {}
     # one SFT record per unit: a long document's windows are what the student will read
-    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates, domains.get(m.doc_id.split("#w")[0]))
+    records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates, domains.get(m.doc_id.split("#w")[0]),
+                          cfg.reader_prompt())
                for m in unit_memories if not m.meta.get("truncated")]
     records, dropped = balance(records, cfg.length_edges, cfg.max_per_stratum, cfg.split_seed)
     guided = sum(1 for m in memories if m.meta.get("generation", {}).get("guided"))

@@ -4,34 +4,35 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from memreader.language import detect_language
 from memreader.markup import render_memory
 from memreader.paths import sha256_file, write_jsonl
-from memreader.prompts import render
+from memreader.prompts import ReaderPrompt
 from memreader.schema import DocumentMemory
 
 
 def sft_record(
     mem: DocumentMemory, head_chars: int = 12, tail_chars: int = 12, templates: dict[str, str] | None = None,
-    domain: str | None = None,
+    domain: str | None = None, prompt: ReaderPrompt | None = None,
 ) -> dict[str, Any]:
     """One training example: input = instruction + document, target = reasoning (if any) + memory.
 
-    The target is rendered from the *aligned* memory, so its chunk markers are exact copies of the
+    ``prompt``: the run's reader prompt (a template file from ``prompt_template``; default: the bundled one),
+    so the student learns the prompt it will be read with. The target is rendered from the *aligned* memory, so its chunk markers are exact copies of the
     document even when the teacher's own markers were sloppy.
     """
     lang = detect_language(mem.document)
-    name = "memreader_think" if mem.reasoning else "memreader"
-    prompt, tpl = render(name, lang, document=mem.document)
+    messages, tpl = replace(prompt or ReaderPrompt(), think=bool(mem.reasoning)).render(lang, mem.document)
     if templates is not None:
         templates[tpl.id] = tpl.version
     target = render_memory(mem.outline, mem.chunks, mem.cores, mem.reasoning, head_chars, tail_chars)
     return {
         "id": mem.doc_id,
-        "prompt": prompt,
+        "prompt": messages,
         "completion": [{"role": "assistant", "content": target}],
         "meta": {"template": tpl.id, "lang": lang, "chars": len(mem.document), "scenarios": len(mem.scenarios),
                  **({"domain": domain} if domain is not None else {})},

@@ -51,7 +51,7 @@ from memreader.guidance import (
 )
 from memreader.language import detect_language
 from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
-from memreader.prompts import render
+from memreader.prompts import PromptConfig
 from memreader.runlock import RunLock
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.stage import Stage
@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ReadConfig(GuidedConfig, WindowConfig):
+class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     """Settings of one MemReader reading run (the guided-decoding keys come from :class:`GuidedConfig`)."""
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
@@ -114,7 +114,7 @@ class ReadConfig(GuidedConfig, WindowConfig):
     def check(self) -> list[str]:
         """Problems beyond types."""
         problems = self.guided_problems(**self.marker())
-        problems += self.windows().problems()
+        problems += self.windows().problems() + self.prompt_problems()
         if self.backend == "openai" and not (self.base_url or os.environ.get("MEMREADER_READER_BASE_URL")):
             problems.append("base_url: backend=openai needs the reading server's URL (base_url=... or "
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
@@ -146,7 +146,7 @@ def read_key(cfg: ReadConfig) -> str:
                                           "tail_chars", "min_chunk_chars", "max_chunk_chars", "cjk_char_weight",
                                           "max_scenarios", "core_tokens", "topic_tokens", "think_tokens",
                                           "window_tokens", "overlap_tokens")}
-    blob = json.dumps({**keyed, "adapter_sha256": adapter_sha}, sort_keys=True)
+    blob = json.dumps({**keyed, "adapter_sha256": adapter_sha, **cfg.reader_prompt(cfg.think).key()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -248,7 +248,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     if empty:
         log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
-    name = "memreader_think" if cfg.think else "memreader"
+    prompt = cfg.reader_prompt(cfg.think)
     failed: dict[str, str] = {}
     stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0, "guided": 0,
              "unguided": 0, "windowed": 0, "windows": 0}
@@ -265,7 +265,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
             grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
                                       may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
         sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
-                  "prompt_tokens": max(prompt_tokens_of(render(name, lang, document="")[0], backend, count)
+                  "prompt_tokens": max(prompt_tokens_of(prompt.render(lang, "")[0], backend, count)
                                        for lang in sorted(langs)),
                   "model_window": cfg.max_model_len if cfg.backend == "vllm" else model_window_of(backend),
                   "grammar": grammars.settings if grammars else None}
@@ -288,7 +288,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
             log.warning("doc %s: no guided memory possible: %s", batch[d].doc_id, error)
         live = [j for j, (d, _) in enumerate(flat) if d not in refused]
         langs_of = [detect_language(t) for t in texts]
-        rendered = [render(name, langs_of[flat[j][0]], document=window_texts[j]) for j in live]
+        rendered = [prompt.render(langs_of[flat[j][0]], window_texts[j]) for j in live]
 
         def call(idx: list[int], p: GenerationParams, live: list[int] = live, rendered: list = rendered,
                  plans: list = plans) -> list[Any]:
