@@ -108,7 +108,8 @@ class Shard:
             fh.seek(span.start)
             raw = fh.read(span.end - span.start)
         found = {}
-        for line in raw.decode("utf-8", errors="replace").splitlines():
+        for chunk in raw.split(b"\n"):  # lines as the planner split them: on \n only (not U+2028 and kin)
+            line = chunk.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
             try:

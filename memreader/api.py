@@ -41,7 +41,7 @@ C = TypeVar("C")
 
 def _config(cls: type[C], config: str | Path | None, settings: Mapping[str, Any]) -> C:
     """``cls`` from a YAML file and keyword settings, checked exactly as the command checks them."""
-    return load_config(cls, config, [f"{k}={json.dumps(v)}" for k, v in settings.items()])
+    return load_config(cls, config, [f"{k}={json.dumps(v, default=str)}" for k, v in settings.items()])
 
 
 def ingest(inputs: str | Path | Sequence[str | Path], run: str = "ingest", config: str | Path | None = None,

@@ -156,7 +156,9 @@ class BoundaryGraph:
                 ends = [next((b for b in sorted({*sentence, *clause}) if b > s + max_chars), n)]
             h = next((b for b in hard if b > s), None)
             if h is not None:  # end at the break, or early enough that the next chunk can end there
-                ok = {e for e in ends if e <= h - min_chars} | ({h} if min_chars <= h - s <= max_chars else set())
+                reach = min_chars <= h - s <= max_chars and (n - h <= max_chars or bool(
+                    _in_range(sentence, h, min_chars, max_chars, n) or _in_range(clause, h, min_chars, max_chars, n)))
+                ok = {e for e in ends if e <= h - min_chars} | ({h} if reach else set())
                 ends = sorted(ok) or ends  # nothing left: the break is crossed (too close for the length range)
             if s == 0 and len(ends) > 1:
                 ends = [e for e in ends if e < n] or ends  # a memory has at least two chunks when it can

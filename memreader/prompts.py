@@ -102,16 +102,17 @@ def load_template_file(path: str | Path, name: str = "memreader") -> Template:
                                   f"give a text file with a [user] section using {valid}")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig").replace("\r\n", "\n")
     except UnicodeDecodeError:
         raise PromptTemplateError(f"prompt template {path} is not UTF-8", "re-encode it as UTF-8") from None
-    m = re.match(r"(?:version:\s*(\S+)\n)?(?:\[system\]\n(.*?)\n)?\[user\]\n(.*)\Z", text.strip() + "\n", re.S)
+    m = re.match(r"\s*(?:version:[ \t]*\S+[ \t]*\n)?\s*(?:\[system\][ \t]*\n(.*?))?^\[user\][ \t]*\n(.*)\Z", text,
+                 re.S | re.M)
     if not m:
-        raise PromptTemplateError(f"prompt template {path}: no [user] section",
+        raise PromptTemplateError(f"prompt template {path}: no [user] section (a line of its own)",
                                   "write an optional '[system]' section, then '[user]' and the prompt (with "
                                   f"{valid})")
-    tpl = Template(name, "file", hashlib.sha256(raw).hexdigest()[:12], (m.group(2) or "").strip(),
-                   m.group(3).strip())
+    tpl = Template(name, "file", hashlib.sha256(raw).hexdigest()[:12], (m.group(1) or "").strip(),
+                   m.group(2).strip())
     unknown = sorted(tpl.fields - READER_FIELDS.keys())
     problems = ([f"unknown placeholder(s) {', '.join('{{' + u + '}}' for u in unknown)}"] if unknown else []) + (
         ["no {{document}} placeholder: the document would never reach the model"] if "document" not in tpl.fields

@@ -74,8 +74,15 @@ def where(memory: DocumentMemory, scenario: int) -> dict[str, Any]:
 
 
 def where_from_json(text: str) -> dict[str, Any]:
-    """A stored ``where`` record (an index row's ``origin``) back as a dict; ``{}`` for ""."""
-    return json.loads(text) if text else {}
+    """A stored ``where`` record (an index row's ``origin``) back as a dict; ``{}`` for "" (and for a record that
+    does not parse: where a chunk came from is shown when known, never in the way of the chunk itself)."""
+    if not text:
+        return {}
+    try:
+        found = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def describe_where(found: dict[str, Any]) -> str:

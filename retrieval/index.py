@@ -83,7 +83,7 @@ from retrieval.rows import (
     primary_key,
     scenario_texts,
 )
-from retrieval.updates import UpdatePlan, delete_docs, indexed_versions, newest_only
+from retrieval.updates import UpdatePlan, delete_docs, delete_other_versions, indexed_versions, newest_only
 
 __all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError"]
 
@@ -227,7 +227,8 @@ class MemoryIndex(MilvusCollection):
         summary = BuildSummary(uri=self.uri, collection=self.collection, embedder=embedder_name)
         started = time.perf_counter()
         if update:
-            # Rows of an update that never committed are invisible; drop them before writing anew.
+            # Rows of an update that never committed are invisible; drop them (counted) before writing anew.
+            deleted_before += self._count(f"generation >= {generation}")
             self._client.delete(self.collection, filter=f"generation >= {generation}")
             plan = UpdatePlan.between(indexed_versions(self._client, self.collection, generation - 1), hashes, prune)
         else:
@@ -241,7 +242,8 @@ class MemoryIndex(MilvusCollection):
             self._client.flush(self.collection)
             self._write_meta({**meta, "status": "complete"})  # the commit: the new rows become visible
             deleted = (delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
-                       + delete_docs(self._client, self.collection, plan.removed))
+                       + delete_docs(self._client, self.collection, plan.removed)
+                       + delete_other_versions(self._client, self.collection, plan.leftovers))
             self._client.flush(self.collection)
             meta["deleted_rows"] = deleted_before + deleted
             self._write_meta({**meta, "status": "complete"})
@@ -449,6 +451,15 @@ class MemoryIndex(MilvusCollection):
             raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
+        try:
+            return self._search(query, top_k, mode, rrf_k)
+        except MemoryIndexError as exc:
+            if "no chunk row" not in str(exc):
+                raise
+            # an update committed and deleted the version this search had found: search again, once
+            return self._search(query, top_k, mode, rrf_k)
+
+    def _search(self, query: str, top_k: int, mode: str, rrf_k: float) -> list[Hit]:
         lists = self.search_lists(query, MODES[mode], top_k)
         fused = fuse_layer_hits(lists, k=rrf_k)[:top_k]
         texts = {h.key: h.text for hits in lists for h in hits if h.base_layer == CHUNK}

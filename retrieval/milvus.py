@@ -144,7 +144,7 @@ def disconnect(client: MilvusClient, uri: str | Path) -> None:
 
 def string_literal(value: str) -> str:
     # Milvus Lite has no filter templates; a double-quoted literal with \\ and \" escaped is safe.
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
 def get_rows(client: MilvusClient, collection: str, pks: list[str], output_fields: list[str]) -> list[dict]:

@@ -60,9 +60,17 @@ def origin_json(mem: DocumentMemory, scenario: int) -> str:
     if not (found["source"] or found["pages"] or found["headings"]):
         return ""
     text = json.dumps(found, ensure_ascii=False, separators=(",", ":"))
-    if len(text.encode()) > MAX_ORIGIN_BYTES:  # a heading path that long is cut, not refused
+    if len(text.encode()) > MAX_ORIGIN_BYTES:  # shortened, never cut mid-JSON: first and last page, short headings
+        pages = found["pages"]
+        found["pages"] = [pages[0], pages[-1]] if len(pages) > 2 else pages
         found["headings"] = [h[:80] for h in found["headings"]][-8:]
-        text = json.dumps(found, ensure_ascii=False, separators=(",", ":"))[:MAX_ORIGIN_BYTES]
+        text = json.dumps(found, ensure_ascii=False, separators=(",", ":"))
+        while len(text.encode()) > MAX_ORIGIN_BYTES and (found["headings"] or len(str(found["source"])) > 80):
+            if found["headings"]:
+                found["headings"] = found["headings"][1:]
+            else:
+                found["source"] = "..." + str(found["source"])[-80:]
+            text = json.dumps(found, ensure_ascii=False, separators=(",", ":"))
     return text
 
 

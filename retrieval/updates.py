@@ -33,7 +33,7 @@ from typing import Any
 from memreader.fusion import SINGLE, LayerHit, rank_hits
 from retrieval.milvus import string_literal
 
-__all__ = ["UpdatePlan", "delete_docs", "indexed_versions", "newest_only"]
+__all__ = ["UpdatePlan", "delete_docs", "delete_other_versions", "indexed_versions", "newest_only"]
 
 _DELETE_IDS = 256  # doc ids per delete filter
 _QUERY_BATCH = 4096
@@ -50,6 +50,9 @@ class UpdatePlan:
     """In the index, not in the memories, and deleted (``prune``)."""
     stale: list[str] = field(default_factory=list)
     """In the index, not in the memories, and kept (no ``prune``)."""
+    leftovers: dict[str, str] = field(default_factory=dict)
+    """Unchanged documents that also hold rows of another version (an update that died between its commit and
+    its deletions): doc id → the hash to keep; the other versions' rows are deleted."""
 
     @classmethod
     def between(cls, indexed: dict[str, set[str]], wanted: dict[str, str], prune: bool) -> UpdatePlan:
@@ -58,7 +61,12 @@ class UpdatePlan:
         plan = cls()
         for doc_id, doc_hash in wanted.items():
             have = indexed.get(doc_id)
-            (plan.unchanged if have == {doc_hash} else plan.replaced if have else plan.added).append(doc_id)
+            if have and doc_hash in have:  # never written again: its rows' keys would collide with the new ones
+                plan.unchanged.append(doc_id)
+                if len(have) > 1:
+                    plan.leftovers[doc_id] = doc_hash
+            else:
+                (plan.replaced if have else plan.added).append(doc_id)
         gone = sorted(set(indexed) - set(wanted))
         plan.removed, plan.stale = (gone, []) if prune else ([], gone)
         for name in ("added", "replaced", "unchanged"):
@@ -102,6 +110,23 @@ def indexed_versions(client: Any, collection: str, committed: int) -> dict[str, 
     return out
 
 
+def delete_other_versions(client: Any, collection: str, keep: dict[str, str]) -> int:
+    """Delete the rows of each document in ``keep`` whose content hash is not the one to keep; returns how many."""
+    deleted = 0
+    items = sorted(keep.items())
+    for start in range(0, len(items), _DELETE_IDS):
+        where = " or ".join(f"(doc_id == {string_literal(d)} and doc_hash != {string_literal(h)})"
+                            for d, h in items[start : start + _DELETE_IDS])
+        deleted += _count(client, collection, where)
+        client.delete(collection, filter=where)
+    return deleted
+
+
+def _count(client: Any, collection: str, where: str) -> int:
+    (row,) = client.query(collection, filter=where, output_fields=["count(*)"])
+    return int(row["count(*)"])
+
+
 def delete_docs(client: Any, collection: str, doc_ids: Sequence[str], extra: str = "") -> int:
     """Delete every row of ``doc_ids`` (that also matches ``extra``, a filter expression), in batches; returns
     how many rows went."""
@@ -109,8 +134,7 @@ def delete_docs(client: Any, collection: str, doc_ids: Sequence[str], extra: str
     for start in range(0, len(doc_ids), _DELETE_IDS):
         ids = ", ".join(string_literal(d) for d in doc_ids[start : start + _DELETE_IDS])
         where = f"doc_id in [{ids}]" + (f" and ({extra})" if extra else "")
-        (row,) = client.query(collection, filter=where, output_fields=["count(*)"])
-        deleted += int(row["count(*)"])
+        deleted += _count(client, collection, where)
         client.delete(collection, filter=where)
     return deleted
 

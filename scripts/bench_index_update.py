@@ -11,9 +11,11 @@ for the real embedder (MiniLM-L6, the embedded default). Side by side in one run
 2. **update** of that index after ``--changed`` of the documents are edited (their core content and one chunk
    boundary move), as many are removed (``prune``) and as many added: ``replace=False``;
 3. **fresh build** over the new memories, and every search mode's top 8 for ``--queries`` questions compared
-   between the updated and the fresh index (documents, scenarios, chunk texts and scores to 1e-6). The dense
-   modes must agree exactly (exit 1 otherwise); the BM25 modes are reported with how far their scores drift,
-   since Milvus Lite counts deleted rows in its BM25 statistics until a rebuild.
+   between the updated and the fresh index: for each dense mode every list it fuses (documents, scenarios, chunk
+   texts, similarities to 1e-4, hits equal at that precision taken as a set) and the chunks it returns; the rows
+   (same primary keys) and the largest difference of a stored vector. The dense modes must agree (exit 1
+   otherwise); the BM25 modes are reported with how far their scores drift, since Milvus Lite counts deleted
+   rows in its BM25 statistics until a rebuild.
 
 Printed: seconds of each, the update's share of a full build (target <= 5%), rows written, and whether the
 updated index answers exactly as the fresh one.
@@ -70,8 +72,35 @@ def edited(mem: DocumentMemory, rng: random.Random, pool: list[str]) -> Document
 
 
 def answers(index: MemoryIndex, queries: list[str]) -> dict[str, list]:
-    return {mode: [[(h.doc_id, h.scenario, h.text, round(h.score, 6)) for h in index.search(q, 8, mode)]
-                   for q in queries] for mode in MODES}
+    """Per dense mode and question, each list the mode fuses: (rounded similarity, doc, scenario, text), in
+    order of similarity and, among hits equal to 1e-4, of key (so float noise in the last digits of a vector,
+    from the texts an embedding batch held, does not count as a difference), and the fused chunks."""
+    out: dict[str, list] = {}
+    for mode in ("three_layer", "single", "chunk_only"):
+        rows = []
+        for q in queries:
+            lists = index.search_lists(q, MODES[mode], 8)
+            rows.append(([sorted((-round(h.similarity, 4), h.doc_id, h.scenario, h.text) for h in hits)
+                          for hits in lists], sorted((h.doc_id, h.scenario) for h in index.search(q, 8, mode))))
+        out[mode] = rows
+    return out
+
+
+def vector_drift(a: MemoryIndex, b: MemoryIndex) -> tuple[bool, float]:
+    """(same primary keys in both, largest absolute difference of a stored vector component between them)."""
+    import numpy as np
+
+    def vectors(index: MemoryIndex) -> dict[str, np.ndarray]:
+        it = index._client.query_iterator(index.collection, batch_size=4096, output_fields=["pk", "vector"])
+        out = {}
+        while rows := it.next():
+            out.update((r["pk"], np.asarray(r["vector"], dtype=np.float32)) for r in rows)
+        it.close()
+        return out
+
+    va, vb = vectors(a), vectors(b)
+    return va.keys() == vb.keys(), max((float(np.abs(va[k] - vb[k]).max()) for k in va.keys() & vb.keys()),
+                                       default=0.0)
 
 
 def bm25_drift(a: MemoryIndex, b: MemoryIndex, queries: list[str]) -> tuple[float, float]:
@@ -120,7 +149,8 @@ def main() -> int:
                 want = answers(fresh, queries)
                 same_counts = fresh.counts() == counts
                 bm25_same, bm25_worst = bm25_drift(index, fresh, queries)
-    same = {mode: got[mode] == want[mode] for mode in MODES}
+                same_keys, worst_vector = vector_drift(index, fresh)
+    same = {mode: got[mode] == want[mode] for mode in got}
     print(f"memories {args.memories}, changed {n} edited + {n} removed + {n} added ({args.changed:.1%} each); "
           f"MiniLM-L6 on CPU, Milvus Lite, batch_size {args.batch_size}")
     print(f"full build   {full_s:8.1f} s  {full.total_rows} rows ({full.total_rows / full_s:.0f} rows/s)")
@@ -130,11 +160,11 @@ def main() -> int:
     print(f"update / full build = {update_s / full_s:.2%} (target <= 5%)")
     print("updated index answers as the fresh build: " + ", ".join(f"{m} {'same' if s else 'DIFFERENT'}"
                                                                    for m, s in same.items())
-          + f"; rows per layer {'same' if same_counts else 'DIFFERENT'}")
+          + f"; rows per layer {'same' if same_counts else 'DIFFERENT'}; primary keys "
+          f"{'same' if same_keys else 'DIFFERENT'}; stored vectors within {worst_vector:.1e}")
     print(f"chunk BM25 top 8: {bm25_same:.0%} of lists ranked the same, scores within {bm25_worst:.2%} "
           "(Milvus Lite keeps deleted rows in its BM25 statistics: it has no compaction)")
-    dense = ("three_layer", "single", "chunk_only")
-    return 0 if all(same[m] for m in dense) and same_counts else 1
+    return 0 if all(same.values()) and same_counts and same_keys else 1
 
 
 if __name__ == "__main__":

@@ -54,3 +54,12 @@ def test_bad_corpus_lines_are_named_by_the_plan(tmp_path: Path) -> None:
     path.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', encoding="utf-8")
     with pytest.raises(CorpusError, match=r"c.jsonl:2: duplicate id 'a'"):
         plan_file_shards(path, 2)
+
+
+def test_line_separators_inside_texts_do_not_split_records(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    texts = ["Web text\u2028with a line separator.", "PDF text\u0085next line\u2029para."]
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": t}, ensure_ascii=False) + "\n"
+                            for i, t in enumerate(texts)), encoding="utf-8")
+    (shard,) = plan_file_shards(path, 4).shards
+    assert [d.text for d in Shard.from_payload(0, shard.payload()).load()] == texts

@@ -107,6 +107,15 @@ def test_headings_and_page_breaks_are_not_crossed_when_the_range_allows() -> Non
     assert near.breaks == [] and near.edges == free.edges
 
 
+def test_a_break_with_no_way_on_is_not_forced() -> None:
+    # ends at 250 and 540 only: a chunk ending at the break (200) could not go on within 100..300 characters
+    doc = "a" * 249 + "." + " " + "b" * 288 + "." + " " + "c" * 259
+    settings = GrammarSettings(min_chunk_chars=100, max_chunk_chars=300, max_scenarios=8)
+    free = BoundaryGraph.build(doc, settings)
+    graph = BoundaryGraph.build(doc, settings, breaks=[200])
+    assert graph.edges == free.edges and graph.relaxed == free.relaxed == [] and graph.breaks == []
+
+
 def test_state_zero_drops_the_whole_document_edge() -> None:
     doc = "Short first sentence here. A second one follows now. And a third closes it."
     graph = BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=10, max_chunk_chars=200))

@@ -126,7 +126,8 @@ def test_newest_only_keeps_one_version_per_document_and_reranks() -> None:
 def test_update_plan_between() -> None:
     plan = UpdatePlan.between({"a": {"h1"}, "b": {"h2"}, "c": {"h3"}, "d": {"h4", "h5"}},
                               {"a": "h1", "b": "new", "d": "h4", "e": "h6"}, prune=False)
-    assert plan.to_dict() == {"added": ["e"], "replaced": ["b", "d"], "unchanged": ["a"], "removed": [], "stale": ["c"]}
+    assert plan.to_dict() == {"added": ["e"], "replaced": ["b"], "unchanged": ["a", "d"], "removed": [], "stale": ["c"]}
+    assert plan.leftovers == {"d": "h4"}  # d keeps its h4 rows (never rewritten: same keys); h5's go
     assert UpdatePlan.between({"c": {"h3"}}, {}, prune=True).removed == ["c"]
 
 
@@ -198,3 +199,44 @@ def test_run_index_updates_by_default_and_the_manifest_records_changes(tmp_path:
     assert manifest["changes"] == {"added": [TEA.doc_id], "replaced": [VOLCANO.doc_id], "unchanged": [],
                                    "removed": [BREAD.doc_id], "stale": []}
     assert [(h["kind"], h["added"], h["removed"]) for h in manifest["history"]] == [("build", 2, 0), ("update", 1, 1)]
+
+
+@pytest.mark.integration
+def test_an_update_that_dies_between_commit_and_deletions_is_finished_by_the_next(
+        tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import retrieval.index as index_module
+
+    changed = _changed_volcano()
+    with MemoryIndex(tmp_path / "index.db") as index:
+        index.build([VOLCANO, TEA], embedder, embedder_name=NAME, progress=False)
+
+        def die(*args: Any, **kwargs: Any) -> int:
+            raise RuntimeError("killed after the commit")
+
+        monkeypatch.setattr(index_module, "delete_docs", die)
+        with pytest.raises(RuntimeError, match="after the commit"):
+            index.build([changed, TEA], embedder, embedder_name=NAME, replace=False, progress=False)
+        monkeypatch.undo()
+        assert index._count(f"doc_id == '{VOLCANO.doc_id}'") == 2 * 4 * len(VOLCANO.scenarios)  # both versions
+        hits = index.search("What else sees the ground bulge?", top_k=3)
+        assert {p.version for h in hits if h.doc_id == VOLCANO.doc_id for p in h.provenance} == {memory_hash(changed)}
+        done = index.build([changed, TEA], embedder, embedder_name=NAME, replace=False, progress=False)
+        assert done.plan.unchanged == [VOLCANO.doc_id, TEA.doc_id] and done.scenarios == 0  # nothing re-embedded
+        assert done.plan.leftovers == {VOLCANO.doc_id: memory_hash(changed)}
+        rows = index._client.query(index.collection, filter=f"doc_id == '{VOLCANO.doc_id}'", output_fields=["doc_hash"])
+        assert len(rows) == 4 * len(VOLCANO.scenarios) and {r["doc_hash"] for r in rows} == {memory_hash(changed)}
+
+
+def test_a_huge_origin_is_shortened_into_valid_json() -> None:
+    from memreader.structure import where_from_json
+    from retrieval.rows import MAX_ORIGIN_BYTES, origin_json
+
+    mem = copy.deepcopy(KILN)
+    mem.meta["source"] = {"source": "/data/" + "長い名前" * 50 + ".pdf"}
+    mem.meta["structure"] = [{"pages": list(range(1, 3000)), "headings": ["見出し" * 40] * 30},
+                             {"pages": [3000], "headings": []}]
+    text = origin_json(mem, 0)
+    assert len(text.encode()) <= MAX_ORIGIN_BYTES
+    found = where_from_json(text)
+    assert found["pages"] == [1, 2999] and found["source"].endswith(".pdf")
+    assert where_from_json('{"cut": ') == {}
