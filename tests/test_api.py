@@ -12,6 +12,8 @@ import pytest
 from memreader import api
 from memreader.errors import ConfigError
 from memreader.structure import annotate
+from retrieval.search import format_hits
+from tests.ingest.test_ingest import _pdf
 from tests.retrieval.retrieval_samples import TEA, VOLCANO, make_memory
 
 pytestmark = pytest.mark.integration
@@ -33,28 +35,42 @@ def _annotated() -> Any:
 
 
 def test_files_to_answers_in_a_few_lines(tmp_path: Path, tiny_model: str, smollm2_path: str) -> None:
+    from docx import Document as Docx
+
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "club.md").write_text("# Club\n\nThe garden club meets every Tuesday in the old hall.\n\n## Compost\n\n"
                                   "Members keep three compost bays behind the greenhouse.\n", encoding="utf-8")
     (docs / "trip.html").write_text("<html><body><h1>Trips</h1><p>The spring trip goes to the botanic garden in "
                                     "May.</p></body></html>", encoding="utf-8")
+    _pdf(docs / "minutes.pdf", ["Minutes of March. The club voted to buy a new shredder for the compost.",
+                                "Minutes of April. The shredder arrived and three members learned to use it."])
+    word = Docx()
+    word.add_heading("Rota", 1)
+    word.add_paragraph("Each member waters the beds one week in turn, starting with the chair.")
+    word.save(str(docs / "rota.docx"))
     corpus = api.ingest(docs, run="api")
     memories = api.read(corpus, run="api", model=tiny_model, max_new_tokens=256, min_chunk_chars=20,
                         max_chunk_chars=200)
-    assert sorted(m.doc_id for m in memories) == ["club.md", "trip.html"]
+    assert sorted(m.doc_id for m in memories) == ["club.md", "minutes.pdf", "rota.docx", "trip.html"]
+    minutes = next(m for m in memories if m.doc_id == "minutes.pdf")
+    assert {p for entry in minutes.meta["structure"] for p in entry["pages"]} == {1, 2}
     assert all(m.chunks and "".join(m.chunks) == m.document for m in memories)  # guided: they tile exactly
     with api.index(memories, run="api", embedder="minilm-l6", device="cpu", verify=False) as index:
-        assert index.built.plan.added == ["club.md", "trip.html"]
+        assert index.built.plan.added == ["club.md", "minutes.pdf", "rota.docx", "trip.html"]
         hits = index.search("How many compost bays are there?", top_k=2, mode="hybrid")
         assert hits and all(h.text == next(m for m in memories if m.doc_id == h.doc_id).document[h.start:h.end]
                             for h in hits)
-        assert {h.where["source"] for h in hits} <= {str((docs / "club.md").resolve()),
-                                                     str((docs / "trip.html").resolve())}
+        assert all(h.where["source"] == str((docs / h.doc_id).resolve()) for h in hits)
+        shredder = index.search("When did the shredder arrive?", top_k=8, mode="hybrid")
+        pdf_hits = [h for h in shredder if h.doc_id == "minutes.pdf"]
+        assert pdf_hits and all(h.where["pages"] for h in pdf_hits)
+        assert f"p. {pdf_hits[0].where['pages'][0]}" in format_hits(pdf_hits)
         result = index.meve("How many compost bays are there?")  # MeVe's keys come with the index settings
         assert result.passages and result.audit["tokens"] <= 512
     again = api.index(memories, run="api", embedder="minilm-l6", device="cpu")  # unchanged: nothing re-embedded
-    assert again.built.plan.unchanged == ["club.md", "trip.html"] and again.built.scenarios == 0
+    assert again.built.plan.unchanged == ["club.md", "minutes.pdf", "rota.docx", "trip.html"]
+    assert again.built.scenarios == 0
     again.close()
     report = api.score(["three compost bays"], [["Members keep three compost bays."]])
     assert 0 < report.metrics["rouge_l"].value <= 1
