@@ -155,17 +155,38 @@ def _done(path: Path) -> dict[str, tuple[str | None, str | None]]:
     mid-write) is cut off loudly."""
     if not path.is_file():
         return {}
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        try:
-            json.loads(lines[-1])
-        except json.JSONDecodeError:
-            log.warning("%s: dropping a half-written last line from an interrupted run", path)
-            path.write_text("".join(lines[:-1]), encoding="utf-8")
+    _drop_torn_tail(path)
     try:
         return {m.doc_id: (m.meta.get("source_sha256"), m.meta.get("read_key")) for m in iter_memories(path)}
     except MemoryValidationError as exc:
         raise MemoryValidationError(f"cannot resume: {exc}. Move the file away to start over.") from None
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a half-written last line (no newline, not JSON) off ``path``, reading only the file's tail."""
+    size = path.stat().st_size
+    if not size:
+        return
+    with path.open("rb+") as fh:
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        start = size
+        while start > 0:  # back to the last newline, 64 KiB at a time
+            step = min(65536, start)
+            fh.seek(start - step)
+            block = fh.read(step)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                start = start - step + cut + 1
+                break
+            start -= step
+        fh.seek(start)
+        try:
+            json.loads(fh.read().decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("%s: dropping a half-written last line from an interrupted run", path)
+            fh.truncate(start)
 
 
 def resolved(cfg: ReadConfig) -> ReadConfig:

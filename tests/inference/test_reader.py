@@ -322,3 +322,19 @@ def test_long_document_on_tiny_random_model_is_windowed_to_its_window(tmp_path, 
     prompts = [w["generation"]["prompt_tokens"] for w in mem.meta["windows"]]
     assert all(p + 8 <= 1024 for p in prompts) and max(prompts) > 850  # filled, never overflowing
     assert mem.meta["truncated"] and mem.meta["generation"]["finish_reason"] == "length"
+
+
+def test_a_torn_last_line_is_cut_reading_only_the_tail(tmp_path) -> None:
+    from inference.reader import _drop_torn_tail
+
+    path = tmp_path / "m.jsonl"
+    whole = json.dumps({"doc_id": "a", "text": "x" * 100_000}) + "\n"
+    path.write_text(whole + '{"doc_id": "b", "text": "' + "y" * 70_000, encoding="utf-8")  # torn, over 64 KiB
+    _drop_torn_tail(path)
+    assert path.read_text(encoding="utf-8") == whole
+    path.write_text(whole + '{"doc_id": "c"}', encoding="utf-8")  # complete JSON without its newline: kept
+    _drop_torn_tail(path)
+    assert path.read_text(encoding="utf-8") == whole + '{"doc_id": "c"}'
+    path.write_text('{"doc_id": "only", "te', encoding="utf-8")  # a first line torn
+    _drop_torn_tail(path)
+    assert path.read_text(encoding="utf-8") == ""
