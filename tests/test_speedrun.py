@@ -1,6 +1,6 @@
 """scripts/speedrun.sh end to end on a CPU (SCALE=cpu): a real `vllm serve` teacher and answerer, evaluator scores,
 TRL LoRA steps under `accelerate launch --cpu`, vLLM reading with the adapter, index, every chunking method on two
-MultiFieldQA-zh questions, the report. About 15 minutes on two cores, so opt-in: ``pytest -m slow tests/test_speedrun.py``
+MultiFieldQA-zh questions, the report. About 35-50 minutes on two cores, so opt-in: ``pytest -m slow tests/test_speedrun.py``
 (the run is recorded in docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
