@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.corpus import Document
+from memreader.corpus import Document, record_document
 from memreader.errors import MemReaderError
 from memreader.paths import sha256_file, write_json
 from memreader.schema import MemoryValidationError, iter_memories, write_memories
@@ -114,8 +114,7 @@ class Shard:
                 continue
             try:
                 rec = json.loads(line)
-                doc = Document(str(rec[span.id_field]), rec[span.text_field],
-                               {k: v for k, v in rec.items() if k not in (span.id_field, span.text_field)})
+                doc = record_document(rec, span.id_field, span.text_field)
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line that no longer parses: its document is reported missing below
             found[doc.doc_id] = doc

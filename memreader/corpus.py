@@ -84,13 +84,17 @@ def iter_corpus_spans(
             if doc_id in seen:
                 raise CorpusError(f"{where}: duplicate id {doc_id!r}; ids must be unique for resuming to work")
             seen.add(doc_id)
-            yield (Document(doc_id, rec[text_field], {k: v for k, v in rec.items() if k not in (id_field, text_field)}),
-                   start, pos)
+            yield record_document(rec, id_field, text_field), start, pos
             if limit is not None and len(seen) >= limit:
                 return
     if not seen:
         raise CorpusError(f"corpus file {path} holds no documents", f"add one JSON object per line with "
                           f"{id_field!r} and {text_field!r} fields")
+
+
+def record_document(rec: dict[str, Any], id_field: str = "id", text_field: str = "text") -> Document:
+    """The document of one corpus record: its id (as a string), its text, every other field as meta."""
+    return Document(str(rec[id_field]), rec[text_field], {k: v for k, v in rec.items() if k not in (id_field, text_field)})
 
 
 def read_corpus(

@@ -305,19 +305,20 @@ class MemoryIndex(MilvusCollection):
         self.check_embedder()
         return self._encode_query(self.embedder, query, self.meta["dim"], self.meta["embedder"]).tolist()
 
-    def search_layer(self, vector: Sequence[float], layer: str, limit: int) -> list[LayerHit]:
-        """The ``limit`` rows of one layer most similar to ``vector``, best first (ranks 1..n)."""
+    def search_layer(self, vector: Sequence[float], layer: str, limit: int, visible: str = "") -> list[LayerHit]:
+        """The ``limit`` rows of one layer most similar to ``vector``, best first (ranks 1..n); ``visible`` is a
+        caller's :meth:`_visible` filter of the same search (read afresh when not given)."""
         if layer not in ALL_LAYERS:
             raise ValueError(f"unknown layer {layer!r}; choose from {', '.join(ALL_LAYERS)}")
         self._check_limit("limit", limit)
         (results,) = self._client.search(
             self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer == {string_literal(layer)} and {self._visible()}", output_fields=_OUTPUT_FIELDS,
+            filter=f"layer == {string_literal(layer)} and {visible or self._visible()}", output_fields=_OUTPUT_FIELDS,
             search_params={"metric_type": "COSINE"},
         )
         return newest_only([rank_hits([_hit(layer, float(r["distance"]), r["entity"]) for r in results], limit)])[0]
 
-    def search_bm25(self, query: str, layer: str, limit: int) -> list[LayerHit]:
+    def search_bm25(self, query: str, layer: str, limit: int, visible: str = "") -> list[LayerHit]:
         """The ``limit`` rows of one layer that best match ``query`` by BM25, best first (ranks 1..n).
 
         Hits are labelled ``<layer>/bm25`` and ``similarity`` holds the BM25 score (positive,
@@ -329,7 +330,7 @@ class MemoryIndex(MilvusCollection):
             raise ValueError(f"BM25 searches a text layer: choose from {', '.join(LAYERS)}, not {layer!r}")
         self._check_query(query)
         self._check_limit("limit", limit)
-        visible = self._visible()  # also refuses an unfinished or foreign collection before searching it
+        visible = visible or self._visible()  # also refuses an unfinished or foreign collection before searching
         if not _HAS_TERM.search(query):
             return []
         found = bm25_search(self._client, self.collection, query, limit,
@@ -392,16 +393,16 @@ class MemoryIndex(MilvusCollection):
             if self.batch_layers and len(dense) > 1:
                 found.update(self._split_by_layer(
                     dense, limit, lambda n: self._search_vector(vector, dense, n, visible),
-                    lambda layer: self.search_layer(vector, layer, limit)))
+                    lambda layer: self.search_layer(vector, layer, limit, visible)))
             else:
-                found.update((layer, self.search_layer(vector, layer, limit)) for layer in dense)
+                found.update((layer, self.search_layer(vector, layer, limit, visible)) for layer in dense)
         if lexical:
             if self.batch_layers and len(lexical) > 1 and _HAS_TERM.search(query):
                 found.update((bm25_label(layer), hits) for layer, hits in self._split_by_layer(
                     lexical, limit, lambda n: self._search_text(query, lexical, n, visible),
-                    lambda layer: self.search_bm25(query, layer, limit)).items())
+                    lambda layer: self.search_bm25(query, layer, limit, visible)).items())
             else:
-                found.update((bm25_label(layer), self.search_bm25(query, layer, limit)) for layer in lexical)
+                found.update((bm25_label(layer), self.search_bm25(query, layer, limit, visible)) for layer in lexical)
         # dense lists are keyed by layer, BM25 ones by label; one version per document (retrieval.updates)
         return newest_only(found[label] for label in labels)
 
