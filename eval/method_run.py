@@ -8,7 +8,9 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
 - ``answers.jsonl``: one line per answered question, appended and flushed batch by batch, so a crash repeats
   no finished answer (each line carries the question's reference-answer support when that is on);
 - ``clarity.json``: the evaluator's clarity of every memory, reused while memories and scorer are the same;
-- ``state.json``: the settings the answers were made with; a rerun with other settings is refused.
+- ``state.json``: the settings the answers were made with; a rerun with other settings is refused;
+- ``cost.json``: wall time per phase summed over every session that worked on the method, and the peak memory
+  of the process tree while it ran (eval/costs.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.answering import ForwardTimer, GenerationProfile, answer_messages, fit_chunks
+from eval.costs import CostLedger
 from eval.suites import EvalSet
 from memreader.errors import MemReaderError
 from memreader.generation import GenerationParams
@@ -184,6 +187,13 @@ def run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path], 
     """Everything for one method; ``make_memories(work_dir)`` gives its memories and calibration record."""
     mdir = ctx.out_dir / "methods" / method
     mdir.mkdir(parents=True, exist_ok=True)
+    with CostLedger(mdir / "cost.json") as cost:
+        result = _run_method(ctx, method, make_memories, mdir, cost)
+    return {**result, "cost": cost.to_dict()}
+
+
+def _run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path], tuple[list[DocumentMemory], Any]],
+                mdir: Path, cost: CostLedger) -> dict[str, Any]:
     t_start = time.perf_counter()
     mem_path, cal_path = mdir / "memories.jsonl", mdir / "calibration.json"
     if mem_path.is_file() and cal_path.is_file():
@@ -191,7 +201,8 @@ def run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path], 
         print(f"eval: {method}: reusing {len(memories)} memories from {mem_path}")
     else:
         t0 = time.perf_counter()
-        memories, cal = make_memories(mdir / "work")
+        with cost.phase("memories"):
+            memories, cal = make_memories(mdir / "work")
         calibration = cal.to_dict() if hasattr(cal, "to_dict") else dict(cal)
         missing = sorted(set(ctx.eval_set.documents) - {m.doc_id for m in memories})
         if missing:
@@ -204,10 +215,12 @@ def run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path], 
     _check_state(mdir, {**ctx.answer_settings, "memories_sha256": memories_sha}, method)
     mode = ctx.mode if has_layers(memories) else "chunk_only"
     t0 = time.perf_counter()
-    index = _index(ctx, mdir, memories, memories_sha)
+    with cost.phase("index"):
+        index = _index(ctx, mdir, memories, memories_sha)
     ctx.profile.add("index", time.perf_counter() - t0)
-    with index:
+    with index, cost.phase("answers"):
         rows = answer_questions(ctx, method, mdir, index, mode)
-    clarity = _clarity(ctx, mdir, memories, memories_sha)
+    with cost.phase("clarity"):
+        clarity = _clarity(ctx, mdir, memories, memories_sha)
     return {"memories": memories, "rows": rows, "mode": mode, "calibration": calibration, "clarity": clarity,
             "seconds": round(time.perf_counter() - t_start, 1)}

@@ -257,7 +257,7 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
             question_doc={q: (docs[0] if docs else None) for q, docs in eset.question_docs.items()},
             mode=result["mode"], mean_context_chars=round(sum(r["context_chars"] for r in rows) / max(len(rows), 1), 1),
             questions_with_chunks_left_out=sum(bool(r.get("chunks_left_out")) for r in rows),
-            seconds=result["seconds"])
+            seconds=result["seconds"], cost=records.CostRecord.from_dict(result["cost"], mdir / "cost.json"))
     table = format_table(reports)
     table += "\n" + "\n".join(f"{m}: {r.provenance.line()}; chunks mean {r.calibration.mean_chars} chars; "
                               f"{r.questions_with_chunks_left_out} question(s) with chunks left out (window)"

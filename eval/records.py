@@ -275,6 +275,17 @@ class ProvenanceRecord(_Record):
 
 
 @dataclass(kw_only=True)
+class CostRecord(_Record):
+    """What a method cost over all the sessions that worked on it (``cost.json``, eval/costs.py)."""
+
+    phases: dict[str, float]  # seconds per phase (memories, index, answers, clarity), summed over sessions
+    seconds: float
+    sessions: int
+    peak_rss_mib: float  # largest resident memory of the process tree (rss_source says what was measured)
+    rss_source: str
+
+
+@dataclass(kw_only=True)
 class MethodRecord(_Record):
     """Everything ``memreader eval`` measured of one method (its files are in ``methods/<name>/``)."""
 
@@ -288,6 +299,7 @@ class MethodRecord(_Record):
     mean_context_chars: float  # characters of retrieved context per question, mean
     questions_with_chunks_left_out: int | None = None  # chunks that did not fit the answerer's window
     seconds: float
+    cost: CostRecord | None = None  # None: a run from before cost.json
 
     def _problems(self, at: Callable[[str], str]) -> list[str]:
         tolerance = self.calibration.tolerance if self.calibration else 0

@@ -295,6 +295,7 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
             ["Spearman rho", _f(corr.spearman), f"[{_f(si.low)}, {_f(si.high)}]" if si else "n/a",
              corr.n_undefined["spearman"]]])
         md += [f"Resampled: {corr.resampled}.", "", "![clarity vs ROUGE-L](clarity_rouge.png)", ""]
+    md += _cost_section(methods)
     md += [f"## Paired comparisons against {REFERENCE}", ""]
     if not paired:
         md += [f"No method named {REFERENCE!r} in this run, or no other method: nothing to compare.", ""]
@@ -327,6 +328,23 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
                                      "correlation": corr.to_dict() if corr else {"note": why},
                                      "figures": sorted(figures)})
     return path, list(figures.values())
+
+
+def _cost_section(methods: dict[str, Any]) -> list[str]:
+    """Wall time per phase and peak memory of every method, over all sessions that worked on it."""
+    costs = {n: m.record.cost for n, m in methods.items()}
+    if not any(costs.values()):
+        return []
+    phases = sorted({p for c in costs.values() if c for p in c.phases}, key=["memories", "index", "answers",
+                                                                            "clarity"].index)
+    rows = [[n, *(f"{c.phases.get(p, 0.0):.0f}" for p in phases), f"{c.seconds:.0f}", c.sessions,
+             f"{c.peak_rss_mib:.0f}", c.rss_source] if c else [n, *([""] * len(phases)), "not recorded", "", "", ""]
+            for n, c in costs.items()]
+    return ["## Cost per method", "",
+            "Wall seconds per phase, summed over every session that worked on the method (a resumed run adds up); "
+            "peak memory: the largest resident memory of the eval's process tree (engine workers included) while "
+            "the method ran.", "",
+            *_table(["method", *(f"{p} s" for p in phases), "total s", "sessions", "peak MiB", "measured by"], rows)]
 
 
 def write_report(folder: str | Path, out: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,

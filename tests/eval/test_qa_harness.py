@@ -97,6 +97,10 @@ def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
     assert len(resumed.asked) == 2, "only q2 and q3 are answered again"
     assert [json.loads(x)["id"] for x in answers.read_text().splitlines()] == ["q1", "q2", "q3"]
     assert summary["methods"]["memreader"]["scores"]["n"] == 3
+    # the cost ledger adds both sessions up: the crashed one's answering time is kept, not lost
+    cost = summary["methods"]["memreader"]["cost"]
+    assert cost["sessions"] == 2 and set(cost["phases"]) == {"memories", "index", "answers", "clarity"}
+    assert cost["peak_rss_mib"] > 50 and cost["rss_source"] == "proc-tree"
 
 
 @pytest.mark.integration

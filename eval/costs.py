@@ -1,0 +1,138 @@
+"""What each method of an evaluation costs: wall time per phase and peak memory, kept across resumed sessions.
+
+A full evaluation on a small machine runs for hours and is resumed several times, so one session's
+``seconds`` says little. Each method keeps ``methods/<m>/cost.json``:
+
+    {"phases": {"memories": 812.4, "index": 95.1, "answers": 3120.7, "clarity": 640.2},
+     "sessions": 3, "peak_rss_mib": 6120.5, "rss_source": "proc-tree"}
+
+``phases`` add up the seconds every session spent in each phase; ``peak_rss_mib`` is the largest resident
+memory seen while the method ran, summed over this process and every process below it (the vLLM engine's
+workers run in child processes), sampled twice a second from ``/proc``. Where ``/proc`` is missing (not Linux)
+the peak is this process's own maximum from ``getrusage`` and ``rss_source`` says ``getrusage-self``, so the
+number is never passed off as the whole tree's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from memreader.paths import write_json
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _proc_tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants (one scan of /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # the process ended between the listing and the read
+            continue
+        # the command name may hold spaces and parentheses: the fields start after the last ')'
+        fields = stat[stat.rindex(b")") + 2:].split()
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * PAGE_BYTES
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+class PeakMemory:
+    """Samples the resident memory of this process tree in a background thread; ``peak_mib`` after ``stop``."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.source = "proc-tree" if sys.platform.startswith("linux") and os.path.isdir("/proc") else "getrusage-self"
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> int:
+        if self.source == "proc-tree":
+            value = _proc_tree_rss(os.getpid())
+        else:  # ru_maxrss: kilobytes on Linux, bytes on macOS
+            value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        self.peak_bytes = max(self.peak_bytes, value)
+        return value
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def start(self) -> PeakMemory:
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="peak-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> float:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+        return self.peak_mib
+
+    @property
+    def peak_mib(self) -> float:
+        return round(self.peak_bytes / 2**20, 1)
+
+
+class CostLedger:
+    """``cost.json`` of one method: phase seconds summed over sessions, the largest peak memory seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        self.phases: dict[str, float] = {k: float(v) for k, v in data.get("phases", {}).items()}
+        self.sessions = int(data.get("sessions", 0)) + 1
+        self.peak_rss_mib = float(data.get("peak_rss_mib", 0.0))
+        self.rss_source = str(data.get("rss_source", ""))
+        self.memory = PeakMemory()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time one phase; the ledger is written after it, so a crash later keeps it."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 1)
+            self.save()
+
+    def __enter__(self) -> CostLedger:
+        self.memory.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.memory.stop()
+        self.save()
+
+    def save(self) -> None:
+        self.peak_rss_mib = max(self.peak_rss_mib, self.memory.peak_mib)
+        # a mix of sources is named as such: the numbers are not the same measure
+        source = self.memory.source if self.rss_source in ("", self.memory.source) else "mixed"
+        self.rss_source = source
+        write_json(self.path, self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phases": dict(self.phases), "seconds": round(sum(self.phases.values()), 1),
+                "sessions": self.sessions, "peak_rss_mib": self.peak_rss_mib, "rss_source": self.rss_source}

@@ -1,0 +1,43 @@
+"""The cost ledger: phase seconds add up across sessions, and the peak memory counts child processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from eval.costs import CostLedger, PeakMemory
+
+
+def test_phases_add_up_across_sessions_and_survive_a_crash(tmp_path) -> None:
+    path = tmp_path / "cost.json"
+    try:
+        with CostLedger(path) as cost, cost.phase("answers"):
+            time.sleep(0.05)
+            raise RuntimeError("crashed mid-answering")
+    except RuntimeError:
+        pass
+    first = json.loads(path.read_text())
+    assert first["sessions"] == 1 and first["phases"]["answers"] >= 0.05
+    with CostLedger(path) as cost, cost.phase("answers"):
+        time.sleep(0.05)
+    second = json.loads(path.read_text())
+    assert second["sessions"] == 2 and second["phases"]["answers"] >= first["phases"]["answers"] + 0.05
+    assert second["seconds"] == round(sum(second["phases"].values()), 1)
+
+
+def test_peak_memory_counts_a_child_process() -> None:
+    alone = PeakMemory().start()
+    base = alone.stop()
+    # a child that holds ~300 MiB for a moment: the tree's peak must see it
+    child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(300 * 2**20); b[::4096] = "
+                              "b'x' * len(b[::4096]); print('ready', flush=True); time.sleep(3)"],
+                             stdout=subprocess.PIPE, text=True)
+    meter = PeakMemory(interval=0.1).start()
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    peak = meter.stop()
+    child.wait()
+    assert meter.source == "proc-tree"
+    assert peak >= base + 250, (base, peak)
