@@ -13,7 +13,7 @@ import json
 import sys
 
 from memreader.stage import Flag, Stage
-from retrieval.meve import format_audit
+from retrieval.meve_audit import format_audit
 from retrieval.search import PIPELINES, RetrievalConfig, format_hits, run_ask, run_index, run_meve_ask
 
 

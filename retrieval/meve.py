@@ -20,9 +20,10 @@ chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod
    passage whose stored embedding has cosine ``> redundancy`` with one already kept.
 5. **Pack**: greedy *first fit* in priority order: a passage is added when the context with it
    (passages joined by :data:`SEPARATOR`, the separators counted) is at most ``t_max`` tokens of
-   the tokenizer; one that does not fit is skipped and the next one tried. The count is of the
-   joined text itself, so the packed context never exceeds ``t_max``, and every skipped passage
-   would have taken it over.
+   the tokenizer; one that does not fit is skipped and the next one tried. Each passage is tokenised
+   once; the joined text is tokenised only near the budget's edge and once at the end, and when that
+   final count were over ``t_max`` the walk is redone counting the joined text at every step. So the
+   packed context never exceeds ``t_max``, and every skipped passage would have taken it over.
 
 Switches for ablations: ``verify=false`` keeps every kNN candidate with its cosine as score;
 ``fallback=false`` never calls BM25; ``prioritize=false`` keeps phase order and drops nothing as
@@ -42,16 +43,17 @@ import numpy as np
 from memreader.config import field, range_problems
 from memreader.embedders import encode
 from memreader.errors import MemReaderError
-from memreader.structure import describe_where
 from retrieval.passages import PassageHit
 from retrieval.verifier import KINDS, Verifier
+from retrieval.verifier_calibration import CALIBRATIONS
 
 __all__ = ["PHASES", "SEPARATOR", "Candidate", "MeVeError", "MeVePipeline", "MeVeResult", "MeVeSettings",
-           "MemoryChunkSource", "PassageSource", "format_audit", "load_tokenizer"]
+           "MemoryChunkSource", "PassageSource", "load_tokenizer"]
 
 SEPARATOR = "\n\n"
 """What joins packed passages; its tokens count against ``t_max``."""
 PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
+VERIFIER_KINDS = (*KINDS, "embedding")
 _BOUNDARY_SLACK = 8
 """Joined text tokenises within a few tokens of the sum of its parts; a passage whose summed count is
 more than this over the budget is skipped without tokenising the joined text."""
@@ -78,8 +80,14 @@ class MeVeSettings:
                           "hub id) for verifier_kind=lm or lm_likelihood, or a CrossEncoder folder for "
                           "verifier_kind=cross_encoder")
     verifier_kind: str = field("lm", help="lm (normalised P(yes) of an instruct LM), lm_likelihood (how much the "
-                               "passage raises the LM's likelihood of the question, UPR) or cross_encoder (sigmoid "
-                               "of a sentence-transformers CrossEncoder's logit)")
+                               "passage raises the LM's likelihood of the question, UPR), cross_encoder (sigmoid "
+                               "of a sentence-transformers CrossEncoder's logit) or embedding (phase 1's cosine: no "
+                               "model call)")
+    verifier_calibration: str = field("none", help="MeVe phase 2: none, content_free (minus the verifier's reading of "
+                                      "a content-free passage) or query (normalised over the question's candidates); "
+                                      "retrieval/verifier_calibration.py")
+    operating_point: str = field("", help="where tau (and the other phase-2 keys) came from, e.g. the calibration "
+                                 "that chose them (scripts/calibrate_meve.py); recorded in every audit")
     verifier_backend: str = field("auto", help="MeVe phase 2, verifier_kind=lm or lm_likelihood: transformers, vllm "
                                   "or auto (the measured fastest on this machine: docs/ENGINES.md)")
     verifier_dtype: str = field("auto", help="MeVe phase 2: the LM verifier's dtype, auto, float32 or bfloat16")
@@ -97,14 +105,19 @@ class MeVeSettings:
     def meve_problems(self) -> list[str]:
         """Problems beyond the numeric ranges (which :func:`memreader.config.range_problems` reports)."""
         out = []
-        if self.verifier_kind not in KINDS:
-            out.append(f"verifier_kind: {self.verifier_kind!r} is not one of {', '.join(KINDS)}")
+        if self.verifier_kind not in VERIFIER_KINDS:
+            out.append(f"verifier_kind: {self.verifier_kind!r} is not one of {', '.join(VERIFIER_KINDS)}")
+        if self.verifier_calibration not in CALIBRATIONS:
+            out.append(f"verifier_calibration: {self.verifier_calibration!r} is not one of {', '.join(CALIBRATIONS)}")
+        elif self.verifier_kind == "embedding" and self.verifier_calibration == "content_free":
+            out.append("verifier_calibration: content_free needs a verifier that reads the passage; use query or "
+                       "none with verifier_kind=embedding")
         from memreader.backends import backend_problem, dtype_problem
 
         out += [p for p in (backend_problem(self.verifier_backend, ("transformers", "vllm", "auto"),
                                             key="verifier_backend"),
                             dtype_problem(self.verifier_dtype, key="verifier_dtype")) if p]
-        if self.verify and not str(self.verifier).strip():
+        if self.verify and self.verifier_kind != "embedding" and not str(self.verifier).strip():
             out.append("verifier: empty; name an instruct LM or a CrossEncoder folder (or set verify=false)")
         if not str(self.budget_tokenizer).strip():
             out.append("budget_tokenizer: empty; name the answering model's tokenizer (e.g. smollm2-135m-instruct)")
@@ -124,7 +137,9 @@ class MeVeSettings:
             verifier = f"{verifier or s['verifier']}@{engine.get('backend')}/{engine.get('dtype')}"
         return "|".join([f"k:{s['k']}", f"tau:{s['tau']}", f"n_min:{s['n_min']}", f"fallback_k:{s['fallback_k']}",
                          f"redundancy:{s['redundancy']}", f"t_max:{s['t_max']}",
-                         f"verifier:{s['verifier_kind']}:{verifier or s['verifier']}" if s["verify"] else "verifier:none",
+                         (f"verifier:{s['verifier_kind']}:{verifier or s['verifier']}"
+                          + (f":{s['verifier_calibration']}" if s["verifier_calibration"] != "none" else ""))
+                         if s["verify"] else "verifier:none",
                          f"budget:{s['budget_tokenizer']}",
                          "off:" + (",".join(off) or "none")])
 
@@ -261,7 +276,9 @@ class MeVePipeline:
         if problems:
             raise MeVeError("MeVe settings cannot be used:\n  - " + "\n  - ".join(problems))
         self.source, self.embedder, self.verifier, self.tokenizer = source, embedder, verifier, tokenizer
-        self._sep_tokens = self.count(SEPARATOR)
+        # what a separator adds between two passages (its tokens can differ inside text from on its own)
+        self._sep_tokens = max(self.count(SEPARATOR), self.count("a" + SEPARATOR + "b") - self.count("a")
+                               - self.count("b"))
 
     def count(self, text: str) -> int:
         """Tokens of ``text`` in the budget tokenizer (no special tokens)."""
@@ -275,26 +292,35 @@ class MeVePipeline:
             raise MeVeError(f"the question is {n} tokens, over the context budget t_max={self.settings.t_max}",
                             "shorten the question or raise t_max")
 
+    def candidates(self, question: str) -> list[Candidate]:
+        """Phase 1 alone: the ``k`` nearest passages as candidates (what :meth:`finish` takes)."""
+        vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
+        hits = self.source.knn(vector.tolist(), self.settings.k)
+        return [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where,
+                          vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
+
     def run(self, question: str) -> MeVeResult:
         """Run the five phases for ``question``; the audit says what each phase did and why."""
-        s = self.settings
         started = time.perf_counter()
         self._check_question(question)
+        t = time.perf_counter()
+        found = self.candidates(question)
+        return self.finish(question, found, {"knn": _ms(t)}, started)
+
+    def finish(self, question: str, found: list[Candidate], ms: dict[str, float] | None = None,
+               started: float | None = None) -> MeVeResult:
+        """Phases 2-5 over phase 1's candidates ``found`` (fresh ones: the phases set their scores). A calibration
+        runs many settings over the same candidates this way, without searching again."""
+        s = self.settings
+        started = time.perf_counter() if started is None else started
+        ms = dict(ms or {"knn": 0.0})
         audit: dict[str, Any] = {"question": question, "settings": s.meve_settings(),
+                                 "operating_point": s.operating_point or "not calibrated: the settings as given",
                                  "signature": s.signature(getattr(self.verifier, "name", None),
                                                           getattr(self.verifier, "choice", None)),
                                  "verifier": getattr(self.verifier, "name", None) if s.verify else None,
-                                 "verifier_engine": getattr(self.verifier, "choice", None) if s.verify else None}
-        ms: dict[str, float] = {}
-
-        t = time.perf_counter()
-        vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
-        hits = self.source.knn(vector.tolist(), s.k)
-        found = [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where,
-                           vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
-        ms["knn"] = _ms(t)
-        audit["knn"] = {"k": s.k, "candidates": [c.brief() for c in found]}
-
+                                 "verifier_engine": getattr(self.verifier, "choice", None) if s.verify else None,
+                                 "knn": {"k": s.k, "candidates": [c.brief() for c in found]}}
         kept, verifier_ms = self._verify(question, found, audit, ms)
         extra = self._fallback(question, found, kept, audit, ms)
         ordered = self._prioritize(kept + extra, audit, ms)
@@ -319,7 +345,13 @@ class MeVePipeline:
             audit["verify"] = {"enabled": False, "kept": [c.brief() for c in found], "dropped": []}
             return list(found), 0.0
         v = time.perf_counter()
-        scores = self.verifier.score(question, [c.text for c in found]) if found else []
+        texts = [c.text for c in found]
+        if not found:
+            scores = []
+        elif getattr(self.verifier, "wants_similarities", False):  # the embedding verifier: phase 1's cosines
+            scores = self.verifier.score(question, texts, similarities=[c.similarity for c in found])
+        else:
+            scores = self.verifier.score(question, texts)
         verifier_ms = _ms(v)
         if len(scores) != len(found) or not all(0.0 <= x <= 1.0 for x in scores):
             raise MeVeError(f"verifier {getattr(self.verifier, 'name', '?')} returned {len(scores)} scores for "
@@ -389,6 +421,30 @@ class MeVePipeline:
                                "dropped": dropped}
         return kept
 
+    def _fit(self, ordered: list[Candidate], exact: bool = False) -> tuple[list[Candidate], list[dict[str, Any]]]:
+        """Greedy first fit under ``t_max``. The joined text's tokens are estimated as the sum of the passages' own
+        counts plus the separators' (the passages are tokenised once); only a passage whose estimate lands within
+        the slack of the budget is checked by tokenising the joined text (every passage with ``exact``)."""
+        s = self.settings
+        packed: list[Candidate] = []
+        dropped = []
+        used = 0
+        for c in ordered:
+            estimate = c.tokens if not packed else used + self._sep_tokens + c.tokens
+            if estimate > s.t_max + _BOUNDARY_SLACK:
+                dropped.append(c.brief(reason=f"over budget: about {estimate} > t_max {s.t_max} tokens",
+                                       tokens_if_added=estimate))
+                continue
+            if exact or estimate > s.t_max - _BOUNDARY_SLACK:
+                estimate = self.count(SEPARATOR.join(x.text for x in [*packed, c]))
+                if estimate > s.t_max:
+                    dropped.append(c.brief(reason=f"over budget: {estimate} > t_max {s.t_max} tokens",
+                                           tokens_if_added=estimate))
+                    continue
+            packed.append(c)
+            used = estimate
+        return packed, dropped
+
     def _pack(self, ordered: list[Candidate], audit: dict[str, Any],
               ms: dict[str, float]) -> tuple[list[Candidate], str, int]:
         s = self.settings
@@ -403,69 +459,14 @@ class MeVePipeline:
             audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [],
                              "tokens": tokens}
             return list(ordered), context, tokens
-        packed: list[Candidate] = []
-        dropped = []
-        context, used = "", 0
-        for c in ordered:
-            estimate = c.tokens if not packed else used + self._sep_tokens + c.tokens
-            if estimate > s.t_max + _BOUNDARY_SLACK:
-                dropped.append(c.brief(reason=f"over budget: about {estimate} > t_max {s.t_max} tokens",
-                                       tokens_if_added=estimate))
-                continue
-            tentative = c.text if not packed else context + SEPARATOR + c.text
-            n = self.count(tentative)
-            if n > s.t_max:
-                dropped.append(c.brief(reason=f"over budget: {n} > t_max {s.t_max} tokens", tokens_if_added=n))
-                continue
-            packed.append(c)
-            context, used = tentative, n
+        packed, dropped = self._fit(ordered)
+        context = SEPARATOR.join(c.text for c in packed)
+        used = self.count(context) if packed else 0
+        if used > s.t_max:  # the estimates were off by more than the slack: the exact walk, one count per passage
+            packed, dropped = self._fit(ordered, exact=True)
+            context = SEPARATOR.join(c.text for c in packed)
+            used = self.count(context) if packed else 0
         ms["pack"] = _ms(t)
         audit["pack"] = {"enabled": True, "t_max": s.t_max, "separator": SEPARATOR, "packed": [c.brief() for c in packed],
                          "dropped": dropped, "tokens": used}
         return packed, context, used
-
-
-def format_audit(result: MeVeResult, max_chars: int = 200) -> str:
-    """The audit as readable text, phase by phase (for ``memreader ask --pipeline meve``)."""
-    a = result.audit
-    ms = a["ms"]
-
-    def line(c: dict[str, Any]) -> str:
-        parts = [f"{c['id']}", f"{c['source']} #{c['rank']}", f"sim {c['similarity']:.3f}", f"score {c['score']:.3f}"]
-        if "tokens" in c:
-            parts.append(f"{c['tokens']} tok")
-        return "  ".join(parts) + (f"  -- {c['reason']}" if "reason" in c else "")
-
-    out = [f"MeVe  {a['signature']}", f"question: {a['question']}", ""]
-    out.append(f"1 knn        {ms['knn']:8.1f} ms  {len(a['knn']['candidates'])} candidates (k={a['knn']['k']})")
-    v = a["verify"]
-    if v["enabled"]:
-        out.append(f"2 verify     {ms['verify']:8.1f} ms  kept {len(v['kept'])}, dropped {len(v['dropped'])} "
-                   f"(tau={v['tau']}; verifier {a['verifier']}: {v['verifier_ms']:.1f} ms)")
-        out += [f"    dropped {line(c)}" for c in v["dropped"]]
-    else:
-        out.append(f"2 verify     {ms['verify']:8.1f} ms  off: every kNN candidate kept (score = cosine)")
-    f = a["fallback"]
-    out.append(f"3 fallback   {ms['fallback']:8.1f} ms  {'fired' if f['fired'] else 'not fired'} ({f['reason']})"
-               + (f", added {len(f['added'])}" if f["fired"] else ""))
-    out += [f"    added   {line(c)}" for c in f["added"]]
-    p = a["prioritize"]
-    if p["enabled"]:
-        out.append(f"4 prioritize {ms['prioritize']:8.1f} ms  {len(p['order'])} ordered, {len(p['dropped'])} redundant "
-                   f"(cos > {p['redundancy']})")
-        out += [f"    dropped {line(c)}" for c in p["dropped"]]
-    else:
-        out.append(f"4 prioritize {ms['prioritize']:8.1f} ms  off: phase order kept")
-    k = a["pack"]
-    budget = f"t_max={k['t_max']}" if k["enabled"] else "off: no budget"
-    out.append(f"5 pack       {ms['pack']:8.1f} ms  {len(k['packed'])} packed, {k['tokens']} tokens ({budget})")
-    out += [f"    dropped {line(c)}" for c in k["dropped"]]
-    out.append(f"total {ms['total']:.1f} ms (verifier {ms['verifier']:.1f} ms, without it "
-               f"{ms['total_without_verifier']:.1f} ms), context {a['tokens']} tokens")
-    out.append("")
-    for i, c in enumerate(result.passages, start=1):
-        text = " ".join(c.text.split())
-        text = text if len(text) <= max_chars else text[:max_chars] + " ..."
-        at = f"  {describe_where(c.where)}" if c.where and describe_where(c.where) else ""
-        out.append(f"[{i}] {c.doc_id}{at} ({c.id}, {c.source}, score {c.score:.3f}, {c.tokens} tok)\n    {text}")
-    return "\n".join(out) if result.passages else "\n".join(out + ["(empty context: no passage survived)"])

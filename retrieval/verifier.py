@@ -85,6 +85,10 @@ class Verifier(Protocol):
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]: ...
 
+    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """The raw score whose sigmoid :meth:`score` returns (what calibration works on)."""
+        ...
+
 
 def _check_input(question: str, passages: Sequence[str]) -> None:
     if not isinstance(question, str) or not question.strip():
@@ -201,6 +205,10 @@ class LMVerifier(_CausalLMVerifier):
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """P(yes) / (P(yes) + P(no)) per passage, in [0, 1]."""
+        return [_sigmoid(m) for m in self.margins(question, passages)]
+
+    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """log P(yes) - log P(no) per passage (the logit whose sigmoid :meth:`score` returns)."""
         import torch
 
         _check_input(question, passages)
@@ -209,11 +217,11 @@ class LMVerifier(_CausalLMVerifier):
         started = time.perf_counter()
         prompts = [self._prompt(question, p) for p in passages]
         if self.engine is not None:
-            scores = self._engine_scores(prompts)
+            margins = self._engine_margins(prompts)
             self.seconds += time.perf_counter() - started
-            return scores
+            return margins
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        scores = [0.0] * len(prompts)
+        margins = [0.0] * len(prompts)
         device = next(self.model.parameters()).device
         side = self.tokenizer.padding_side
         self.tokenizer.padding_side = "left"  # the last position is then every row's next token
@@ -226,16 +234,15 @@ class LMVerifier(_CausalLMVerifier):
                 with torch.inference_mode():
                     logits = self.model(**batch, **extra).logits[:, -1].float()
                 margin = torch.logsumexp(logits[:, self.yes_ids], -1) - torch.logsumexp(logits[:, self.no_ids], -1)
-                for i, value in zip(rows, torch.sigmoid(margin).tolist(), strict=True):
-                    scores[i] = float(value)
+                for i, value in zip(rows, margin.tolist(), strict=True):
+                    margins[i] = float(value)
         finally:
             self.tokenizer.padding_side = side
         self.seconds += time.perf_counter() - started
-        return scores
+        return margins
 
-
-    def _engine_scores(self, prompts: list[str]) -> list[float]:
-        """The same score through vLLM: one generated token per prompt with ``logprob_token_ids`` = the yes and no
+    def _engine_margins(self, prompts: list[str]) -> list[float]:
+        """The same margins through vLLM: one generated token per prompt with ``logprob_token_ids`` = the yes and no
         spellings (log-softmax of the raw logits, so the margin is the logits' margin)."""
         from vllm import SamplingParams
 
@@ -244,7 +251,7 @@ class LMVerifier(_CausalLMVerifier):
         outs = self.engine.llm.generate([{"prompt_token_ids": ids} for ids in self._engine_ids(prompts)],
                                         SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=wanted),
                                         use_tqdm=False, lora_request=self.engine.lora)
-        scores = []
+        margins = []
         for out in outs:
             lp = out.outputs[0].logprobs[0]
             missing = [t for t in wanted if t not in lp]
@@ -253,8 +260,8 @@ class LMVerifier(_CausalLMVerifier):
                                     "use a vLLM with SamplingParams.logprob_token_ids (0.32 or later)")
             yes = _logsumexp([lp[t].logprob for t in self.yes_ids])
             no = _logsumexp([lp[t].logprob for t in self.no_ids])
-            scores.append(_sigmoid(yes - no))
-        return scores
+            margins.append(yes - no)
+        return margins
 
 
 def _logsumexp(values: Sequence[float]) -> float:
@@ -310,6 +317,10 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """sigmoid(mean log P(question | passage) - mean log P(question)) per passage, in [0, 1]."""
+        return [_sigmoid(m) for m in self.margins(question, passages)]
+
+    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """mean log P(question | passage) - mean log P(question) per passage (the logit of :meth:`score`)."""
         _check_input(question, passages)
         if not passages:
             return []
@@ -322,7 +333,7 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
         with_passage = self._mean_logprobs(prefixes, q)
         (alone,) = self._mean_logprobs([encode("Question:", add_special_tokens=False)], q)
         self.seconds += time.perf_counter() - started
-        return [_sigmoid(x - alone) for x in with_passage]
+        return [x - alone for x in with_passage]
 
 
 class CrossEncoderVerifier:
@@ -348,6 +359,10 @@ class CrossEncoderVerifier:
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """sigmoid(logit) per (question, passage) pair, in [0, 1]."""
+        return [_sigmoid(m) for m in self.margins(question, passages)]
+
+    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """The model's raw relevance logit per (question, passage) pair."""
         import torch
 
         _check_input(question, passages)
@@ -357,9 +372,8 @@ class CrossEncoderVerifier:
         logits = self.model.predict([(question, p) for p in passages], batch_size=self.batch_size,
                                     activation_fn=torch.nn.Identity(), convert_to_tensor=True,
                                     show_progress_bar=False)
-        scores = torch.sigmoid(logits.float().reshape(len(passages))).tolist()
         self.seconds += time.perf_counter() - started
-        return [float(s) for s in scores]
+        return [float(x) for x in logits.float().reshape(len(passages)).tolist()]
 
 
 def build_verifier(kind: str, name: str, device: str = "auto", batch_size: int = 8,

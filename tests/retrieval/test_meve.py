@@ -18,7 +18,8 @@ from memreader.config import ConfigError, load_config
 from memreader.embedders import encode
 from memreader.schema import write_memories
 from retrieval.index import MemoryIndex
-from retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings, format_audit
+from retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings
+from retrieval.meve_audit import format_audit
 from retrieval.passages import PassageStore, PassageStoreError
 from retrieval.rows import memory_hash
 from retrieval.search import RetrievalConfig, build_index_from_file

@@ -1,0 +1,143 @@
+"""Calibrated MeVe verifiers: a threshold tau that means the same from one question to the next.
+
+    verifier = calibrate(build_verifier("lm", "smollm2-135m-instruct"), "content_free")
+    verifier = calibrate(EmbeddingVerifier(), "query")
+    scores = verifier.score(question, passages, similarities=cosines)   # MeVe passes phase 1's cosines
+
+Every verifier of :mod:`retrieval.verifier` gives a raw score per passage (``margins``: the yes/no logit margin,
+the query-likelihood gain, a cross-encoder's logit) and its sigmoid as the score. A small LM's raw scores carry a
+bias of the question and the prompt: SmolLM2-135M's P(yes) stays below 0.5 for every HotpotQA candidate, so
+with tau = 0.5 the verifier rejects everything and MeVe's context is BM25's (docs/MEVE.md). Calibration removes
+that bias before the sigmoid:
+
+- ``none``: ``sigmoid(raw)``, the verifier as it is;
+- ``content_free`` (contextual calibration, Zhao et al. 2021): ``sigmoid(raw(q, p) - raw(q, "N/A"))``, the
+  verifier's reading of the same question with a passage that holds nothing; one more prompt per question.
+  Scores above 0.5 then mean "more helpful than no passage at all". LM and cross-encoder verifiers only;
+- ``query``: ``sigmoid((raw - mean) / std)`` over the question's candidates: the score says how far a passage
+  stands above the other candidates of its question, in their own spread (no extra model call). It keeps about
+  the same share of candidates on every question whatever the verifier's scale, which is why it transfers
+  between data sets best of the three when tau is calibrated on one of them.
+
+:class:`EmbeddingVerifier` (``verifier_kind: embedding``) uses the cosine that phase 1 already computed between the
+question and each candidate: no model call at all. Its raw score is the cosine; ``none`` clips it to [0, 1].
+
+The operating point (which calibration, which tau) is chosen by measurement: :mod:`retrieval.meve_calibration`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from retrieval.verifier import VerifierError, _check_input, _sigmoid
+
+__all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "calibrate"]
+
+CALIBRATIONS = ("none", "content_free", "query")
+CONTENT_FREE = "N/A"
+"""The content-free passage of contextual calibration (the string Zhao et al. use)."""
+_MIN_STD = 1e-6
+
+
+class EmbeddingVerifier:
+    """Relevance = the cosine between question and passage embeddings (phase 1's, passed as ``similarities``)."""
+
+    name = "embedding cosine"
+    wants_similarities = True
+    """MeVe passes each candidate's phase-1 cosine, so this verifier costs nothing."""
+
+    def __init__(self, embedder: Any | None = None) -> None:
+        self.embedder = embedder
+        self.seconds = 0.0
+        self.choice: dict[str, Any] = {"stage": "verifier", "backend": "phase-1 cosine", "dtype": "-"}
+
+    def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
+                ) -> list[float]:
+        """The cosines: the given ``similarities``, or computed with ``embedder`` when none are given."""
+        _check_input(question, passages)
+        if similarities is not None:
+            if len(similarities) != len(passages):
+                raise VerifierError(f"{len(similarities)} similarities for {len(passages)} passages")
+            return [float(x) for x in similarities]
+        if self.embedder is None:
+            raise VerifierError("the embedding verifier was given neither similarities nor an embedder",
+                                "pass similarities= (MeVe does), or build it with EmbeddingVerifier(embedder)")
+        import numpy as np
+
+        from memreader.embedders import encode
+
+        started = time.perf_counter()
+        q = encode(self.embedder, [question], batch_size=1, kind="query")[0]
+        p = encode(self.embedder, list(passages), batch_size=32, kind="document") if passages else []
+        self.seconds += time.perf_counter() - started
+        return [float(x) for x in (np.asarray(p) @ np.asarray(q))] if len(passages) else []
+
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
+              ) -> list[float]:
+        """The cosine clipped to [0, 1]."""
+        return [min(1.0, max(0.0, x)) for x in self.margins(question, passages, similarities)]
+
+
+class CalibratedVerifier:
+    """A verifier whose raw scores are calibrated per question before the sigmoid (see the module)."""
+
+    def __init__(self, inner: Any, mode: str) -> None:
+        if mode not in CALIBRATIONS:
+            raise VerifierError(f"verifier_calibration {mode!r} is not one of {', '.join(CALIBRATIONS)}",
+                                "content_free (contextual calibration), query (normalised per question) or none")
+        if not callable(getattr(inner, "margins", None)):
+            raise VerifierError(f"verifier {getattr(inner, 'name', inner)!r} gives no raw scores (margins) to "
+                                "calibrate", "use a verifier of retrieval.verifier, or verifier_calibration=none")
+        if mode == "content_free" and isinstance(inner, EmbeddingVerifier):
+            raise VerifierError("verifier_calibration=content_free needs a model that reads the passage; the "
+                                "embedding verifier's cosines have no content-free reading",
+                                "use verifier_calibration=query (or none) with verifier_kind=embedding")
+        self.inner, self.mode = inner, mode
+        self.name = inner.name  # the mode is in MeVe's settings and signature
+        self.wants_similarities = bool(getattr(inner, "wants_similarities", False))
+        self.choice = getattr(inner, "choice", None)
+
+    @property
+    def seconds(self) -> float:
+        return float(self.inner.seconds)
+
+    def _raw(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None,
+             extra: Sequence[str] = ()) -> list[float]:
+        if self.wants_similarities:
+            return self.inner.margins(question, passages, similarities)
+        return self.inner.margins(question, [*passages, *extra])
+
+    def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
+                ) -> list[float]:
+        """The calibrated raw scores (the logits of :meth:`score`)."""
+        if not passages:
+            _check_input(question, passages)
+            return []
+        if self.mode == "content_free":
+            *raw, base = self._raw(question, passages, similarities, extra=(CONTENT_FREE,))
+            return [x - base for x in raw]
+        raw = self._raw(question, passages, similarities)
+        if self.mode == "none":
+            return raw
+        mean = statistics.fmean(raw)
+        std = max(statistics.pstdev(raw), _MIN_STD) if len(raw) > 1 else 1.0
+        return [(x - mean) / std for x in raw]
+
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
+              ) -> list[float]:
+        """Calibrated scores in [0, 1]."""
+        if self.mode == "none":
+            return self.inner.score(question, passages, similarities) if self.wants_similarities \
+                else self.inner.score(question, passages)
+        return [_sigmoid(m) for m in self.margins(question, passages, similarities)]
+
+
+def calibrate(verifier: Any, mode: str) -> Any:
+    """``verifier`` with ``mode`` calibration (``none`` keeps its own scores; embedding verifiers are wrapped too, so
+    MeVe knows to pass them the cosines)."""
+    if mode == "none" and not getattr(verifier, "wants_similarities", False):
+        return verifier
+    return CalibratedVerifier(verifier, mode)
