@@ -41,26 +41,31 @@ from eval.stats import (
 from memreader.errors import MemReaderError
 
 #: Bump when the meaning of a clarity value or of the correlation changes (it is in every signature).
-CLARITY_REPORT_VERSION = "1"
+CLARITY_REPORT_VERSION = "2"  # 2: the record carries boundary clarity (eval/intrinsic.py)
 
 
 class CorrelationError(MemReaderError, ValueError):
     """Inputs a correlation cannot be computed from."""
 
 
-def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
-    """Clarity of each memory with ``scorer`` (an :class:`~memreader.scoring.EvaluatorScorer`), scored
-    ``block`` memories per call; ``None`` for a memory with a single chunk."""
+def chunk_scores(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[Any]:
+    """The scorer's :class:`~memreader.scoring.MemoryScore` of each memory, ``block`` memories per call."""
     if block < 1:
         raise ValueError(f"block={block} must be >= 1")
-    out: list[float | None] = []
+    out: list[Any] = []
     for lo in range(0, len(memories), block):
         part = memories[lo: lo + block]
         scores = scorer.score(part)
         if len(scores) != len(part):
             raise RuntimeError(f"the scorer returned {len(scores)} scores for {len(part)} memories")
-        out.extend(None if s.single_chunk else float(s.clarity) for s in scores)
+        out.extend(scores)
     return out
+
+
+def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
+    """Clarity of each memory with ``scorer`` (an :class:`~memreader.scoring.EvaluatorScorer`), scored
+    ``block`` memories per call; ``None`` for a memory with a single chunk."""
+    return [None if s.single_chunk else float(s.clarity) for s in chunk_scores(scorer, memories, block)]
 
 
 def clarity_signature(scorer: Any) -> str:

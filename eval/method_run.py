@@ -7,7 +7,8 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
 - ``index.db`` + ``index.json``: its Milvus Lite index, reused while the memories and the embedder are the same;
 - ``answers.jsonl``: one line per answered question, appended and flushed batch by batch, so a crash repeats
   no finished answer (each line carries the question's reference-answer support when that is on);
-- ``clarity.json``: the evaluator's clarity of every memory, reused while memories and scorer are the same;
+- ``clarity.json``: the evaluator's clarity (and boundary clarity) of every memory, reused while memories and
+  scorer are the same; ``stickiness.json``: chunk stickiness (eval/intrinsic.py), likewise;
 - ``state.json``: the settings the answers were made with; a rerun with other settings is refused;
 - ``cost.json``: wall time per phase summed over every session that worked on the method, and the peak memory
   of the process tree while it ran (eval/costs.py).
@@ -56,6 +57,8 @@ class MethodContext:
     support_fn: Callable[[list[str], list[list[str]], list[str]], list[dict[str, Any]]] | None = None
     clarity_fn: Callable[[list[DocumentMemory]], dict[str, Any]] | None = None
     clarity_signature: str = ""
+    stickiness_fn: Callable[[list[DocumentMemory]], dict[str, Any]] | None = None
+    stickiness_signature: str = ""
 
 
 def has_layers(memories: list[DocumentMemory]) -> bool:
@@ -168,18 +171,20 @@ def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryI
     return [done[q.id] for q in ctx.eval_set.questions]
 
 
-def _clarity(ctx: MethodContext, mdir: Path, memories: list[DocumentMemory], memories_sha: str) -> dict[str, Any] | None:
-    if ctx.clarity_fn is None:
+def _cached(ctx: MethodContext, path: Path, fn: Callable[[list[DocumentMemory]], dict[str, Any]] | None,
+            signature: str, memories: list[DocumentMemory], memories_sha: str) -> dict[str, Any] | None:
+    """``fn(memories)``, kept in ``path`` and reused while the memories and the signature are the same."""
+    if fn is None:
         return None
-    cached = _read_json(mdir / "clarity.json")
-    key = {"memories_sha256": memories_sha, "signature": ctx.clarity_signature}
+    cached = _read_json(path)
+    key = {"memories_sha256": memories_sha, "signature": signature}
     if cached is not None and cached.get("key") == key:
-        return cached["clarity"]
+        return cached["value" if "value" in cached else path.stem]
     t0 = time.perf_counter()
-    clarity = ctx.clarity_fn(memories)
-    ctx.profile.add("clarity", time.perf_counter() - t0)
-    write_json(mdir / "clarity.json", {"key": key, "clarity": clarity})
-    return clarity
+    value = fn(memories)
+    ctx.profile.add(path.stem, time.perf_counter() - t0)
+    write_json(path, {"key": key, "value": value})
+    return value
 
 
 def run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path], tuple[list[DocumentMemory], Any]]
@@ -221,6 +226,9 @@ def _run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path],
     with index, cost.phase("answers"):
         rows = answer_questions(ctx, method, mdir, index, mode)
     with cost.phase("clarity"):
-        clarity = _clarity(ctx, mdir, memories, memories_sha)
+        clarity = _cached(ctx, mdir / "clarity.json", ctx.clarity_fn, ctx.clarity_signature, memories, memories_sha)
+    with cost.phase("stickiness"):
+        stickiness = _cached(ctx, mdir / "stickiness.json", ctx.stickiness_fn, ctx.stickiness_signature, memories,
+                             memories_sha)
     return {"memories": memories, "rows": rows, "mode": mode, "calibration": calibration, "clarity": clarity,
-            "seconds": round(time.perf_counter() - t_start, 1)}
+            "stickiness": stickiness, "seconds": round(time.perf_counter() - t_start, 1)}

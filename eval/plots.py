@@ -125,6 +125,29 @@ def clarity_scatter(points: Mapping[str, tuple[float, float]], path: Path, pears
     return _save(fig, path)
 
 
+def intrinsic_scatter(panels: Mapping[str, Mapping[str, tuple[float, float]]], path: Path) -> Path:
+    """One panel per intrinsic metric: its method mean (x) against mean ROUGE-L (y), one labelled point per
+    method, with a least-squares line."""
+    if not panels:
+        raise ValueError("intrinsic_scatter needs at least one panel")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.0), squeeze=False)
+    for ax, (title, points) in zip(axes[0], panels.items(), strict=True):
+        xs = np.array([p[0] for p in points.values()])
+        ys = np.array([p[1] for p in points.values()])
+        for i, (method, (x, y)) in enumerate(points.items()):
+            ax.scatter([x], [y], color=f"C{i % 10}", zorder=3)
+            ax.annotate(ascii_label(method, 20), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        if len(points) >= 2 and np.ptp(xs) > 0:
+            slope, intercept = np.polyfit(xs, ys, 1)
+            grid = np.linspace(xs.min(), xs.max(), 50)
+            ax.plot(grid, slope * grid + intercept, color="grey", linestyle="--")
+        ax.set_xlabel(ascii_label(title, 40))
+        ax.set_ylabel("mean ROUGE-L")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def _save(fig: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, format="png")

@@ -83,7 +83,12 @@ class QAConfig:
     clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
                               "evaluator's ppl clarity costs two forward passes per chunk boundary")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
-    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (memreader/scoring.py)")
+    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (memreader/scoring.py); ppl also "
+                                 "gives MoC's boundary clarity from the same forward passes (eval/intrinsic.py)")
+    stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "
+                             "documents): structural entropy of each memory's chunk-similarity graph")
+    stickiness_quantile: float = field(0.95, gt=0, lt=1, help="stickiness joins two chunks whose cosine exceeds this "
+                                       "quantile of the cosines between chunks of different documents")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
     report: bool = field(True, help="write the Markdown report with plots at the end (memreader report)")
 
@@ -177,7 +182,8 @@ def _dtype_of(answerer: Any) -> str:
 def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
     if not cfg.clarity:
         return None, "off"
-    from eval.clarity import chunk_clarity, clarity_signature
+    from eval.clarity import chunk_scores, clarity_signature
+    from eval.intrinsic import boundary_clarity
     from eval.records import ClarityRecord
     from memreader.scoring import EvaluatorScorer, ScorerSettings
 
@@ -194,7 +200,34 @@ def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
 
     def fn(memories: list[Any]) -> dict[str, Any]:
         memories = memories[: cfg.clarity_docs or None]
-        return ClarityRecord.of(chunk_clarity(scorer, memories), [m.doc_id for m in memories], signature).to_dict()
+        started = time.perf_counter()
+        scores = chunk_scores(scorer, memories)
+        record = ClarityRecord.of([None if s.single_chunk else float(s.clarity) for s in scores],
+                                  [m.doc_id for m in memories], signature)
+        if cfg.clarity_variant == "ppl":  # boundary clarity reuses the ppl variant's two forward passes
+            record = record.with_boundary_clarity([boundary_clarity(s) for s in scores])
+        record.seconds = round(time.perf_counter() - started, 2)
+        return record.to_dict()
+
+    return fn, signature
+
+
+def _mean(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.4f}"
+
+
+def _stickiness_fn(cfg: QAConfig, embedder: Any, embedder_name: str) -> tuple[Any, str]:
+    if not cfg.stickiness:
+        return None, "off"
+    from eval.intrinsic import stickiness_record, stickiness_signature
+
+    signature = stickiness_signature(embedder_name, cfg.stickiness_quantile) + (
+        f"|docs:first-{cfg.clarity_docs}" if cfg.clarity_docs else "")
+
+    def fn(memories: list[Any]) -> dict[str, Any]:
+        record = stickiness_record(memories[: cfg.clarity_docs or None], embedder, embedder_name,
+                                   cfg.stickiness_quantile)
+        return {**record, "signature": signature}
 
     return fn, signature
 
@@ -227,8 +260,10 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
                        "backend": engine_record["backend"], "dtype": engine_record["dtype"],
                        "embedder": embedder_name, "top_k": cfg.top_k, "mode": cfg.mode,
                        "max_new_tokens": cfg.max_new_tokens, "support": support_sig}
+    stickiness_fn, stickiness_sig = _stickiness_fn(cfg, embedder, embedder_name)
     ctx = MethodContext(out_dir, eset, answer_settings, cfg.top_k, cfg.mode, cfg.max_new_tokens, cfg.answer_batch,
-                        answerer, embedder, embedder_name, profile, support_fn, clarity_fn, clarity_sig)
+                        answerer, embedder, embedder_name, profile, support_fn, clarity_fn, clarity_sig,
+                        stickiness_fn, stickiness_sig)
     settings = _chunker_settings(cfg)
     methods: dict[str, records.MethodRecord] = {}
     reports = {}
@@ -252,6 +287,8 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
             support=records.SupportRecord.of([r["support_nll"] for r in rows], [r["id"] for r in rows], support_sig,
                                              sum(bool(r.get("support_truncated")) for r in rows)),
             clarity=None if clarity is None else records.ClarityRecord.from_dict(clarity, mdir / "clarity.json"),
+            stickiness=None if result["stickiness"] is None else records.StickinessRecord.from_dict(
+                result["stickiness"], mdir / "stickiness.json"),
             calibration=records.calibration_from_dict(result["calibration"], mdir / "calibration.json"),
             provenance=records.ProvenanceRecord.of(result["memories"]),
             question_doc={q: (docs[0] if docs else None) for q, docs in eset.question_docs.items()},
@@ -262,6 +299,10 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     table += "\n" + "\n".join(f"{m}: {r.provenance.line()}; chunks mean {r.calibration.mean_chars} chars; "
                               f"{r.questions_with_chunks_left_out} question(s) with chunks left out (window)"
                               for m, r in methods.items() if r.calibration)
+    table += "".join(f"\n{m}: intrinsic: clarity {_mean(r.clarity and r.clarity.mean)}, boundary clarity "
+                     f"{_mean(r.clarity and r.clarity.boundary_clarity_mean)}, stickiness "
+                     f"{_mean(r.stickiness and r.stickiness.mean)} (first {len(r.clarity.doc_ids if r.clarity else [])} "
+                     "memories)" for m, r in methods.items() if r.clarity or r.stickiness)
     settings_line = (f"dataset={eset.name} questions={len(eset.questions)} documents={len(eset.documents)} "
                      f"top_k={cfg.top_k} answer_model={cfg.answer_model} backend={engine_record['backend']} "
                      f"dtype={engine_record['dtype']} embedder={embedder_name} "

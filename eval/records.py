@@ -229,6 +229,10 @@ class ClarityRecord(_Record):
     mean: float | None  # over the memories with a boundary
     signature: str
     n_single_chunk: int | None = None
+    # MoC's boundary clarity ppl(q|d)/ppl(q) per memory (eval/intrinsic.py); None: not measured (not the ppl variant)
+    boundary_clarity: list[float | None] | None = None
+    boundary_clarity_mean: float | None = None
+    seconds: float | None = None  # what scoring these memories cost (None: a run from before it was recorded)
 
     @classmethod
     def of(cls, per_memory: Sequence[float | None], doc_ids: Sequence[str], signature: str) -> ClarityRecord:
@@ -238,8 +242,35 @@ class ClarityRecord(_Record):
                    mean=math.fsum(scored) / len(scored) if scored else None,
                    n_single_chunk=len(per_memory) - len(scored))
 
+    def with_boundary_clarity(self, values: Sequence[float | None]) -> ClarityRecord:
+        """This record with boundary clarity per memory (and its mean over the memories with a boundary)."""
+        scored = [v for v in values if v is not None]
+        self.boundary_clarity = list(values)
+        self.boundary_clarity_mean = math.fsum(scored) / len(scored) if scored else None
+        return self
+
     def _problems(self, at: Callable[[str], str]) -> list[str]:
-        return _misaligned(at("per_memory"), self.per_memory, at("doc_ids"), self.doc_ids)
+        out = _misaligned(at("per_memory"), self.per_memory, at("doc_ids"), self.doc_ids)
+        if self.boundary_clarity is not None:
+            out += _misaligned(at("boundary_clarity"), self.boundary_clarity, at("doc_ids"), self.doc_ids)
+        return out
+
+
+@dataclass(kw_only=True)
+class StickinessRecord(_Record):
+    """Chunk stickiness per memory: structural entropy of its chunk-similarity graph (eval/intrinsic.py)."""
+
+    per_memory: list[float]
+    edges: list[int]
+    doc_ids: list[str]
+    mean: float | None
+    threshold: float  # the cosine above which two chunks are joined (a quantile of cross-document pairs)
+    signature: str
+    seconds: float
+
+    def _problems(self, at: Callable[[str], str]) -> list[str]:
+        return (_misaligned(at("per_memory"), self.per_memory, at("doc_ids"), self.doc_ids)
+                + _misaligned(at("edges"), self.edges, at("doc_ids"), self.doc_ids))
 
 
 @dataclass(kw_only=True)
@@ -292,6 +323,7 @@ class MethodRecord(_Record):
     scores: ScoresRecord
     support: SupportRecord | None = None  # None: not measured
     clarity: ClarityRecord | None = None  # None: not measured
+    stickiness: StickinessRecord | None = None  # None: not measured
     calibration: Calibration | None = None  # None: not calibrated
     provenance: ProvenanceRecord
     question_doc: dict[str, str | None]  # question id -> its (first) document

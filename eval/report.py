@@ -22,6 +22,7 @@ import numpy as np
 
 from eval import paper_tables as paper
 from eval.clarity import Correlation, MethodRow, correlate
+from eval.intrinsic_report import intrinsic_section
 from eval.paper_tables import fmt as _f
 from eval.paper_tables import md_table as _table
 from eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
@@ -295,6 +296,10 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
             ["Spearman rho", _f(corr.spearman), f"[{_f(si.low)}, {_f(si.high)}]" if si else "n/a",
              corr.n_undefined["spearman"]]])
         md += [f"Resampled: {corr.resampled}.", "", "![clarity vs ROUGE-L](clarity_rouge.png)", ""]
+    intrinsic_md, intrinsic_corr, intrinsic_fig = intrinsic_section(methods, out, n_resamples, seed)
+    md += intrinsic_md
+    if intrinsic_fig is not None:
+        figures["intrinsic_rouge.png"] = intrinsic_fig
     md += _cost_section(methods)
     md += [f"## Paired comparisons against {REFERENCE}", ""]
     if not paired:
@@ -317,7 +322,8 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
         for k in metrics:
             if k in m.record.scores.metrics:
                 sigs.setdefault((_display(methods, k), m.record.scores.metrics[k].signature), []).append(n)
-        for key, measured in (("support", m.record.support), ("clarity", m.record.clarity)):
+        for key, measured in (("support", m.record.support), ("clarity", m.record.clarity),
+                              ("stickiness", m.record.stickiness)):
             if measured:
                 sigs.setdefault((key, measured.signature), []).append(n)
     md += [f"- {q} ({', '.join(ns)}): `{s}`" for (q, s), ns in sigs.items()] + [""]
@@ -326,6 +332,7 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
     path = write_atomic(out / "report.md", "\n".join(md) + "\n")
     write_json(out / "report.json", {"eval_dir": str(folder), "support": support, "paired": paired,
                                      "correlation": corr.to_dict() if corr else {"note": why},
+                                     "intrinsic_correlations": intrinsic_corr,
                                      "figures": sorted(figures)})
     return path, list(figures.values())
 
@@ -336,7 +343,7 @@ def _cost_section(methods: dict[str, Any]) -> list[str]:
     if not any(costs.values()):
         return []
     phases = sorted({p for c in costs.values() if c for p in c.phases}, key=["memories", "index", "answers",
-                                                                            "clarity"].index)
+                                                                            "clarity", "stickiness"].index)
     rows = [[n, *(f"{c.phases.get(p, 0.0):.0f}" for p in phases), f"{c.seconds:.0f}", c.sessions,
              f"{c.peak_rss_mib:.0f}", c.rss_source] if c else [n, *([""] * len(phases)), "not recorded", "", "", ""]
             for n, c in costs.items()]

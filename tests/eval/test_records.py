@@ -74,7 +74,8 @@ def test_round_trip(summary: EvalSummary) -> None:
     assert set(data) == {"settings", "dataset", "answer_model", "embedder", "top_k", "methods", "profile", "engine",
                          "seconds"}
     assert set(data["methods"]["fixed"]) == {"scores", "support", "clarity", "calibration", "provenance", "question_doc",
-                                             "mode", "mean_context_chars", "questions_with_chunks_left_out", "seconds", "cost"}
+                                             "mode", "mean_context_chars", "questions_with_chunks_left_out", "seconds", "cost",
+                                             "stickiness"}
     assert data["methods"]["fixed"]["support"] == {"per_example": [2.5, None, 3.25], "ids": IDS, "mean": 2.875,
                                                    "signature": "Support|model:tiny", "n_truncated": 1, "n_scored": 2}
     assert data["methods"]["fixed"]["clarity"]["n_single_chunk"] == 1

@@ -174,7 +174,18 @@ def test_report_of_a_real_tiny_eval(tiny_eval: Path, capsys) -> None:
     assert "report.md" in capsys.readouterr().out
     out = tiny_eval / "report"
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert {p.name for p in out.glob("*.png")} == {"metrics.png", "chunk_lengths.png", "clarity_rouge.png"}
+    assert {p.name for p in out.glob("*.png")} == {"metrics.png", "chunk_lengths.png", "clarity_rouge.png",
+                                                   "intrinsic_rouge.png"}
+    # intrinsic quality: boundary clarity from the same forward passes, stickiness from the index embedder
+    for name, m in summary.methods.items():
+        bc = [v for v in m.clarity.boundary_clarity if v is not None]
+        assert len(m.clarity.boundary_clarity) == 3 and bc and all(v > 0 for v in bc)
+        assert m.clarity.boundary_clarity_mean == pytest.approx(sum(bc) / len(bc))
+        assert m.stickiness.doc_ids == m.clarity.doc_ids and m.stickiness.mean >= 0 and m.stickiness.seconds >= 0
+        row = next(line for line in md.splitlines() if line.startswith(f"| {name} | 3 | {m.clarity.mean:.4f} | "))
+        assert f"| {m.clarity.boundary_clarity_mean:.4f} | {m.stickiness.mean:.4f} |" in row
+        assert m.stickiness.signature in md
+    assert "## Intrinsic chunk quality (MoC)" in md and "| stickiness | rouge_l | 3 |" in md
     assert summary.settings.line in md and "none of the paper's" in md
     for name, m in summary.methods.items():
         qa_row = next(line for line in md.splitlines() if line.startswith(f"| {name} | 4 | "))
@@ -190,12 +201,16 @@ def test_report_of_a_real_tiny_eval(tiny_eval: Path, capsys) -> None:
     assert {(r["method"], r["metric"]) for r in saved["paired"]} == {
         (n, k) for n in ("fixed", "sentence") for k in [*summary.methods[n].scores.metrics, "support"]}
     assert saved["correlation"]["methods"] == ["memreader", "fixed", "sentence"]
+    pairs = {(r["intrinsic"], r["qa"]) for r in saved["intrinsic_correlations"]}
+    assert pairs == {(i, q) for i in ("clarity", "boundary clarity", "stickiness") for q in ("bleu_1", "rouge_l",
+                                                                                           "meteor")}
 
 
 def test_report_renders(run_folder: Path, tmp_path: Path):
     md_path, figures = build_report(run_folder, tmp_path / "out", n_resamples=200)
     md = md_path.read_text(encoding="utf-8")
-    assert {p.name for p in figures} == {"metrics.png", "chunk_lengths.png", "clarity_rouge.png"}
+    # the synthetic run has clarity but neither boundary clarity nor stickiness: one intrinsic panel
+    assert {p.name for p in figures} == {"metrics.png", "chunk_lengths.png", "clarity_rouge.png", "intrinsic_rouge.png"}
     for png in figures:
         image = matplotlib.image.imread(png)  # decodes, or raises
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100

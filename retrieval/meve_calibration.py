@@ -1,0 +1,199 @@
+"""Choosing MeVe's operating point by measurement: the tau (and budget) that meets a recall target with the fewest
+context tokens, on questions whose supporting passages are known.
+
+    cal = Calibrator(pipeline_for, questions, gold)          # gold: the supporting doc_ids of each question
+    cal.add_scores("lm/content_free", scores)                 # per question, one score per phase-1 candidate
+    points = cal.sweep("lm/content_free", taus=tau_grid(scores), t_maxes=(512, 1024))
+    best = choose(points, recall_target=top5_recalls)         # CalibrationError: no point meets it (closest named)
+
+Phase 1 runs once per question (:meth:`retrieval.meve.MeVePipeline.candidates`); every point then replays phases
+2-5 over fresh copies of the same candidates with the cached verifier scores (:meth:`MeVePipeline.finish`), so a
+sweep of hundreds of points costs milliseconds per point and no model call. Recall is the share of a question's
+supporting doc_ids among the doc_ids of its final context (HotpotQA's supporting-paragraph recall).
+
+The chosen point names its verifier, calibration, tau and budget, the recall and tokens it reached, the target and
+the questions it was chosen on: :meth:`OperatingPoint.describe` is what ``operating_point`` records in every audit.
+Calibrate on one split and check on another (``scripts/calibrate_meve.py`` does both): a point chosen and reported
+on the same questions over-states how well it transfers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from memreader.errors import MemReaderError
+from retrieval.meve import Candidate, MeVePipeline
+
+__all__ = ["CalibrationError", "Calibrator", "FixedScores", "OperatingPoint", "as_rows", "choose", "margin",
+           "tau_grid"]
+
+
+class CalibrationError(MemReaderError, ValueError):
+    """No operating point meets the recall target (the message names the closest one), or the input is unusable."""
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One swept point and what it reached (means over the questions)."""
+
+    verifier: str  # "<kind>/<calibration>", or "off" (verify=false)
+    tau: float
+    t_max: int
+    recall: float
+    tokens: float
+    passages: float
+    fallback_share: float
+    n_questions: int
+    per_question: tuple[float, ...] = ()  # each question's recall (for the paired test of :func:`choose`)
+
+    def settings(self) -> dict[str, Any]:
+        """The MeVe keys of this point."""
+        if self.verifier == "off":
+            return {"verify": False, "t_max": self.t_max}
+        kind, calibration = self.verifier.split("/")
+        return {"verify": True, "verifier_kind": kind, "verifier_calibration": calibration, "tau": self.tau,
+                "t_max": self.t_max}
+
+    def describe(self, target: float | None = None, on: str = "") -> str:
+        """One line: the point, what it reached, against which target, on which questions."""
+        line = (f"{self.verifier} tau={self.tau:.4g} t_max={self.t_max}: recall {self.recall:.3f}, "
+                f"{self.tokens:.0f} tokens, {self.passages:.2f} passages, fallback {100 * self.fallback_share:.0f}% "
+                f"over {self.n_questions} questions")
+        if target is not None:
+            line += f" (target recall >= {target:.3f})"
+        return line + (f" on {on}" if on else "")
+
+
+class FixedScores:
+    """A verifier that returns scores computed beforehand (one list per question, aligned with its candidates)."""
+
+    def __init__(self, name: str, scores: dict[str, list[float]]) -> None:
+        self.name, self.scores, self.seconds = name, scores, 0.0
+        self.choice = {"stage": "verifier", "backend": "cached scores", "dtype": "-"}
+
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
+              ) -> list[float]:
+        out = self.scores.get(question)
+        if out is None or len(out) != len(passages):
+            raise CalibrationError(f"no cached scores for {len(passages)} passages of question {question[:60]!r}")
+        return list(out)
+
+
+class Calibrator:
+    """Phase-1 candidates of every question, cached verifier scores, and sweeps over them."""
+
+    def __init__(self, pipeline_for: Callable[[dict[str, Any], Any], MeVePipeline], questions: Sequence[str],
+                 gold: Sequence[set[str]]) -> None:
+        """``pipeline_for(settings, verifier)``: a pipeline with those MeVe keys changed and that verifier."""
+        if len(questions) != len(gold) or not questions:
+            raise CalibrationError(f"{len(questions)} questions and {len(gold)} gold sets: give one set of "
+                                   "supporting doc_ids per question, and at least one question")
+        empty = [i for i, g in enumerate(gold) if not g]
+        if empty:
+            raise CalibrationError(f"question {empty[0]} has no supporting doc_ids: recall is undefined there",
+                                   "leave such questions out of the calibration")
+        self.pipeline_for, self.questions, self.gold = pipeline_for, list(questions), list(gold)
+        probe = pipeline_for({"verify": False}, None)
+        self.found: dict[str, list[Candidate]] = {q: probe.candidates(q) for q in self.questions}
+        self.scores: dict[str, dict[str, list[float]]] = {}
+
+    def texts(self, question: str) -> list[str]:
+        return [c.text for c in self.found[question]]
+
+    def similarities(self, question: str) -> list[float]:
+        return [c.similarity for c in self.found[question]]
+
+    def add_scores(self, name: str, scores: dict[str, list[float]]) -> None:
+        """Verifier ``name``'s scores per question, aligned with :attr:`found`."""
+        bad = [q for q in self.questions if len(scores.get(q, ())) != len(self.found[q])]
+        if bad:
+            raise CalibrationError(f"{name}: scores missing or misaligned for {len(bad)} question(s), e.g. {bad[0]!r}")
+        out_of_range = [x for q in self.questions for x in scores[q] if not 0.0 <= x <= 1.0]
+        if out_of_range:
+            raise CalibrationError(f"{name}: score {out_of_range[0]} outside [0, 1]")
+        self.scores[name] = {q: list(scores[q]) for q in self.questions}
+
+    def point(self, name: str, tau: float, t_max: int) -> OperatingPoint:
+        """Phases 2-5 at one setting over every question (``name`` "off": no verification)."""
+        if name == "off":
+            pipeline = self.pipeline_for({"verify": False, "t_max": t_max}, None)
+        else:
+            kind, calibration = name.split("/")
+            verifier = FixedScores(name, self.scores[name])
+            pipeline = self.pipeline_for({"verify": True, "verifier_kind": kind, "verifier_calibration": calibration,
+                                          "tau": tau, "t_max": t_max}, verifier)
+        recalls, tokens, passages, fallback = [], [], [], []
+        for q, gold in zip(self.questions, self.gold, strict=True):
+            result = pipeline.finish(q, [replace(c) for c in self.found[q]])
+            recalls.append(len(gold & {p.doc_id for p in result.passages}) / len(gold))
+            tokens.append(result.tokens)
+            passages.append(len(result.passages))
+            fallback.append(bool(result.audit["fallback"]["fired"]))
+        mean = statistics.fmean
+        return OperatingPoint(name, tau if name != "off" else 0.0, t_max, mean(recalls), mean(tokens), mean(passages),
+                              mean(fallback), len(self.questions), tuple(recalls))
+
+    def sweep(self, name: str, taus: Sequence[float], t_maxes: Sequence[int]) -> list[OperatingPoint]:
+        """Every (tau, t_max) point of verifier ``name`` ("off": one point per budget)."""
+        taus = [0.0] if name == "off" else taus
+        return [self.point(name, tau, t) for t in t_maxes for tau in taus]
+
+
+def tau_grid(scores: dict[str, list[float]], n: int = 24) -> list[float]:
+    """Candidate taus: ``n`` quantiles of the observed scores (so the grid follows any verifier's scale), plus 0.5
+    and 0 (keep everything)."""
+    values = sorted(x for xs in scores.values() for x in xs)
+    if not values:
+        raise CalibrationError("no scores to place tau between")
+    picks = {values[min(len(values) - 1, round(i * (len(values) - 1) / n))] for i in range(n + 1)}
+    return sorted({0.0, 0.5, *(round(x, 6) for x in picks)})
+
+
+def margin(point: OperatingPoint, target: float | Sequence[float], z: float) -> float:
+    """How far ``point``'s recall stands above ``target`` after ``z`` standard errors: the mean paired difference
+    minus z x its standard error when ``target`` is per question (a baseline's recalls on the same questions), else
+    the mean recall minus z x its standard error minus ``target``. >= 0: the point meets the target."""
+    if isinstance(target, (int, float)):
+        diffs = [r - float(target) for r in point.per_question] or [point.recall - float(target)]
+    else:
+        if len(target) != len(point.per_question):
+            raise CalibrationError(f"{len(target)} baseline recalls for {len(point.per_question)} questions")
+        diffs = [r - b for r, b in zip(point.per_question, target, strict=True)]
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
+    return statistics.fmean(diffs) - z * se
+
+
+def choose(points: Sequence[OperatingPoint], recall_target: float | Sequence[float], z: float = 1.0
+           ) -> OperatingPoint:
+    """The point with the fewest tokens that meets the recall target with ``z`` standard errors to spare
+    (:func:`margin`; ties: higher recall, then higher tau). The spare keeps a point chosen on a few dozen questions
+    from sitting on the edge, where unseen questions fall below it half the time. ``recall_target``: one number,
+    or a baseline's recall per question (paired: e.g. plain top-5's on the same questions). None meets it:
+    :class:`CalibrationError` naming the closest point; nothing is chosen silently."""
+    values = [recall_target] if isinstance(recall_target, (int, float)) else list(recall_target)
+    bad = [v for v in values if not 0.0 <= v <= 1.0]
+    if bad:
+        raise CalibrationError(f"recall target {bad[0]} is outside [0, 1]", "give a share of supporting "
+                               "passages, e.g. plain top-5's recall on the same questions")
+    if not points:
+        raise CalibrationError("no operating points to choose from")
+    if z < 0:
+        raise CalibrationError(f"z = {z} is negative", "give the standard errors to spare, e.g. 1")
+    spare = {p: margin(p, recall_target, z) for p in points}
+    meeting = [p for p in points if spare[p] >= -1e-12]
+    if meeting:
+        return min(meeting, key=lambda p: (p.tokens, -p.recall, -p.tau))
+    closest = max(points, key=lambda p: (spare[p], -p.tokens))
+    goal = statistics.fmean(values)
+    raise CalibrationError(f"no operating point of {len(points)} reaches recall {goal:.3f} with {z:g} standard "
+                           f"error(s) to spare; the closest is {closest.describe()} ({spare[closest]:+.3f} short)",
+                           "lower the recall target, raise t_max (more passages fit), or try another verifier or "
+                           "calibration")
+
+
+def as_rows(points: Sequence[OperatingPoint]) -> list[dict[str, Any]]:
+    """Plain dicts (for JSON)."""
+    return [{k: v for k, v in asdict(p).items() if k != "per_question"} for p in points]
