@@ -28,6 +28,8 @@ from typing import Any
 
 from memreader.paths import write_json
 
+SAVE_EVERY = 30.0
+"""Seconds between writes of the ledger during a phase."""
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -59,8 +61,8 @@ def _proc_tree_rss(root: int) -> int:
 class PeakMemory:
     """Samples the resident memory of this process tree in a background thread; ``peak_mib`` after ``stop``."""
 
-    def __init__(self, interval: float = 0.5) -> None:
-        self.interval = interval
+    def __init__(self, interval: float = 0.5, on_sample: Any = None) -> None:
+        self.interval, self.on_sample = interval, on_sample
         self.source = "proc-tree" if sys.platform.startswith("linux") and os.path.isdir("/proc") else "getrusage-self"
         self.peak_bytes = 0
         self._stop = threading.Event()
@@ -77,6 +79,8 @@ class PeakMemory:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
+            if self.on_sample is not None:
+                self.on_sample()
 
     def start(self) -> PeakMemory:
         self.sample()
@@ -106,17 +110,34 @@ class CostLedger:
         self.sessions = int(data.get("sessions", 0)) + 1
         self.peak_rss_mib = float(data.get("peak_rss_mib", 0.0))
         self.rss_source = str(data.get("rss_source", ""))
-        self.memory = PeakMemory()
+        self.memory = PeakMemory(on_sample=self._tick)
+        self._lock = threading.Lock()
+        self._running: tuple[str, float, float] | None = None  # phase, its start, its seconds before this session
+        self._last_save = time.perf_counter()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time one phase; the ledger is written after it, so a crash later keeps it."""
+        """Time one phase. The ledger is written after it and every :data:`SAVE_EVERY` seconds during it, so a
+        session that is killed mid-phase loses at most that much of its time."""
         t0 = time.perf_counter()
+        with self._lock:
+            self._running = (name, t0, self.phases.get(name, 0.0))
         try:
             yield
         finally:
-            self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 1)
+            with self._lock:
+                self._running = None
+                self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 1)
             self.save()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            if self._running is None or now - self._last_save < SAVE_EVERY:
+                return
+            name, t0, before = self._running
+            self.phases[name] = round(before + now - t0, 1)
+        self.save()
 
     def __enter__(self) -> CostLedger:
         self.memory.start()
@@ -127,6 +148,7 @@ class CostLedger:
         self.save()
 
     def save(self) -> None:
+        self._last_save = time.perf_counter()
         self.peak_rss_mib = max(self.peak_rss_mib, self.memory.peak_mib)
         # a mix of sources is named as such: the numbers are not the same measure
         source = self.memory.source if self.rss_source in ("", self.memory.source) else "mixed"

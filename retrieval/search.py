@@ -255,8 +255,9 @@ class Searcher:
     def meve(self, question: str) -> MeVeResult:
         """MeVe's five phases over the chunk layer (settings: the config's MeVe keys)."""
         cfg = self.cfg
-        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.device, cfg.verifier_batch_size,
-                              cfg.verifier_max_tokens, cfg.verifier_backend, cfg.verifier_dtype) if cfg.verify else None)
+        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.verifier_calibration, cfg.device,
+                              cfg.verifier_batch_size, cfg.verifier_max_tokens, cfg.verifier_backend,
+                              cfg.verifier_dtype) if cfg.verify else None)
         pipeline = MeVePipeline(MemoryChunkSource(self.index), self.index.embedder, verifier,
                                 load_tokenizer(cfg.budget_tokenizer), cfg)
         return pipeline.run(question)
@@ -279,12 +280,12 @@ def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
 
 
 @lru_cache(maxsize=2)
-def _verifier(kind: str, name: str, device: str, batch_size: int, max_tokens: int, backend: str = "transformers",
-              dtype: str = "auto") -> Any:
-    from retrieval.verifier import build_verifier
+def _verifier(kind: str, name: str, calibration: str, device: str, batch_size: int, max_tokens: int,
+              backend: str = "transformers", dtype: str = "auto") -> Any:
+    from retrieval.verifier_calibration import build_meve_verifier
 
-    return build_verifier(kind, name, device=device, batch_size=batch_size, max_passage_tokens=max_tokens,
-                          backend=backend, dtype=dtype)
+    return build_meve_verifier(kind, name, calibration, device=device, batch_size=batch_size,
+                               max_passage_tokens=max_tokens, backend=backend, dtype=dtype)
 
 
 def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:

@@ -34,7 +34,8 @@ from typing import Any
 
 from retrieval.verifier import VerifierError, _check_input, _sigmoid
 
-__all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "calibrate"]
+__all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "build_meve_verifier",
+           "calibrate"]
 
 CALIBRATIONS = ("none", "content_free", "query")
 CONTENT_FREE = "N/A"
@@ -141,3 +142,15 @@ def calibrate(verifier: Any, mode: str) -> Any:
     if mode == "none" and not getattr(verifier, "wants_similarities", False):
         return verifier
     return CalibratedVerifier(verifier, mode)
+
+
+def build_meve_verifier(kind: str, name: str, calibration: str = "none", device: str = "auto", batch_size: int = 8,
+                        max_passage_tokens: int = 128, backend: str = "transformers", dtype: str = "auto") -> Any:
+    """MeVe's phase-2 verifier from its settings: ``kind`` (a :data:`retrieval.verifier.KINDS` kind, or
+    ``embedding``) with ``calibration`` applied."""
+    if kind == "embedding":
+        return calibrate(EmbeddingVerifier(), calibration)
+    from retrieval.verifier import build_verifier
+
+    return calibrate(build_verifier(kind, name, device=device, batch_size=batch_size,
+                                    max_passage_tokens=max_passage_tokens, backend=backend, dtype=dtype), calibration)

@@ -49,7 +49,7 @@ from memreader.runtime import load_embedder
 from retrieval.meve import PHASES, SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer
 from retrieval.passages import PassageStore
 from retrieval.search import RetrievalConfig
-from retrieval.verifier import build_verifier
+from retrieval.verifier_calibration import build_meve_verifier
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 ABLATIONS = {"meve": {}, "no-verify": {"verify": False}, "no-fallback": {"fallback": False},
@@ -60,18 +60,22 @@ GOAL_LATENCY = 0.15
 
 
 class CachedVerifier:
-    """Scores each (question, passage) once; later calls for the same pair reuse the score."""
+    """Scores each question's passages once; a later call with the same question and passages reuses the scores
+    (per call, not per pair: a calibration per question depends on the whole candidate set)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.name, self.seconds = inner, inner.name, 0.0
-        self._cache: dict[tuple[str, str], float] = {}
+        self.choice = getattr(inner, "choice", None)
+        self.wants_similarities = bool(getattr(inner, "wants_similarities", False))
+        self._cache: dict[tuple[str, tuple[str, ...]], list[float]] = {}
 
-    def score(self, question: str, passages: Sequence[str]) -> list[float]:
-        missing = list(dict.fromkeys(p for p in passages if (question, p) not in self._cache))
-        if missing:
-            for p, s in zip(missing, self.inner.score(question, missing), strict=True):
-                self._cache[(question, p)] = s
-        return [self._cache[(question, p)] for p in passages]
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
+              ) -> list[float]:
+        key = (question, tuple(passages))
+        if key not in self._cache:
+            self._cache[key] = (self.inner.score(question, passages, similarities) if self.wants_similarities
+                                else self.inner.score(question, passages))
+        return list(self._cache[key])
 
 
 def passages_of(corpus_path: str) -> list[tuple[str, str, str]]:
@@ -187,9 +191,10 @@ def main() -> int:
     embedder_name = canonical_name(cfg.embedder)
     embedder = load_embedder(embedder_name, device=cfg.device)
     tokenizer = load_tokenizer(base.budget_tokenizer)
-    verifier = CachedVerifier(build_verifier(base.verifier_kind, base.verifier, device=cfg.device,
-                                             batch_size=base.verifier_batch_size,
-                                             max_passage_tokens=base.verifier_max_tokens))
+    verifier = CachedVerifier(build_meve_verifier(base.verifier_kind, base.verifier, base.verifier_calibration,
+                                                  device=cfg.device, batch_size=base.verifier_batch_size,
+                                                  max_passage_tokens=base.verifier_max_tokens,
+                                                  backend=base.verifier_backend, dtype=base.verifier_dtype))
 
     # ---- index -------------------------------------------------------------------------------------
     out_dir = memreader_home() / "runs" / "bench-meve"

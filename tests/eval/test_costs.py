@@ -41,3 +41,20 @@ def test_peak_memory_counts_a_child_process() -> None:
     child.wait()
     assert meter.source == "proc-tree"
     assert peak >= base + 250, (base, peak)
+
+
+def test_a_killed_session_keeps_the_time_it_spent(tmp_path, monkeypatch) -> None:
+    import eval.costs as costs
+
+    monkeypatch.setattr(costs, "SAVE_EVERY", 0.1)
+    path = tmp_path / "cost.json"
+    # a child process that enters the answers phase and is then killed (no cleanup runs)
+    code = ("import time, eval.costs as c; c.SAVE_EVERY = 0.1\n"
+            f"ledger = c.CostLedger(__import__('pathlib').Path({str(path)!r})).__enter__()\n"
+            "with ledger.phase('answers'):\n    print('in', flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "in"
+    time.sleep(1.5)
+    child.kill()
+    child.wait()
+    assert json.loads(path.read_text())["phases"]["answers"] >= 1.0
