@@ -449,8 +449,9 @@ class MeVePipeline:
               ms: dict[str, float]) -> tuple[list[Candidate], str, int]:
         s = self.settings
         t = time.perf_counter()
-        counts = self.tokenizer([c.text for c in ordered], add_special_tokens=False)["input_ids"] if ordered else []
-        for c, ids in zip(ordered, counts, strict=True):
+        todo = [c for c in ordered if c.tokens is None]  # a replay (meve_calibration) brings its counts along
+        counts = self.tokenizer([c.text for c in todo], add_special_tokens=False)["input_ids"] if todo else []
+        for c, ids in zip(todo, counts, strict=True):
             c.tokens = len(ids)
         if not s.pack:
             context = SEPARATOR.join(c.text for c in ordered)

@@ -98,6 +98,9 @@ class Calibrator:
         self.pipeline_for, self.questions, self.gold = pipeline_for, list(questions), list(gold)
         probe = pipeline_for({"verify": False}, None)
         self.found: dict[str, list[Candidate]] = {q: probe.candidates(q) for q in self.questions}
+        for found in self.found.values():  # counted once: every replay's packing reuses the counts
+            for c in found:
+                c.tokens = probe.count(c.text)
         self.scores: dict[str, dict[str, list[float]]] = {}
 
     def texts(self, question: str) -> list[str]:

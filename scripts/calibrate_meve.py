@@ -4,27 +4,31 @@
         --qa ../shared/datasets/hotpotqa_100_qa.json --corpus ../shared/datasets/hotpotqa_100_corpus.json
 
 The corpus goes into one PassageStore as in ``scripts/bench_meve.py`` (one passage per paragraph). The questions are
-split in two: ``--calibrate`` (default the first 50) chooses, ``--check`` (the other 50) only reports. Verifiers:
+split in two halves, ``--calibrate`` (default 0:50) and ``--check`` (50:100), and each half chooses once and is
+checked once (two-fold cross-validation), so every reported "out-of-fold" number comes from questions the point
+was not chosen on. Verifiers:
 
 - ``embedding``: phase 1's cosine (no model call);
 - ``lm``: SmolLM2's normalised P(yes); ``lm_likelihood``: how much the passage raises log P(question) (UPR);
 
 each with the calibrations of :mod:`retrieval.verifier_calibration`: ``none``, ``content_free`` (LM kinds) and
 ``query``. The LM kinds score every (question, candidate) once plus the content-free passage, through the engine
-``--backend`` (default auto: vLLM bf16 here), and the three calibrations are derived from those raw scores. ``off``
-(no verification, the budget alone) is swept too, as the reference a verifier has to beat.
+``--backend`` (default auto: vLLM bf16 here), and the three calibrations are derived from those raw scores (kept in
+``scores.json`` and reused while nothing they depend on changed). ``off`` (no verification: the budget alone) is
+swept too, as the reference a verifier has to beat.
 
-For every variant: tau over a grid of its own score quantiles x t_max in ``--t-max`` (default 512 768 1024); the
-point with the fewest mean tokens whose supporting recall beats plain top-5's on the calibration questions by at
-least ``--z`` (1) standard errors of the paired difference is chosen (retrieval/meve_calibration.py), then run
-unchanged on the check questions. The variant the defaults take is
-fixed by a rule declared before the run: the fewest calibration tokens; among variants within 5 % of those, the
-cheapest verifier. Output: one table (calibration and check columns), the rule's pick as MeVe keys, a JSON file.
+For every variant and half: tau over ``--grid`` quantiles of its own scores x t_max in ``--t-max`` (512 768 1024);
+the point with the fewest mean tokens whose supporting recall beats plain top-5's on that half by at least ``--z``
+(1) standard errors of the paired difference is chosen (retrieval/meve_calibration.py), then run unchanged on the
+other half. A variant passes when, out of fold over all questions, its recall is at least top-5's and its tokens at
+least 57 % fewer than top-20's. The pick, by a rule fixed before the run: the passing variant with the fewest
+out-of-fold tokens; among those within 5 % of it, the cheapest verifier. None passes: it says so and picks nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -55,6 +59,7 @@ LM_KINDS = ("lm", "lm_likelihood")
 CALIBRATIONS = {"embedding": ("none", "query"), "lm": ("none", "content_free", "query"),
                 "lm_likelihood": ("none", "content_free", "query")}
 NEAR_BEST = 0.05
+GOAL_REDUCTION = 0.57
 
 
 def zscores(raw: list[float]) -> list[float]:
@@ -91,6 +96,7 @@ def main() -> int:
     ap.add_argument("--t-max", type=int, nargs="+", default=[512, 768, 1024])
     ap.add_argument("--kinds", nargs="+", default=["embedding", *LM_KINDS], choices=["embedding", *LM_KINDS])
     ap.add_argument("--backend", default="auto", help="LM verifiers' engine: transformers, vllm or auto")
+    ap.add_argument("--grid", type=int, default=16, help="tau values per verifier: quantiles of its scores")
     ap.add_argument("--z", type=float, default=1.0, help="standard errors of the paired recall difference to spare "
                     "(retrieval/meve_calibration.py: choose)")
     ap.add_argument("--db", default="")
@@ -139,19 +145,31 @@ def main() -> int:
             baselines[split] = {"top5_recall": statistics.fmean(per_q), "top5_per_question": per_q,
                                 "top5_tokens": top5_tokens, "top20_tokens": top20_tokens}
         cost: dict[str, float] = {"embedding": 0.0}
+        # raw verifier scores are kept (scores.json beside the store) and reused while the candidates, the verifier
+        # and its settings are the same: a new rule or grid then costs no model call
+        cache_path = out_dir / "scores.json"
+        cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
         for kind in args.kinds:
-            verifier = None if kind == "embedding" else build_verifier(
-                kind, base.verifier, device=cfg.device, batch_size=base.verifier_batch_size,
-                max_passage_tokens=base.verifier_max_tokens, backend=args.backend, dtype=base.verifier_dtype)
+            fingerprint = json.dumps([kind, base.verifier, base.verifier_max_tokens, embedder_name, source,
+                                      {q: cal.texts(q) for cal in calibrators.values() for q in cal.questions}])
+            fingerprint = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+            kept = cache.get(kind) if kind != "embedding" else None
+            verifier = None if kind == "embedding" or (kept and kept["fingerprint"] == fingerprint) else \
+                build_verifier(kind, base.verifier, device=cfg.device, batch_size=base.verifier_batch_size,
+                               max_passage_tokens=base.verifier_max_tokens, backend=args.backend,
+                               dtype=base.verifier_dtype)
             per_split: dict[str, dict[str, dict[str, list[float]]]] = {}
+            raws: dict[str, list[float]] = {}
             n_scored, started = 0, time.perf_counter()
             for split, cal in calibrators.items():
                 scores: dict[str, dict[str, list[float]]] = {}
                 for q in tqdm(cal.questions, desc=f"{kind} {split}", unit="question"):
-                    if verifier is None:
+                    if kind == "embedding":
                         raw, base_raw = cal.similarities(q), None
+                    elif verifier is None:
+                        *raw, base_raw = kept["raw"][q]
                     else:
-                        *raw, base_raw = verifier.margins(q, [*cal.texts(q), CONTENT_FREE])
+                        *raw, base_raw = raws[q] = verifier.margins(q, [*cal.texts(q), CONTENT_FREE])
                         n_scored += 1
                     for calibration, values in derive(kind, raw, base_raw).items():
                         scores.setdefault(calibration, {})[q] = values
@@ -160,59 +178,81 @@ def main() -> int:
                 cost[kind] = 1000.0 * (time.perf_counter() - started) / max(n_scored, 1)
                 engine = getattr(verifier, "choice", {})
                 print(f"{kind}: {cost[kind]:.0f} ms per question ({engine.get('backend')}/{engine.get('dtype')})")
+                cache[kind] = {"fingerprint": fingerprint, "raw": raws, "ms_per_question": cost[kind],
+                               "engine": engine}
+                write_json(cache_path, cache)
+            elif kind != "embedding":
+                cost[kind] = kept["ms_per_question"]
+                print(f"{kind}: raw scores reused from {cache_path} ({cost[kind]:.0f} ms per question when measured)")
             for calibration in CALIBRATIONS[kind]:
                 for split, cal in calibrators.items():
                     cal.add_scores(f"{kind}/{calibration}", per_split[split][calibration])
 
         results = []
         variants = ["off"] + [f"{k}/{c}" for k in args.kinds for c in CALIBRATIONS[k]]
-        target = baselines["calibrate"]["top5_recall"]
+        folds = (("calibrate", "check"), ("check", "calibrate"))  # both halves choose once, and are checked once
         for name in tqdm(variants, desc="sweep", unit="verifier"):
-            cal = calibrators["calibrate"]
-            points = cal.sweep(name, tau_grid(cal.scores[name]) if name != "off" else [0.0], args.t_max)
             row: dict[str, Any] = {"verifier": name, "ms_per_question": cost.get(name.split("/")[0], 0.0),
-                                   "points": as_rows(points)}
-            try:
-                chosen = choose(points, baselines["calibrate"]["top5_per_question"], z=args.z)
-            except CalibrationError as err:
-                row["chosen"], row["error"] = None, str(err)
-            else:
-                held = calibrators["check"].point(name, chosen.tau, chosen.t_max)
-                row["chosen"], row["check"] = as_rows([chosen])[0], as_rows([held])[0]
+                                   "folds": []}
+            for fit, held in folds:
+                cal = calibrators[fit]
+                points = cal.sweep(name, tau_grid(cal.scores[name], n=args.grid) if name != "off" else [0.0],
+                                   args.t_max)
+                fold: dict[str, Any] = {"fit": fit, "held": held, "points": as_rows(points)}
+                try:
+                    chosen = choose(points, baselines[fit]["top5_per_question"], z=args.z)
+                except CalibrationError as err:
+                    fold["error"] = str(err)
+                else:
+                    checked = calibrators[held].point(name, chosen.tau, chosen.t_max)
+                    fold["chosen"], fold["checked"] = as_rows([chosen])[0], as_rows([checked])[0]
+                    fold["checked_per_question"] = list(checked.per_question)
+                row["folds"].append(fold)
+            done = [f for f in row["folds"] if "checked" in f]
+            if len(done) == len(folds):  # out of fold: every question judged by the point the other half chose
+                row["oof_recall"] = statistics.fmean(x for f in done for x in f["checked_per_question"])
+                row["oof_tokens"] = statistics.fmean(f["checked"]["tokens"] for f in done)
             results.append(row)
 
-    b_cal, b_chk = baselines["calibrate"], baselines["check"]
-    print(f"\ncalibration questions {args.calibrate}: top-5 recall {b_cal['top5_recall']:.3f} "
-          f"({b_cal['top5_tokens']:.0f} tokens), top-20 {b_cal['top20_tokens']:.0f} tokens; check {args.check}: "
-          f"top-5 recall {b_chk['top5_recall']:.3f} ({b_chk['top5_tokens']:.0f} tokens), top-20 "
-          f"{b_chk['top20_tokens']:.0f} tokens")
-    print("| verifier | tau | t_max | cal recall | cal tokens | cal vs top-20 | check recall | check tokens | "
-          "check vs top-20 | check passes | verifier ms/q |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    top5 = statistics.fmean(x for b in baselines.values() for x in b["top5_per_question"])
+    top20 = statistics.fmean(b["top20_tokens"] for b in baselines.values())
     for row in results:
-        c, h = row["chosen"], row.get("check")
-        if c is None:
-            print(f"| {row['verifier']} | no point: {row['error']} |")
-            continue
-        passes = h["recall"] >= b_chk["top5_recall"] and h["tokens"] <= 0.43 * b_chk["top20_tokens"]
-        print(f"| {row['verifier']} | {c['tau']:.4g} | {c['t_max']} | {c['recall']:.3f} | {c['tokens']:.0f} | "
-              f"{100 * (c['tokens'] / b_cal['top20_tokens'] - 1):+.1f}% | {h['recall']:.3f} | {h['tokens']:.0f} | "
-              f"{100 * (h['tokens'] / b_chk['top20_tokens'] - 1):+.1f}% | {'yes' if passes else 'no'} | "
-              f"{row['ms_per_question']:.0f} |")
-    usable = [r for r in results if r["chosen"] and r["verifier"] != "off"]
+        row["passes"] = ("oof_recall" in row and row["oof_recall"] >= top5 - 1e-12
+                         and row["oof_tokens"] <= (1 - GOAL_REDUCTION) * top20)
+    print(f"\nhalves {args.calibrate} and {args.check}: top-5 recall {baselines['calibrate']['top5_recall']:.3f} / "
+          f"{baselines['check']['top5_recall']:.3f} (both {top5:.3f}), top-20 {top20:.0f} tokens; each half chooses "
+          f"(fewest tokens with recall >= its top-5's + {args.z:g} SE), the other half checks")
+    print("| verifier | A: tau, t_max | A→B recall, tokens | B: tau, t_max | B→A recall, tokens | out-of-fold recall "
+          "| out-of-fold tokens (vs top-20) | passes | verifier ms/q |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in results:
+        cells = []
+        for f in row["folds"]:
+            if "chosen" in f:
+                c, h = f["chosen"], f["checked"]
+                cells += [f"{c['tau']:.4g}, {c['t_max']}", f"{h['recall']:.3f}, {h['tokens']:.0f}"]
+            else:
+                cells += ["no point", f["error"].split("; fix")[0].split("the closest is ")[-1]]
+        oof = (f"{row['oof_recall']:.3f}", f"{row['oof_tokens']:.0f} ({100 * (row['oof_tokens'] / top20 - 1):+.1f}%)"
+               ) if "oof_recall" in row else ("—", "—")
+        print(f"| {row['verifier']} | {' | '.join(cells)} | {oof[0]} | {oof[1]} | {'yes' if row['passes'] else 'no'} "
+              f"| {row['ms_per_question']:.0f} |")
+    passing = [r for r in results if r["passes"]]
     pick = None
-    if usable:
-        fewest = min(r["chosen"]["tokens"] for r in usable)
-        near = [r for r in usable if r["chosen"]["tokens"] <= (1 + NEAR_BEST) * fewest]
-        pick = min(near, key=lambda r: (r["ms_per_question"], r["chosen"]["tokens"]))
-        c = pick["chosen"]
-        kind, calibration = pick["verifier"].split("/")
-        print(f"\nrule's pick: verifier_kind: {kind}  verifier_calibration: {calibration}  tau: {c['tau']:.4g}  "
-              f"t_max: {c['t_max']}  (calibration recall {c['recall']:.3f} >= {target:.3f}, {c['tokens']:.0f} "
-              f"tokens; check recall {pick['check']['recall']:.3f}, {pick['check']['tokens']:.0f} tokens)")
+    if passing:
+        fewest = min(r["oof_tokens"] for r in passing)
+        near = [r for r in passing if r["oof_tokens"] <= (1 + NEAR_BEST) * fewest]
+        pick = min(near, key=lambda r: (r["ms_per_question"], r["oof_tokens"]))
+        print(f"\nrule's pick: {pick['verifier']} (out of fold: recall {pick['oof_recall']:.3f} >= top-5 {top5:.3f}, "
+              f"{pick['oof_tokens']:.0f} tokens = {100 * (1 - pick['oof_tokens'] / top20):.1f}% fewer than top-20)")
+        for f in pick["folds"]:
+            print(f"  chosen on {f['fit']}: {f['chosen']}")
+    else:
+        print("\nrule's pick: NONE — no verifier meets both goals out of fold; nothing is chosen (see the table)")
     out = Path(args.out) if args.out else out_dir / "calibration.json"
-    write_json(out, {"calibrate": args.calibrate, "check": args.check, "baselines": baselines, "target": target,
-                     "t_max": args.t_max, "z": args.z, "rule": f"fewest calibration tokens; within {NEAR_BEST:.0%}, cheapest",
+    write_json(out, {"halves": [args.calibrate, args.check], "baselines": baselines, "top5_recall": top5,
+                     "top20_tokens": top20, "t_max": args.t_max, "z": args.z, "grid": args.grid,
+                     "rule": f"fewest out-of-fold tokens among passing variants; within {NEAR_BEST:.0%}, cheapest",
                      "results": results, "pick": pick and pick["verifier"], "settings": base.meve_settings()})
     print(f"results -> {out}", file=sys.stderr)
     return 0
