@@ -160,6 +160,8 @@ def main() -> int:
     ap.add_argument("--qa", required=True, help="HotpotQA questions (distractor layout, e.g. hotpotqa_100_qa.json)")
     ap.add_argument("--corpus", required=True, help="HotpotQA paragraphs: title -> [sentences]")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (0 = all)")
+    ap.add_argument("--questions", default="", metavar="LO:HI", help="only questions LO..HI-1, e.g. 50:100 (the half "
+                    "scripts/calibrate_meve.py did not choose on)")
     ap.add_argument("--config", default=str(CONFIG), help="YAML of MeVe keys (default: %(default)s)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     ap.add_argument("--embedder", help="sentence embedder for passages and questions (default: the config's)")
@@ -174,7 +176,14 @@ def main() -> int:
         ap.error(f"--limit must be >= 0, got {args.limit}")
 
     # ---- data --------------------------------------------------------------------------------------
-    records = load_hotpotqa(args.qa)[: args.limit or None]
+    records = load_hotpotqa(args.qa)
+    if args.questions:
+        try:
+            lo, hi = (int(x) for x in args.questions.split(":"))
+        except ValueError:
+            ap.error(f"--questions must be LO:HI (e.g. 50:100), got {args.questions!r}")
+        records = records[lo:hi]
+    records = records[: args.limit or None]
     passages = passages_of(args.corpus)
     known = {pid for pid, _, _ in passages}
     titles = [{f[0] for f in r.meta["supporting_facts"]} for r in records]
@@ -233,11 +242,12 @@ def main() -> int:
         row["verifier_ms"] = verifier_ms if not name.startswith("top") and name != "no-verify" else 0.0
         row["ms_with_verifier"] = row["ms_without_verifier"] + row["verifier_ms"]
     threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
-    settings = (f"questions:{len(records)}|passages:{len(passages)}|embedder:{embedder_name}|"
+    settings = (f"questions:{args.questions or 'all'}:{len(records)}|passages:{len(passages)}|embedder:{embedder_name}|"
                 f"{base.signature(verifier.name)}|verifier_batch:{base.verifier_batch_size}|"
                 f"verifier_max_tokens:{base.verifier_max_tokens}|device:{cfg.device}|cpus:{threads}|"
                 f"python:{platform.python_version()}")
     print(f"\nsettings: {settings}")
+    print(f"operating point: {base.operating_point or 'not calibrated: the settings as given'}")
     print(table(rows))
     print(goal_line(rows))
     print(f"indexed {len(passages)} passages in {index_seconds:.1f} s; {len(records)} questions x "
@@ -245,7 +255,7 @@ def main() -> int:
 
     out = Path(args.out) if args.out else out_dir / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, {"settings": settings, "summary": rows, "goal": goal_line(rows),
+    write_json(out, {"settings": settings, "operating_point": base.operating_point, "summary": rows, "goal": goal_line(rows),
                      "index_seconds": index_seconds, "run_seconds": run_seconds,
                      "runs": {name: {rec.id: r["ids"] for rec, r in zip(records, rs, strict=True)}
                               for name, rs in runs.items()},
