@@ -33,17 +33,16 @@ redundant; ``pack=false`` joins every prioritised passage, whatever its length.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from memreader.config import field, range_problems
 from memreader.embedders import encode
-from memreader.errors import MemReaderError
-from retrieval.passages import PassageHit
+from retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
 from retrieval.verifier import KINDS, Verifier
 from retrieval.verifier_calibration import CALIBRATIONS
 
@@ -54,13 +53,13 @@ SEPARATOR = "\n\n"
 """What joins packed passages; its tokens count against ``t_max``."""
 PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
 VERIFIER_KINDS = (*KINDS, "embedding")
+_SPECULATE_MS = 50.0
+"""The fallback's BM25 search starts beside the verifier when the last verification took longer than this."""
+_COUNT_CACHE = 200_000
+"""Passages whose token counts a pipeline keeps (cleared beyond that)."""
 _BOUNDARY_SLACK = 8
 """Joined text tokenises within a few tokens of the sum of its parts; a passage whose summed count is
 more than this over the budget is skipped without tokenising the joined text."""
-
-
-class MeVeError(MemReaderError, ValueError):
-    """A MeVe setting or question cannot be used."""
 
 
 @dataclass
@@ -72,6 +71,10 @@ class MeVeSettings:
     n_min: int = field(3, ge=0, help="MeVe phase 3: BM25 fallback when fewer than n_min passages pass verification "
                        "(paper: 3)")
     fallback_k: int = field(5, ge=1, help="MeVe phase 3: most passages the BM25 fallback adds (not already kept)")
+    fallback_beside_verifier: bool = field(True, help="MeVe phase 3: start the fallback's BM25 search beside a slow "
+                                           "verifier (a model; the last verification > 50 ms) and use it only if the "
+                                           "fallback fires: its time leaves the critical path, at the cost of a search "
+                                           "that is often unused; false: search only when the fallback fires")
     redundancy: float = field(0.85, ge=-1, le=1, help="MeVe phase 4: drop a passage whose embedding has cosine > this "
                               "with a higher-ranked kept one (paper: 0.85)")
     t_max: int = field(512, ge=1, help="MeVe phase 5: token budget of the packed context, separators included "
@@ -144,57 +147,6 @@ class MeVeSettings:
                          "off:" + (",".join(off) or "none")])
 
 
-class PassageSource(Protocol):
-    """Where MeVe retrieves from: dense kNN, BM25, and stored vectors by id."""
-
-    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]: ...
-
-    def bm25(self, query: str, k: int) -> list[PassageHit]: ...
-
-    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
-
-
-class MemoryChunkSource:
-    """The chunk layer of a :class:`~retrieval.index.MemoryIndex` as a MeVe passage source.
-
-    Passage ids are the chunk rows' primary keys (``chunk/<scenario>/<version>/<doc_id>``); vectors for the
-    redundancy check are the stored chunk vectors, read by primary key (no re-embedding).
-    """
-
-    def __init__(self, index: Any) -> None:
-        self.index = index
-
-    @staticmethod
-    def _hit(h: Any) -> PassageHit:
-        from retrieval.rows import primary_key
-
-        return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id, h.version), doc_id=h.doc_id, text=h.text,
-                          rank=h.rank, score=h.similarity, where=h.where)
-
-    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]:
-        """The ``k`` nearest chunks (cosine), best first."""
-        if len(vector) != self.index.meta["dim"]:
-            raise MeVeError(f"the query vector has {len(vector)} dimensions, the index {self.index.meta['dim']}",
-                            f"embed the question with {self.index.meta['embedder']!r}")
-        return [self._hit(h) for h in self.index.search_layer(vector, "chunk", k)]
-
-    def bm25(self, query: str, k: int) -> list[PassageHit]:
-        """The ``k`` best chunks by BM25, best first."""
-        return [self._hit(h) for h in self.index.search_bm25(query, "chunk", k)]
-
-    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored chunk vectors by primary key."""
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return {}
-        rows = self.index.rows_by_pk(ids, ["pk", "vector"])
-        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise MeVeError(f"index {self.index.uri} has no chunk row {missing[:3]}", "rebuild it with `memreader index`")
-        return found
-
-
 @dataclass
 class Candidate:
     """One passage on its way through the phases."""
@@ -260,6 +212,12 @@ def load_tokenizer(name: str) -> Any:
     return AutoTokenizer.from_pretrained(resolve_model(name))
 
 
+def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    """``fn(*args)`` and the milliseconds it took."""
+    start = time.perf_counter()
+    return fn(*args), _ms(start)
+
+
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000.0, 3)
 
@@ -279,6 +237,10 @@ class MeVePipeline:
         # what a separator adds between two passages (its tokens can differ inside text from on its own)
         self._sep_tokens = max(self.count(SEPARATOR), self.count("a" + SEPARATOR + "b") - self.count("a")
                                - self.count("b"))
+        self._token_counts: dict[str, int] = {}  # a passage is tokenised once per pipeline, not once per question
+        self._pool: ThreadPoolExecutor | None = None
+        # whether the verifier is slow enough to hide a search behind: until measured, a verifier that runs a model
+        self._last_verifier_ms = 0.0 if getattr(verifier, "wants_similarities", False) else float("inf")
 
     def count(self, text: str) -> int:
         """Tokens of ``text`` in the budget tokenizer (no special tokens)."""
@@ -321,8 +283,16 @@ class MeVePipeline:
                                  "verifier": getattr(self.verifier, "name", None) if s.verify else None,
                                  "verifier_engine": getattr(self.verifier, "choice", None) if s.verify else None,
                                  "knn": {"k": s.k, "candidates": [c.brief() for c in found]}}
+        # a verifier that runs a model takes far longer than one BM25 search: the fallback's search starts beside it
+        # and is used only if the fallback fires (so its time is not on the critical path either way)
+        pending = None
+        if s.verify and s.fallback and s.fallback_beside_verifier and s.n_min > 0 and found and \
+                self._last_verifier_ms > _SPECULATE_MS:
+            self._pool = self._pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="meve-bm25")
+            pending = self._pool.submit(_timed, self.source.bm25, question, s.fallback_k + len(found))
         kept, verifier_ms = self._verify(question, found, audit, ms)
-        extra = self._fallback(question, found, kept, audit, ms)
+        self._last_verifier_ms = verifier_ms
+        extra = self._fallback(question, found, kept, audit, ms, pending)
         ordered = self._prioritize(kept + extra, audit, ms)
         packed, context, tokens = self._pack(ordered, audit, ms)
 
@@ -369,17 +339,22 @@ class MeVePipeline:
         return kept, verifier_ms
 
     def _fallback(self, question: str, found: list[Candidate], kept: list[Candidate], audit: dict[str, Any],
-                  ms: dict[str, float]) -> list[Candidate]:
+                  ms: dict[str, float], pending: Future | None = None) -> list[Candidate]:
         s = self.settings
         t = time.perf_counter()
         fires = s.fallback and len(kept) < s.n_min
         why = (f"{len(kept)} kept < n_min {s.n_min}" if fires else
                "disabled" if not s.fallback else f"{len(kept)} kept >= n_min {s.n_min}")
         extra: list[Candidate] = []
+        search = None
+        if pending is not None:  # started beside the verifier; its result waits here whether used or not
+            found_hits, search = pending.result()
         if fires:
             have = {c.id for c in kept}
             scored = {c.id: c.verifier_score for c in found}
-            hits = [h for h in self.source.bm25(question, s.fallback_k + len(have)) if h.id not in have]
+            if pending is None:
+                found_hits, search = _timed(self.source.bm25, question, s.fallback_k + len(have))
+            hits = [h for h in found_hits if h.id not in have]
             for j, h in enumerate(hits[: s.fallback_k], start=1):
                 extra.append(Candidate(h.id, h.doc_id, h.text, "bm25", h.rank, h.score,
                                        score=s.tau * (s.fallback_k + 1 - j) / (s.fallback_k + 1),
@@ -387,7 +362,9 @@ class MeVePipeline:
                                        vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)))
         ms["fallback"] = _ms(t)
         audit["fallback"] = {"enabled": s.fallback, "fired": fires, "reason": why,
-                             "added": [c.brief() for c in extra]}
+                             "added": [c.brief() for c in extra],
+                             "search": None if search is None else {"ms": search, "beside_verifier": pending is not None,
+                                                                    "used": fires}}
         return extra
 
     def _prioritize(self, combined: list[Candidate], audit: dict[str, Any], ms: dict[str, float]) -> list[Candidate]:
@@ -449,10 +426,14 @@ class MeVePipeline:
               ms: dict[str, float]) -> tuple[list[Candidate], str, int]:
         s = self.settings
         t = time.perf_counter()
-        todo = [c for c in ordered if c.tokens is None]  # a replay (meve_calibration) brings its counts along
-        counts = self.tokenizer([c.text for c in todo], add_special_tokens=False)["input_ids"] if todo else []
-        for c, ids in zip(todo, counts, strict=True):
-            c.tokens = len(ids)
+        known = self._token_counts
+        todo = list(dict.fromkeys(c.text for c in ordered if c.tokens is None and c.text not in known))
+        if todo:
+            if len(known) > _COUNT_CACHE:
+                known.clear()
+            known.update(zip(todo, map(len, self.tokenizer(todo, add_special_tokens=False)["input_ids"]), strict=True))
+        for c in ordered:
+            c.tokens = known[c.text] if c.tokens is None else c.tokens
         if not s.pack:
             context = SEPARATOR.join(c.text for c in ordered)
             tokens = self.count(context) if context else 0

@@ -150,9 +150,26 @@ def test_fallback_fires_below_n_min_and_not_otherwise(store: PassageStore, embed
     assert all(e.get("verifier_score") == 0.1 for e in added if e["id"] in knn_ids)
 
     source.bm25_calls = 0
-    quiet = _pipeline(source, embedder, tokenizer, verifier, k=3, n_min=1, fallback_k=2).run(QUESTION)
-    assert quiet.audit["fallback"] == {"enabled": True, "fired": False, "reason": "1 kept >= n_min 1", "added": []}
+    quiet = _pipeline(source, embedder, tokenizer, verifier, k=3, n_min=1, fallback_k=2,
+                      fallback_beside_verifier=False).run(QUESTION)
+    assert quiet.audit["fallback"] == {"enabled": True, "fired": False, "reason": "1 kept >= n_min 1", "added": [],
+                                       "search": None}
     assert source.bm25_calls == 0 and [c.id for c in quiet.passages] == ["tea-temp"]
+    # beside a slow verifier the search starts with it and is left unused when the verifier keeps enough
+    beside = _pipeline(source, embedder, tokenizer, verifier, k=3, n_min=1, fallback_k=2).run(QUESTION)
+    assert beside.audit["fallback"]["search"]["beside_verifier"] and not beside.audit["fallback"]["search"]["used"]
+    assert source.bm25_calls == 1 and [c.id for c in beside.passages] == ["tea-temp"]
+
+
+def test_fallback_beside_the_verifier_gives_the_sequential_result(store: PassageStore, embedder: Any,
+                                                                   tokenizer: Any) -> None:
+    verifier = TableVerifier({"tea-temp": 0.9}, default=0.1)
+    settings = {"k": 3, "n_min": 3, "fallback_k": 2, "redundancy": 1.0}
+    beside = _pipeline(store, embedder, tokenizer, verifier, **settings).run(QUESTION)
+    after = _pipeline(store, embedder, tokenizer, verifier, fallback_beside_verifier=False, **settings).run(QUESTION)
+    assert beside.audit["fallback"]["search"]["beside_verifier"] and beside.audit["fallback"]["search"]["used"]
+    assert not after.audit["fallback"]["search"]["beside_verifier"]
+    assert [c.id for c in beside.passages] == [c.id for c in after.passages] and beside.context == after.context
 
 
 def test_redundancy_drops_the_near_duplicate(store: PassageStore, embedder: Any, tokenizer: Any) -> None:

@@ -1,0 +1,72 @@
+"""Where MeVe retrieves from: the :class:`PassageSource` protocol and the chunk layer of a memory index as one.
+
+    source = MemoryChunkSource(index)          # or a retrieval.passages.PassageStore
+    pipeline = MeVePipeline(source, embedder, verifier, tokenizer, settings)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from memreader.errors import MemReaderError
+from retrieval.passages import PassageHit
+
+__all__ = ["MeVeError", "MemoryChunkSource", "PassageSource"]
+
+
+class MeVeError(MemReaderError, ValueError):
+    """A MeVe setting, question or passage source cannot be used."""
+
+
+class PassageSource(Protocol):
+    """Where MeVe retrieves from: dense kNN, BM25, and stored vectors by id."""
+
+    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]: ...
+
+    def bm25(self, query: str, k: int) -> list[PassageHit]: ...
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+
+class MemoryChunkSource:
+    """The chunk layer of a :class:`~retrieval.index.MemoryIndex` as a MeVe passage source.
+
+    Passage ids are the chunk rows' primary keys (``chunk/<scenario>/<version>/<doc_id>``); vectors for the
+    redundancy check are the stored chunk vectors, read by primary key (no re-embedding).
+    """
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    @staticmethod
+    def _hit(h: Any) -> PassageHit:
+        from retrieval.rows import primary_key
+
+        return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id, h.version), doc_id=h.doc_id, text=h.text,
+                          rank=h.rank, score=h.similarity, where=h.where)
+
+    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]:
+        """The ``k`` nearest chunks (cosine), best first."""
+        if len(vector) != self.index.meta["dim"]:
+            raise MeVeError(f"the query vector has {len(vector)} dimensions, the index {self.index.meta['dim']}",
+                            f"embed the question with {self.index.meta['embedder']!r}")
+        return [self._hit(h) for h in self.index.search_layer(vector, "chunk", k)]
+
+    def bm25(self, query: str, k: int) -> list[PassageHit]:
+        """The ``k`` best chunks by BM25, best first."""
+        return [self._hit(h) for h in self.index.search_bm25(query, "chunk", k)]
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored chunk vectors by primary key."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        rows = self.index.rows_by_pk(ids, ["pk", "vector"])
+        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise MeVeError(f"index {self.index.uri} has no chunk row {missing[:3]}", "rebuild it with `memreader index`")
+        return found
