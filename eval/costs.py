@@ -8,7 +8,8 @@ A full evaluation on a small machine runs for hours and is resumed several times
 
 ``phases`` add up the seconds every session spent in each phase; ``peak_rss_mib`` is the largest resident
 memory seen while the method ran, summed over this process and every process below it (the vLLM engine's
-workers run in child processes), sampled twice a second from ``/proc``. Where ``/proc`` is missing (not Linux)
+workers run in child processes), sampled twice a second from ``/proc``; pages shared between those processes
+(copy-on-write after a fork, shared memory) count once per process, so the sum is an upper bound. Where ``/proc`` is missing (not Linux)
 the peak is this process's own maximum from ``getrusage`` and ``rss_source`` says ``getrusage-self``, so the
 number is never passed off as the whole tree's.
 """
@@ -111,7 +112,7 @@ class CostLedger:
         self.peak_rss_mib = float(data.get("peak_rss_mib", 0.0))
         self.rss_source = str(data.get("rss_source", ""))
         self.memory = PeakMemory(on_sample=self._tick)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._running: tuple[str, float, float] | None = None  # phase, its start, its seconds before this session
         self._last_save = time.perf_counter()
 
@@ -121,13 +122,14 @@ class CostLedger:
         session that is killed mid-phase loses at most that much of its time."""
         t0 = time.perf_counter()
         with self._lock:
-            self._running = (name, t0, self.phases.get(name, 0.0))
+            before = self.phases.get(name, 0.0)  # the periodic saves overwrite phases[name] from this base
+            self._running = (name, t0, before)
         try:
             yield
         finally:
             with self._lock:
                 self._running = None
-                self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - t0, 1)
+                self.phases[name] = round(before + time.perf_counter() - t0, 1)
             self.save()
 
     def _tick(self) -> None:
@@ -148,13 +150,14 @@ class CostLedger:
         self.save()
 
     def save(self) -> None:
-        self._last_save = time.perf_counter()
-        self.peak_rss_mib = max(self.peak_rss_mib, self.memory.peak_mib)
-        # a mix of sources is named as such: the numbers are not the same measure
-        source = self.memory.source if self.rss_source in ("", self.memory.source) else "mixed"
-        self.rss_source = source
-        write_json(self.path, self.to_dict())
+        with self._lock:  # the sampler thread and the main thread both save: one writer at a time
+            self._last_save = time.perf_counter()
+            self.peak_rss_mib = max(self.peak_rss_mib, self.memory.peak_mib)
+            # a mix of sources is named as such: the numbers are not the same measure
+            self.rss_source = self.memory.source if self.rss_source in ("", self.memory.source) else "mixed"
+            write_json(self.path, self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phases": dict(self.phases), "seconds": round(sum(self.phases.values()), 1),
-                "sessions": self.sessions, "peak_rss_mib": self.peak_rss_mib, "rss_source": self.rss_source}
+        with self._lock:
+            return {"phases": dict(self.phases), "seconds": round(sum(self.phases.values()), 1),
+                    "sessions": self.sessions, "peak_rss_mib": self.peak_rss_mib, "rss_source": self.rss_source}

@@ -16,13 +16,14 @@ with one chunk). Higher is better.
 **Chunk stickiness** of a memory: the chunks are the nodes of a graph, two chunks are joined when the cosine of
 their embeddings (the method's index embedder) exceeds a threshold ``K``, and CS is the graph's one-dimensional
 structural entropy ``-sum_i (h_i / 2m) log2(h_i / 2m)`` over the nodes' degrees ``h_i`` (``m`` edges; 0 without
-edges). Chunks that each hold one topic join few others and give a low CS; chunks that repeat or straddle topics
+edges; ``None`` for a memory of one chunk, left out of the mean). Chunks that each hold one topic join few others and give a low CS; chunks that repeat or straddle topics
 form dense, even graphs and a high one. Lower is better. MoC weighs edges by an LM's perplexity drop over every
 pair of chunks (n^2 forward passes per document); the cosine here costs one embedding per chunk. ``K`` is not a
 fixed number, since cosines live on each embedder's own scale (multilingual-e5 puts almost any two Chinese
 passages above 0.85, MiniLM spreads them over 0.5-0.9): it is the ``quantile`` (0.95) of the cosines between
 chunks of *different* documents of the same memories, so an edge means "more alike than 95 % of unrelated chunk
-pairs", whatever the embedder.
+pairs", whatever the embedder. Each method's K comes from its own chunks, so K differs a little between
+methods (the report shows it).
 """
 
 from __future__ import annotations
@@ -118,13 +119,15 @@ def stickiness_record(memories: Sequence[Any], embedder: Any, embedder_name: str
         groups.append(vectors[at: at + len(cs)])
         at += len(cs)
     threshold = null_threshold([g for g in groups if len(g)], quantile, seed)
-    per_memory, edges = [], []
+    per_memory: list[float | None] = []
+    edges = []
     for g in groups:
         cs, m = chunk_stickiness(g, threshold)
-        per_memory.append(cs)
+        per_memory.append(cs if len(g) > 1 else None)  # one chunk: no graph (as clarity: no boundary)
         edges.append(m)
+    scored = [v for v in per_memory if v is not None]
     return {"per_memory": per_memory, "edges": edges, "doc_ids": [m.doc_id for m in memories],
-            "mean": float(np.mean(per_memory)) if per_memory else None, "threshold": threshold,
+            "mean": float(np.mean(scored)) if scored else None, "threshold": threshold,
             "signature": stickiness_signature(embedder_name, quantile, seed),
             "seconds": round(time.perf_counter() - started, 2)}
 

@@ -224,9 +224,13 @@ def _stickiness_fn(cfg: QAConfig, embedder: Any, embedder_name: str) -> tuple[An
     signature = stickiness_signature(embedder_name, cfg.stickiness_quantile) + (
         f"|docs:first-{cfg.clarity_docs}" if cfg.clarity_docs else "")
 
-    def fn(memories: list[Any]) -> dict[str, Any]:
-        record = stickiness_record(memories[: cfg.clarity_docs or None], embedder, embedder_name,
-                                   cfg.stickiness_quantile)
+    def fn(memories: list[Any]) -> dict[str, Any] | None:
+        memories = memories[: cfg.clarity_docs or None]
+        if len(memories) < 2:  # the threshold comes from chunks of different documents
+            print(f"eval: stickiness NOT measured: it needs chunks of at least 2 documents, this method has "
+                  f"{len(memories)} (raise clarity_docs or evaluate more documents)", flush=True)
+            return None
+        record = stickiness_record(memories, embedder, embedder_name, cfg.stickiness_quantile)
         return {**record, "signature": signature}
 
     return fn, signature
@@ -301,8 +305,9 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
                               for m, r in methods.items() if r.calibration)
     table += "".join(f"\n{m}: intrinsic: clarity {_mean(r.clarity and r.clarity.mean)}, boundary clarity "
                      f"{_mean(r.clarity and r.clarity.boundary_clarity_mean)}, stickiness "
-                     f"{_mean(r.stickiness and r.stickiness.mean)} (first {len(r.clarity.doc_ids if r.clarity else [])} "
-                     "memories)" for m, r in methods.items() if r.clarity or r.stickiness)
+                     f"{_mean(r.stickiness and r.stickiness.mean)} (first "
+                     f"{len((r.clarity or r.stickiness).doc_ids)} memories)"
+                     for m, r in methods.items() if r.clarity or r.stickiness)
     settings_line = (f"dataset={eset.name} questions={len(eset.questions)} documents={len(eset.documents)} "
                      f"top_k={cfg.top_k} answer_model={cfg.answer_model} backend={engine_record['backend']} "
                      f"dtype={engine_record['dtype']} embedder={embedder_name} "

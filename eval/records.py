@@ -260,7 +260,7 @@ class ClarityRecord(_Record):
 class StickinessRecord(_Record):
     """Chunk stickiness per memory: structural entropy of its chunk-similarity graph (eval/intrinsic.py)."""
 
-    per_memory: list[float]
+    per_memory: list[float | None]  # None: a memory of one chunk (no graph)
     edges: list[int]
     doc_ids: list[str]
     mean: float | None

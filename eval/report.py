@@ -342,8 +342,8 @@ def _cost_section(methods: dict[str, Any]) -> list[str]:
     costs = {n: m.record.cost for n, m in methods.items()}
     if not any(costs.values()):
         return []
-    phases = sorted({p for c in costs.values() if c for p in c.phases}, key=["memories", "index", "answers",
-                                                                            "clarity", "stickiness"].index)
+    order = {p: i for i, p in enumerate(("memories", "index", "answers", "clarity", "stickiness"))}
+    phases = sorted({p for c in costs.values() if c for p in c.phases}, key=lambda p: (order.get(p, len(order)), p))
     rows = [[n, *(f"{c.phases.get(p, 0.0):.0f}" for p in phases), f"{c.seconds:.0f}", c.sessions,
              f"{c.peak_rss_mib:.0f}", c.rss_source] if c else [n, *([""] * len(phases)), "not recorded", "", "", ""]
             for n, c in costs.items()]

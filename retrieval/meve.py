@@ -33,7 +33,7 @@ redundant; ``pack=false`` joins every prioritised passage, whatever its length.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import Any
@@ -56,7 +56,8 @@ VERIFIER_KINDS = (*KINDS, "embedding")
 _SPECULATE_MS = 50.0
 """The fallback's BM25 search starts beside the verifier when the last verification took longer than this."""
 _COUNT_CACHE = 200_000
-"""Passages whose token counts a pipeline keeps (cleared beyond that)."""
+"""Passages whose token counts are kept per tokenizer (cleared beyond that)."""
+_TOKEN_COUNTS: dict[str, dict[str, int]] = {}
 _BOUNDARY_SLACK = 8
 """Joined text tokenises within a few tokens of the sum of its parts; a passage whose summed count is
 more than this over the budget is skipped without tokenising the joined text."""
@@ -237,7 +238,10 @@ class MeVePipeline:
         # what a separator adds between two passages (its tokens can differ inside text from on its own)
         self._sep_tokens = max(self.count(SEPARATOR), self.count("a" + SEPARATOR + "b") - self.count("a")
                                - self.count("b"))
-        self._token_counts: dict[str, int] = {}  # a passage is tokenised once per pipeline, not once per question
+        # a passage is tokenised once per tokenizer in this process, not once per question (nor per pipeline:
+        # `memreader ask` and the Python API build one per question)
+        self._token_counts = _TOKEN_COUNTS.setdefault(str(getattr(tokenizer, "name_or_path", "")) or
+                                                      str(id(tokenizer)), {})
         self._pool: ThreadPoolExecutor | None = None
         # whether the verifier is slow enough to hide a search behind: until measured, a verifier that runs a model
         self._last_verifier_ms = 0.0 if getattr(verifier, "wants_similarities", False) else float("inf")
@@ -290,7 +294,12 @@ class MeVePipeline:
                 self._last_verifier_ms > _SPECULATE_MS:
             self._pool = self._pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="meve-bm25")
             pending = self._pool.submit(_timed, self.source.bm25, question, s.fallback_k + len(found))
-        kept, verifier_ms = self._verify(question, found, audit, ms)
+        try:
+            kept, verifier_ms = self._verify(question, found, audit, ms)
+        except BaseException:
+            if pending is not None and not pending.cancel():
+                wait([pending])  # the search must not outlive the question on a shared client
+            raise
         self._last_verifier_ms = verifier_ms
         extra = self._fallback(question, found, kept, audit, ms, pending)
         ordered = self._prioritize(kept + extra, audit, ms)
@@ -347,12 +356,17 @@ class MeVePipeline:
                "disabled" if not s.fallback else f"{len(kept)} kept >= n_min {s.n_min}")
         extra: list[Candidate] = []
         search = None
-        if pending is not None:  # started beside the verifier; its result waits here whether used or not
-            found_hits, search = pending.result()
+        if pending is not None:  # started beside the verifier (done by now, unless BM25 was the slower one)
+            wait([pending])
+            if pending.exception() is None:
+                found_hits, search = pending.result()
+            elif fires:
+                raise pending.exception()
+            # a failed search the fallback does not need fails nothing (the sequential order would not have run it)
         if fires:
             have = {c.id for c in kept}
             scored = {c.id: c.verifier_score for c in found}
-            if pending is None:
+            if search is None:
                 found_hits, search = _timed(self.source.bm25, question, s.fallback_k + len(have))
             hits = [h for h in found_hits if h.id not in have]
             for j, h in enumerate(hits[: s.fallback_k], start=1):
@@ -408,7 +422,7 @@ class MeVePipeline:
         used = 0
         for c in ordered:
             estimate = c.tokens if not packed else used + self._sep_tokens + c.tokens
-            if estimate > s.t_max + _BOUNDARY_SLACK:
+            if not exact and estimate > s.t_max + _BOUNDARY_SLACK:
                 dropped.append(c.brief(reason=f"over budget: about {estimate} > t_max {s.t_max} tokens",
                                        tokens_if_added=estimate))
                 continue

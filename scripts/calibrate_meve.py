@@ -150,7 +150,8 @@ def main() -> int:
         cache_path = out_dir / "scores.json"
         cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
         for kind in args.kinds:
-            fingerprint = json.dumps([kind, base.verifier, base.verifier_max_tokens, embedder_name, source,
+            fingerprint = json.dumps([kind, base.verifier, base.verifier_max_tokens, args.backend, base.verifier_dtype,
+                                      embedder_name, source,
                                       {q: cal.texts(q) for cal in calibrators.values() for q in cal.questions}])
             fingerprint = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
             kept = cache.get(kind) if kind != "embedding" else None

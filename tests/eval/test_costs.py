@@ -58,3 +58,16 @@ def test_a_killed_session_keeps_the_time_it_spent(tmp_path, monkeypatch) -> None
     child.kill()
     child.wait()
     assert json.loads(path.read_text())["phases"]["answers"] >= 1.0
+
+
+def test_periodic_saves_do_not_count_a_phase_twice(tmp_path, monkeypatch) -> None:
+    import eval.costs as costs
+
+    monkeypatch.setattr(costs, "SAVE_EVERY", 0.1)
+    path = tmp_path / "cost.json"
+    ledger = CostLedger(path)
+    ledger.memory.interval = 0.05
+    with ledger, ledger.phase("answers"):
+        time.sleep(1.0)
+    seconds = json.loads(path.read_text())["phases"]["answers"]
+    assert 1.0 <= seconds < 1.5, seconds  # not the periodic value plus the whole phase again

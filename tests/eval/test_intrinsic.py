@@ -69,10 +69,13 @@ def test_repeated_chunks_are_stickier_than_distinct_ones() -> None:
                                     "Mount Everest is the highest mountain.", "The train leaves at nine."])
     others = [_memory(f"o{i}", [f"Paragraph {i} talks about {t}." for t in ("rivers", "violins", "taxes", "moths")])
               for i in range(3)]
-    record = stickiness_record([sticky, distinct, *others], load_embedder("minilm-l6"), "minilm-l6", quantile=0.9)
+    single = _memory("single", ["One chunk holds the whole document."])
+    record = stickiness_record([sticky, distinct, *others, single], load_embedder("minilm-l6"), "minilm-l6",
+                               quantile=0.9)
     by_doc = dict(zip(record["doc_ids"], record["per_memory"], strict=True))
     edges = dict(zip(record["doc_ids"], record["edges"], strict=True))
     assert edges["sticky"] == 6 and by_doc["sticky"] == pytest.approx(2.0)  # every pair joined: log2 4
     assert by_doc["distinct"] < by_doc["sticky"]
-    assert record["mean"] == pytest.approx(np.mean(record["per_memory"]))
+    assert by_doc["single"] is None  # one chunk: no graph, left out of the mean (as clarity leaves it out)
+    assert record["mean"] == pytest.approx(np.mean([v for v in record["per_memory"] if v is not None]))
     assert "K:q0.9-cross-doc" in record["signature"] and -1 <= record["threshold"] <= 1
