@@ -87,8 +87,8 @@ class QAConfig:
                                  "gives MoC's boundary clarity from the same forward passes (eval/intrinsic.py)")
     stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "
                              "documents): structural entropy of each memory's chunk-similarity graph")
-    stickiness_quantile: float = field(0.95, gt=0, lt=1, help="stickiness joins two chunks whose cosine exceeds this "
-                                       "quantile of the cosines between chunks of different documents")
+    stickiness_quantile: float = field(0.999, gt=0, lt=1, help="stickiness joins two chunks whose cosine exceeds "
+                                       "this quantile of the cosines between chunks of different documents")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
     report: bool = field(True, help="write the Markdown report with plots at the end (memreader report)")
 
