@@ -23,7 +23,8 @@ chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod
    the tokenizer; one that does not fit is skipped and the next one tried. Each passage is tokenised
    once; the joined text is tokenised only near the budget's edge and once at the end, and when that
    final count were over ``t_max`` the walk is redone counting the joined text at every step. So the
-   packed context never exceeds ``t_max``, and every skipped passage would have taken it over.
+   packed context never exceeds ``t_max``; a skipped passage would have taken it over by the exact
+   count, or by the estimate when that was more than the slack over.
 
 Switches for ablations: ``verify=false`` keeps every kNN candidate with its cosine as score;
 ``fallback=false`` never calls BM25; ``prioritize=false`` keeps phase order and drops nothing as

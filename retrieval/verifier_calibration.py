@@ -16,8 +16,8 @@ that bias before the sigmoid:
   Scores above 0.5 then mean "more helpful than no passage at all". LM and cross-encoder verifiers only;
 - ``query``: ``sigmoid((raw - mean) / std)`` over the question's candidates: the score says how far a passage
   stands above the other candidates of its question, in their own spread (no extra model call). It keeps about
-  the same share of candidates on every question whatever the verifier's scale, which is why it transfers
-  between data sets best of the three when tau is calibrated on one of them.
+  the same share of candidates on every question whatever the verifier's scale (so a tau should carry over to
+  another data set better than an absolute one; not measured: only HotpotQA is at hand here).
 
 :class:`EmbeddingVerifier` (``verifier_kind: embedding``) uses the cosine that phase 1 already computed between the
 question and each candidate: no model call at all. Its raw score is the cosine; ``none`` clips it to [0, 1].
