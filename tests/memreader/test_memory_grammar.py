@@ -233,7 +233,13 @@ def _junctions_unique(doc: str, path: list[int], k: int) -> bool:
 @given(doc=_docs, data=st.data())
 def test_property_any_graph_path_is_accepted_and_aligns_exactly(hf_tok, ll_tok, doc: str, data) -> None:
     assume(doc.strip())
-    graph = BoundaryGraph.build(doc, PROP)
+    try:
+        graph = BoundaryGraph.build(doc, PROP)
+    except GuidanceError as err:
+        # a document longer than max_scenarios x max_chunk_chars is refused by design (test above): not a graph to
+        # walk; any other refusal is a failure
+        assume("max_scenarios" not in str(err))
+        raise
     _check_graph(graph)
     path = [0]
     while path[-1] < len(doc):
