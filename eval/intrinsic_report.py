@@ -7,7 +7,7 @@ plot of each against ROUGE-L.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,22 @@ INTRINSIC: dict[str, tuple[str, Callable[[Any], tuple[list[str], list[float | No
 QA = ("bleu_1", "rouge_l", "meteor")
 
 
-def _by_id(ids: list[str], values: list[Any], drop: set[str] = frozenset()) -> dict[str, Any]:
-    return {str(i): v for i, v in zip(ids, values, strict=True) if str(i) not in drop}
+def by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any] = ()) -> dict[str, Any]:
+    """``values`` keyed by their ids (as strings), those in ``drop`` left out."""
+    skip = {str(i) for i in drop}
+    return {str(i): v for i, v in zip(ids, values, strict=True) if str(i) not in skip}
+
+
+def method_rows(have: dict[str, Any], get: Callable[[Any], tuple[list[str], list[float | None]] | None],
+                qa: str) -> list[MethodRow]:
+    """:func:`eval.clarity.correlate`'s rows: each method's ``qa`` metric per question (the questions every method
+    scored, none excluded anywhere) and ``get``'s per-document values (aligned on the union of documents)."""
+    drop = {i for m in have.values() for i in m.record.scores.excluded_ids}
+    per_q = {n: by_id(m.record.scores.ids, m.record.scores.metrics[qa].per_example, drop) for n, m in have.items()}
+    questions = [i for i in next(iter(per_q.values())) if all(i in v for v in per_q.values())]
+    docs = list(dict.fromkeys(d for m in have.values() for d in get(m.record)[0]))
+    return [MethodRow(n, [per_q[n][i] for i in questions], [by_id(*get(m.record)).get(d) for d in docs])
+            for n, m in have.items()]
 
 
 def intrinsic_correlations(methods: dict[str, Any], n_resamples: int, seed: int) -> list[dict[str, Any]]:
@@ -39,15 +53,8 @@ def intrinsic_correlations(methods: dict[str, Any], n_resamples: int, seed: int)
             if len(have) < 3:
                 rows.append({**row, "note": f"needs 3 methods with both, has {len(have)}"})
                 continue
-            drop = {i for m in have.values() for i in m.record.scores.excluded_ids}
-            per_q = {n: _by_id(m.record.scores.ids, m.record.scores.metrics[qa].per_example, drop)
-                     for n, m in have.items()}
-            questions = [i for i in next(iter(per_q.values())) if all(i in v for v in per_q.values())]
-            docs = list(dict.fromkeys(d for m in have.values() for d in get(m.record)[0]))
-            method_rows = [MethodRow(n, [per_q[n][i] for i in questions],
-                                     [_by_id(*get(m.record)).get(d) for d in docs]) for n, m in have.items()]
             try:
-                corr = correlate(method_rows, n_resamples, seed)
+                corr = correlate(method_rows(have, get, qa), n_resamples, seed)
             except CorrelationError as err:
                 rows.append({**row, "note": str(err)})
                 continue

@@ -179,7 +179,7 @@ def _cached(ctx: MethodContext, path: Path, fn: Callable[[list[DocumentMemory]],
     cached = _read_json(path)
     key = {"memories_sha256": memories_sha, "signature": signature}
     if cached is not None and cached.get("key") == key:
-        return cached["value" if "value" in cached else path.stem]
+        return cached["value"]
     t0 = time.perf_counter()
     value = fn(memories)
     ctx.profile.add(path.stem, time.perf_counter() - t0)

@@ -95,22 +95,29 @@ def chunk_histograms(lengths: Mapping[str, Sequence[int]], path: Path,
     return _save(fig, path)
 
 
+def _points_with_fit(ax: plt.Axes, points: Mapping[str, tuple[float, float]], label_fit: bool = False) -> bool:
+    """One labelled point per method and, with 2+ distinct x, a dashed least-squares line (whether it drew one)."""
+    xs = np.array([p[0] for p in points.values()])
+    ys = np.array([p[1] for p in points.values()])
+    for i, (method, (x, y)) in enumerate(points.items()):
+        ax.scatter([x], [y], color=f"C{i % 10}", zorder=3)
+        ax.annotate(ascii_label(method, 20), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if len(points) < 2 or np.ptp(xs) <= 0:
+        return False
+    slope, intercept = np.polyfit(xs, ys, 1)
+    grid = np.linspace(xs.min(), xs.max(), 50)
+    ax.plot(grid, slope * grid + intercept, color="grey", linestyle="--",
+            label=f"fit y = {slope:.3f}x + {intercept:.3f}" if label_fit else None)
+    return True
+
+
 def clarity_scatter(points: Mapping[str, tuple[float, float]], path: Path, pearson: float | None = None,
                     spearman: float | None = None) -> Path:
     """Mean clarity (x) against mean ROUGE-L (y), one labelled point per method, least-squares line."""
     if not points:
         raise ValueError("clarity_scatter needs at least one method")
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    xs = np.array([p[0] for p in points.values()])
-    ys = np.array([p[1] for p in points.values()])
-    for i, (method, (x, y)) in enumerate(points.items()):
-        ax.scatter([x], [y], color=f"C{i % 10}", zorder=3)
-        ax.annotate(ascii_label(method, 20), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    if len(points) >= 2 and np.ptp(xs) > 0:
-        slope, intercept = np.polyfit(xs, ys, 1)
-        grid = np.linspace(xs.min(), xs.max(), 50)
-        ax.plot(grid, slope * grid + intercept, color="grey", linestyle="--", label=f"fit y = {slope:.3f}x + "
-                f"{intercept:.3f}")
+    if _points_with_fit(ax, points, label_fit=True):
         ax.legend(fontsize=8, loc="lower right")
     stats = []
     if pearson is not None and not math.isnan(pearson):
@@ -132,15 +139,7 @@ def intrinsic_scatter(panels: Mapping[str, Mapping[str, tuple[float, float]]], p
         raise ValueError("intrinsic_scatter needs at least one panel")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.0), squeeze=False)
     for ax, (title, points) in zip(axes[0], panels.items(), strict=True):
-        xs = np.array([p[0] for p in points.values()])
-        ys = np.array([p[1] for p in points.values()])
-        for i, (method, (x, y)) in enumerate(points.items()):
-            ax.scatter([x], [y], color=f"C{i % 10}", zorder=3)
-            ax.annotate(ascii_label(method, 20), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        if len(points) >= 2 and np.ptp(xs) > 0:
-            slope, intercept = np.polyfit(xs, ys, 1)
-            grid = np.linspace(xs.min(), xs.max(), 50)
-            ax.plot(grid, slope * grid + intercept, color="grey", linestyle="--")
+        _points_with_fit(ax, points)
         ax.set_xlabel(ascii_label(title, 40))
         ax.set_ylabel("mean ROUGE-L")
         ax.grid(alpha=0.3)

@@ -13,7 +13,6 @@ Paired tests are every method minus ``memreader`` on the same items (:func:`eval
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from eval import paper_tables as paper
-from eval.clarity import Correlation, MethodRow, correlate
-from eval.intrinsic_report import intrinsic_section
+from eval.clarity import Correlation, correlate
+from eval.intrinsic_report import INTRINSIC, by_id, intrinsic_section, method_rows
 from eval.paper_tables import fmt as _f
 from eval.paper_tables import md_table as _table
 from eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
@@ -110,11 +109,6 @@ def _metric_names(methods: dict[str, Method]) -> list[str]:
     return sorted(names, key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
 
 
-def _by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any] = ()) -> dict[str, Any]:
-    skip = {str(i) for i in drop}
-    return {str(i): v for i, v in zip(ids, values, strict=True) if str(i) not in skip}
-
-
 def support_interval(record: SupportRecord | None, n_resamples: int, seed: int) -> dict[str, Any] | None:
     """Mean support with its bootstrap interval over the scored items (None when not measured)."""
     if record is None:
@@ -143,11 +137,11 @@ def paired_comparisons(methods: dict[str, Method], reference: str = REFERENCE, n
         drop = [*rs.excluded_ids, *ms.excluded_ids]
         for metric in _metric_names({reference: ref, name: m}):
             a, b = ms.metrics.get(metric), rs.metrics.get(metric)
-            pairs.append((metric, a, b, _by_id(ms.ids, a.per_example, drop) if a else {},
-                          _by_id(rs.ids, b.per_example, drop) if b else {}))
+            pairs.append((metric, a, b, by_id(ms.ids, a.per_example, drop) if a else {},
+                          by_id(rs.ids, b.per_example, drop) if b else {}))
         sa, sb = m.record.support, ref.record.support
-        pairs.append(("support", sa, sb, _by_id(sa.ids, sa.per_example) if sa else {},
-                      _by_id(sb.ids, sb.per_example) if sb else {}))
+        pairs.append(("support", sa, sb, by_id(sa.ids, sa.per_example) if sa else {},
+                      by_id(sb.ids, sb.per_example) if sb else {}))
         for metric, a, b, va, vb in pairs:
             row: dict[str, Any] = {"method": name, "reference": reference, "metric": metric}
             common = [i for i in va if i in vb and va[i] is not None and vb[i] is not None]
@@ -173,16 +167,7 @@ def correlation(methods: dict[str, Method], n_resamples: int, seed: int) -> tupl
     if len(have) < 3:
         return None, (f"needs at least 3 methods with clarity and ROUGE-L; this run has {len(have)}"
                       f"{' (' + ', '.join(have) + ')' if have else ''}")
-    drop = {i for m in have.values() for i in m.record.scores.excluded_ids}
-    per_q = {n: _by_id(m.record.scores.ids, m.record.scores.metrics["rouge_l"].per_example, drop)
-             for n, m in have.items()}
-    questions = [i for i in next(iter(per_q.values())) if all(i in v for v in per_q.values())]
-    docs = list(dict.fromkeys(d for m in have.values() for d in m.record.clarity.doc_ids))
-    rows = []
-    for n, m in have.items():
-        c = _by_id(m.record.clarity.doc_ids, m.record.clarity.per_memory)
-        rows.append(MethodRow(n, [per_q[n][i] for i in questions], [c.get(d) for d in docs]))
-    return correlate(rows, n_resamples, seed), ""
+    return correlate(method_rows(have, INTRINSIC["clarity"][1], "rouge_l"), n_resamples, seed), ""
 
 
 # -- Markdown --------------------------------------------------------------------------------------------

@@ -35,12 +35,28 @@ from typing import Any
 from retrieval.verifier import VerifierError, _check_input, _sigmoid
 
 __all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "build_meve_verifier",
-           "calibrate"]
+           "calibrate", "calibrated_margins"]
 
 CALIBRATIONS = ("none", "content_free", "query")
 CONTENT_FREE = "N/A"
 """The content-free passage of contextual calibration (the string Zhao et al. use)."""
 _MIN_STD = 1e-6
+
+
+def calibrated_margins(mode: str, raw: Sequence[float], base: float | None = None) -> list[float]:
+    """One question's raw scores calibrated by ``mode`` (``base``: the raw score of the content-free passage, for
+    ``content_free``); the sigmoid of each is the calibrated score."""
+    if mode == "content_free":
+        if base is None:
+            raise VerifierError("content_free calibration needs the content-free passage's raw score")
+        return [x - base for x in raw]
+    if mode == "query":
+        mean = statistics.fmean(raw) if raw else 0.0
+        std = max(statistics.pstdev(raw), _MIN_STD) if len(raw) > 1 else 1.0
+        return [(x - mean) / std for x in raw]
+    if mode == "none":
+        return list(raw)
+    raise VerifierError(f"verifier_calibration {mode!r} is not one of {', '.join(CALIBRATIONS)}")
 
 
 class EmbeddingVerifier:
@@ -119,13 +135,8 @@ class CalibratedVerifier:
             return []
         if self.mode == "content_free":
             *raw, base = self._raw(question, passages, similarities, extra=(CONTENT_FREE,))
-            return [x - base for x in raw]
-        raw = self._raw(question, passages, similarities)
-        if self.mode == "none":
-            return raw
-        mean = statistics.fmean(raw)
-        std = max(statistics.pstdev(raw), _MIN_STD) if len(raw) > 1 else 1.0
-        return [(x - mean) / std for x in raw]
+            return calibrated_margins("content_free", raw, base)
+        return calibrated_margins(self.mode, self._raw(question, passages, similarities))
 
     def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
               ) -> list[float]:

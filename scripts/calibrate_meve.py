@@ -39,20 +39,19 @@ from typing import Any
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_meve import passages_of, recall  # noqa: E402
+from bench_meve import passages_of, recall, top_k_run  # noqa: E402
 
 from eval.datasets import load_hotpotqa  # noqa: E402
 from memreader.config import load_config  # noqa: E402
-from memreader.embedders import encode  # noqa: E402
 from memreader.paths import memreader_home, sha256_file, write_json  # noqa: E402
 from memreader.registry import canonical_name  # noqa: E402
 from memreader.runtime import load_embedder  # noqa: E402
-from retrieval.meve import SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer  # noqa: E402
+from retrieval.meve import MeVePipeline, MeVeSettings, load_tokenizer  # noqa: E402
 from retrieval.meve_calibration import CalibrationError, Calibrator, as_rows, choose, tau_grid  # noqa: E402
 from retrieval.passages import PassageStore  # noqa: E402
 from retrieval.search import RetrievalConfig  # noqa: E402
 from retrieval.verifier import _sigmoid, build_verifier  # noqa: E402
-from retrieval.verifier_calibration import CONTENT_FREE  # noqa: E402
+from retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 LM_KINDS = ("lm", "lm_likelihood")
@@ -62,27 +61,18 @@ NEAR_BEST = 0.05
 GOAL_REDUCTION = 0.57
 
 
-def zscores(raw: list[float]) -> list[float]:
-    mean, std = statistics.fmean(raw), max(statistics.pstdev(raw), 1e-6)
-    return [_sigmoid((x - mean) / std) for x in raw]
-
-
 def derive(kind: str, raw: list[float], base: float | None) -> dict[str, list[float]]:
     """The scores of every calibration of ``kind`` from its raw scores (and the content-free one)."""
-    if kind == "embedding":
-        return {"none": [min(1.0, max(0.0, x)) for x in raw], "query": zscores(raw)}
-    return {"none": [_sigmoid(x) for x in raw], "content_free": [_sigmoid(x - base) for x in raw],
-            "query": zscores(raw)}
+    scores = {mode: [_sigmoid(x) for x in calibrated_margins(mode, raw, base)] for mode in CALIBRATIONS[kind]}
+    if kind == "embedding":  # the embedding verifier's own score is the clipped cosine, not its sigmoid
+        scores["none"] = EmbeddingVerifier().score("-", ["-"] * len(raw), similarities=raw)
+    return scores
 
 
 def top_k(store: PassageStore, embedder: Any, tokenizer: Any, questions: list[str], k: int) -> tuple[list, float]:
-    """Plain dense top-k doc_ids per question and mean tokens of the joined passages."""
-    out, tokens = [], []
-    for q in questions:
-        hits = store.knn(encode(embedder, [q], batch_size=1, kind="query")[0].tolist(), k, with_vectors=False)
-        out.append([h.doc_id for h in hits])
-        tokens.append(len(tokenizer(SEPARATOR.join(h.text for h in hits), add_special_tokens=False)["input_ids"]))
-    return out, statistics.fmean(tokens)
+    """Plain dense top-k doc_ids per question and mean tokens of the joined passages (bench_meve's runs)."""
+    runs = [top_k_run(store, embedder, tokenizer, q, k) for q in questions]
+    return [r["doc_ids"] for r in runs], statistics.fmean(r["tokens"] for r in runs)
 
 
 def main() -> int:
