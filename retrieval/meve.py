@@ -21,10 +21,16 @@ chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod
 5. **Pack**: greedy *first fit* in priority order: a passage is added when the context with it
    (passages joined by :data:`SEPARATOR`, the separators counted) is at most ``t_max`` tokens of
    the tokenizer; one that does not fit is skipped and the next one tried. Each passage is tokenised
-   once; the joined text is tokenised only near the budget's edge and once at the end, and when that
-   final count were over ``t_max`` the walk is redone counting the joined text at every step. So the
-   packed context never exceeds ``t_max``; a skipped passage would have taken it over by the exact
-   count, or by the estimate when that was more than the slack over.
+   once; the joined text is tokenised only near the budget's edge and once at the end (unless the last
+   passage packed was checked that way already), and when that final count were over ``t_max`` the
+   walk is redone counting the joined text at every step. So the packed context never exceeds
+   ``t_max``; a skipped passage would have taken it over by the exact count, or by the estimate when
+   that was more than the slack over.
+
+Beside a verifier that runs a model (the last verification took more than 50 ms), the work that does not
+need its scores runs in a worker thread while it scores: reading the candidates' stored vectors (phase 1
+then searches without them), counting their tokens, and the fallback's BM25 search (used only if the
+fallback fires). Results and errors are those of the sequential order; only the critical path is shorter.
 
 Switches for ablations: ``verify=false`` keeps every kNN candidate with its cosine as score;
 ``fallback=false`` never calls BM25; ``prioritize=false`` keeps phase order and drops nothing as
@@ -33,6 +39,7 @@ redundant; ``pack=false`` joins every prioritised passage, whatever its length.
 
 from __future__ import annotations
 
+import inspect
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, fields
@@ -44,6 +51,7 @@ import numpy as np
 from memreader.config import field, range_problems
 from memreader.embedders import encode
 from retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
+from retrieval.token_counter import TokenCounter
 from retrieval.verifier import KINDS, Verifier
 from retrieval.verifier_calibration import CALIBRATIONS
 
@@ -55,10 +63,8 @@ SEPARATOR = "\n\n"
 PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
 VERIFIER_KINDS = (*KINDS, "embedding")
 _SPECULATE_MS = 50.0
-"""The fallback's BM25 search starts beside the verifier when the last verification took longer than this."""
-_COUNT_CACHE = 200_000
-"""Passages whose token counts are kept per tokenizer (cleared beyond that)."""
-_TOKEN_COUNTS: dict[str, dict[str, int]] = {}
+"""Work that does not need the verifier's scores (the candidates' vectors and token counts, the fallback's BM25
+search) runs beside it when the last verification took longer than this."""
 _BOUNDARY_SLACK = 8
 """Joined text tokenises within a few tokens of the sum of its parts; a passage whose summed count is
 more than this over the budget is skipped without tokenising the joined text."""
@@ -236,20 +242,38 @@ class MeVePipeline:
         if problems:
             raise MeVeError("MeVe settings cannot be used:\n  - " + "\n  - ".join(problems))
         self.source, self.embedder, self.verifier, self.tokenizer = source, embedder, verifier, tokenizer
+        self.counter = TokenCounter(tokenizer)
+        # a source whose knn takes with_vectors (PassageStore) can leave the vectors to the read beside the verifier
+        self._knn_skips_vectors = "with_vectors" in inspect.signature(source.knn).parameters
         # what a separator adds between two passages (its tokens can differ inside text from on its own)
         self._sep_tokens = max(self.count(SEPARATOR), self.count("a" + SEPARATOR + "b") - self.count("a")
                                - self.count("b"))
-        # a passage is tokenised once per tokenizer in this process, not once per question (nor per pipeline:
-        # `memreader ask` and the Python API build one per question)
-        self._token_counts = _TOKEN_COUNTS.setdefault(str(getattr(tokenizer, "name_or_path", "")) or
-                                                      str(id(tokenizer)), {})
         self._pool: ThreadPoolExecutor | None = None
-        # whether the verifier is slow enough to hide a search behind: until measured, a verifier that runs a model
+        # whether the verifier is slow enough to hide work behind: until measured, a verifier that runs a model
         self._last_verifier_ms = 0.0 if getattr(verifier, "wants_similarities", False) else float("inf")
 
     def count(self, text: str) -> int:
         """Tokens of ``text`` in the budget tokenizer (no special tokens)."""
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self.counter.count(text)
+
+    def _beside_verifier(self) -> bool:
+        """Whether phase 2 runs a model slow enough that independent work should run beside it."""
+        return bool(self.settings.verify and self.verifier is not None and self._last_verifier_ms > _SPECULATE_MS)
+
+    def _submit(self, fn: Any, *args: Any) -> Future:
+        self._pool = self._pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="meve-beside-verifier")
+        return self._pool.submit(fn, *args)
+
+    def _prefetch(self, found: list[Candidate]) -> dict[str, np.ndarray]:
+        """Beside the verifier: the stored vectors phase 4 needs and the token counts phase 5 needs."""
+        self.counter.counts([c.text for c in found])
+        return self.source.vectors([c.id for c in found if c.vector is None]) if self.settings.prioritize else {}
+
+    def _bm25_counted(self, question: str, k: int) -> list[Any]:
+        """Beside the verifier: the fallback's search, its passages counted for phase 5."""
+        hits = self.source.bm25(question, k)
+        self.counter.counts([h.text for h in hits])
+        return hits
 
     def _check_question(self, question: str) -> None:
         if not isinstance(question, str) or not question.strip():
@@ -262,7 +286,11 @@ class MeVePipeline:
     def candidates(self, question: str) -> list[Candidate]:
         """Phase 1 alone: the ``k`` nearest passages as candidates (what :meth:`finish` takes)."""
         vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
-        hits = self.source.knn(vector.tolist(), self.settings.k)
+        # beside a slow verifier the vectors are read while it runs, off the critical path
+        if self._knn_skips_vectors and self._beside_verifier():
+            hits = self.source.knn(vector.tolist(), self.settings.k, with_vectors=False)
+        else:
+            hits = self.source.knn(vector.tolist(), self.settings.k)
         return [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where,
                           vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
 
@@ -288,22 +316,22 @@ class MeVePipeline:
                                  "verifier": getattr(self.verifier, "name", None) if s.verify else None,
                                  "verifier_engine": getattr(self.verifier, "choice", None) if s.verify else None,
                                  "knn": {"k": s.k, "candidates": [c.brief() for c in found]}}
-        # a verifier that runs a model takes far longer than one BM25 search: the fallback's search starts beside it
-        # and is used only if the fallback fires (so its time is not on the critical path either way)
-        pending = None
-        if s.verify and s.fallback and s.fallback_beside_verifier and s.n_min > 0 and found and \
-                self._last_verifier_ms > _SPECULATE_MS:
-            self._pool = self._pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="meve-bm25")
-            pending = self._pool.submit(_timed, self.source.bm25, question, s.fallback_k + len(found))
+        # a verifier that runs a model takes far longer than reading vectors, counting tokens or one BM25 search: they
+        # start beside it (the search is used only if the fallback fires), so their time leaves the critical path
+        prefetch = pending = None
+        if found and self._beside_verifier():
+            prefetch = self._submit(self._prefetch, found)
+            if s.fallback and s.fallback_beside_verifier and s.n_min > 0:
+                pending = self._submit(_timed, self._bm25_counted, question, s.fallback_k + len(found))
         try:
             kept, verifier_ms = self._verify(question, found, audit, ms)
         except BaseException:
-            if pending is not None and not pending.cancel():
-                wait([pending])  # the search must not outlive the question on a shared client
+            running = [f for f in (prefetch, pending) if f is not None and not f.cancel()]
+            wait(running)  # the reads must not outlive the question on a shared client
             raise
         self._last_verifier_ms = verifier_ms
         extra = self._fallback(question, found, kept, audit, ms, pending)
-        ordered = self._prioritize(kept + extra, audit, ms)
+        ordered = self._prioritize(kept + extra, audit, ms, prefetch)
         packed, context, tokens = self._pack(ordered, audit, ms)
 
         ms["total"] = _ms(started)
@@ -382,9 +410,14 @@ class MeVePipeline:
                                                                     "used": fires}}
         return extra
 
-    def _prioritize(self, combined: list[Candidate], audit: dict[str, Any], ms: dict[str, float]) -> list[Candidate]:
+    def _prioritize(self, combined: list[Candidate], audit: dict[str, Any], ms: dict[str, float],
+                    prefetch: Future | None = None) -> list[Candidate]:
         s = self.settings
         t = time.perf_counter()
+        if prefetch is not None:  # read beside the verifier; its failure is this phase's (the read it replaces)
+            stored = prefetch.result()
+            for c in combined:
+                c.vector = stored.get(c.id) if c.vector is None else c.vector
         if not s.prioritize:
             ms["prioritize"] = _ms(t)
             audit["prioritize"] = {"enabled": False, "order": [c.brief() for c in combined], "dropped": []}
@@ -413,21 +446,24 @@ class MeVePipeline:
                                "dropped": dropped}
         return kept
 
-    def _fit(self, ordered: list[Candidate], exact: bool = False) -> tuple[list[Candidate], list[dict[str, Any]]]:
+    def _fit(self, ordered: list[Candidate], exact: bool = False) -> tuple[list[Candidate], list[dict[str, Any]], int | None]:
         """Greedy first fit under ``t_max``. The joined text's tokens are estimated as the sum of the passages' own
         counts plus the separators' (the passages are tokenised once); only a passage whose estimate lands within
-        the slack of the budget is checked by tokenising the joined text (every passage with ``exact``)."""
+        the slack of the budget is checked by tokenising the joined text (every passage with ``exact``). Also
+        returns the packed context's exact count when the last passage packed was checked that way (else None)."""
         s = self.settings
         packed: list[Candidate] = []
         dropped = []
         used = 0
+        known: int | None = None
         for c in ordered:
             estimate = c.tokens if not packed else used + self._sep_tokens + c.tokens
             if not exact and estimate > s.t_max + _BOUNDARY_SLACK:
                 dropped.append(c.brief(reason=f"over budget: about {estimate} > t_max {s.t_max} tokens",
                                        tokens_if_added=estimate))
                 continue
-            if exact or estimate > s.t_max - _BOUNDARY_SLACK:
+            counted = exact or estimate > s.t_max - _BOUNDARY_SLACK
+            if counted:
                 estimate = self.count(SEPARATOR.join(x.text for x in [*packed, c]))
                 if estimate > s.t_max:
                     dropped.append(c.brief(reason=f"over budget: {estimate} > t_max {s.t_max} tokens",
@@ -435,20 +471,16 @@ class MeVePipeline:
                     continue
             packed.append(c)
             used = estimate
-        return packed, dropped
+            known = estimate if counted else None
+        return packed, dropped, known
 
     def _pack(self, ordered: list[Candidate], audit: dict[str, Any],
               ms: dict[str, float]) -> tuple[list[Candidate], str, int]:
         s = self.settings
         t = time.perf_counter()
-        known = self._token_counts
-        todo = list(dict.fromkeys(c.text for c in ordered if c.tokens is None and c.text not in known))
-        if todo:
-            if len(known) > _COUNT_CACHE:
-                known.clear()
-            known.update(zip(todo, map(len, self.tokenizer(todo, add_special_tokens=False)["input_ids"]), strict=True))
-        for c in ordered:
-            c.tokens = known[c.text] if c.tokens is None else c.tokens
+        todo = [c for c in ordered if c.tokens is None]
+        for c, n in zip(todo, self.counter.counts([c.text for c in todo]), strict=True):
+            c.tokens = n
         if not s.pack:
             context = SEPARATOR.join(c.text for c in ordered)
             tokens = self.count(context) if context else 0
@@ -456,13 +488,13 @@ class MeVePipeline:
             audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [],
                              "tokens": tokens}
             return list(ordered), context, tokens
-        packed, dropped = self._fit(ordered)
+        packed, dropped, known = self._fit(ordered)
         context = SEPARATOR.join(c.text for c in packed)
-        used = self.count(context) if packed else 0
+        used = known if known is not None else self.count(context) if packed else 0
         if used > s.t_max:  # the estimates were off by more than the slack: the exact walk, one count per passage
-            packed, dropped = self._fit(ordered, exact=True)
+            packed, dropped, known = self._fit(ordered, exact=True)
             context = SEPARATOR.join(c.text for c in packed)
-            used = self.count(context) if packed else 0
+            used = known if known is not None else 0
         ms["pack"] = _ms(t)
         audit["pack"] = {"enabled": True, "t_max": s.t_max, "separator": SEPARATOR, "packed": [c.brief() for c in packed],
                          "dropped": dropped, "tokens": used}

@@ -24,7 +24,11 @@ class MeVeError(MemReaderError, ValueError):
 class PassageSource(Protocol):
     """Where MeVe retrieves from: dense kNN, BM25, and stored vectors by id."""
 
-    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]: ...
+    def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]:
+        """The ``k`` nearest passages, best first, with their stored vectors if the source has them at hand (phase 4
+        reads missing ones through :meth:`vectors`). A source whose ``knn`` also takes ``with_vectors`` is searched
+        with ``with_vectors=False`` beside a slow verifier, which then reads the vectors while it scores."""
+        ...
 
     def bm25(self, query: str, k: int) -> list[PassageHit]: ...
 
@@ -49,7 +53,7 @@ class MemoryChunkSource:
                           rank=h.rank, score=h.similarity, where=h.where)
 
     def knn(self, vector: Sequence[float], k: int) -> list[PassageHit]:
-        """The ``k`` nearest chunks (cosine), best first."""
+        """The ``k`` nearest chunks (cosine), best first, without vectors (phase 4 reads them by primary key)."""
         if len(vector) != self.index.meta["dim"]:
             raise MeVeError(f"the query vector has {len(vector)} dimensions, the index {self.index.meta['dim']}",
                             f"embed the question with {self.index.meta['embedder']!r}")

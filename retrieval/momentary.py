@@ -41,9 +41,10 @@ from typing import Any
 from memreader.errors import MemReaderError
 from memreader.fusion import reciprocal_rank_fusion
 from retrieval.conversation_store import BM25, ConversationStore, Turn, check_conversation_id
+from retrieval.token_counter import TokenCounter
 
 __all__ = ["FUSIONS", "ContextTurn", "CutTurn", "MomentaryContext", "MomentaryError", "MomentarySettings",
-           "Normalisation", "TokenCounter", "build_context", "format_context", "fuse", "render_turn"]
+           "Normalisation", "TokenCounter", "build_context", "format_context", "fuse", "longest_suffix", "render_turn"]
 
 FUSIONS = ("weighted", "rrf")
 
@@ -164,40 +165,20 @@ def fuse(raw: Mapping[str, Mapping[int, float]], weights: Mapping[str, float], f
     return Fused(scores, order, normalised, ranks, norms)
 
 
-class TokenCounter:
-    """Counts tokens with the answering model's tokenizer (a transformers tokenizer)."""
-
-    def __init__(self, tokenizer: Any, name: str = "") -> None:
-        self.tokenizer = tokenizer
-        self.name = name or str(getattr(tokenizer, "name_or_path", type(tokenizer).__name__))
-
-    @classmethod
-    def load(cls, model: str) -> TokenCounter:
-        """The tokenizer of a registry name (``smollm2-135m-instruct``), local folder or hub id."""
-        from transformers import AutoTokenizer
-
-        from memreader.registry import resolve_model
-
-        return cls(AutoTokenizer.from_pretrained(resolve_model(model)), name=model)
-
-    def count(self, text: str) -> int:
-        """Tokens of ``text`` without special tokens."""
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def longest_suffix(self, speaker: str, text: str, budget: int) -> str | None:
-        """The longest suffix ``s`` of ``text`` with ``count(render_turn(speaker, s)) <= budget`` (None if
-        not even one character fits). Cut on characters, so the result is exact text of the turn."""
-        fits = lambda start: self.count(render_turn(speaker, text[start:])) <= budget  # noqa: E731
-        lo, hi = 0, len(text) - 1  # the answer (first start that fits) lies in [lo, hi] if the last char fits
-        if hi < 0 or not fits(hi):
-            return None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        return text[lo:]
+def longest_suffix(counter: TokenCounter, speaker: str, text: str, budget: int) -> str | None:
+    """The longest suffix ``s`` of ``text`` with ``counter.count(render_turn(speaker, s)) <= budget`` (None if
+    not even one character fits). Cut on characters, so the result is exact text of the turn."""
+    fits = lambda start: counter.count(render_turn(speaker, text[start:])) <= budget  # noqa: E731
+    lo, hi = 0, len(text) - 1  # the answer (first start that fits) lies in [lo, hi] if the last char fits
+    if hi < 0 or not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return text[lo:]
 
 
 def render_turn(speaker: str, text: str) -> str:
@@ -336,7 +317,7 @@ def build_context(store: ConversationStore, conversation: str, question: str, se
     if tokens <= left:
         chosen = [placed(recent.index, recent.text, tokens, False)]
     else:
-        suffix = counter.longest_suffix(recent.speaker, recent.text.strip(), left)
+        suffix = longest_suffix(counter, recent.speaker, recent.text.strip(), left)
         if suffix is None:
             raise MomentaryError(
                 f"the question has {q_tokens} tokens; the {left} left under max_tokens (L_max) = {settings.max_tokens} "

@@ -6,6 +6,7 @@ for real."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,73 @@ def test_fallback_beside_the_verifier_gives_the_sequential_result(store: Passage
     assert beside.audit["fallback"]["search"]["beside_verifier"] and beside.audit["fallback"]["search"]["used"]
     assert not after.audit["fallback"]["search"]["beside_verifier"]
     assert [c.id for c in beside.passages] == [c.id for c in after.passages] and beside.context == after.context
+
+
+class VectorlessSource(CountingSource):
+    """A passage store that can search without vectors, recording how phase 1 searched and where vectors were read."""
+
+    def __init__(self, store: PassageStore, broken: bool = False) -> None:
+        super().__init__(store)
+        self.broken, self.knn_with_vectors, self.vector_threads = broken, [], []
+
+    def knn(self, vector: Sequence[float], k: int, with_vectors: bool = True) -> Any:
+        self.knn_with_vectors.append(with_vectors)
+        return self.store.knn(vector, k, with_vectors=with_vectors)
+
+    def vectors(self, ids: Sequence[str]) -> Any:
+        self.vector_threads.append(threading.current_thread().name)
+        if self.broken:
+            raise PassageStoreError("the vector read failed", "rebuild the store")
+        return self.store.vectors(ids)
+
+
+def _comparable(result: Any) -> dict[str, Any]:
+    audit = {k: v for k, v in result.audit.items() if k != "ms"}
+    audit["fallback"] = {k: v for k, v in audit["fallback"].items() if k != "search"}  # timings and where it ran
+    audit["verify"] = {k: v for k, v in audit["verify"].items() if k != "verifier_ms"}
+    return {"context": result.context, "passages": [p.id for p in result.passages], "audit": audit}
+
+
+def test_reads_beside_the_verifier_give_the_sequential_result(store: PassageStore, embedder: Any,
+                                                              tokenizer: Any) -> None:
+    verifier = TableVerifier({"tea-temp": 0.9, "tea-temp-copy": 0.8, "kettle": 0.7})
+    for settings in ({"k": 5, "n_min": 0, "t_max": 60}, {"k": 4, "n_min": 5, "fallback_k": 2, "t_max": 90}):
+        source = VectorlessSource(store)
+        beside = _pipeline(source, embedder, tokenizer, verifier, **settings)  # a verifier not yet timed: slow
+        first = beside.run(QUESTION)
+        # phase 1 searched without vectors; phase 4's vectors were read in the worker while the verifier scored
+        assert source.knn_with_vectors == [False]
+        assert source.vector_threads and all(t.startswith("meve-beside-verifier") for t in source.vector_threads)
+        assert first.audit["prioritize"]["dropped"]  # the redundancy check saw the vectors read beside it
+        sequential = _pipeline(source, embedder, tokenizer, verifier, **settings)
+        sequential._last_verifier_ms = 0.0  # a fast verifier: nothing runs beside it
+        source.knn_with_vectors, source.vector_threads = [], []
+        second = sequential.run(QUESTION)
+        assert source.knn_with_vectors == [True] and source.vector_threads == []
+        assert _comparable(first) == _comparable(second)
+        assert first.tokens == _count(tokenizer, first.context) <= settings["t_max"]
+
+
+def test_a_failed_read_beside_the_verifier_fails_the_question(store: PassageStore, embedder: Any,
+                                                               tokenizer: Any) -> None:
+    verifier = TableVerifier({"tea-temp": 0.9, "tea-temp-copy": 0.8})
+    with pytest.raises(PassageStoreError, match="the vector read failed"):
+        _pipeline(VectorlessSource(store, broken=True), embedder, tokenizer, verifier, k=4, n_min=0).run(QUESTION)
+    # without phase 4 the vectors are not needed, so their read is not attempted and nothing fails
+    quiet = _pipeline(VectorlessSource(store, broken=True), embedder, tokenizer, verifier, k=4, n_min=0,
+                      prioritize=False).run(QUESTION)
+    assert {"tea-temp", "tea-temp-copy"} <= {p.id for p in quiet.passages}  # kept: no redundancy check
+
+
+def test_packing_is_exact_at_every_budget(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    verifier = TableVerifier({pid: 0.9 - i / 20 for i, (pid, _, _) in enumerate(CORPUS)})
+    by_id = {pid: text for pid, _, text in CORPUS}
+    for t_max in range(20, 140, 7):
+        result = _pipeline(store, embedder, tokenizer, verifier, k=len(CORPUS), n_min=0, redundancy=1.0,
+                           t_max=t_max).run(QUESTION)
+        assert result.tokens == _count(tokenizer, result.context) <= t_max, t_max
+        for entry in result.audit["pack"]["dropped"]:  # first fit: every skipped passage would not have fitted
+            assert _count(tokenizer, result.context + SEPARATOR + by_id[entry["id"]]) > t_max, (t_max, entry)
 
 
 def test_redundancy_drops_the_near_duplicate(store: PassageStore, embedder: Any, tokenizer: Any) -> None:

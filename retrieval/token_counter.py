@@ -1,0 +1,94 @@
+"""Token counts in an answering model's tokenizer, for context budgets (MeVe's ``t_max``, momentary contexts).
+
+    counter = TokenCounter.load("smollm2-135m-instruct")     # or TokenCounter(tokenizer)
+    counter.count("one text")                                 # exact, no special tokens
+    counter.counts(passages)                                  # batched, remembered per tokenizer
+
+A fast (Rust) tokenizer is counted through a private copy of its backend: the same vocabulary, merges,
+normaliser and pre-tokeniser, with truncation and padding off and special tokens treated as the tokenizer
+treats them, so the counts equal ``len(tokenizer(text, add_special_tokens=False)["input_ids"])`` (tested) while
+skipping the Python around that call (measured: 5 % of the time on one 1,000-token text, 35 % on a batch of
+eight passages, half on a question). The copy is also what
+makes counting thread-safe: a transformers tokenizer re-configures its backend on every call, so two threads
+sharing it can collide (MeVe counts passages in a worker thread beside the verifier). A slow (Python) tokenizer
+is called as it is, under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["TokenCounter"]
+
+_CACHE_LIMIT = 200_000
+"""Texts whose counts :meth:`TokenCounter.counts` keeps per tokenizer (cleared beyond that)."""
+_KNOWN: dict[str, dict[str, int]] = {}
+_KNOWN_LOCK = threading.Lock()
+
+
+def _private_backend(tokenizer: Any) -> Any | None:
+    """A copy of a fast tokenizer's Rust backend that only counts (None for a slow tokenizer)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return None
+    from tokenizers import Tokenizer
+
+    own = Tokenizer.from_str(backend.to_str())
+    own.no_truncation()
+    own.no_padding()
+    own.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+    return own
+
+
+class TokenCounter:
+    """Counts tokens with a transformers tokenizer (no special tokens), safely from several threads."""
+
+    def __init__(self, tokenizer: Any, name: str = "") -> None:
+        self.tokenizer = tokenizer
+        self.name = name or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+        self._backend = _private_backend(tokenizer)
+        self._lock = threading.Lock()  # only for a slow tokenizer, which is called as it is
+        # one table per tokenizer in this process: a passage is counted once, not once per question or per pipeline
+        key = str(getattr(tokenizer, "name_or_path", "") or "") or f"id:{id(tokenizer)}"
+        with _KNOWN_LOCK:
+            self._known = _KNOWN.setdefault(key, {})
+
+    @classmethod
+    def load(cls, model: str) -> TokenCounter:
+        """The tokenizer of a registry name (``smollm2-135m-instruct``), local folder or hub id."""
+        from transformers import AutoTokenizer
+
+        from memreader.registry import resolve_model
+
+        return cls(AutoTokenizer.from_pretrained(resolve_model(model)), name=model)
+
+    @property
+    def fast(self) -> bool:
+        """Whether counting goes through the private Rust backend."""
+        return self._backend is not None
+
+    def _lengths(self, texts: Sequence[str]) -> list[int]:
+        if self._backend is not None:
+            return [len(e.ids) for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+        with self._lock:
+            return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` (not remembered: joined contexts rarely repeat)."""
+        return self._lengths([text])[0]
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text; texts counted before (by any counter of this tokenizer) are not tokenised again."""
+        with _KNOWN_LOCK:
+            have = {t: self._known[t] for t in texts if t in self._known}
+        todo = [t for t in dict.fromkeys(texts) if t not in have]
+        if todo:
+            fresh = dict(zip(todo, self._lengths(todo), strict=True))
+            have.update(fresh)
+            with _KNOWN_LOCK:
+                if len(self._known) + len(fresh) > _CACHE_LIMIT:
+                    self._known.clear()
+                self._known.update(fresh)
+        return [have[t] for t in texts]

@@ -1,0 +1,89 @@
+"""TokenCounter: the private Rust copy counts exactly what the transformers tokenizer counts, remembers passages,
+and stays exact while another thread uses the tokenizer itself (which re-configures its backend on every call)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from retrieval.token_counter import TokenCounter
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [
+    "Green tea is brewed at about 80 degrees Celsius; boiling water makes it bitter.",
+    "Arthur's Magazine (1844–1846) was an American literary periodical.\n\nFirst for Women is a woman's magazine.",
+    "  leading spaces, trailing spaces   ",
+    "line one\nline two\r\nline three\n\n\n",
+    "数字 12345 和中文：长江是中国最长的河流。",
+    "emoji 🍵 and <|im_start|> written as text, 3.14159, e-mail a.b@c.de",
+    "",
+    "x" * 3000,
+]
+
+
+def _reference(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_counts_equal_the_tokenizers_own(smollm2_tokenizer: Any) -> None:
+    counter = TokenCounter(smollm2_tokenizer)
+    assert counter.fast
+    joined = "\n\n".join(TEXTS)
+    for text in [*TEXTS, joined]:
+        assert counter.count(text) == _reference(smollm2_tokenizer, text), repr(text[:40])
+    assert counter.counts(TEXTS) == [_reference(smollm2_tokenizer, t) for t in TEXTS]
+
+
+def test_counts_are_remembered_per_tokenizer(smollm2_tokenizer: Any) -> None:
+    first, second = TokenCounter(smollm2_tokenizer), TokenCounter(smollm2_tokenizer)
+    text = "a passage counted once, by whichever counter of this tokenizer meets it first"
+    assert first.counts([text, text]) == [_reference(smollm2_tokenizer, text)] * 2
+    second._lengths = None  # type: ignore[assignment]  # a second tokenisation would now fail
+    assert second.counts([text]) == first.counts([text])
+
+
+def test_counting_beside_the_tokenizers_own_calls_stays_exact(smollm2_tokenizer: Any) -> None:
+    counter = TokenCounter(smollm2_tokenizer)
+    expected = [_reference(smollm2_tokenizer, t) for t in TEXTS]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def truncating() -> None:  # what a verifier does with the same tokenizer: truncate to a few tokens
+        try:
+            while not stop.is_set():
+                out = smollm2_tokenizer(TEXTS, add_special_tokens=False, truncation=True, max_length=4)
+                assert all(len(ids) <= 4 for ids in out["input_ids"])
+        except BaseException as exc:  # noqa: BLE001  # re-raised in the main thread below
+            errors.append(exc)
+
+    worker = threading.Thread(target=truncating)
+    worker.start()
+    try:
+        for _ in range(200):
+            assert [counter.count(t) for t in TEXTS] == expected
+    finally:
+        stop.set()
+        worker.join()
+    assert not errors, errors
+
+
+class _SlowTokenizer:
+    """A tokenizer without a Rust backend: one token per whitespace-separated word."""
+
+    name_or_path = "slow-words"
+
+    def __call__(self, texts: Any, add_special_tokens: bool = True) -> dict[str, Any]:
+        assert add_special_tokens is False
+        single = isinstance(texts, str)
+        ids = [list(range(len(t.split()))) for t in ([texts] if single else texts)]
+        return {"input_ids": ids[0] if single else ids}
+
+
+def test_a_slow_tokenizer_is_called_as_it_is() -> None:
+    counter = TokenCounter(_SlowTokenizer())
+    assert not counter.fast and counter.name == "slow-words"
+    assert counter.count("three short words") == 3
+    assert counter.counts(["a b", "c", "a b"]) == [2, 1, 2]
