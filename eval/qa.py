@@ -18,13 +18,14 @@ method's chunks (:mod:`eval.clarity`) are measured too. Outputs: ``$MEMREADER_HO
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eval.answering import GenerationProfile
-from eval.chunkers import METHODS, ChunkerSettings, chunk_stats, method_memories
+from eval.chunkers import METHODS, MODEL_METHODS, ChunkerSettings, chunk_stats, method_memories
 from eval.method_run import MethodContext, run_method
 from eval.score import format_table, score_pairs
 from eval.suites import SETS, load_eval_set
@@ -37,7 +38,7 @@ from memreader.backends import (
 )
 from memreader.config import field
 from memreader.generation import make_chat
-from memreader.paths import run_dir, write_json, write_resolved_config
+from memreader.paths import memreader_home, run_dir, sha256_file, write_json, write_resolved_config
 from memreader.schema import read_memories
 from memreader.stage import Stage
 
@@ -64,6 +65,10 @@ class QAConfig:
     calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
     chunk_backend: str = field("transformers", help="engine of the lumber, llm-direct and memreader methods' LM: "
                                "transformers, vllm or auto (the measured fastest here: docs/ENGINES.md)")
+    chunk_cache: str = field("shared", help="where lumber's LM answers and llm-direct / memreader's reads are kept "
+                             "(content-addressed): shared = $MEMREADER_HOME/cache/chunkers/<dataset>-<file hash>, one "
+                             "folder per dataset file for every run on it (a 20-question run and the full run read "
+                             "their common documents once); run = this run's own folder; or a folder path")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
     answer_backend: str = field("transformers", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
                                 "(the fastest on this machine: memreader/backends.py; the shipped configs use it)")
@@ -111,17 +116,33 @@ class QAConfig:
                             "(it then reads the corpus itself)")
         if "teacher" in self.methods and not self.teacher_memories:
             problems.append("teacher: give teacher_memories=<memories.jsonl> (from memreader gen)")
+        if not str(self.chunk_cache).strip():
+            problems.append("chunk_cache: empty; give shared (the default), run, or a folder")
+        elif self.chunk_cache not in ("shared", "run") and Path(self.chunk_cache).is_file():
+            problems.append(f"chunk_cache: {self.chunk_cache} is a file; give a folder, shared or run")
         problems += [p for p in (backend_problem(self.answer_backend, key="answer_backend"), dtype_problem(self.dtype),
                                  backend_problem(self.chunk_backend, ("transformers", "vllm", "auto"), "chunk_backend"))
                      if p]
         return problems
 
 
-def _chunker_settings(cfg: QAConfig) -> ChunkerSettings:
+def _chunker_settings(cfg: QAConfig, cache_dir: str = "") -> ChunkerSettings:
     return ChunkerSettings(target_chars=cfg.target_chars, tolerance=cfg.tolerance, lm=cfg.chunk_lm,
                            adapter=cfg.adapter, teacher_memories=cfg.teacher_memories,
                            calibration_docs=cfg.calibration_docs, embedder=cfg.embedder, backend=cfg.chunk_backend,
-                           dtype=cfg.dtype)
+                           dtype=cfg.dtype, cache_dir=cache_dir)
+
+
+def chunk_cache_dir(cfg: QAConfig, name: str, path: str) -> str:
+    """The model chunkers' shared folder for the data set ``name`` read from ``path`` ("" = the run's own): keyed by
+    the file's hash, so two files that reuse document ids never share reads."""
+    if cfg.chunk_cache == "run":
+        return ""
+    if cfg.chunk_cache != "shared":
+        return cfg.chunk_cache
+    source = Path(path) if path else None
+    tag = sha256_file(source)[:12] if source is not None and source.is_file() else "builtin"
+    return str(memreader_home() / "cache" / "chunkers" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}-{tag}")
 
 
 def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any], dict[str, Any]]:
@@ -268,7 +289,9 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     ctx = MethodContext(out_dir, eset, answer_settings, cfg.top_k, cfg.mode, cfg.max_new_tokens, cfg.answer_batch,
                         answerer, embedder, embedder_name, profile, support_fn, clarity_fn, clarity_sig,
                         stickiness_fn, stickiness_sig)
-    settings = _chunker_settings(cfg)
+    settings = _chunker_settings(cfg, chunk_cache_dir(cfg, eset.name, eset.path))
+    if settings.cache_dir and any(m in MODEL_METHODS for m in cfg.methods):
+        print(f"eval: the model chunkers' reads and answers are kept in {settings.cache_dir} (chunk_cache)")
     methods: dict[str, records.MethodRecord] = {}
     reports = {}
     for method in cfg.methods:

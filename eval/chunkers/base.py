@@ -49,6 +49,7 @@ class ChunkerSettings:
     device: str = "auto"
     backend: str = "transformers"  # lumber, llm-direct, memreader: transformers, vllm or auto (memreader.backends)
     dtype: str = "auto"  # their model's dtype: auto, float32 or bfloat16
+    cache_dir: str = ""  # lumber's LM answers and the readers' memories, content-addressed ("" = the run's work_dir)
 
     def chat(self, stage: str, adapter: str = "") -> tuple[Any, str, str]:
         """``(chat backend, backend name, dtype)`` for the model-based methods: ``stage`` is ``read``

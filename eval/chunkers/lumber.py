@@ -97,10 +97,11 @@ def parse_answer(reply: str, valid: Sequence[int]) -> int:
 
 
 class AnswerCache:
-    """LM answers on disk, one JSON line each, keyed by a hash of model, messages and grammar."""
+    """LM answers on disk, one JSON line each, keyed by a hash of model, engine, messages and grammar (so runs
+    that share the file share only answers the same model on the same engine and dtype gave)."""
 
-    def __init__(self, path: Path, model: str) -> None:
-        self.path, self.model = path, model
+    def __init__(self, path: Path, model: str, engine: str = "") -> None:
+        self.path, self.model, self.engine = path, model, engine
         self.answers: dict[str, int] = {}
         if path.is_file():
             lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -116,7 +117,7 @@ class AnswerCache:
                 self.answers[rec["key"]] = int(rec["answer"])
 
     def key(self, messages: list[dict], grammar: str) -> str:
-        blob = json.dumps({"model": self.model, "messages": messages, "grammar": grammar,
+        blob = json.dumps({"model": self.model, "engine": self.engine, "messages": messages, "grammar": grammar,
                            "params": PARAMS.key()}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

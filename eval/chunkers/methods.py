@@ -101,8 +101,9 @@ def _method(method: str, documents: dict[str, str], settings: ChunkerSettings, w
     if method == "lumber":
         from eval.chunkers.lumber import AnswerCache, LumberChunker, lumber_param
 
-        client, _, _ = settings.chat("answer")
-        lumber = LumberChunker(client, AnswerCache(work_dir / "lumber" / "answers.jsonl", settings.lm),
+        client, backend, dtype = settings.chat("answer")
+        cache = Path(settings.cache_dir) if settings.cache_dir else work_dir
+        lumber = LumberChunker(client, AnswerCache(cache / "lumber" / "answers.jsonl", settings.lm, f"{backend}:{dtype}"),
                                settings.lumber_min_share, progress)
         param = lumber_param(target)
 

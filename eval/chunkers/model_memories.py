@@ -7,8 +7,10 @@ onto the memory grammar's chunk-length window: ``min_chunk_chars = c(1 - llm_spr
 every language). The grammar also raises a document's shortest chunk to ``len / max_scenarios``,
 and long documents are read in windows of at most ``max_scenarios`` chunks and merged, so the mean
 is not c itself; the calibration measures it. Each value reads into its own run folder
-``work_dir/<method>/c<value>-<read_key>/read/``, so a rerun resumes per document, and the final
-read of all documents reuses the calibration documents already read at the chosen value.
+``<cache_dir or work_dir>/<method>/c<value>-<read_key>/read/``, so a rerun resumes per document, the
+final read of all documents reuses the calibration documents already read at the chosen value, and
+evaluations that share ``cache_dir`` (``memreader eval``'s ``chunk_cache``) share every document read
+with the same settings (a 20-question run and the full run read their common documents once).
 
 ``teacher`` reads the memories file of ``memreader gen``; it has no size parameter, so its mean
 is only reported (with a loud note when it is outside the tolerance).
@@ -54,7 +56,9 @@ class ReaderChunker:
         check_adapter(method, settings.adapter)
         self.method, self.settings, self.progress = method, settings, progress
         self.adapter = settings.adapter if method == "memreader" else ""
-        self.folder = Path(work_dir) / method
+        # the reads are content-addressed (read_key, and each document's source hash), so runs can share them
+        self.folder = (Path(settings.cache_dir) if settings.cache_dir else Path(work_dir)) / method
+        self.own = Path(work_dir) / method  # this run's corpus file
         self._backend = backend
         self.engine = ("transformers", settings.dtype) if backend is not None else None
         self.summaries: list[dict[str, Any]] = []
@@ -85,7 +89,7 @@ class ReaderChunker:
         from memreader.corpus import read_corpus
         from memreader.runlock import RunLock
 
-        corpus = self.folder / f"corpus-{len(documents)}.jsonl"
+        corpus = self.own / f"corpus-{len(documents)}.jsonl"
         write_jsonl(corpus, [{"id": d, "text": t} for d, t in documents.items()])
         cfg = self.config(chunk_chars, corpus, 0)
         if cfg.check():

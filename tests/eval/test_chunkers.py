@@ -220,6 +220,26 @@ def test_lumber_calibrates_tiles_and_resumes_from_its_cache(corpus, tmp_path, mo
         "tried"]
 
 
+def test_lumber_runs_that_share_a_cache_dir_ask_the_lm_once(corpus, tmp_path, monkeypatch) -> None:
+    import memreader.generation as generation
+
+    fake = FakeLM()
+    monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: fake)
+    shared = ChunkerSettings(cache_dir=str(tmp_path / "cache"))
+    memories, _ = method_memories("lumber", corpus, shared, tmp_path / "run-a", progress=False)
+    assert (tmp_path / "cache" / "lumber" / "answers.jsonl").is_file()
+    assert not (tmp_path / "run-a" / "lumber" / "answers.jsonl").exists()  # the run keeps its calibration only
+    # another run with its own work folder: every answer comes from the shared cache, the memories are the same
+    monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: NoCalls())
+    again, _ = method_memories("lumber", corpus, shared, tmp_path / "run-b", progress=False)
+    assert [m.chunks for m in again] == [m.chunks for m in memories]
+    # the same model in another dtype is another engine: its answers are not taken from the cache
+    other = "float32" if shared.chat("answer")[2] == "bfloat16" else "bfloat16"
+    with pytest.raises(AssertionError, match="the LM was called although every answer is cached"):
+        method_memories("lumber", corpus, ChunkerSettings(cache_dir=str(tmp_path / "cache"), dtype=other),
+                        tmp_path / "run-c", progress=False)
+
+
 def test_lumber_refuses_an_unusable_answer_and_cuts_a_half_written_cache_line(tmp_path) -> None:
     doc = {"en-ferry": _demo()["en-ferry"]}
     with pytest.raises(ChunkerError, match="not 'Answer: ID n'"):

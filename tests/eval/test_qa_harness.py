@@ -156,3 +156,21 @@ def test_chunks_that_do_not_fit_the_window_are_dropped_lowest_ranked_first() -> 
     assert fit_chunks(_WindowedAnswerer(full + 9), "Why?", chunks, 10) == (chunks[:2], 1)
     assert fit_chunks(_WindowedAnswerer(50), "Why?", chunks, 10) == ([], 3)
     assert fit_chunks(EchoFirstPassage(), "Why?", chunks, 10) == (chunks, 0)  # remote: window unknown
+
+
+def test_the_chunk_cache_is_one_folder_per_dataset_file(tmp_path, monkeypatch) -> None:
+    from eval.qa import QAConfig, chunk_cache_dir
+
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"id": "1"}\n', encoding="utf-8")
+    b.write_text('{"id": "2"}\n', encoding="utf-8")
+    shared = QAConfig(qa=str(a))
+    first = chunk_cache_dir(shared, "multifieldqa_zh", str(a))
+    assert first.startswith(str(tmp_path / "home" / "cache" / "chunkers" / "multifieldqa_zh-"))
+    assert chunk_cache_dir(shared, "multifieldqa_zh", str(a)) == first  # every run on that file shares it
+    assert chunk_cache_dir(shared, "multifieldqa_zh", str(b)) != first  # another file: its document ids may clash
+    assert chunk_cache_dir(QAConfig(qa=str(a), chunk_cache="run"), "x", str(a)) == ""
+    assert chunk_cache_dir(QAConfig(qa=str(a), chunk_cache=str(tmp_path / "mine")), "x", str(a)) == str(tmp_path / "mine")
+    assert any("chunk_cache: empty" in p for p in QAConfig(qa=str(a), chunk_cache=" ").check())
+    assert any("is a file" in p for p in QAConfig(qa=str(a), chunk_cache=str(b)).check())
