@@ -63,11 +63,9 @@ SEPARATOR = "\n\n"
 PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
 VERIFIER_KINDS = (*KINDS, "embedding")
 _SPECULATE_MS = 50.0
-"""Work that does not need the verifier's scores (the candidates' vectors and token counts, the fallback's BM25
-search) runs beside it when the last verification took longer than this."""
+"""Work that does not need the verifier's scores runs beside it when the last verification took longer."""
 _BOUNDARY_SLACK = 8
-"""Joined text tokenises within a few tokens of the sum of its parts; a passage whose summed count is
-more than this over the budget is skipped without tokenising the joined text."""
+"""A passage whose summed count is more than this over the budget is skipped without counting the join."""
 
 
 @dataclass
@@ -269,11 +267,11 @@ class MeVePipeline:
         self.counter.counts([c.text for c in found])
         return self.source.vectors([c.id for c in found if c.vector is None]) if self.settings.prioritize else {}
 
-    def _bm25_counted(self, question: str, k: int) -> list[Any]:
-        """Beside the verifier: the fallback's search, its passages counted for phase 5."""
-        hits = self.source.bm25(question, k)
+    def _bm25_counted(self, question: str, k: int) -> tuple[list[Any], float]:
+        """Beside the verifier: the fallback's search and its milliseconds, its passages then counted for phase 5."""
+        hits, search_ms = _timed(self.source.bm25, question, k)
         self.counter.counts([h.text for h in hits])
-        return hits
+        return hits, search_ms
 
     def _check_question(self, question: str) -> None:
         if not isinstance(question, str) or not question.strip():
@@ -322,16 +320,16 @@ class MeVePipeline:
         if found and self._beside_verifier():
             prefetch = self._submit(self._prefetch, found)
             if s.fallback and s.fallback_beside_verifier and s.n_min > 0:
-                pending = self._submit(_timed, self._bm25_counted, question, s.fallback_k + len(found))
+                pending = self._submit(self._bm25_counted, question, s.fallback_k + len(found))
         try:
             kept, verifier_ms = self._verify(question, found, audit, ms)
-        except BaseException:
-            running = [f for f in (prefetch, pending) if f is not None and not f.cancel()]
-            wait(running)  # the reads must not outlive the question on a shared client
-            raise
-        self._last_verifier_ms = verifier_ms
-        extra = self._fallback(question, found, kept, audit, ms, pending)
-        ordered = self._prioritize(kept + extra, audit, ms, prefetch)
+            self._last_verifier_ms = verifier_ms
+            if prefetch is not None:  # the source's client is used by one thread at a time
+                wait([prefetch])
+            extra = self._fallback(question, found, kept, audit, ms, pending)
+            ordered = self._prioritize(kept + extra, audit, ms, prefetch)
+        finally:  # whatever failed, the reads must not outlive the question on a shared client
+            wait([f for f in (prefetch, pending) if f is not None and not f.cancel()])
         packed, context, tokens = self._pack(ordered, audit, ms)
 
         ms["total"] = _ms(started)
@@ -414,8 +412,8 @@ class MeVePipeline:
                     prefetch: Future | None = None) -> list[Candidate]:
         s = self.settings
         t = time.perf_counter()
-        if prefetch is not None:  # read beside the verifier; its failure is this phase's (the read it replaces)
-            stored = prefetch.result()
+        if prefetch is not None and any(c.vector is None for c in combined):
+            stored = prefetch.result()  # read beside the verifier: a failure is the failure of the read it replaces
             for c in combined:
                 c.vector = stored.get(c.id) if c.vector is None else c.vector
         if not s.prioritize:

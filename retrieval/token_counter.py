@@ -16,6 +16,7 @@ is called as it is, under a lock.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import weakref
 from collections.abc import Sequence
@@ -26,30 +27,35 @@ __all__ = ["TokenCounter"]
 _CACHE_LIMIT = 200_000
 """Texts whose counts :meth:`TokenCounter.counts` keeps per tokenizer (cleared beyond that)."""
 _KNOWN: dict[str, dict[str, int]] = {}
+"""Counts per tokenizer definition (see :func:`_private_backend`)."""
 _KNOWN_LOCK = threading.Lock()
 
 
-_COPIES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-"""The private copy per tokenizer object: making one costs ~130 ms (a 49k vocabulary through JSON), and MeVe
-builds a pipeline per question in `memreader ask`."""
+_COPIES: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+"""The private copy per tokenizer object, with the key its counts are kept under: making one costs ~130 ms (a
+49k vocabulary through JSON), and MeVe builds a pipeline per question in `memreader ask`."""
 
 
-def _private_backend(tokenizer: Any) -> Any | None:
-    """A copy of a fast tokenizer's Rust backend that only counts (None for a slow tokenizer); one per tokenizer."""
+def _private_backend(tokenizer: Any) -> tuple[Any, str] | None:
+    """A copy of a fast tokenizer's Rust backend that only counts, and its count key: the hash of its whole
+    definition and how it treats special tokens (so two tokenizers share counts only when they count alike).
+    None for a slow tokenizer."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "encode_batch_fast"):
         return None
     with _KNOWN_LOCK:
-        own = _COPIES.get(tokenizer)
-        if own is None:
+        made = _COPIES.get(tokenizer)
+        if made is None:
             from tokenizers import Tokenizer
 
-            own = Tokenizer.from_str(backend.to_str())
+            definition = backend.to_str()
+            split = bool(getattr(tokenizer, "split_special_tokens", False))
+            own = Tokenizer.from_str(definition)
             own.no_truncation()
             own.no_padding()
-            own.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-            _COPIES[tokenizer] = own
-    return own
+            own.encode_special_tokens = split
+            made = _COPIES[tokenizer] = (own, f"{hashlib.sha256(definition.encode()).hexdigest()[:16]}|split:{split}")
+    return made
 
 
 class TokenCounter:
@@ -58,12 +64,13 @@ class TokenCounter:
     def __init__(self, tokenizer: Any, name: str = "") -> None:
         self.tokenizer = tokenizer
         self.name = name or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
-        self._backend = _private_backend(tokenizer)
+        made = _private_backend(tokenizer)
+        self._backend = made[0] if made else None
         self._lock = threading.Lock()  # only for a slow tokenizer, which is called as it is
-        # one table per tokenizer in this process: a passage is counted once, not once per question or per pipeline
-        key = str(getattr(tokenizer, "name_or_path", "") or "") or f"id:{id(tokenizer)}"
+        # one table per tokenizer definition in this process: a passage is counted once, not once per question or
+        # per pipeline (a slow tokenizer's counts stay with this counter)
         with _KNOWN_LOCK:
-            self._known = _KNOWN.setdefault(key, {})
+            self._known = _KNOWN.setdefault(made[1], {}) if made else {}
 
     @classmethod
     def load(cls, model: str) -> TokenCounter:

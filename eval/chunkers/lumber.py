@@ -15,8 +15,10 @@ Written by hand, not chonkie's SlumberChunker: that one asks one prompt at a tim
 and falls back silently when a reply does not parse, while here every document's window goes into
 one batched ``generate_many``, a grammar (llguidance, :mod:`memreader.generation.guided`)
 restricts the reply to ``Answer: ID nnnn`` with a valid ID, so even a 135M model always answers
-usably, and each answer is cached in ``work_dir`` (JSONL keyed by a hash of model, prompt and
-grammar) so a rerun or a resumed run repeats no finished call.
+usably, and each answer is cached in ``lumber/answers.jsonl`` under the chunk cache (``memreader eval``'s
+``chunk_cache``; the run's ``work_dir`` with ``chunk_cache: run``), a JSONL keyed by a hash of model,
+engine and dtype, prompt and grammar, so a rerun, a resumed run or another run on the same data set file
+repeats no finished call.
 """
 
 from __future__ import annotations

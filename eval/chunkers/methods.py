@@ -102,7 +102,8 @@ def _method(method: str, documents: dict[str, str], settings: ChunkerSettings, w
         from eval.chunkers.lumber import AnswerCache, LumberChunker, lumber_param
 
         client, backend, dtype = settings.chat("answer")
-        cache = Path(settings.cache_dir) if settings.cache_dir else work_dir
+        own = work_dir / "lumber" / "answers.jsonl"  # a run that cached here before chunk_cache keeps its file
+        cache = Path(settings.cache_dir) if settings.cache_dir and not own.is_file() else work_dir
         lumber = LumberChunker(client, AnswerCache(cache / "lumber" / "answers.jsonl", settings.lm, f"{backend}:{dtype}"),
                                settings.lumber_min_share, progress)
         param = lumber_param(target)

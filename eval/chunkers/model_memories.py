@@ -56,9 +56,15 @@ class ReaderChunker:
         check_adapter(method, settings.adapter)
         self.method, self.settings, self.progress = method, settings, progress
         self.adapter = settings.adapter if method == "memreader" else ""
-        # the reads are content-addressed (read_key, and each document's source hash), so runs can share them
-        self.folder = (Path(settings.cache_dir) if settings.cache_dir else Path(work_dir)) / method
+        # the reads are content-addressed (read_key, and each document's source hash), so runs can share them; a run
+        # that already read into its own folder (before chunk_cache) keeps that folder
         self.own = Path(work_dir) / method  # this run's corpus file
+        self.folder = self.own
+        if settings.cache_dir:
+            if any(self.own.glob("c*-*/read/memories.jsonl")):
+                print(f"{method}: this run's own reads in {self.own} are kept in use (they predate chunk_cache)")
+            else:
+                self.folder = Path(settings.cache_dir) / method
         self._backend = backend
         self.engine = ("transformers", settings.dtype) if backend is not None else None
         self.summaries: list[dict[str, Any]] = []
@@ -87,7 +93,7 @@ class ReaderChunker:
         """Guided memories of ``documents`` (read or resumed), in the order given."""
         from inference.reader import read_documents, read_key
         from memreader.corpus import read_corpus
-        from memreader.runlock import RunLock
+        from memreader.runlock import RunLock, RunLocked
 
         corpus = self.own / f"corpus-{len(documents)}.jsonl"
         write_jsonl(corpus, [{"id": d, "text": t} for d, t in documents.items()])
@@ -96,8 +102,15 @@ class ReaderChunker:
             raise ChunkerError(f"{self.method}: reader settings at chunk_chars={int(chunk_chars)} are invalid: "
                                + "; ".join(cfg.check()), "fix the chunker settings named")
         out_dir = self.folder / f"c{int(chunk_chars)}-{read_key(cfg)}" / "read"
-        with RunLock(out_dir):
-            summary = read_documents(cfg, read_corpus(cfg.input), out_dir, self.backend())
+        try:
+            with RunLock(out_dir):
+                summary = read_documents(cfg, read_corpus(cfg.input), out_dir, self.backend())
+        except RunLocked as exc:
+            if self.folder == self.own:
+                raise
+            raise ChunkerError(f"{self.method}: {exc.problem}", "another evaluation is reading these documents with "
+                               "the same settings into the shared chunk cache: wait for it (its reads are then reused), "
+                               "or give this run its own folder with --set chunk_cache=run") from None
         self.summaries.append(summary)
         got = {m.doc_id: m for m in read_memories(out_dir / "memories.jsonl")}
         missing = [d for d in documents if d not in got]

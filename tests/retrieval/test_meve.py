@@ -227,6 +227,10 @@ def test_a_failed_read_beside_the_verifier_fails_the_question(store: PassageStor
     quiet = _pipeline(VectorlessSource(store, broken=True), embedder, tokenizer, verifier, k=4, n_min=0,
                       prioritize=False).run(QUESTION)
     assert {"tea-temp", "tea-temp-copy"} <= {p.id for p in quiet.passages}  # kept: no redundancy check
+    # nothing survives, so no vector is needed: the failed read beside the verifier fails nothing either
+    empty = _pipeline(VectorlessSource(store, broken=True), embedder, tokenizer, TableVerifier({}), k=4,
+                      n_min=0).run(QUESTION)
+    assert empty.passages == [] and empty.context == "" and empty.tokens == 0
 
 
 def test_packing_is_exact_at_every_budget(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
