@@ -266,8 +266,10 @@ def prompt_nlls(engine: Engine, sequences: Any) -> list[Any]:
     """Per-token ``-log p`` of ``ids[start:]`` for each ``(ids, start)`` through vLLM ``prompt_logprobs``
     (one generated token each, which is discarded; through the engine's adapter when it applies one per request):
     the vLLM twin of :func:`eval.support.sequence_nlls`.
-    vLLM takes the log-softmax of the raw logits over the full vocabulary; prefix caching shares the work of
-    sequences with a common prefix."""
+    vLLM takes the log-softmax of the raw logits over the full vocabulary. A request with ``prompt_logprobs`` does
+    not read the prefix cache, so each sequence is prefilled whole: measured on vLLM 0.32 CPU, forcing the read
+    (``skip_reading_prefix_cache=False``) returns uninitialised entries for the cached positions (token ids like
+    1701869940, which can crash vLLM's detokeniser) and tail values up to 0.17 nats off the full pass."""
     import numpy as np
     from vllm import SamplingParams
 
