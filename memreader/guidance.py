@@ -137,7 +137,7 @@ class MemoryGrammars:
         return plans, errors
 
 
-FIT_ROUNDS = 4
+FIT_ROUNDS = 6
 """Times :func:`plan_guided_windows` cuts a document into smaller windows before it refuses it."""
 
 
@@ -152,7 +152,7 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
     windows that hold them. Returns the plan, one grammar per window (None when unguided) and the refused
     windows' messages."""
     scale: dict[int, float] = {}
-    for _ in range(FIT_ROUNDS):
+    for cuts in range(FIT_ROUNDS + 1):  # the plan after the last re-cut is checked too
         wplan = plan_windows(texts, scale=scale, **sizing)
         flat = wplan.flat()
         if grammars is None:
@@ -166,7 +166,7 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
         for j, need in needs.items():
             d = flat[j][0]
             shrink[d] = min(shrink.get(d, 1.0), 0.9 * grammar_budget / need)
-        if not shrink:
+        if not shrink or cuts == FIT_ROUNDS:
             break
         for d, factor in shrink.items():
             scale[d] = scale.get(d, 1.0) * factor

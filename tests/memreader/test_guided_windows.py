@@ -32,10 +32,27 @@ def test_a_grammar_over_budget_gets_smaller_windows_that_fit() -> None:
 
 
 def test_a_budget_no_window_fits_is_still_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(guidance, "FIT_ROUNDS", 1)  # no second try: the old behaviour
+    monkeypatch.setattr(guidance, "FIT_ROUNDS", 0)  # no re-cut: the window that does not fit is refused
     _, _, errors = _plan(512)
     assert "needs up to" in errors[0] and "raise max_new_tokens" in errors[0]
     _, _, errors = _plan(40)  # not even one chunk fits
+    assert errors and all("raise max_new_tokens" in e for e in errors.values())
+
+
+def test_the_plan_after_the_last_re_cut_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = guidance.plan_windows
+    monkeypatch.setattr(guidance, "plan_windows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    _, _, errors = _plan(512)
+    cuts = len(calls) - 1  # re-cuts this document needs
+    assert errors == {} and cuts >= 1
+    # exactly that many re-cuts allowed: the last one's plan fits and is the one returned (it was once never checked)
+    monkeypatch.setattr(guidance, "FIT_ROUNDS", cuts)
+    calls.clear()
+    _, plans, errors = _plan(512)
+    assert errors == {} and len(calls) == cuts + 1 and all(p.worst_case_tokens <= 512 for p in plans)
+    monkeypatch.setattr(guidance, "FIT_ROUNDS", cuts - 1)  # one too few: refused with the fix
+    _, _, errors = _plan(512)
     assert errors and all("raise max_new_tokens" in e for e in errors.values())
 
 
