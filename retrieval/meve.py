@@ -43,7 +43,6 @@ import inspect
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -51,7 +50,7 @@ import numpy as np
 from memreader.config import field, range_problems
 from memreader.embedders import encode
 from retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
-from retrieval.token_counter import TokenCounter
+from retrieval.token_counter import TokenCounter, load_tokenizer
 from retrieval.verifier import KINDS, Verifier
 from retrieval.verifier_calibration import CALIBRATIONS
 
@@ -206,16 +205,6 @@ class MeVeResult:
         return {"context": self.context,
                 "passages": [{k: v for k, v in asdict(c).items() if k != "vector"} for c in self.passages],
                 "audit": self.audit}
-
-
-@lru_cache(maxsize=4)
-def load_tokenizer(name: str) -> Any:
-    """The tokenizer of a model by registry name, folder or hub id (cached: counting is hot)."""
-    from transformers import AutoTokenizer
-
-    from memreader.registry import resolve_model
-
-    return AutoTokenizer.from_pretrained(resolve_model(name))
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, float]:

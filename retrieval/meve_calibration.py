@@ -99,8 +99,8 @@ class Calibrator:
         probe = pipeline_for({"verify": False}, None)
         self.found: dict[str, list[Candidate]] = {q: probe.candidates(q) for q in self.questions}
         for found in self.found.values():  # counted once: every replay's packing reuses the counts
-            for c in found:
-                c.tokens = probe.count(c.text)
+            for c, n in zip(found, probe.counter.counts([c.text for c in found]), strict=True):
+                c.tokens = n
         self.scores: dict[str, dict[str, list[float]]] = {}
 
     def texts(self, question: str) -> list[str]:

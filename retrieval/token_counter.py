@@ -20,9 +20,10 @@ import hashlib
 import threading
 import weakref
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
-__all__ = ["TokenCounter"]
+__all__ = ["TokenCounter", "load_tokenizer"]
 
 _CACHE_LIMIT = 200_000
 """Texts whose counts :meth:`TokenCounter.counts` keeps per tokenizer (cleared beyond that)."""
@@ -34,6 +35,16 @@ _KNOWN_LOCK = threading.Lock()
 _COPIES: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
 """The private copy per tokenizer object, with the key its counts are kept under: making one costs ~130 ms (a
 49k vocabulary through JSON), and MeVe builds a pipeline per question in `memreader ask`."""
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of a model by registry name, folder or hub id (cached: one per model per process)."""
+    from transformers import AutoTokenizer
+
+    from memreader.registry import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(name))
 
 
 def _private_backend(tokenizer: Any) -> tuple[Any, str] | None:
@@ -75,11 +86,7 @@ class TokenCounter:
     @classmethod
     def load(cls, model: str) -> TokenCounter:
         """The tokenizer of a registry name (``smollm2-135m-instruct``), local folder or hub id."""
-        from transformers import AutoTokenizer
-
-        from memreader.registry import resolve_model
-
-        return cls(AutoTokenizer.from_pretrained(resolve_model(model)), name=model)
+        return cls(load_tokenizer(model), name=model)
 
     @property
     def fast(self) -> bool:

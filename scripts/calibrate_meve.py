@@ -205,59 +205,58 @@ def main() -> int:
                 row["oof_tokens"] = statistics.fmean(f["checked"]["tokens"] for f in done)
             results.append(row)
 
-    top5 = statistics.fmean(x for b in baselines.values() for x in b["top5_per_question"])
-    top20 = statistics.fmean(b["top20_tokens"] for b in baselines.values())
-    for row in results:
-        row["passes"] = ("oof_recall" in row and row["oof_recall"] >= top5 - 1e-12
-                         and row["oof_tokens"] <= (1 - GOAL_REDUCTION) * top20)
-    print(f"\nhalves {args.calibrate} and {args.check}: top-5 recall {baselines['calibrate']['top5_recall']:.3f} / "
-          f"{baselines['check']['top5_recall']:.3f} (both {top5:.3f}), top-20 {top20:.0f} tokens; each half chooses "
-          f"(fewest tokens with recall >= its top-5's + {args.z:g} SE), the other half checks")
-    print("| verifier | A: tau, t_max | A→B recall, tokens | B: tau, t_max | B→A recall, tokens | out-of-fold recall "
-          "| out-of-fold tokens (vs top-20) | passes | verifier ms/q |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in results:
-        cells = []
-        for f in row["folds"]:
-            if "chosen" in f:
-                c, h = f["chosen"], f["checked"]
-                cells += [f"{c['tau']:.4g}, {c['t_max']}", f"{h['recall']:.3f}, {h['tokens']:.0f}"]
-            else:
-                cells += ["no point", f["error"].split("; fix")[0].split("the closest is ")[-1]]
-        oof = (f"{row['oof_recall']:.3f}", f"{row['oof_tokens']:.0f} ({100 * (row['oof_tokens'] / top20 - 1):+.1f}%)"
-               ) if "oof_recall" in row else ("—", "—")
-        print(f"| {row['verifier']} | {' | '.join(cells)} | {oof[0]} | {oof[1]} | {'yes' if row['passes'] else 'no'} "
-              f"| {row['ms_per_question']:.0f} |")
-    passing = [r for r in results if r["passes"]]
-    pick = None
-    if passing:
-        fewest = min(r["oof_tokens"] for r in passing)
-        near = [r for r in passing if r["oof_tokens"] <= (1 + NEAR_BEST) * fewest]
-        pick = min(near, key=lambda r: (r["ms_per_question"], r["oof_tokens"]))
-        print(f"\nrule's pick: {pick['verifier']} (out of fold: recall {pick['oof_recall']:.3f} >= top-5 {top5:.3f}, "
-              f"{pick['oof_tokens']:.0f} tokens = {100 * (1 - pick['oof_tokens'] / top20):.1f}% fewer than top-20)")
-        for f in pick["folds"]:
-            print(f"  chosen on {f['fit']}: {f['chosen']}")
-        # the defaults: the same rule on every question (the out-of-fold numbers above are its honest check)
-        store = PassageStore.open(db, embedder=embedder, embedder_name=embedder_name)
-        everyone = Calibrator(pipeline_for, [q for c in calibrators.values() for q in c.questions],
-                              [g for c in calibrators.values() for g in c.gold])
-        name = pick["verifier"]
-        if name != "off":
-            everyone.add_scores(name, {q: v for c in calibrators.values() for q, v in c.scores[name].items()})
-        points = everyone.sweep(name, tau_grid(everyone.scores[name], n=args.grid) if name != "off" else [0.0],
-                                args.t_max)
-        store.close()
-        final = choose(points, [x for b in baselines.values() for x in b["top5_per_question"]], z=args.z)
-        pick["final"] = as_rows([final])[0]
-        where = (f"calibrated by scripts/calibrate_meve.py on HotpotQA-100 ({len(everyone.questions)} questions): "
-                 f"{final.describe(top5)}; two-fold out-of-fold check: recall {pick['oof_recall']:.3f}, "
-                 f"{pick['oof_tokens']:.0f} tokens")
-        print("\nMeVe keys (configs/retrieval/meve_hotpotqa.yaml):")
-        for key, value in {**final.settings(), "operating_point": where}.items():
-            print(f"  {key}: {json.dumps(value) if isinstance(value, str) else value}")
-    else:
-        print("\nrule's pick: NONE — no verifier meets both goals out of fold; nothing is chosen (see the table)")
+        top5 = statistics.fmean(x for b in baselines.values() for x in b["top5_per_question"])
+        top20 = statistics.fmean(b["top20_tokens"] for b in baselines.values())
+        for row in results:
+            row["passes"] = ("oof_recall" in row and row["oof_recall"] >= top5 - 1e-12
+                             and row["oof_tokens"] <= (1 - GOAL_REDUCTION) * top20)
+        print(f"\nhalves {args.calibrate} and {args.check}: top-5 recall {baselines['calibrate']['top5_recall']:.3f} / "
+              f"{baselines['check']['top5_recall']:.3f} (both {top5:.3f}), top-20 {top20:.0f} tokens; each half chooses "
+              f"(fewest tokens with recall >= its top-5's + {args.z:g} SE), the other half checks")
+        print("| verifier | A: tau, t_max | A→B recall, tokens | B: tau, t_max | B→A recall, tokens | out-of-fold recall "
+              "| out-of-fold tokens (vs top-20) | passes | verifier ms/q |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for row in results:
+            cells = []
+            for f in row["folds"]:
+                if "chosen" in f:
+                    c, h = f["chosen"], f["checked"]
+                    cells += [f"{c['tau']:.4g}, {c['t_max']}", f"{h['recall']:.3f}, {h['tokens']:.0f}"]
+                else:
+                    cells += ["no point", f["error"].split("; fix")[0].split("the closest is ")[-1]]
+            oof = (f"{row['oof_recall']:.3f}", f"{row['oof_tokens']:.0f} ({100 * (row['oof_tokens'] / top20 - 1):+.1f}%)"
+                   ) if "oof_recall" in row else ("—", "—")
+            print(f"| {row['verifier']} | {' | '.join(cells)} | {oof[0]} | {oof[1]} | {'yes' if row['passes'] else 'no'} "
+                  f"| {row['ms_per_question']:.0f} |")
+        passing = [r for r in results if r["passes"]]
+        pick = None
+        if passing:
+            fewest = min(r["oof_tokens"] for r in passing)
+            near = [r for r in passing if r["oof_tokens"] <= (1 + NEAR_BEST) * fewest]
+            pick = min(near, key=lambda r: (r["ms_per_question"], r["oof_tokens"]))
+            print(f"\nrule's pick: {pick['verifier']} (out of fold: recall {pick['oof_recall']:.3f} >= top-5 {top5:.3f}, "
+                  f"{pick['oof_tokens']:.0f} tokens = {100 * (1 - pick['oof_tokens'] / top20):.1f}% fewer than top-20)")
+            for f in pick["folds"]:
+                print(f"  chosen on {f['fit']}: {f['chosen']}")
+            # the defaults: the same rule on every question (the out-of-fold numbers above are its honest check;
+            # the store stays open: the fallback's BM25 searches it)
+            everyone = Calibrator(pipeline_for, [q for c in calibrators.values() for q in c.questions],
+                                  [g for c in calibrators.values() for g in c.gold])
+            name = pick["verifier"]
+            if name != "off":
+                everyone.add_scores(name, {q: v for c in calibrators.values() for q, v in c.scores[name].items()})
+            points = everyone.sweep(name, tau_grid(everyone.scores[name], n=args.grid) if name != "off" else [0.0],
+                                    args.t_max)
+            final = choose(points, [x for b in baselines.values() for x in b["top5_per_question"]], z=args.z)
+            pick["final"] = as_rows([final])[0]
+            where = (f"calibrated by scripts/calibrate_meve.py on HotpotQA-100 ({len(everyone.questions)} questions): "
+                     f"{final.describe(top5)}; two-fold out-of-fold check: recall {pick['oof_recall']:.3f}, "
+                     f"{pick['oof_tokens']:.0f} tokens")
+            print("\nMeVe keys (configs/retrieval/meve_hotpotqa.yaml):")
+            for key, value in {**final.settings(), "operating_point": where}.items():
+                print(f"  {key}: {json.dumps(value) if isinstance(value, str) else value}")
+        else:
+            print("\nrule's pick: NONE — no verifier meets both goals out of fold; nothing is chosen (see the table)")
     out = Path(args.out) if args.out else out_dir / "calibration.json"
     write_json(out, {"halves": [args.calibrate, args.check], "baselines": baselines, "top5_recall": top5,
                      "top20_tokens": top20, "t_max": args.t_max, "z": args.z, "grid": args.grid,
