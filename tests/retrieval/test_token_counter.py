@@ -39,7 +39,7 @@ def test_counts_equal_the_tokenizers_own(smollm2_tokenizer: Any) -> None:
 
 def test_counts_are_remembered_per_tokenizer(smollm2_tokenizer: Any) -> None:
     first, second = TokenCounter(smollm2_tokenizer), TokenCounter(smollm2_tokenizer)
-    assert first._backend is second._backend  # the private copy is made once per tokenizer (~130 ms each)
+    assert first._backend is second._backend  # the private copy is made once per tokenizer (it parses the whole vocabulary)
     text = "a passage counted once, by whichever counter of this tokenizer meets it first"
     assert first.counts([text, text]) == [_reference(smollm2_tokenizer, text)] * 2
     second._lengths = None  # type: ignore[assignment]  # a second tokenisation would now fail
