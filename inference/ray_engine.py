@@ -63,7 +63,7 @@ def connect_ray(cfg: Any) -> bool:
     runtime_env = {"env_vars": worker_env()}
     address = cfg.ray_address.strip()
     if address in ("", "local"):
-        ray.init(address="local", num_cpus=cfg.ray_num_cpus or None, include_dashboard=False, runtime_env=runtime_env)
+        start_local_ray(ray, cfg, runtime_env)
         return True
     fix = ("start the cluster on its head node with `ray start --head` (then ray_address=<head>:6379, or "
            "ray://<head>:10001 for Ray Client), check the address and the firewall, or leave ray_address empty "
@@ -75,6 +75,33 @@ def connect_ray(cfg: Any) -> bool:
     except (ConnectionError, TimeoutError, RuntimeError, SystemExit) as exc:  # Ray exits when GCS never answers
         raise RayUnreachable(f"could not join the Ray cluster at ray_address={address!r}: {exc}", fix) from exc
     return True
+
+
+LOCAL_START_TRIES = 2  # Ray waits a fixed 30 s for its own raylet; a loaded machine can miss that once
+
+
+def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
+    """Start a private Ray instance on this machine. Ray gives its raylet a fixed 30 s to register;
+    on a busy machine (a CI runner, a machine still tearing down the last instance) that can time out,
+    so a timed-out start is shut down and tried once more, saying so; a second timeout is an error
+    naming the fixes."""
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        try:
+            ray.init(address="local", num_cpus=cfg.ray_num_cpus or None, include_dashboard=False,
+                     runtime_env=runtime_env)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this timeout; anything else is re-raised
+            if "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()  # kills whatever part of the node did start
+            if attempt == LOCAL_START_TRIES:
+                raise RayUnreachable(
+                    f"the local Ray instance did not start: {exc} (tried {LOCAL_START_TRIES} times)",
+                    "free CPU and memory on this machine and rerun (finished shards are kept), check the "
+                    "raylet logs under /tmp/ray/session_latest/logs, or start Ray yourself with `ray start "
+                    "--head` and set ray_address=auto") from exc
+            log.warning("read-dist: WARNING: the local Ray instance timed out during startup (%s); "
+                        "shut it down, starting it again (try %d of %d)", exc, attempt + 1, LOCAL_START_TRIES)
 
 
 def probe_address(address: str, timeout: float, fix: str) -> None:

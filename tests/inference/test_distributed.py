@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from inference.distributed import DistributedReadConfig, read_distributed
-from inference.ray_engine import RayUnreachable
+from inference.ray_engine import RayUnreachable, start_local_ray
 from inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
 from inference.shards import ShardError, ShardStore, merge_shards, plan_shards, read_shard
 from memreader.config import ConfigError, load_config
@@ -210,6 +210,44 @@ def test_an_unreachable_ray_address_fails_fast_with_the_fix(tmp_path, monkeypatc
     message = str(info.value)
     assert f"no Ray cluster answers at ray_address={address!r} ({reason}" in message
     assert "ray start --head" in message and "leave ray_address empty" in message
+
+
+class _StartingRay:
+    """Stands in for the ``ray`` module: ``init`` raises the given errors in turn, then succeeds."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors, self.calls = list(errors), []
+
+    def init(self, **kwargs) -> None:
+        self.calls.append("init")
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+TIMED_OUT = "The current node timed out during startup. This could happen because some of the raylet failed"
+
+
+def test_a_local_ray_start_that_times_out_is_retried_once_then_named(caplog) -> None:
+    cfg = DistributedReadConfig(ray_num_cpus=2)
+    ray = _StartingRay(Exception(TIMED_OUT))
+    start_local_ray(ray, cfg, {})  # Ray's fixed 30 s raylet wait missed once (a busy CI runner): a second start
+    assert ray.calls == ["init", "shutdown", "init"]
+    assert "WARNING: the local Ray instance timed out during startup" in caplog.text and "try 2 of 2" in caplog.text
+
+    ray = _StartingRay(Exception(TIMED_OUT), Exception(TIMED_OUT))
+    with pytest.raises(RayUnreachable) as info:
+        start_local_ray(ray, cfg, {})
+    assert ray.calls == ["init", "shutdown", "init", "shutdown"]  # nothing of a half-started node is left
+    assert "the local Ray instance did not start" in str(info.value) and "tried 2 times" in str(info.value)
+    assert "ray start --head" in str(info.value) and "finished shards are kept" in str(info.value)
+
+    ray = _StartingRay(ValueError("num_cpus must be positive"))  # any other failure is not retried
+    with pytest.raises(ValueError, match="num_cpus"):
+        start_local_ray(ray, cfg, {})
+    assert ray.calls == ["init"]
 
 
 def test_duplicate_doc_ids_are_refused_before_any_work(tmp_path, monkeypatch) -> None:
