@@ -6,13 +6,16 @@
     timer.share(total_seconds)                             # forward time / generation wall time
 
 The same :func:`answer_messages` conditions the informational-support score (:mod:`eval.support`), so the
-support of a reference answer is measured under exactly the prompt the answer was generated from.
+support of a reference answer is measured under exactly the prompt the answer was generated from;
+:func:`answer_and_support` does both for a batch, each prompt prefilled once where the engine keeps a prefix cache.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 from memreader.language import detect_language
@@ -43,6 +46,74 @@ def fit_chunks(answerer: Any, question: str, chunks: list[str], max_new_tokens: 
             break
         kept.pop()
     return kept, len(chunks) - len(kept)
+
+
+#: Share of the prefix cache a group of prompts may fill: the rest is room for what other requests keep there.
+CACHE_SHARE = 0.9
+
+
+@dataclass
+class AnswerPass:
+    """What :func:`answer_and_support` did for one batch: replies and support in prompt order, the wall time of
+    each, and the groups it ran (one group: no prefix reuse)."""
+
+    replies: list[Any]
+    support: list[Any]
+    generate_s: float = 0.0
+    support_s: float = 0.0
+    groups: list[list[int]] = field(default_factory=list)
+    reuse: bool = False
+
+
+def cache_groups(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """Consecutive indices of ``sizes`` (tokens per request) in groups whose total is at most ``budget``; a
+    request larger than the budget is a group of its own."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if not groups or total + n > budget:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
+
+
+def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
+                       support: Callable[[list[int]], list[Any]] | None = None,
+                       timer: ForwardTimer | None = None, reuse_prefix: bool = True) -> AnswerPass:
+    """Replies to ``prompts`` and, when ``support`` is given, ``support(indices)`` (the support scores of those
+    prompts' items, in that order).
+
+    Where the answerer's engine keeps a prefix cache (vLLM: ``prefix_cache_tokens() > 0``), the prompts run in
+    groups that fit that cache, each scored first and answered second: the scoring requests (``prompt_logprobs``,
+    which never read the cache) still write the prompts' KV blocks to it, and the generation requests read them
+    back, so a prompt is prefilled once instead of twice. Replies and scores are those of the two passes run apart
+    (up to the last-bit noise that any cache hit brings; ``scripts/bench_support_reuse.py`` measures both)."""
+    n = len(prompts)
+    cache = 0
+    if reuse_prefix and support is not None and callable(getattr(answerer, "prefix_cache_tokens", None)):
+        cache = int(answerer.prefix_cache_tokens())
+    if not cache:
+        t0 = time.perf_counter()
+        with timer if timer is not None else nullcontext():
+            replies = answerer.generate_many(list(prompts), params)
+        t1 = time.perf_counter()
+        scores = support(list(range(n))) if support is not None else [None] * n
+        return AnswerPass(replies, scores, t1 - t0, time.perf_counter() - t1, [list(range(n))])
+    sizes = [answerer.prompt_tokens(p) + params.max_new_tokens for p in prompts]
+    out = AnswerPass([None] * n, [None] * n, groups=cache_groups(sizes, int(CACHE_SHARE * cache)), reuse=True)
+    for group in out.groups:
+        t0 = time.perf_counter()
+        for i, score in zip(group, support(group), strict=True):
+            out.support[i] = score
+        t1 = time.perf_counter()
+        with timer if timer is not None else nullcontext():
+            for i, reply in zip(group, answerer.generate_many([prompts[i] for i in group], params), strict=True):
+                out.replies[i] = reply
+        out.support_s += t1 - t0
+        out.generate_s += time.perf_counter() - t1
+    return out
 
 
 class ForwardTimer:

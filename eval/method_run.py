@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.answering import ForwardTimer, GenerationProfile, answer_messages, fit_chunks
+from eval.answering import ForwardTimer, GenerationProfile, answer_and_support, answer_messages, fit_chunks
 from eval.costs import CostLedger
 from eval.suites import EvalSet
 from memreader.errors import MemReaderError
@@ -122,6 +122,15 @@ def _check_state(mdir: Path, state: dict[str, Any], method: str) -> None:
     write_json(mdir / "state.json", state)
 
 
+def _scorer(ctx: MethodContext, batch: list[Any], contexts: list[list[str]]
+            ) -> Callable[[list[int]], list[dict[str, Any]]] | None:
+    """The support of the reference answers of ``batch[i]`` for the given ``i`` (None: support is off)."""
+    fn = ctx.support_fn
+    if fn is None:
+        return None
+    return lambda idx: fn([batch[i].question for i in idx], [contexts[i] for i in idx], [batch[i].answers[0] for i in idx])
+
+
 def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryIndex, mode: str) -> list[dict[str, Any]]:
     """Retrieve, answer and (optionally) score the support of every question not answered yet."""
     path = mdir / "answers.jsonl"
@@ -141,18 +150,11 @@ def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryI
             contexts = [kept for kept, _ in fitted]
             prompts = [answer_messages(q.question, c) for q, c in zip(batch, contexts, strict=True)]
             timer = ForwardTimer(model()) if callable(model) else None
-            t0 = time.perf_counter()
-            if timer is not None:
-                with timer:
-                    replies = ctx.answerer.generate_many(prompts, params)
-            else:
-                replies = ctx.answerer.generate_many(prompts, params)
-            ctx.profile.add_generation(time.perf_counter() - t0, timer, len(batch))
-            support = [None] * len(batch)
+            done_pass = answer_and_support(ctx.answerer, prompts, params, _scorer(ctx, batch, contexts), timer)
+            ctx.profile.add_generation(done_pass.generate_s, timer, len(batch))
             if ctx.support_fn is not None:
-                t0 = time.perf_counter()
-                support = ctx.support_fn([q.question for q in batch], contexts, [q.answers[0] for q in batch])
-                ctx.profile.add("support", time.perf_counter() - t0)
+                ctx.profile.add("support", done_pass.support_s)
+            replies, support = done_pass.replies, done_pass.support
             for q, reply, hs, sup, (kept, cut) in zip(batch, replies, hits, support, fitted, strict=True):
                 if cut:
                     print(f"eval: {method}: WARNING: question {q.id}: the {cut} lowest-ranked of {len(hs)} chunks do "

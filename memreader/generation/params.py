@@ -54,7 +54,9 @@ class Reply(str):
     """Reply text (the message content) plus what the backend said about it.
 
     ``finish_reason`` is ``"stop"`` (an end token, or the grammar closed) or ``"length"`` (the
-    token budget ran out: the text is cut off); ``guided`` says whether a grammar constrained it.
+    token budget ran out: the text is cut off); ``guided`` says whether a grammar constrained it;
+    ``cached_tokens`` how many prompt tokens the engine's prefix cache served (vLLM; None elsewhere; not in
+    :meth:`info`, since it depends on what ran before, not on the reply).
     """
 
     reasoning: str | None
@@ -62,14 +64,15 @@ class Reply(str):
     prompt_tokens: int | None
     completion_tokens: int | None
     guided: bool
+    cached_tokens: int | None
 
     def __new__(cls, content: str, reasoning: str | None = None, finish_reason: str | None = None,
                 prompt_tokens: int | None = None, completion_tokens: int | None = None,
-                guided: bool = False) -> Reply:
+                guided: bool = False, cached_tokens: int | None = None) -> Reply:
         obj = super().__new__(cls, content)
         obj.reasoning, obj.finish_reason = reasoning, finish_reason
         obj.prompt_tokens, obj.completion_tokens = prompt_tokens, completion_tokens
-        obj.guided = guided
+        obj.guided, obj.cached_tokens = guided, cached_tokens
         return obj
 
     @property

@@ -73,6 +73,14 @@ class VLLMChat:
     def describe(self) -> dict[str, Any]:
         return self.engine.describe()
 
+    def prefix_cache_tokens(self) -> int:
+        """What the engine's prefix cache holds, in tokens (0: no prefix caching)."""
+        return self.engine.prefix_cache_tokens()
+
+    def prompt_tokens(self, messages: Messages) -> int:
+        """Tokens of the prompt ``messages`` become (the chat template with the assistant turn opened)."""
+        return len(self._prompt_ids(messages))
+
     def _prompt_ids(self, messages: Messages) -> list[int]:
         tok = self.tokenizer()
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -134,7 +142,8 @@ class VLLMChat:
         for i, o in zip(todo, outs, strict=True):
             c = o.outputs[0]
             out[i] = Reply(c.text, finish_reason=c.finish_reason, prompt_tokens=len(o.prompt_token_ids or []),
-                           completion_tokens=len(c.token_ids), guided=rows[i] is not None)
+                           completion_tokens=len(c.token_ids), guided=rows[i] is not None,
+                           cached_tokens=getattr(o, "num_cached_tokens", None))
         if on_reply is not None:
             for i in range(len(out)):
                 if isinstance(out[i], Reply):

@@ -180,6 +180,37 @@ def test_answering_and_support_through_vllm_equal_transformers(chat: VLLMChat, l
         assert b.n_tokens == a.n_tokens and b.nll == pytest.approx(a.nll, abs=2e-4)
 
 
+def test_support_first_lets_the_answers_read_the_prompts_from_the_prefix_cache(chat: VLLMChat) -> None:
+    from eval.answering import answer_and_support, answer_messages
+    from eval.support import support_for_answers
+
+    docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
+    questions = ["How many compost bays are there?", "Who meets in the hall?", "What do members bring?"]
+    contexts = [docs[:3], docs[1:4], docs[2:5]]
+    answers = ["Three bays.", "The compost club.", "Notes about compost."]
+    prompts = [answer_messages(q, c) for q, c in zip(questions, contexts, strict=True)]
+
+    def support(idx: list[int]) -> list[float | None]:
+        scores = support_for_answers(chat, [questions[i] for i in idx], [contexts[i] for i in idx],
+                                     [answers[i] for i in idx])
+        return [s.nll for s in scores]
+
+    assert chat.prefix_cache_tokens() > 10_000
+    runs = {}
+    for reuse in (False, True):
+        chat.llm.reset_prefix_cache()
+        runs[reuse] = answer_and_support(chat, prompts, GREEDY, support, reuse_prefix=reuse)
+    apart, first = runs[False], runs[True]
+    assert first.reuse and not apart.reuse and first.groups == [[0, 1, 2]]
+    assert [str(r) for r in first.replies] == [str(r) for r in apart.replies]
+    assert first.support == pytest.approx(apart.support, abs=1e-5)
+    block = chat.llm.llm_engine.vllm_config.cache_config.block_size
+    for a, b in zip(apart.replies, first.replies, strict=True):
+        # apart, the prompts share only the template's opening; support first, all but the last partial block hit
+        assert b.cached_tokens >= b.prompt_tokens - block > a.cached_tokens
+    chat.llm.reset_prefix_cache()
+
+
 def test_meve_verifiers_through_vllm_equal_transformers(chat: VLLMChat, local: LocalChat) -> None:
     from retrieval.verifier import LMVerifier, QueryLikelihoodVerifier
 

@@ -1,0 +1,70 @@
+"""Answers and their support in one pass (eval.answering.answer_and_support): where the answerer keeps a prefix
+cache, each group that fits it is scored first and answered second; the results keep the prompts' order.
+The real vLLM cache hits are tested in tests/inference/test_vllm.py."""
+
+from __future__ import annotations
+
+from eval.answering import CACHE_SHARE, answer_and_support, cache_groups
+from memreader.generation import GenerationParams
+
+PARAMS = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=10)
+
+
+class _Answerer:
+    """Replies ``answer:<prompt>``; logs each call; a prompt's token count is its length."""
+
+    def __init__(self, cache_tokens: int | None) -> None:
+        self.cache_tokens, self.log = cache_tokens, []
+
+    def generate_many(self, prompts, params):
+        self.log.append(("answer", list(prompts)))
+        return [f"answer:{p}" for p in prompts]
+
+    def prompt_tokens(self, prompt) -> int:
+        return len(prompt)
+
+    def __getattr__(self, name):
+        if name == "prefix_cache_tokens" and self.__dict__["cache_tokens"] is not None:
+            return lambda: self.__dict__["cache_tokens"]
+        raise AttributeError(name)
+
+
+def test_cache_groups_are_consecutive_and_within_the_budget() -> None:
+    assert cache_groups([30, 30, 30, 50, 120, 10], 100) == [[0, 1, 2], [3], [4], [5]]
+    assert cache_groups([], 100) == []
+    assert cache_groups([5] * 4, 1000) == [[0, 1, 2, 3]]
+
+
+def test_each_group_is_scored_then_answered_in_prompt_order() -> None:
+    prompts = ["a" * 40, "b" * 40, "c" * 40, "d" * 10]  # with 10 new tokens each: 50, 50, 50, 20
+    answerer, scored = _Answerer(cache_tokens=int(110 / CACHE_SHARE) + 1), []
+
+    def support(idx):
+        scored.append(list(idx))
+        answerer.log.append(("support", list(idx)))
+        return [f"score:{i}" for i in idx]
+
+    done = answer_and_support(answerer, prompts, PARAMS, support)
+    assert done.reuse and done.groups == [[0, 1], [2, 3]]
+    assert answerer.log == [("support", [0, 1]), ("answer", prompts[:2]), ("support", [2, 3]), ("answer", prompts[2:])]
+    assert done.replies == [f"answer:{p}" for p in prompts] and done.support == [f"score:{i}" for i in range(4)]
+    assert done.generate_s >= 0 and done.support_s >= 0
+
+
+def test_without_a_prefix_cache_or_support_it_answers_first_in_one_pass() -> None:
+    prompts = ["x" * 40, "y" * 40]
+    for cache in (None, 0):  # no such method (transformers, a remote server), or caching off
+        answerer = _Answerer(cache)
+
+        def support(idx, answerer=answerer):
+            answerer.log.append(("support", list(idx)))
+            return [None] * len(idx)
+
+        done = answer_and_support(answerer, prompts, PARAMS, support)
+        assert not done.reuse and done.groups == [[0, 1]]
+        assert answerer.log == [("answer", prompts), ("support", [0, 1])]
+    answerer = _Answerer(10_000)
+    done = answer_and_support(answerer, prompts, PARAMS, None)  # support off: nothing to reuse
+    assert not done.reuse and done.support == [None, None] and answerer.log == [("answer", prompts)]
+    done = answer_and_support(answerer, prompts, PARAMS, lambda idx: [1.0] * len(idx), reuse_prefix=False)
+    assert not done.reuse and done.support == [1.0, 1.0]
