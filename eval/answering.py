@@ -81,9 +81,11 @@ def cache_groups(sizes: Sequence[int], budget: int) -> list[list[int]]:
 
 def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
                        support: Callable[[list[int]], list[Any]] | None = None,
-                       timer: ForwardTimer | None = None, reuse_prefix: bool = True) -> AnswerPass:
+                       timer: ForwardTimer | None = None, reuse_prefix: bool = True,
+                       on_done: Callable[[AnswerPass, list[int]], None] | None = None) -> AnswerPass:
     """Replies to ``prompts`` and, when ``support`` is given, ``support(indices)`` (the support scores of those
-    prompts' items, in that order).
+    prompts' items, in that order). ``on_done(pass, indices)`` is called as soon as those prompts have both (so a
+    caller can save them before the next group runs).
 
     Where the answerer's engine keeps a prefix cache (vLLM: ``prefix_cache_tokens() > 0``), the prompts run in
     groups that fit that cache, each scored first and answered second: the scoring requests (``prompt_logprobs``,
@@ -100,7 +102,10 @@ def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
             replies = answerer.generate_many(list(prompts), params)
         t1 = time.perf_counter()
         scores = support(list(range(n))) if support is not None else [None] * n
-        return AnswerPass(replies, scores, t1 - t0, time.perf_counter() - t1, [list(range(n))])
+        out = AnswerPass(replies, scores, t1 - t0, time.perf_counter() - t1, [list(range(n))])
+        if on_done is not None:
+            on_done(out, list(range(n)))
+        return out
     sizes = [answerer.prompt_tokens(p) + params.max_new_tokens for p in prompts]
     out = AnswerPass([None] * n, [None] * n, groups=cache_groups(sizes, int(CACHE_SHARE * cache)), reuse=True)
     for group in out.groups:
@@ -113,6 +118,8 @@ def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
                 out.replies[i] = reply
         out.support_s += t1 - t0
         out.generate_s += time.perf_counter() - t1
+        if on_done is not None:
+            on_done(out, group)
     return out
 
 

@@ -5,7 +5,8 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
 - ``memories.jsonl`` + ``calibration.json``: the method's memories of the pooled corpus (chunkers cache their
   own model calls in ``work/``, so an interrupted chunking resumes too);
 - ``index.db`` + ``index.json``: its Milvus Lite index, reused while the memories and the embedder are the same;
-- ``answers.jsonl``: one line per answered question, appended and flushed batch by batch, so a crash repeats
+- ``answers.jsonl``: one line per answered question, appended and flushed as each group of prompts that fits
+  the prefix cache finishes (the whole batch where there is none), so a crash repeats
   no finished answer (each line carries the question's reference-answer support when that is on);
 - ``clarity.json``: the evaluator's clarity (and boundary clarity) of every memory, reused while memories and
   scorer are the same; ``stickiness.json``: chunk stickiness (eval/intrinsic.py), likewise;
@@ -16,6 +17,7 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,7 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.answering import ForwardTimer, GenerationProfile, answer_and_support, answer_messages, fit_chunks
+from eval.answering import (
+    AnswerPass,
+    ForwardTimer,
+    GenerationProfile,
+    answer_and_support,
+    answer_messages,
+    fit_chunks,
+)
 from eval.costs import CostLedger
 from eval.suites import EvalSet
 from memreader.errors import MemReaderError
@@ -131,6 +140,26 @@ def _scorer(ctx: MethodContext, batch: list[Any], contexts: list[list[str]]
     return lambda idx: fn([batch[i].question for i in idx], [contexts[i] for i in idx], [batch[i].answers[0] for i in idx])
 
 
+def _save_answers(fh: Any, method: str, done: dict[str, dict[str, Any]], batch: list[Any], hits: list[Any],
+                  fitted: list[tuple[list[str], int]], got: AnswerPass, idx: list[int]) -> None:
+    """Append the rows of ``batch[i]`` for ``i`` in ``idx`` to answers.jsonl, durably (called as each cache group
+    of :func:`eval.answering.answer_and_support` finishes: a kill loses at most the group in flight)."""
+    for i in idx:
+        q, hs, (kept, cut), sup = batch[i], hits[i], fitted[i], got.support[i]
+        if cut:
+            print(f"eval: {method}: WARNING: question {q.id}: the {cut} lowest-ranked of {len(hs)} chunks do "
+                  "not fit the answering model's window and were left out of its prompt", flush=True)
+        row = {"id": q.id, "question": q.question, "answers": q.answers, "prediction": str(got.replies[i]).strip(),
+               "retrieved": [h.to_dict() for h in hs], "chunks_left_out": cut, "context_chars": sum(map(len, kept)),
+               "support_nll": None if sup is None else sup["nll"],
+               "support_tokens": None if sup is None else sup["n_tokens"],
+               "support_truncated": None if sup is None else sup["truncated"]}
+        done[q.id] = row
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
 def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryIndex, mode: str) -> list[dict[str, Any]]:
     """Retrieve, answer and (optionally) score the support of every question not answered yet."""
     path = mdir / "answers.jsonl"
@@ -150,25 +179,11 @@ def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryI
             contexts = [kept for kept, _ in fitted]
             prompts = [answer_messages(q.question, c) for q, c in zip(batch, contexts, strict=True)]
             timer = ForwardTimer(model()) if callable(model) else None
-            done_pass = answer_and_support(ctx.answerer, prompts, params, _scorer(ctx, batch, contexts), timer)
-            ctx.profile.add_generation(done_pass.generate_s, timer, len(batch))
+            save = functools.partial(_save_answers, fh, method, done, batch, hits, fitted)
+            got = answer_and_support(ctx.answerer, prompts, params, _scorer(ctx, batch, contexts), timer, on_done=save)
+            ctx.profile.add_generation(got.generate_s, timer, len(batch))
             if ctx.support_fn is not None:
-                ctx.profile.add("support", done_pass.support_s)
-            replies, support = done_pass.replies, done_pass.support
-            for q, reply, hs, sup, (kept, cut) in zip(batch, replies, hits, support, fitted, strict=True):
-                if cut:
-                    print(f"eval: {method}: WARNING: question {q.id}: the {cut} lowest-ranked of {len(hs)} chunks do "
-                          "not fit the answering model's window and were left out of its prompt", flush=True)
-                row = {"id": q.id, "question": q.question, "answers": q.answers, "prediction": str(reply).strip(),
-                       "retrieved": [h.to_dict() for h in hs], "chunks_left_out": cut,
-                       "context_chars": sum(map(len, kept)),
-                       "support_nll": None if sup is None else sup["nll"],
-                       "support_tokens": None if sup is None else sup["n_tokens"],
-                       "support_truncated": None if sup is None else sup["truncated"]}
-                done[q.id] = row
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+                ctx.profile.add("support", got.support_s)
             print(f"eval: {method}: {len(done)}/{len(ctx.eval_set.questions)} questions answered", flush=True)
     return [done[q.id] for q in ctx.eval_set.questions]
 

@@ -44,9 +44,16 @@ def test_each_group_is_scored_then_answered_in_prompt_order() -> None:
         answerer.log.append(("support", list(idx)))
         return [f"score:{i}" for i in idx]
 
-    done = answer_and_support(answerer, prompts, PARAMS, support)
+    def saved(got, idx):  # the caller saves each group as it finishes: both results are there already
+        answerer.log.append(("saved", [(got.replies[i], got.support[i]) for i in idx]))
+
+    done = answer_and_support(answerer, prompts, PARAMS, support, on_done=saved)
     assert done.reuse and done.groups == [[0, 1], [2, 3]]
-    assert answerer.log == [("support", [0, 1]), ("answer", prompts[:2]), ("support", [2, 3]), ("answer", prompts[2:])]
+    assert answerer.log == [
+        ("support", [0, 1]), ("answer", prompts[:2]), ("saved", [(f"answer:{prompts[0]}", "score:0"),
+                                                                 (f"answer:{prompts[1]}", "score:1")]),
+        ("support", [2, 3]), ("answer", prompts[2:]), ("saved", [(f"answer:{prompts[2]}", "score:2"),
+                                                                 (f"answer:{prompts[3]}", "score:3")])]
     assert done.replies == [f"answer:{p}" for p in prompts] and done.support == [f"score:{i}" for i in range(4)]
     assert done.generate_s >= 0 and done.support_s >= 0
 
