@@ -4,6 +4,7 @@ checking that the cluster holds the workers asked for."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -86,6 +87,7 @@ def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
     so a timed-out start is shut down and tried once more, saying so; a second timeout is an error
     naming the fixes."""
     for attempt in range(1, LOCAL_START_TRIES + 1):
+        before = _child_pids()
         try:
             ray.init(address="local", num_cpus=cfg.ray_num_cpus or None, include_dashboard=False,
                      runtime_env=runtime_env)
@@ -93,7 +95,8 @@ def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
         except Exception as exc:  # Ray raises a bare Exception for this timeout; anything else is re-raised
             if "timed out during startup" not in str(exc):
                 raise
-            ray.shutdown()  # kills whatever part of the node did start
+            ray.shutdown()
+            _stop_new_children(before)  # the half-started node's GCS and raylet: Ray keeps no handle on them
             if attempt == LOCAL_START_TRIES:
                 raise RayUnreachable(
                     f"the local Ray instance did not start: {exc} (tried {LOCAL_START_TRIES} times)",
@@ -102,6 +105,28 @@ def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
                     "--head` and set ray_address=auto") from exc
             log.warning("read-dist: WARNING: the local Ray instance timed out during startup (%s); "
                         "shut it down, starting it again (try %d of %d)", exc, attempt + 1, LOCAL_START_TRIES)
+
+
+def _child_pids() -> set[int]:
+    import psutil  # a dependency of Ray (vendored) and of vLLM
+
+    return {c.pid for c in psutil.Process().children(recursive=True)}
+
+
+def _stop_new_children(before: set[int], grace_s: float = 5.0) -> None:
+    """Terminate (then kill) this process's children that were not there ``before``."""
+    import psutil
+
+    new = [c for c in psutil.Process().children(recursive=True) if c.pid not in before]
+    for child in new:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(new, timeout=grace_s)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    if new:
+        log.warning("read-dist: stopped %d process(es) the failed Ray start left behind", len(new))
 
 
 def probe_address(address: str, timeout: float, fix: str) -> None:

@@ -216,11 +216,12 @@ class _StartingRay:
     """Stands in for the ``ray`` module: ``init`` raises the given errors in turn, then succeeds."""
 
     def __init__(self, *errors: Exception) -> None:
-        self.errors, self.calls = list(errors), []
+        self.errors, self.calls, self.started = list(errors), [], []
 
     def init(self, **kwargs) -> None:
         self.calls.append("init")
-        if self.errors:
+        if self.errors:  # a failed start leaves its processes running, as Ray's GCS and raylet do
+            self.started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]))
             raise self.errors.pop(0)
 
     def shutdown(self) -> None:
@@ -235,12 +236,15 @@ def test_a_local_ray_start_that_times_out_is_retried_once_then_named(caplog) -> 
     ray = _StartingRay(Exception(TIMED_OUT))
     start_local_ray(ray, cfg, {})  # Ray's fixed 30 s raylet wait missed once (a busy CI runner): a second start
     assert ray.calls == ["init", "shutdown", "init"]
+    assert [p.poll() for p in ray.started] != [None]  # what the failed start left running was stopped
+    assert "stopped 1 process(es) the failed Ray start left behind" in caplog.text
     assert "WARNING: the local Ray instance timed out during startup" in caplog.text and "try 2 of 2" in caplog.text
 
     ray = _StartingRay(Exception(TIMED_OUT), Exception(TIMED_OUT))
     with pytest.raises(RayUnreachable) as info:
         start_local_ray(ray, cfg, {})
-    assert ray.calls == ["init", "shutdown", "init", "shutdown"]  # nothing of a half-started node is left
+    assert ray.calls == ["init", "shutdown", "init", "shutdown"]
+    assert None not in [p.poll() for p in ray.started]  # nothing of a half-started node is left
     assert "the local Ray instance did not start" in str(info.value) and "tried 2 times" in str(info.value)
     assert "ray start --head" in str(info.value) and "finished shards are kept" in str(info.value)
 
