@@ -37,10 +37,9 @@ def test_cache_groups_are_consecutive_and_within_the_budget() -> None:
 
 def test_each_group_is_scored_then_answered_in_prompt_order() -> None:
     prompts = ["a" * 40, "b" * 40, "c" * 40, "d" * 10]  # with 10 new tokens each: 50, 50, 50, 20
-    answerer, scored = _Answerer(cache_tokens=int(110 / CACHE_SHARE) + 1), []
+    answerer = _Answerer(cache_tokens=int(110 / CACHE_SHARE) + 1)
 
     def support(idx):
-        scored.append(list(idx))
         answerer.log.append(("support", list(idx)))
         return [f"score:{i}" for i in idx]
 
