@@ -96,28 +96,29 @@ def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
     cache = 0
     if reuse_prefix and support is not None and callable(getattr(answerer, "prefix_cache_tokens", None)):
         cache = int(answerer.prefix_cache_tokens())
-    if not cache:
+    groups = [list(range(n))]
+    if cache:
+        sizes = [answerer.prompt_tokens(p) + params.max_new_tokens for p in prompts]
+        groups = cache_groups(sizes, int(CACHE_SHARE * cache))
+    out = AnswerPass([None] * n, [None] * n, groups=groups, reuse=bool(cache))
+
+    def score(group: list[int]) -> None:
         t0 = time.perf_counter()
-        with timer if timer is not None else nullcontext():
-            replies = answerer.generate_many(list(prompts), params)
-        t1 = time.perf_counter()
-        scores = support(list(range(n))) if support is not None else [None] * n
-        out = AnswerPass(replies, scores, t1 - t0, time.perf_counter() - t1, [list(range(n))])
-        if on_done is not None:
-            on_done(out, list(range(n)))
-        return out
-    sizes = [answerer.prompt_tokens(p) + params.max_new_tokens for p in prompts]
-    out = AnswerPass([None] * n, [None] * n, groups=cache_groups(sizes, int(CACHE_SHARE * cache)), reuse=True)
-    for group in out.groups:
+        if support is not None:
+            for i, value in zip(group, support(group), strict=True):
+                out.support[i] = value
+        out.support_s += time.perf_counter() - t0
+
+    for group in groups:
+        if out.reuse:  # scoring first writes the prompts' KV blocks that the answers then read
+            score(group)
         t0 = time.perf_counter()
-        for i, score in zip(group, support(group), strict=True):
-            out.support[i] = score
-        t1 = time.perf_counter()
         with timer if timer is not None else nullcontext():
             for i, reply in zip(group, answerer.generate_many([prompts[i] for i in group], params), strict=True):
                 out.replies[i] = reply
-        out.support_s += t1 - t0
-        out.generate_s += time.perf_counter() - t1
+        out.generate_s += time.perf_counter() - t0
+        if not out.reuse:
+            score(group)
         if on_done is not None:
             on_done(out, group)
     return out

@@ -155,12 +155,12 @@ class Engine:
                 "startup_s": round(self.startup_s, 1)}
 
     def prefix_cache_tokens(self) -> int:
-        """Tokens the engine's KV cache holds when automatic prefix caching is on; 0 when it is off (or the
-        engine does not say), so that a caller planning on cache hits does not."""
-        cache = getattr(getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None), "cache_config", None)
-        if cache is None or not getattr(cache, "enable_prefix_caching", False):
+        """Tokens the engine's KV cache holds when automatic prefix caching is on; 0 when it is off, so that a
+        caller planning on cache hits does not."""
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        if not cache.enable_prefix_caching:
             return 0
-        return int(getattr(cache, "num_gpu_blocks", 0) or 0) * int(getattr(cache, "block_size", 0) or 0)
+        return int(cache.num_gpu_blocks or 0) * int(cache.block_size)
 
     def check_prompt(self, n_tokens: int, what: str = "prompt") -> None:
         """Refuse a prompt that leaves no room to generate under ``max_model_len``."""

@@ -11,22 +11,28 @@ PARAMS = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=10)
 
 
 class _Answerer:
-    """Replies ``answer:<prompt>``; logs each call; a prompt's token count is its length."""
+    """Replies ``answer:<prompt>`` and logs each call; no prefix cache (transformers, a remote server)."""
 
-    def __init__(self, cache_tokens: int | None) -> None:
-        self.cache_tokens, self.log = cache_tokens, []
+    def __init__(self) -> None:
+        self.log = []
 
     def generate_many(self, prompts, params):
         self.log.append(("answer", list(prompts)))
         return [f"answer:{p}" for p in prompts]
 
+
+class _CachingAnswerer(_Answerer):
+    """An engine with a prefix cache of ``cache_tokens`` (0: caching off); a prompt's token count is its length."""
+
+    def __init__(self, cache_tokens: int) -> None:
+        super().__init__()
+        self.cache_tokens = cache_tokens
+
+    def prefix_cache_tokens(self) -> int:
+        return self.cache_tokens
+
     def prompt_tokens(self, prompt) -> int:
         return len(prompt)
-
-    def __getattr__(self, name):
-        if name == "prefix_cache_tokens" and self.__dict__["cache_tokens"] is not None:
-            return lambda: self.__dict__["cache_tokens"]
-        raise AttributeError(name)
 
 
 def test_cache_groups_are_consecutive_and_within_the_budget() -> None:
@@ -37,7 +43,7 @@ def test_cache_groups_are_consecutive_and_within_the_budget() -> None:
 
 def test_each_group_is_scored_then_answered_in_prompt_order() -> None:
     prompts = ["a" * 40, "b" * 40, "c" * 40, "d" * 10]  # with 10 new tokens each: 50, 50, 50, 20
-    answerer = _Answerer(cache_tokens=int(110 / CACHE_SHARE) + 1)
+    answerer = _CachingAnswerer(cache_tokens=int(110 / CACHE_SHARE) + 1)
 
     def support(idx):
         answerer.log.append(("support", list(idx)))
@@ -59,8 +65,7 @@ def test_each_group_is_scored_then_answered_in_prompt_order() -> None:
 
 def test_without_a_prefix_cache_or_support_it_answers_first_in_one_pass() -> None:
     prompts = ["x" * 40, "y" * 40]
-    for cache in (None, 0):  # no such method (transformers, a remote server), or caching off
-        answerer = _Answerer(cache)
+    for answerer in (_Answerer(), _CachingAnswerer(0)):  # no such method (transformers, a remote server), or caching off
 
         def support(idx, answerer=answerer):
             answerer.log.append(("support", list(idx)))
@@ -69,7 +74,7 @@ def test_without_a_prefix_cache_or_support_it_answers_first_in_one_pass() -> Non
         done = answer_and_support(answerer, prompts, PARAMS, support)
         assert not done.reuse and done.groups == [[0, 1]]
         assert answerer.log == [("answer", prompts), ("support", [0, 1])]
-    answerer = _Answerer(10_000)
+    answerer = _CachingAnswerer(10_000)
     done = answer_and_support(answerer, prompts, PARAMS, None)  # support off: nothing to reuse
     assert not done.reuse and done.support == [None, None] and answerer.log == [("answer", prompts)]
     done = answer_and_support(answerer, prompts, PARAMS, lambda idx: [1.0] * len(idx), reuse_prefix=False)
