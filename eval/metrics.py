@@ -324,6 +324,35 @@ def prepare(config: MetricConfig) -> None:
     _scorers(config)
 
 
+def reopen_wordnet_files() -> None:
+    """In a forked worker: close the WordNet data files inherited from the parent, so this process opens its own.
+
+    nltk's WordNet reader keeps one open file per part of speech (:func:`find_wordnet`'s ``get_version`` opens
+    data.adj, every synset lookup may open more), and a forked child shares each open file's offset with its
+    parent and its siblings: two workers that seek and read in the same file read each other's lines, which gives
+    a wrong synset, or nltk's "No WordNet synset found" and an ``AttributeError`` (met on the full MultiFieldQA-zh
+    run). Closing the child's copies leaves the parent's files as they are.
+    """
+    import sys
+
+    if "nltk.corpus" not in sys.modules:
+        return
+    import nltk
+    from nltk.corpus import wordnet
+
+    if type(wordnet).__name__ == "LazyCorpusLoader":  # never loaded in the parent: nothing inherited
+        return
+    files = getattr(wordnet, "_data_file_map", None)
+    if not isinstance(files, dict):
+        raise MetricSetupError(f"this nltk ({nltk.__version__}) keeps WordNet's open data files in a way eval.metrics "
+                               "does not know, so scoring workers forked from this process could share them and read "
+                               "wrong synsets. Score in one process (`memreader score --workers 1`, or `workers=1` "
+                               "in Python), or install nltk 3.10, whose reader keeps them in `_data_file_map`")
+    for handle in files.values():
+        handle.close()
+    files.clear()
+
+
 def _meteor(hyp: list[str], ref: list[str], config: MetricConfig, scorers: _Scorers) -> float:
     from nltk.translate.meteor_score import single_meteor_score
 

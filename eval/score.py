@@ -44,6 +44,7 @@ from eval.metrics import (
     MetricConfig,
     corpus_bleu,
     prepare,
+    reopen_wordnet_files,
     resolve_config,
     score_example,
     signatures,
@@ -129,6 +130,7 @@ def _score_chunk(job: tuple[MetricConfig, list[str], list[list[str]]]) -> list[E
 
 
 def _init_worker(config: MetricConfig) -> None:
+    reopen_wordnet_files()  # forked: the parent's open WordNet files would be shared (see its docstring)
     prepare(config)
 
 

@@ -126,3 +126,41 @@ def test_parallel_equals_serial(zh_pairs, mom_scores) -> None:
     preds, refs = zh_pairs
     parallel = score_examples(preds[:300], refs[:300], resolve_config("mom"), workers=2)
     assert parallel == mom_scores[:300]
+
+
+def test_parallel_workers_read_their_own_wordnet_files() -> None:
+    """Forked workers inherit the parent's open WordNet data files and with them one shared file offset: two workers
+    seeking and reading data.adj at once read each other's lines (a wrong synset, or an AttributeError inside nltk;
+    met on the full MultiFieldQA-zh run). Many distinct adjectives, no exact matches, so every hypothesis word is
+    looked up in data.adj by both workers at the same time; before the fix this failed on every try."""
+    import random
+
+    from nltk.corpus import wordnet
+
+    from eval import metrics
+
+    config = resolve_config("mom")
+    metrics.prepare(config)  # opens data.adj in this process (WordNet's version), as `memreader eval` does
+    words = sorted(w for w in wordnet.all_lemma_names("a") if w.isalpha())
+    random.Random(0).shuffle(words)
+    preds = [" ".join(words[i : i + 20]) for i in range(0, 2000, 20)]
+    refs = [" ".join(words[i : i + 20]) for i in range(2000, 4000, 20)]
+    # parallel first: nltk caches every synset it has read, and forked workers would inherit that cache
+    parallel = [score_examples(preds, refs, config, workers=2) for _ in range(2)]
+    serial = score_examples(preds, refs, config, workers=1)
+    assert len(metrics._scorers(config).wordnet._cache) >= 1900  # every hypothesis word was looked up in WordNet
+    assert parallel == [serial, serial]
+
+
+def test_reopen_wordnet_files_closes_this_process_copies() -> None:
+    from nltk.corpus import wordnet
+
+    from eval import metrics
+
+    metrics.prepare(resolve_config("mom"))
+    wordnet.synsets("two")  # a satellite adjective: reads data.adj and data.noun
+    handles = list(wordnet._data_file_map.values())
+    assert handles
+    metrics.reopen_wordnet_files()
+    assert wordnet._data_file_map == {} and all(h.closed for h in handles)
+    assert "two.s.01" in [s.name() for s in wordnet.synsets("two")]  # opened again on the next lookup
