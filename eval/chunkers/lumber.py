@@ -9,7 +9,16 @@ unit up to that one; the next window starts there. A lone last unit is a chunk w
 IDs that leave the chunk at least ``min_share x window_chars`` characters long (the window's last
 unit always stays allowed), so the window controls the chunk length even for a small model that
 always names an early ID (SmolLM2-135M does; without it its mean chunk length does not follow the
-window at all); ``min_share=0`` is the unconstrained original.
+window at all); ``min_share=0`` is the unconstrained original. A window with one allowed ID is cut
+there without a call (the grammar would force that answer).
+
+Units are never split, so a unit longer than the window (a table of contents with no sentence end:
+7,940 characters in one MultiFieldQA-zh context) is one chunk, as in the sentence and semantic
+chunkers. The LM sees at most the first ``window_chars`` characters of each passage, followed by
+"…"; the units before a window's last one hold fewer than ``window_chars`` together (or are a single
+unit), so a window's prompt shows at most ``2 x window_chars`` characters of text and fits the
+model's window (the whole unit did not: 10,158 tokens against vLLM's ``max_model_len`` of 8,192 on
+the full run).
 
 Written by hand, not chonkie's SlumberChunker: that one asks one prompt at a time through a Genie
 and falls back silently when a reply does not parse, while here every document's window goes into
@@ -79,10 +88,18 @@ def valid_answers(units: Sequence[tuple[int, int]], start: int, end: int, min_ch
     return ok or [end - 1]
 
 
+def shown(passage: str, max_chars: float) -> str:
+    """A passage as the LM sees it: whitespace runs as one space, cut after ``max_chars`` characters ("…")."""
+    passage = " ".join(passage.split())
+    cut = max(1, int(max_chars))
+    return passage if len(passage) <= cut else passage[:cut] + "…"
+
+
 def window_prompt(text: str, units: Sequence[tuple[int, int]], start: int, end: int,
-                  valid: Sequence[int]) -> tuple[list[dict], str]:
-    """The chat messages of one window and the grammar that allows only the ``valid`` IDs."""
-    passages = "\n".join(f"ID {unit_id(i)}: " + " ".join(text[s:e].split()) for i, (s, e) in
+                  valid: Sequence[int], max_chars: float) -> tuple[list[dict], str]:
+    """The chat messages of one window (each passage cut to ``max_chars``) and the grammar that allows only the
+    ``valid`` IDs."""
+    passages = "\n".join(f"ID {unit_id(i)}: " + shown(text[s:e], max_chars) for i, (s, e) in
                          enumerate(units[start:end], start))
     choices = " | ".join(json.dumps(unit_id(i)) for i in valid)
     grammar = f"%llguidance {{}}\nstart: {json.dumps(ANSWER_PREFIX)} ({choices})\n"
@@ -139,6 +156,7 @@ class LumberChunker:
             raise ChunkerError(f"lumber: min_share={min_share} must be in [0, 1)", "use e.g. 0.5, or 0 for none")
         self.client, self.cache, self.min_share, self.progress = client, cache, min_share, progress
         self.calls = 0  # LM calls made by this object (cached answers are not calls)
+        self.forced = 0  # windows with one allowed ID, cut there without a call
 
     def spans(self, documents: dict[str, str], window_chars: float) -> dict[str, list[tuple[int, int]]]:
         """Spans per document; every round asks all documents' current windows in one batch."""
@@ -154,7 +172,11 @@ class LumberChunker:
                     cuts[d].append(end)
                     continue
                 valid = valid_answers(units[d], start, end, self.min_share * window_chars)
-                messages, grammar = window_prompt(documents[d], units[d], start, end, valid)
+                if len(valid) == 1:  # no choice: the grammar would force this answer
+                    cuts[d].append(valid[0])
+                    self.forced += 1
+                    continue
+                messages, grammar = window_prompt(documents[d], units[d], start, end, valid, window_chars)
                 key = self.cache.key(messages, grammar)
                 if key in self.cache.answers:
                     cuts[d].append(self._checked(self.cache.answers[key], valid, d))

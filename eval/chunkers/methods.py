@@ -113,7 +113,8 @@ def _method(method: str, documents: dict[str, str], settings: ChunkerSettings, w
             return [chunks_as_memory(d, t, spans[d], method, {param.name: int(v), "lm": settings.lm})
                     for d, t in docs.items()]
 
-        return param, chunk, lambda _: f"model {settings.lm}, guided; {lumber.calls} LM calls (rest cached)"
+        return param, chunk, lambda _: (f"model {settings.lm}, guided; {lumber.calls} LM calls (rest cached); "
+                                        f"{lumber.forced} windows with one allowed cut, made without a call")
     reader = ReaderChunker(method, settings, work_dir, progress)
     return llm_param(target), reader.memories, reader.note
 

@@ -12,7 +12,7 @@ import pytest
 from eval.chunkers import METHODS, Calibration, ChunkerError, ChunkerSettings, chunk_stats, method_memories
 from eval.chunkers.base import anchor_spans, sentence_spans
 from eval.chunkers.calibrate import SizeParam, search
-from eval.chunkers.lumber import AnswerCache, LumberChunker, valid_answers, window_end
+from eval.chunkers.lumber import PROMPT, AnswerCache, LumberChunker, valid_answers, window_end
 from eval.chunkers.semantic import embedder_name
 from memreader.generation import Reply
 from memreader.schema import DocumentMemory, Scenario, write_memories
@@ -164,11 +164,12 @@ class FakeLM:
     """A chat backend that names the first ID its grammar allows (as SmolLM2 tends to), or a fixed reply."""
 
     def __init__(self, reply: str | None = None) -> None:
-        self.calls, self.grammars, self.reply = 0, [], reply
+        self.calls, self.grammars, self.prompts, self.reply = 0, [], [], reply
 
     def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
                       grammars=None, seeds=None) -> list[Any]:
         assert grammars is not None and len(grammars) == len(list_of_messages)
+        self.prompts.extend(list_of_messages)
         out = []
         for i, g in enumerate(grammars):
             self.calls += 1
@@ -196,11 +197,32 @@ def test_lumber_windows_and_grammar_allow_only_valid_cuts(tmp_path) -> None:
     lumber = LumberChunker(fake, AnswerCache(tmp_path / "answers.jsonl", "fake"), 0.5)
     spans = lumber.spans({"en-ferry": docs["en-ferry"]}, 400)["en-ferry"]
     text = docs["en-ferry"]
-    assert "".join(text[a:b] for a, b in spans) == text and fake.calls == len(spans) - 1 >= 1
+    assert "".join(text[a:b] for a, b in spans) == text and fake.calls + lumber.forced == len(spans) - 1
+    assert fake.calls >= 1
     starts = {s for s, _ in sentence_spans(text)}
     assert all(a in starts for a, _ in spans)
     assert all(b - a >= 200 for a, b in spans[:-1])  # min_share 0.5 of a 400-character window
     assert all(g.startswith("%llguidance {}\nstart: \"Answer: ID \" (") for g in fake.grammars)
+
+
+def test_lumber_cuts_long_passages_in_the_prompt_and_asks_only_where_there_is_a_choice(tmp_path) -> None:
+    """A unit longer than the window (a table of contents without a sentence end, as in MultiFieldQA-zh) stays one
+    chunk; the LM sees its first window_chars characters, so no prompt grows with it; a window whose grammar would
+    allow one ID is cut there without a call."""
+    toc = "第一站：出发的序曲第二站：火星的红风" * 300  # 5,400 characters, no sentence end
+    short = "。".join(f"短句{i}说的是别的事情" for i in range(40)) + "。"
+    text = short + toc + "。" + short
+    fake = FakeLM()
+    lumber = LumberChunker(fake, AnswerCache(tmp_path / "answers.jsonl", "fake"), 0.5)
+    spans = lumber.spans({"d": text}, 60)["d"]
+    assert "".join(text[a:b] for a, b in spans) == text
+    assert text.index(toc) in {a for a, _ in spans} and len(toc) + 1 in {b - a for a, b in spans}  # one chunk
+    prompts = [m[0]["content"] for m in fake.prompts]
+    assert max(len(p) for p in prompts) < len(PROMPT) + 2 * 60 + 200  # two passages of at most 60 characters + IDs
+    assert any("第一站：出发的序曲" in p and "…" in p for p in prompts)  # the long unit was shown, cut
+    # every window asked had a choice; the windows without one were cut without a call, and all of it adds up
+    assert all(g.count('"') >= 6 for g in fake.grammars) and lumber.forced >= 1
+    assert fake.calls + lumber.forced == len(spans) - 1
 
 
 def test_lumber_calibrates_tiles_and_resumes_from_its_cache(corpus, tmp_path, monkeypatch) -> None:
