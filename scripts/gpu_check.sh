@@ -11,6 +11,7 @@
 #   2. nvidia-smi
 #   3. import check: torch sees the GPU; trl/peft/transformers and the repo's memreader package import
 #   4. scripts/gpu_sft_mfu.py: bf16 matmul peak + LoRA SFT of a Qwen2.5-1.5B-shaped model -> tokens/s, MFU
+#      (--shape 3b / 7b for the larger recipes)
 #   5. scripts/bench_scoring.py --device cuda in float32 and bfloat16 (evaluator scorer throughput vs a naive
 #      loop, FLOP share of the measured peak); with .gpu/evaluator the evaluator has random weights:
 #        mkdir -p .gpu/evaluator && echo /.gpu/ >> .git/info/exclude

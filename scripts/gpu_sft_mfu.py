@@ -1,6 +1,8 @@
-"""LoRA SFT throughput and MFU of a Qwen2.5-1.5B-shaped model through TRL's SFTTrainer, on one GPU.
+"""LoRA SFT throughput and MFU of a Qwen2.5-shaped model (1.5B, 3B or 7B) through TRL's SFTTrainer, on one GPU.
 
     python3 scripts/gpu_sft_mfu.py                       # the reference run (GPU; see scripts/gpu_check.sh)
+    python3 scripts/gpu_sft_mfu.py --shape 7b --batch-size 1 --seq-len 8192 --gradient-checkpointing full \
+        --lora-r 32 --lora-alpha 64                      # the 7B recipe's micro-batch
     python3 scripts/gpu_sft_mfu.py --no-compile-layers --batch-size 16 --gradient-checkpointing full
     .venv/bin/python scripts/gpu_sft_mfu.py --smoke      # tiny 2-layer model, 2 steps, on CPU
 
@@ -8,8 +10,8 @@ What it does, in one process:
 1. measures the device's dense bf16 matmul rate (8192^3 torch.matmul, CUDA events, best of several
    repetitions): this is the "peak" every MFU figure below is divided by, so MFU is relative to what
    this card actually does today, not to a datasheet;
-2. builds Qwen2.5-1.5B from its config with random weights (no hub access needed), bf16, directly on
-   the device, with the fastest attention available (flash_attention_2 if the package imports, else sdpa);
+2. builds Qwen2.5-1.5B (or ``--shape 3b`` / ``7b``) from its config with random weights (no hub access
+   needed), bf16, directly on the device, with the fastest attention available (flash_attention_2 if the package imports, else sdpa);
 3. trains a LoRA adapter (r=16, alpha=32, dropout 0.05, q,k,v,o,gate,up,down) with trl.SFTTrainer on a
    pre-tokenized synthetic dataset of fixed-length random token ids (no padding: every token counts),
    times ``--steps`` optimizer steps after ``--warmup-steps`` untimed ones, and reports tokens/s.
@@ -18,7 +20,7 @@ What it does, in one process:
    the RMSNorm/RoPE/SiLU/LoRA-dropout elementwise traffic; +70% tokens/s on an H100 over eager).
 
 FLOP accounting (per trained token; N = parameters that take part in a matmul = the 28 decoder layers'
-projection weights + the (tied) LM-head weight; the embedding lookup is not a matmul; s = sequence
+projection weights + the LM-head weight, tied or not; the embedding lookup is not a matmul; s = sequence
 length, L = layers, d = heads x head_dim):
   * 6N            : the usual full-fine-tuning convention (2N forward + 4N backward), no attention term.
   * 6N+attn       : the same plus the attention score/value matmuls, 12*L*d*s (PaLM appendix B
@@ -67,6 +69,14 @@ QWEN25_1P5B = dict(
     bos_token_id=151643,
     eos_token_id=151643,
 )
+# Qwen2.5-3B and Qwen2.5-7B differ in size only (config.json values of Qwen/Qwen2.5-3B and Qwen/Qwen2.5-7B-Instruct);
+# the 7B model does not tie its LM head to the embedding
+QWEN25_3B = {**QWEN25_1P5B, **dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                                   num_attention_heads=16, num_key_value_heads=2)}
+QWEN25_7B = {**QWEN25_1P5B, **dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                                   num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                                   tie_word_embeddings=False)}
+SHAPES = {"1.5b": ("Qwen2.5-1.5B", QWEN25_1P5B), "3b": ("Qwen2.5-3B", QWEN25_3B), "7b": ("Qwen2.5-7B", QWEN25_7B)}
 # --smoke: same architecture, toy sizes
 SMOKE = {**QWEN25_1P5B, **dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                vocab_size=512, max_position_embeddings=512, bos_token_id=1, eos_token_id=1)}
@@ -178,6 +188,8 @@ def flop_counts(cfg: dict, seq_len: int, n_lora: int) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny 2-layer model, 2 steps, on CPU (a plumbing check)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="1.5b",
+                   help="which Qwen2.5 size to build (random weights from its config; ignored with --smoke)")
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--batch-size", type=int, default=8, help="per-device batch size (sequences per step)")
     p.add_argument("--grad-accum", type=int, default=1)
@@ -209,7 +221,7 @@ def main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     if args.smoke:
-        device, cfg_values = "cpu", SMOKE
+        device, cfg_values, shape_name = "cpu", SMOKE, "smoke"
         args.seq_len, args.batch_size, args.steps, args.warmup_steps = 64, 2, 2, 1
         args.matmul_n = 256
         torch.set_num_threads(1)  # a toy model: more threads only contend with whatever else runs
@@ -219,7 +231,7 @@ def main() -> int:
         if not torch.cuda.is_available():
             log("error: no CUDA device (use --smoke for the CPU plumbing check)")
             return 2
-        device, cfg_values = "cuda", QWEN25_1P5B
+        device, (shape_name, cfg_values) = "cuda", SHAPES[args.shape]
         if args.compile_layers is None:
             args.compile_layers = True
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -251,7 +263,8 @@ def main() -> int:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     model.config.use_cache = False
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: Qwen2.5-1.5B-shaped{' (SMOKE toy size)' if args.smoke else ''}, {n_params / 1e9:.4f}B params, "
+    log(f"model: {shape_name}-shaped{' (SMOKE: Qwen2.5-1.5B layout, toy size)' if args.smoke else ''}, "
+        f"{n_params / 1e9:.4f}B params, "
         f"{model.dtype}, attn_implementation={model.config._attn_implementation}, "
         f"built in {time.perf_counter() - t0:.1f}s")
 
@@ -379,7 +392,7 @@ def main() -> int:
         "device": gpu,
         "versions": vers,
         "matmul_peak": peak,
-        "model": {"shape": "Qwen2.5-1.5B" if not args.smoke else "smoke", "config": cfg_values,
+        "model": {"shape": shape_name, "config": cfg_values,
                   "params_total": n_params, "dtype": str(model.dtype).replace("torch.", ""),
                   "attn_implementation": attn},
         "lora": {"r": args.lora_r, "alpha": args.lora_alpha, "dropout": args.lora_dropout,
@@ -416,7 +429,7 @@ def main() -> int:
         shutil.rmtree(outdir)
     m = report["mfu"]
     memtxt = f"{mem['peak_allocated_gib']:.1f}/{mem['total_gib']:.0f} GiB" if mem else "n/a"
-    log(f"SUMMARY{' [SMOKE]' if args.smoke else ''} {args.label or 'run'}: {gpu} | peak {peak['dtype']} "
+    log(f"SUMMARY{' [SMOKE]' if args.smoke else ''} {args.label or 'run'}: {shape_name} on {gpu} | peak {peak['dtype']} "
         f"{peak['tflops_best']:.1f} TFLOP/s | {attn} bs={args.batch_size}x{args.seq_len} gc={gc} "
         f"compile={args.torch_compile}{' compile_layers' if args.compile_layers else ''} "
         f"adapters={args.adapter_dtype} | {tps:,.0f} tok/s | MFU 6N {m['6N']:.1%}, 6N+attn {m['6N_attn']:.1%}, "
