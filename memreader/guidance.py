@@ -30,7 +30,7 @@ from memreader.memory_grammar import (
     GuidanceError,
     memory_grammar,
 )
-from memreader.windowing import WindowPlan, plan_windows
+from memreader.windowing import WindowPlan, grammar_chars, plan_windows
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +147,12 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
     """:func:`memreader.windowing.plan_windows` and the grammar of every window (``sizing``: its keyword
     arguments). A window whose grammar needs more tokens than ``grammar_budget`` (the reply budget) (small chunks of CJK text under a
     tight budget: every chunk marker costs tokens) is not refused at once: its document is cut again into windows
-    of ``0.9 x budget / need`` of the capacity, up to :data:`FIT_ROUNDS` times, and only then refused with the
+    of ``0.9 x budget / need`` of the capacity (or of the window's own length, when that is smaller), up to :data:`FIT_ROUNDS` times, and only then refused with the
     fix. ``breaks``: each document's structural breaks (heading and page starts), preferred chunk ends in the
     windows that hold them. Returns the plan, one grammar per window (None when unguided) and the refused
     windows' messages."""
     scale: dict[int, float] = {}
+    grammar = sizing.get("grammar")
     for cuts in range(FIT_ROUNDS + 1):  # the plan after the last re-cut is checked too
         wplan = plan_windows(texts, scale=scale, **sizing)
         flat = wplan.flat()
@@ -164,12 +165,17 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
         plans, errors = grammars.plan(wplan.texts(texts), grammar_budget, needs, window_breaks)
         shrink: dict[int, float] = {}
         for j, need in needs.items():
-            d = flat[j][0]
-            shrink[d] = min(shrink.get(d, 1.0), 0.9 * grammar_budget / need)
+            d, window = flat[j]
+            factor = scale.get(d, 1.0) * 0.9 * grammar_budget / need
+            if grammar is not None:
+                # a window shorter than the grammar's capacity (a short text whose markers cost many tokens) is
+                # cut only when the capacity falls below the window's own length: scale from that length
+                capacity = grammar_chars(texts[d], grammar)
+                factor = min(factor, 0.9 * grammar_budget / need * (window.end - window.start) / capacity)
+            shrink[d] = min(shrink.get(d, 1.0), factor)
         if not shrink or cuts == FIT_ROUNDS:
             break
-        for d, factor in shrink.items():
-            scale[d] = scale.get(d, 1.0) * factor
+        scale.update(shrink)
         log.info("%d document(s) cut into smaller windows so that their grammars fit max_new_tokens=%d",
                  len(shrink), grammar_budget)
     return wplan, plans, errors

@@ -71,3 +71,18 @@ def test_structural_breaks_reach_the_window_that_holds_them() -> None:
                            for e in ends), (w, s)
     # 815 is honoured; 350 is not forced: no chunk of 160-196 characters could follow it inside its window
     assert sorted(seen) == [815]
+
+
+def test_a_short_text_whose_markers_overflow_is_cut_too() -> None:
+    # 344 characters, far below the grammar's capacity (8 x 196 = 1,568), whose 4 chunks need 410 tokens even with
+    # 8-token core contents, just over the budget: scaling the capacity by 0.9 x 400 / 410 per re-cut never took
+    # it below the text's length in FIT_ROUNDS rounds, so the text was refused (a 1,233-character MultiFieldQA-zh context, a
+    # table of digits and spaces, needing 522 of 512 tokens, on the full run)
+    short = SENTENCE * 8
+    settings = GrammarSettings(min_chunk_chars=44, max_chunk_chars=196, cjk_char_weight=1.0, max_scenarios=8)
+    grammars = MemoryGrammars(settings, count_tokens=len)
+    plan, plans, errors = plan_guided_windows([short], grammars, 400, count_tokens=len,
+                                              settings=WindowSettings(0, 0), grammar=settings)
+    assert errors == {}, errors
+    assert len(plan.windows[0]) > 1 and all(p is not None and p.worst_case_tokens <= 400 for p in plans)
+    assert plan.windows[0][0].start == 0 and plan.windows[0][-1].end == len(short)
