@@ -148,8 +148,8 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
     arguments). A window whose grammar needs more tokens than ``grammar_budget`` (the reply budget) (small chunks of CJK text under a
     tight budget: every chunk marker costs tokens) is not refused at once: its document is cut again into windows
     of ``0.9 x budget / need`` of the capacity (or of the window's own length, when that is smaller), up to
-    :data:`FIT_ROUNDS` times, and only then refused with the fix. ``breaks``: each document's structural breaks (heading and page starts), preferred chunk ends in the
-    windows that hold them. Returns the plan, one grammar per window (None when unguided) and the refused
+    :data:`FIT_ROUNDS` times, and only then refused with the fix. ``breaks``: each document's structural breaks
+    (heading and page starts), preferred chunk ends in the windows that hold them. Returns the plan, one grammar per window (None when unguided) and the refused
     windows' messages."""
     scale: dict[int, float] = {}
     grammar = sizing.get("grammar")

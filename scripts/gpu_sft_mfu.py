@@ -11,7 +11,8 @@ What it does, in one process:
    repetitions): this is the "peak" every MFU figure below is divided by, so MFU is relative to what
    this card actually does today, not to a datasheet;
 2. builds Qwen2.5-1.5B (or ``--shape 3b`` / ``7b``) from its config with random weights (no hub access
-   needed), bf16, directly on the device, with the fastest attention available (flash_attention_2 if the package imports, else sdpa);
+   needed), bf16, directly on the device, with the fastest attention available (flash_attention_2 if the
+   package imports, else sdpa);
 3. trains a LoRA adapter (r=16, alpha=32, dropout 0.05, q,k,v,o,gate,up,down) with trl.SFTTrainer on a
    pre-tokenized synthetic dataset of fixed-length random token ids (no padding: every token counts),
    times ``--steps`` optimizer steps after ``--warmup-steps`` untimed ones, and reports tokens/s.
@@ -19,7 +20,7 @@ What it does, in one process:
    (PEFT's default, as training/sft.py gets them), each decoder layer torch.compile'd (--compile-layers: fuses
    the RMSNorm/RoPE/SiLU/LoRA-dropout elementwise traffic; +70% tokens/s on an H100 over eager).
 
-FLOP accounting (per trained token; N = parameters that take part in a matmul = the 28 decoder layers'
+FLOP accounting (per trained token; N = parameters that take part in a matmul = the decoder layers'
 projection weights + the LM-head weight, tied or not; the embedding lookup is not a matmul; s = sequence
 length, L = layers, d = heads x head_dim):
   * 6N            : the usual full-fine-tuning convention (2N forward + 4N backward), no attention term.
@@ -429,8 +430,8 @@ def main() -> int:
         shutil.rmtree(outdir)
     m = report["mfu"]
     memtxt = f"{mem['peak_allocated_gib']:.1f}/{mem['total_gib']:.0f} GiB" if mem else "n/a"
-    log(f"SUMMARY{' [SMOKE]' if args.smoke else ''} {args.label or 'run'}: {shape_name} on {gpu} | peak {peak['dtype']} "
-        f"{peak['tflops_best']:.1f} TFLOP/s | {attn} bs={args.batch_size}x{args.seq_len} gc={gc} "
+    log(f"SUMMARY{' [SMOKE]' if args.smoke else ''} {args.label or 'run'}: {shape_name} on {gpu} | "
+        f"peak {peak['dtype']} {peak['tflops_best']:.1f} TFLOP/s | {attn} bs={args.batch_size}x{args.seq_len} gc={gc} "
         f"compile={args.torch_compile}{' compile_layers' if args.compile_layers else ''} "
         f"adapters={args.adapter_dtype} | {tps:,.0f} tok/s | MFU 6N {m['6N']:.1%}, 6N+attn {m['6N_attn']:.1%}, "
         f"LoRA 4N+attn {m['lora_4N_attn']:.1%}, HFU {m['hfu']:.1%} | peak mem {memtxt} | loss {loss:.3f}")

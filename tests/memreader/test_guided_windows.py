@@ -76,8 +76,8 @@ def test_structural_breaks_reach_the_window_that_holds_them() -> None:
 def test_a_short_text_whose_markers_overflow_is_cut_too() -> None:
     # 344 characters, far below the grammar's capacity (8 x 196 = 1,568), whose 4 chunks need 410 tokens even with
     # 8-token core contents, just over the budget: scaling the capacity by 0.9 x 400 / 410 per re-cut never took
-    # it below the text's length in FIT_ROUNDS rounds, so the text was refused (a 1,233-character MultiFieldQA-zh context, a
-    # table of digits and spaces, needing 522 of 512 tokens, on the full run)
+    # it below the text's length in FIT_ROUNDS rounds, so the text was refused (on the full run: a 1,233-character
+    # MultiFieldQA-zh context, a table of digits and spaces, needing 522 of 512 tokens)
     short = SENTENCE * 8
     settings = GrammarSettings(min_chunk_chars=44, max_chunk_chars=196, cjk_char_weight=1.0, max_scenarios=8)
     grammars = MemoryGrammars(settings, count_tokens=len)
