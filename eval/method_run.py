@@ -4,7 +4,8 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
 
 - ``memories.jsonl`` + ``calibration.json``: the method's memories of the pooled corpus (chunkers cache their
   own model calls in ``work/``, so an interrupted chunking resumes too);
-- ``index.db`` + ``index.json``: its Milvus Lite index, reused while the memories and the embedder are the same;
+- ``index.db`` + ``index.json``: its Milvus Lite index, reused while the memories and the embedder are the same,
+  and not built at all when every question is already answered;
 - ``answers.jsonl``: one line per answered question, appended and flushed as each group of prompts that fits
   the prefix cache finishes (the whole batch where there is none), so a crash repeats
   no finished answer (each line carries the question's reference-answer support when that is on);
@@ -236,12 +237,20 @@ def _run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path],
     memories_sha = sha256_file(mem_path)
     _check_state(mdir, {**ctx.answer_settings, "memories_sha256": memories_sha}, method)
     mode = ctx.mode if has_layers(memories) else "chunk_only"
-    t0 = time.perf_counter()
-    with cost.phase("index"):
-        index = _index(ctx, mdir, memories, memories_sha)
-    ctx.profile.add("index", time.perf_counter() - t0)
-    with index, cost.phase("answers"):
-        rows = answer_questions(ctx, method, mdir, index, mode)
+    done = _answered(mdir / "answers.jsonl")
+    if all(q.id in done for q in ctx.eval_set.questions):
+        # every question is answered (e.g. a run restored from a checkpoint, eval/checkpoint.py): the index
+        # is not needed, and not rebuilt
+        rows = [done[q.id] for q in ctx.eval_set.questions]
+        print(f"eval: {method}: all {len(rows)} questions already answered in {mdir / 'answers.jsonl'}; "
+              "no index needed")
+    else:
+        t0 = time.perf_counter()
+        with cost.phase("index"):
+            index = _index(ctx, mdir, memories, memories_sha)
+        ctx.profile.add("index", time.perf_counter() - t0)
+        with index, cost.phase("answers"):
+            rows = answer_questions(ctx, method, mdir, index, mode)
     with cost.phase("clarity"):
         clarity = _cached(ctx, mdir / "clarity.json", ctx.clarity_fn, ctx.clarity_signature, memories, memories_sha)
     with cost.phase("stickiness"):

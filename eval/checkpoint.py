@@ -1,0 +1,147 @@
+"""A portable checkpoint of a long evaluation: what it cost hours to make, as plain files that can be committed.
+
+An evaluation on two CPU cores runs for many hours and is resumed across sessions, but a machine's artifact root
+(``$MEMREADER_HOME``) does not always outlive a session. :func:`save` copies into a folder (e.g. one tracked by
+git) everything a resumed ``memreader eval`` reuses and that cannot be remade cheaply:
+
+- ``run/methods/<method>/``: each method's memories, answers (with support), clarity, stickiness, calibration,
+  settings and cost ledger (:mod:`eval.method_run`); not the Milvus Lite index (rebuilt from the memories, and
+  only when questions are left to answer) nor the chunkers' ``work/`` folder;
+- ``cache/<chunk cache folder>/``: the model chunkers' shared reads and LM answers (``chunk_cache: shared``),
+  so a reading interrupted part way resumes at the document it reached.
+
+:func:`restore` copies them back where the evaluation looks for them. It never overwrites: a file that is
+already there and differs is kept and named (the machine's copy may be newer), so restoring twice, or after
+the run went on, loses nothing. ``MANIFEST.json`` lists every file with its size and SHA-256; a restore checks
+them first, so a damaged checkpoint is refused before anything is copied.
+
+    python scripts/eval_checkpoint.py save    --run eval-multifieldqa-zh --to results/eval-multifieldqa-zh
+    python scripts/eval_checkpoint.py restore --run eval-multifieldqa-zh --from results/eval-multifieldqa-zh
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memreader.errors import MemReaderError
+
+MANIFEST = "MANIFEST.json"
+SKIPPED_DIRS = {"work", "__pycache__"}  # a method's chunker scratch folder: remade from the memories' inputs
+SKIPPED_PREFIXES = ("index.",)  # index.db (Milvus Lite) and index.json (its manifest): rebuilt when needed
+SKIPPED_SUFFIXES = (".lock", ".tmp")
+MAX_FILE_MB = 50.0  # one file larger than this is refused by name, not copied silently into a git folder
+
+
+class CheckpointError(MemReaderError, ValueError):
+    """A checkpoint that cannot be saved or restored as asked."""
+
+
+@dataclass
+class CheckpointReport:
+    """What one save or restore did, file by file (paths relative to the checkpoint folder)."""
+
+    copied: list[str] = field(default_factory=list)
+    same: list[str] = field(default_factory=list)  # already identical where they were going
+    kept: list[str] = field(default_factory=list)  # restore only: present there with other content, not touched
+    bytes_copied: int = 0
+
+    def line(self, verb: str) -> str:
+        kept = f", {len(self.kept)} kept as they were (they differ: {', '.join(self.kept[:5])})" if self.kept else ""
+        return (f"{verb}: {len(self.copied)} file(s) copied ({self.bytes_copied / 1e6:.1f} MB), "
+                f"{len(self.same)} already the same{kept}")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _wanted(rel: Path) -> bool:
+    return (not any(part in SKIPPED_DIRS for part in rel.parts[:-1])
+            and not any(part.startswith(SKIPPED_PREFIXES) for part in rel.parts)  # index.db may be a folder
+            and not rel.name.endswith(SKIPPED_SUFFIXES))
+
+
+def _files(root: Path) -> list[Path]:
+    """The files under ``root`` a checkpoint keeps, relative to it, sorted."""
+    if not root.is_dir():
+        return []
+    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and _wanted(p.relative_to(root)))
+
+
+def _sources(eval_dir: Path, cache_dir: Path | None) -> dict[str, Path]:
+    """Checkpoint-relative name → the file it is a copy of."""
+    out = {f"run/methods/{rel.as_posix()}": eval_dir / "methods" / rel for rel in _files(eval_dir / "methods")}
+    if cache_dir is not None:
+        out.update({f"cache/{cache_dir.name}/{rel.as_posix()}": cache_dir / rel for rel in _files(cache_dir)})
+    return out
+
+
+def save(eval_dir: Path, dest: Path, cache_dir: Path | None = None, max_file_mb: float = MAX_FILE_MB
+         ) -> CheckpointReport:
+    """Copy the resumable outputs of the evaluation in ``eval_dir`` (``$MEMREADER_HOME/runs/<run>/eval``) and the
+    chunk cache ``cache_dir`` into ``dest``; files of an earlier save that the run no longer has are removed."""
+    eval_dir, dest = Path(eval_dir), Path(dest)
+    if not (eval_dir / "methods").is_dir():
+        raise CheckpointError(f"{eval_dir} has no methods/ folder: nothing of an evaluation to save (give the run "
+                              "name that `memreader eval` used, with the same MEMREADER_HOME)")
+    sources = _sources(eval_dir, cache_dir if cache_dir is not None and cache_dir.is_dir() else None)
+    too_big = [f"{rel} ({src.stat().st_size / 1e6:.1f} MB)" for rel, src in sources.items()
+               if src.stat().st_size > max_file_mb * 1e6]
+    if too_big:
+        raise CheckpointError(f"file(s) over {max_file_mb:g} MB: {', '.join(too_big)}; nothing was saved",
+                              "raise max_file_mb if the checkpoint folder can hold them (a git folder should not)")
+    report, manifest = CheckpointReport(), {}
+    for rel, src in sources.items():
+        target = dest / rel
+        digest = _sha256(src)
+        manifest[rel] = {"bytes": src.stat().st_size, "sha256": digest}
+        if target.is_file() and _sha256(target) == digest:
+            report.same.append(rel)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+        report.copied.append(rel)
+        report.bytes_copied += src.stat().st_size
+    for stale in [p for p in _files(dest) if p.as_posix() != MANIFEST and p.as_posix() not in manifest]:
+        (dest / stale).unlink()
+    (dest / MANIFEST).write_text(json.dumps({
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "eval_dir": str(eval_dir),
+        "cache_dir": str(cache_dir) if cache_dir is not None else None, "files": manifest,
+    }, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return report
+
+
+def restore(src: Path, eval_dir: Path, cache_root: Path) -> CheckpointReport:
+    """Copy a checkpoint saved by :func:`save` back: methods into ``eval_dir``, the chunk cache folder into
+    ``cache_root`` (``$MEMREADER_HOME/cache/chunkers``). Never overwrites; every file is checked against the
+    manifest before the first copy."""
+    src = Path(src)
+    if not (src / MANIFEST).is_file():
+        raise CheckpointError(f"{src} has no {MANIFEST}: not a checkpoint written by eval_checkpoint.py save")
+    files = json.loads((src / MANIFEST).read_text(encoding="utf-8"))["files"]
+    bad = [rel for rel, meta in files.items() if not (src / rel).is_file() or _sha256(src / rel) != meta["sha256"]]
+    if bad:
+        raise CheckpointError(f"{len(bad)} file(s) of {src} are missing or differ from its manifest "
+                              f"({', '.join(bad[:5])}); nothing was restored",
+                              "check out the checkpoint folder again (git checkout -- <folder>)")
+    report = CheckpointReport()
+    for rel in sorted(files):
+        head, _, rest = rel.partition("/")
+        target = (Path(eval_dir) if head == "run" else Path(cache_root)) / rest
+        if target.is_file():
+            (report.same if _sha256(target) == files[rel]["sha256"] else report.kept).append(rel)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, target)
+        report.copied.append(rel)
+        report.bytes_copied += files[rel]["bytes"]
+    return report
