@@ -33,7 +33,7 @@ from memreader.errors import MemReaderError
 MANIFEST = "MANIFEST.json"
 SKIPPED_DIRS = {"work", "__pycache__"}  # a method's chunker scratch folder: remade from the memories' inputs
 SKIPPED_PREFIXES = ("index.",)  # index.db (Milvus Lite) and index.json (its manifest): rebuilt when needed
-SKIPPED_SUFFIXES = (".lock", ".tmp")
+SKIPPED_SUFFIXES = (".lock", ".tmp", ".saving")
 MAX_FILE_MB = 50.0  # one file larger than this is refused by name, not copied silently into a git folder
 
 
@@ -101,16 +101,21 @@ def save(eval_dir: Path, dest: Path, cache_dir: Path | None = None, max_file_mb:
                               "raise max_file_mb if the checkpoint folder can hold them (a git folder should not)")
     report, manifest = CheckpointReport(), {}
     for rel, src in sources.items():
+        # copied first and hashed as copied: a running evaluation may append to src meanwhile, and the manifest
+        # must describe the file the checkpoint holds
         target = dest / rel
-        digest = _sha256(src)
-        manifest[rel] = {"bytes": src.stat().st_size, "sha256": digest}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(target.name + ".saving")
+        shutil.copy2(src, staged)
+        digest, size = _sha256(staged), staged.stat().st_size
+        manifest[rel] = {"bytes": size, "sha256": digest}
         if target.is_file() and _sha256(target) == digest:
+            staged.unlink()
             report.same.append(rel)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
+        staged.replace(target)
         report.copied.append(rel)
-        report.bytes_copied += src.stat().st_size
+        report.bytes_copied += size
     for stale in [p for p in _files(dest) if p.as_posix() != MANIFEST and p.as_posix() not in manifest]:
         (dest / stale).unlink()
     (dest / MANIFEST).write_text(json.dumps({

@@ -141,3 +141,21 @@ def test_the_script_finds_the_run_and_cache_from_the_config(demo_files, tmp_path
     assert missing.returncode == 2 and "restore needs --from" in missing.stderr
     nothing = _script("save", "--config", str(config), "--set", "run=other", "--to", str(tmp_path / "c2"), home=home)
     assert nothing.returncode == 2 and "no methods/ folder" in nothing.stderr
+
+
+def test_a_file_the_run_appends_to_during_a_save_is_recorded_as_copied(tmp_path, monkeypatch) -> None:
+    import eval.checkpoint as checkpoint
+
+    eval_dir, cache = _fake_run(tmp_path / "home")
+    real_copy = shutil.copy2
+
+    def copy_while_the_run_writes(src, dst, **kw):
+        with open(src, "a") as fh:  # the evaluation appends an answer just as the file is copied
+            fh.write('{"id": "late"}\n')
+        return real_copy(src, dst, **kw)
+
+    monkeypatch.setattr(checkpoint.shutil, "copy2", copy_while_the_run_writes)
+    save(eval_dir, tmp_path / "ckpt", cache)
+    monkeypatch.setattr(checkpoint.shutil, "copy2", real_copy)
+    got = restore(tmp_path / "ckpt", tmp_path / "new/eval", tmp_path / "new/cache")
+    assert "run/methods/fixed/answers.jsonl" in got.copied
