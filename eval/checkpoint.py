@@ -15,8 +15,8 @@ already there and differs is kept and named (the machine's copy may be newer), s
 the run went on, loses nothing. ``MANIFEST.json`` lists every file with its size and SHA-256; a restore checks
 them first, so a damaged checkpoint is refused before anything is copied.
 
-    python scripts/eval_checkpoint.py save    --run eval-multifieldqa-zh --to results/eval-multifieldqa-zh
-    python scripts/eval_checkpoint.py restore --run eval-multifieldqa-zh --from results/eval-multifieldqa-zh
+    python scripts/eval_checkpoint.py save    --config configs/eval/multifieldqa_zh.yaml --to results/eval-multifieldqa-zh
+    python scripts/eval_checkpoint.py restore --config configs/eval/multifieldqa_zh.yaml --from results/eval-multifieldqa-zh
 """
 
 from __future__ import annotations
