@@ -21,7 +21,6 @@ them first, so a damaged checkpoint is refused before anything is copied.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memreader.errors import MemReaderError
+from memreader.paths import sha256_file, write_json
 
 MANIFEST = "MANIFEST.json"
 SKIPPED_DIRS = {"work", "__pycache__"}  # a method's chunker scratch folder: remade from the memories' inputs
@@ -54,14 +54,6 @@ class CheckpointReport:
         kept = f", {len(self.kept)} kept as they were (they differ: {', '.join(self.kept[:5])})" if self.kept else ""
         return (f"{verb}: {len(self.copied)} file(s) copied ({self.bytes_copied / 1e6:.1f} MB), "
                 f"{len(self.same)} already the same{kept}")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _wanted(rel: Path) -> bool:
@@ -107,9 +99,9 @@ def save(eval_dir: Path, dest: Path, cache_dir: Path | None = None, max_file_mb:
         target.parent.mkdir(parents=True, exist_ok=True)
         staged = target.with_name(target.name + ".saving")
         shutil.copy2(src, staged)
-        digest, size = _sha256(staged), staged.stat().st_size
+        digest, size = sha256_file(staged), staged.stat().st_size
         manifest[rel] = {"bytes": size, "sha256": digest}
-        if target.is_file() and _sha256(target) == digest:
+        if target.is_file() and sha256_file(target) == digest:
             staged.unlink()
             report.same.append(rel)
             continue
@@ -118,10 +110,8 @@ def save(eval_dir: Path, dest: Path, cache_dir: Path | None = None, max_file_mb:
         report.bytes_copied += size
     for stale in [p for p in _files(dest) if p.as_posix() != MANIFEST and p.as_posix() not in manifest]:
         (dest / stale).unlink()
-    (dest / MANIFEST).write_text(json.dumps({
-        "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "eval_dir": str(eval_dir),
-        "cache_dir": str(cache_dir) if cache_dir is not None else None, "files": manifest,
-    }, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_json(dest / MANIFEST, {"saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "eval_dir": str(eval_dir),
+                                 "cache_dir": str(cache_dir) if cache_dir is not None else None, "files": manifest})
     return report
 
 
@@ -133,7 +123,7 @@ def restore(src: Path, eval_dir: Path, cache_root: Path) -> CheckpointReport:
     if not (src / MANIFEST).is_file():
         raise CheckpointError(f"{src} has no {MANIFEST}: not a checkpoint written by eval_checkpoint.py save")
     files = json.loads((src / MANIFEST).read_text(encoding="utf-8"))["files"]
-    bad = [rel for rel, meta in files.items() if not (src / rel).is_file() or _sha256(src / rel) != meta["sha256"]]
+    bad = [rel for rel, meta in files.items() if not (src / rel).is_file() or sha256_file(src / rel) != meta["sha256"]]
     if bad:
         raise CheckpointError(f"{len(bad)} file(s) of {src} are missing or differ from its manifest "
                               f"({', '.join(bad[:5])}); nothing was restored",
@@ -143,7 +133,7 @@ def restore(src: Path, eval_dir: Path, cache_root: Path) -> CheckpointReport:
         head, _, rest = rel.partition("/")
         target = (Path(eval_dir) if head == "run" else Path(cache_root)) / rest
         if target.is_file():
-            (report.same if _sha256(target) == files[rel]["sha256"] else report.kept).append(rel)
+            (report.same if sha256_file(target) == files[rel]["sha256"] else report.kept).append(rel)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, target)

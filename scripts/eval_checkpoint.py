@@ -18,7 +18,6 @@ from pathlib import Path
 
 from eval.checkpoint import MAX_FILE_MB, restore, save
 from eval.qa import QAConfig, chunk_cache_dir
-from eval.suites import load_eval_set
 from memreader.config import load_config
 from memreader.errors import MemReaderError
 from memreader.paths import memreader_home
@@ -27,9 +26,7 @@ from memreader.paths import memreader_home
 def _places(args: argparse.Namespace) -> tuple[Path, Path | None]:
     cfg = load_config(QAConfig, args.config, args.set)
     eval_dir = memreader_home() / "runs" / cfg.run / "eval"
-    eset = load_eval_set(cfg.dataset, cfg.qa, limit=cfg.limit, sample=cfg.sample, seed=cfg.seed,
-                         crud_split=cfg.crud_split, memories=cfg.memories)
-    cache = chunk_cache_dir(cfg, eset.name, eset.path)
+    cache = chunk_cache_dir(cfg, cfg.dataset, str(cfg.qa))  # as `memreader eval` names it (eval.qa.run_qa)
     return eval_dir, (Path(cache) if cache else None)
 
 
