@@ -108,7 +108,8 @@ class CostLedger:
         self.path = path
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         self.phases: dict[str, float] = {k: float(v) for k, v in data.get("phases", {}).items()}
-        self.sessions = int(data.get("sessions", 0)) + 1
+        self._earlier_sessions = int(data.get("sessions", 0))
+        self._worked = False  # a session counts (and its memory peak with it) once a phase runs in it
         self.peak_rss_mib = float(data.get("peak_rss_mib", 0.0))
         self.rss_source = str(data.get("rss_source", ""))
         self.memory = PeakMemory(on_sample=self._tick)
@@ -122,6 +123,7 @@ class CostLedger:
         session that is killed mid-phase loses at most that much of its time."""
         t0 = time.perf_counter()
         with self._lock:
+            self._worked = True
             before = self.phases.get(name, 0.0)  # the periodic saves overwrite phases[name] from this base
             self._running = (name, t0, before)
         try:
@@ -141,17 +143,25 @@ class CostLedger:
             self.phases[name] = round(before + now - t0, 1)
         self.save()
 
+    @property
+    def sessions(self) -> int:
+        """Sessions that worked on the method: a resumed run that only reuses what is done does not count."""
+        return self._earlier_sessions + int(self._worked)
+
     def __enter__(self) -> CostLedger:
         self.memory.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.memory.stop()
-        self.save()
+        if self._worked:
+            self.save()
 
     def save(self) -> None:
         with self._lock:  # the sampler thread and the main thread both save: one writer at a time
             self._last_save = time.perf_counter()
+            if not self._worked:
+                return
             self.peak_rss_mib = max(self.peak_rss_mib, self.memory.peak_mib)
             # a mix of sources is named as such: the numbers are not the same measure
             self.rss_source = self.memory.source if self.rss_source in ("", self.memory.source) else "mixed"

@@ -190,8 +190,10 @@ def answer_questions(ctx: MethodContext, method: str, mdir: Path, index: MemoryI
 
 
 def _cached(ctx: MethodContext, path: Path, fn: Callable[[list[DocumentMemory]], dict[str, Any]] | None,
-            signature: str, memories: list[DocumentMemory], memories_sha: str) -> dict[str, Any] | None:
-    """``fn(memories)``, kept in ``path`` and reused while the memories and the signature are the same."""
+            signature: str, memories: list[DocumentMemory], memories_sha: str, cost: CostLedger
+            ) -> dict[str, Any] | None:
+    """``fn(memories)``, kept in ``path`` and reused while the memories and the signature are the same; the work
+    (not a reuse) is timed as the phase named after the file."""
     if fn is None:
         return None
     cached = _read_json(path)
@@ -199,7 +201,8 @@ def _cached(ctx: MethodContext, path: Path, fn: Callable[[list[DocumentMemory]],
     if cached is not None and cached.get("key") == key:
         return cached["value"]
     t0 = time.perf_counter()
-    value = fn(memories)
+    with cost.phase(path.stem):
+        value = fn(memories)
     ctx.profile.add(path.stem, time.perf_counter() - t0)
     write_json(path, {"key": key, "value": value})
     return value
@@ -251,10 +254,9 @@ def _run_method(ctx: MethodContext, method: str, make_memories: Callable[[Path],
         ctx.profile.add("index", time.perf_counter() - t0)
         with index, cost.phase("answers"):
             rows = answer_questions(ctx, method, mdir, index, mode)
-    with cost.phase("clarity"):
-        clarity = _cached(ctx, mdir / "clarity.json", ctx.clarity_fn, ctx.clarity_signature, memories, memories_sha)
-    with cost.phase("stickiness"):
-        stickiness = _cached(ctx, mdir / "stickiness.json", ctx.stickiness_fn, ctx.stickiness_signature, memories,
-                             memories_sha)
+    clarity = _cached(ctx, mdir / "clarity.json", ctx.clarity_fn, ctx.clarity_signature, memories, memories_sha,
+                      cost)
+    stickiness = _cached(ctx, mdir / "stickiness.json", ctx.stickiness_fn, ctx.stickiness_signature, memories,
+                         memories_sha, cost)
     return {"memories": memories, "rows": rows, "mode": mode, "calibration": calibration, "clarity": clarity,
             "stickiness": stickiness, "seconds": round(time.perf_counter() - t_start, 1)}

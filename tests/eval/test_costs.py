@@ -71,3 +71,20 @@ def test_periodic_saves_do_not_count_a_phase_twice(tmp_path, monkeypatch) -> Non
         time.sleep(1.0)
     seconds = json.loads(path.read_text())["phases"]["answers"]
     assert 1.0 <= seconds < 1.5, seconds  # not the periodic value plus the whole phase again
+
+
+def test_a_session_that_only_reuses_does_not_count(tmp_path) -> None:
+    path = tmp_path / "cost.json"
+    with CostLedger(path) as cost, cost.phase("answers"):
+        time.sleep(0.02)
+    first = json.loads(path.read_text())
+    assert first["sessions"] == 1
+    with CostLedger(path) as cost:  # a resumed run that finds everything done: no phase runs
+        blob = bytearray(64 * 2**20)  # a peak that belongs to nothing this method did
+        time.sleep(0.6)
+        del blob
+        assert cost.sessions == 1
+    assert json.loads(path.read_text()) == first
+    with CostLedger(path) as cost, cost.phase("clarity"):
+        pass
+    assert json.loads(path.read_text())["sessions"] == 2
