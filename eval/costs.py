@@ -154,13 +154,12 @@ class CostLedger:
 
     def __exit__(self, *exc: Any) -> None:
         self.memory.stop()
-        if self._worked:
-            self.save()
+        self.save()
 
     def save(self) -> None:
         with self._lock:  # the sampler thread and the main thread both save: one writer at a time
             self._last_save = time.perf_counter()
-            if not self._worked:
+            if not self._worked:  # a run that only reused what is done leaves the ledger as it was
                 return
             self.peak_rss_mib = max(self.peak_rss_mib, self.memory.peak_mib)
             # a mix of sources is named as such: the numbers are not the same measure
