@@ -33,6 +33,7 @@ from data_gen.cached_teacher import CachedTeacher
 from data_gen.flow import Dispatcher, gather_bounded
 from data_gen.selection import check_rrf_k
 from data_gen.sft_export import balance, sft_record, write_sft_splits
+from data_gen.structure_teacher import structure_config, structure_results
 from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
 from data_gen.units import make_units, merge_units
 from memreader.backends import (
@@ -69,8 +70,9 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
     teacher: str = field("local", help="teacher backend: local (in-process transformers; alias transformers), vllm "
-                         "(in-process vLLM engine), openai (any OpenAI-compatible endpoint) or auto (the fastest "
-                         "measured on this machine: memreader/backends.py)")
+                         "(in-process vLLM engine), openai (any OpenAI-compatible endpoint), auto (the fastest "
+                         "measured on this machine: memreader/backends.py), or structure (no model: the memory "
+                         "each document's known sections imply, data_gen/structure_teacher.py; model = the reader's)")
     dtype: str = field("auto", help="in-process teacher weights: auto (bf16 on CUDA; on CPU the faster of fp32 and "
                        "bf16 by a cached probe), float32, bfloat16")
     model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
@@ -125,7 +127,7 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
-        for problem in (backend_problem(self.teacher, (*BACKENDS, "local"), key="teacher"),
+        for problem in (backend_problem(self.teacher, (*BACKENDS, "local", "structure"), key="teacher"),
                         backend_problem(self.evaluator_backend, ("transformers", "vllm", "auto"), key="evaluator_backend")):
             if problem:
                 problems.append(problem)
@@ -151,6 +153,8 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
 def resolve_teacher(cfg: GenConfig) -> GenConfig:
     """``cfg`` with ``teacher`` decided: ``auto`` by measurement (:mod:`memreader.backends`), ``transformers`` kept
     under its older name ``local`` (part of every cached reply's key)."""
+    if cfg.teacher == "structure":
+        return structure_config(cfg)
     teacher, why = resolve_backend(cfg.teacher, "teacher")
     teacher = "local" if teacher == "transformers" else teacher
     if teacher != cfg.teacher:
@@ -208,7 +212,7 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
         if missing:
             raise CorpusError(f"{len(missing)} document(s) of {cfg.input} have no {cfg.domain_field!r} field (domain_field), "
                               f"e.g. {missing[:3]}", "add the field to every record, or set domain_field= (empty)")
-    backend, base_url = _backend(cfg)
+    backend, base_url = _backend(cfg) if cfg.teacher != "structure" else (None, "")
     write_resolved_config(out_dir, cfg)  # after the checks: a refused run leaves the earlier record as it was
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
     score_cache = ScoreCache(out_dir / "teacher_cache.sqlite")
@@ -222,9 +226,13 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
 def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], backend: Any, base_url: str,
          cache: ReplyCache, score_cache: ScoreCache) -> dict[str, Any]:
     t0 = time.perf_counter()
-    units, windows, failures = make_units(cfg, docs, backend)
-    results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache)) if units else ([], None, None)
-    unit_results, teacher, flow = results
+    if cfg.teacher == "structure":  # no model: the memory each document's sections imply
+        unit_results, windows, failures = structure_results(cfg, docs)
+        teacher, flow = None, None
+    else:
+        units, windows, failures = make_units(cfg, docs, backend)
+        results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache)) if units else ([], None, None)
+        unit_results, teacher, flow = results
     fates: list[str] = []
     candidates: list[dict[str, Any]] = []
     candidate_failures: list[dict[str, Any]] = []
@@ -285,6 +293,8 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
         "sha256": {"memories": sha256_file(out_dir / "memories.jsonl"),
                    "candidates": sha256_file(out_dir / "candidates.jsonl"), **split["sha256"]},
     }
+    if cfg.teacher == "structure":
+        _report_structure(manifest, unit_results, failures)
     write_json(out_dir / "manifest.json", manifest)
     skipped = count_fates(fates).get("truncated-skipped", 0)
     rate = f", {flow_stats['requests_per_s']} req/s" if flow_stats.get("requests") else ""
@@ -314,6 +324,17 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
                         f"no memory was written for the {len(docs)} documents",
                         f"fix the cause, then rerun: paid replies are cached in {out_dir / 'teacher_cache.sqlite'}")
     return manifest
+
+
+def _report_structure(manifest: dict[str, Any], results: list[UnitResult], failures: list[dict[str, Any]]) -> None:
+    """The structure teacher's share of section starts that became chunk ends, and every refused document."""
+    hit = sum(r.memory.meta["generation"]["section_starts_hit"] for r in results if r.memory is not None)
+    total = sum(r.memory.meta["generation"]["sections"] - 1 for r in results if r.memory is not None)
+    manifest["structure"] = {"section_starts": total, "chunk_ends_at_section_starts": hit}
+    print(f"structure teacher: {hit} of {total} interior section starts are chunk ends (the others lie outside the "
+          "chunk-length range and are crossed); no model call, no reasoning path, one candidate per document")
+    for f in failures:
+        print(f"REFUSED {f['doc_id']}: {f['stage']}: {f['error']}")
 
 
 async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, cache: ReplyCache,
