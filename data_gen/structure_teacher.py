@@ -81,7 +81,7 @@ def sections_of(doc: Document) -> list[tuple[int, str]]:
         if bad:
             raise StructureError(f"document {doc.doc_id!r}: boundaries {bad[:5]} are out of range (0, {n})",
                                  "give the offsets where sections 2..K start, each inside the text")
-        if any(b >= c for b, c in zip(bounds, bounds[1:])):
+        if any(b >= c for b, c in zip(bounds, bounds[1:], strict=False)):
             raise StructureError(f"document {doc.doc_id!r}: boundaries are not strictly increasing: {bounds[:10]}",
                                  "sort the offsets and drop duplicates")
         titles = meta.get("titles")
@@ -172,7 +172,7 @@ def structure_memory(unit_id: str, text: str, sections: list[tuple[int, str]], p
     starts = [0, *ends[:-1]]
     section_starts = [s for s, _ in sections]
     scenarios = []
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         i = max(j for j, st in enumerate(section_starts) if st <= max(s, section_starts[0]))
         title = free_text(sections[i][1]) or _first_words(free_text(text[s:e]))
         topic = lead_sentences(title, max(1, plan.topic_tokens - 2), count_tokens)

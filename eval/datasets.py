@@ -219,6 +219,11 @@ def _iter_jsonl(path: str | Path) -> Iterator[JsonItem]:
         yield JsonItem(record, path, number)
 
 
+def iter_jsonl(path: str | Path) -> Iterator[JsonItem]:
+    """The records of a JSONL file, one :class:`JsonItem` per non-blank line (errors name file and line)."""
+    return _iter_jsonl(path)
+
+
 def _json_array(path: str | Path, key: str | None = None) -> Iterator[JsonItem]:
     """Items of a top-level JSON array (or of the array under top-level ``key``), with their lines."""
     doc = LocatedJson(path)

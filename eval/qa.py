@@ -4,6 +4,7 @@ METEOR, informational support and clarity; resumable per method and per question
     memreader eval --config configs/eval/multifieldqa_zh.yaml               # the paper's set, every method
     memreader eval --config configs/eval/multifieldqa_zh.yaml --set limit=20 # a smoke run
     memreader eval --config configs/eval/demo_qa.yaml                         # the demo's memories vs fixed
+    memreader eval --config configs/eval/segmentation_demo.yaml               # chunk boundaries vs gold ones
     memreader report <run>                                                    # Markdown + PNG plots
 
 For every method (:mod:`eval.chunkers`: fixed, sentence, semantic, lumber, llm-direct, memreader, teacher) the
@@ -42,13 +43,18 @@ from memreader.paths import memreader_home, run_dir, sha256_file, write_json, wr
 from memreader.schema import read_memories
 from memreader.stage import Stage
 
+GOLD_SEGMENTS = "gold_segments"
+"""The data set kind of documents with gold boundaries: `memreader eval` scores segmentation, not QA."""
+
 
 @dataclass
 class QAConfig:
     """Settings of one QA evaluation."""
 
-    dataset: str = field("jsonl", help="question set: " + ", ".join(SETS) + " (eval/suites.py)")
-    qa: str = field("", help="the dataset file (e.g. ../shared/datasets/longbench_multifieldqa_zh.jsonl)")
+    dataset: str = field("jsonl", help="question set: " + ", ".join(SETS) + " (eval/suites.py); or gold_segments: "
+                         "documents with gold boundaries, scored for segmentation instead of QA (eval/segmentation_run.py)")
+    qa: str = field("", help="the dataset file (e.g. ../shared/datasets/longbench_multifieldqa_zh.jsonl; "
+                    "dataset=gold_segments: the gold-boundary JSONL, eval/gold_segments.py)")
     memories: str = field("", help="a MemReader memories JSONL: the 'memreader' method uses it as is (no reading); "
                           "dataset=jsonl takes its documents from it")
     methods: list[str] = field(["memreader", "fixed"], help="methods to compare: " + ", ".join(METHODS))
@@ -96,14 +102,21 @@ class QAConfig:
                                        "this quantile of the cosines between chunks of different documents")
     profile: str = field("mom", help="metric profile (eval/metrics.py): mom | crud")
     report: bool = field(True, help="write the Markdown report with plots at the end (memreader report)")
+    boundary_tolerance: int = field(3, ge=0, help="dataset=gold_segments: characters a chunk boundary may be from a "
+                                    "gold boundary and still match it")
+    pk_window: int = field(0, ge=0, help="dataset=gold_segments: Pk / WindowDiff window in characters (0 = half the "
+                           "mean gold segment length of each document)")
+    allow_missing: bool = field(False, help="dataset=gold_segments: the given memories file may lack gold documents "
+                                "(counted as missing) instead of stopping the run")
 
     def check(self) -> list[str]:
         """Problems beyond types."""
         problems = []
         if not self.qa:
-            problems.append(f"qa: required (the {self.dataset} file: {SETS.get(self.dataset, 'see dataset')})")
-        if self.dataset not in SETS:
-            problems.append(f"dataset: {self.dataset!r} is not one of {', '.join(SETS)}")
+            problems.append(f"qa: required (the {self.dataset} file: {SETS.get(self.dataset, 'see dataset')})"
+                            if self.dataset != GOLD_SEGMENTS else "qa: required (the gold-boundary JSONL)")
+        if self.dataset not in (*SETS, GOLD_SEGMENTS):
+            problems.append(f"dataset: {self.dataset!r} is not one of {', '.join((*SETS, GOLD_SEGMENTS))}")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             problems.append(f"methods: unknown {', '.join(map(repr, unknown))}; valid: {', '.join(METHODS)}")
@@ -267,6 +280,13 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     t_run = time.perf_counter()
     if cfg.memories and not Path(cfg.memories).is_file():
         raise FileNotFoundError(f"memories: {cfg.memories} does not exist (run `memreader read` first)")
+    if cfg.dataset == GOLD_SEGMENTS:  # segmentation scores of every method instead of QA
+        from eval.segmentation import SegmentationSettings
+        from eval.segmentation_run import run_segmentation
+
+        return run_segmentation(cfg.qa, cfg.methods, _chunker_settings(cfg, chunk_cache_dir(cfg, GOLD_SEGMENTS, cfg.qa)),
+                                run=cfg.run, settings=SegmentationSettings(cfg.boundary_tolerance, cfg.pk_window),
+                                memories=cfg.memories, limit=cfg.limit, allow_missing=cfg.allow_missing, config=cfg)
     eset = load_eval_set(cfg.dataset, cfg.qa, limit=cfg.limit, sample=cfg.sample, seed=cfg.seed,
                          crud_split=cfg.crud_split, memories=cfg.memories)
     out_dir = run_dir(cfg.run, "eval")

@@ -124,7 +124,7 @@ def joined_docs(passages: dict[str, str], titles: list[str], count: int, lang: s
         parts = [passages[t] for t in picked]
         if not _fits(parts, sep, 1.0 if lang == "en" else 2.5):
             continue
-        sections = [(t, p + (sep if i < len(parts) - 1 else "")) for i, (t, p) in enumerate(zip(picked, parts))]
+        sections = [(t, p + (sep if i < len(parts) - 1 else "")) for i, (t, p) in enumerate(zip(picked, parts, strict=True))]
         docs.append(_record(f"{prefix}-{len(docs):04d}", sections, lang, source))
     return docs
 
