@@ -7,7 +7,9 @@ Three kinds of document, English and Chinese, written as corpus JSONL (``id``, `
 ``lang``, ``source``):
 
 - **joined** (the classic concatenation design of topic segmentation): 3-5 passages from different sources
-  joined into one document. English: HotpotQA-100's titled paragraphs; Chinese: CMRC 2018's titled Chinese
+  joined into one document. The English dev documents are a partition of every usable paragraph of the
+  40 dev questions (each exactly once), so they are also the corpus of a retrieval check
+  (``scripts/bench_structure_retrieval.py``: supporting-passage recall@k). English: HotpotQA-100's titled paragraphs; Chinese: CMRC 2018's titled Chinese
   Wikipedia paragraphs. Nothing in the layout marks a join: English passages are joined by one space and
   Chinese ones directly, so a rule that cuts at paragraph breaks gets no boundary for free.
 - **sections**: real multi-section documents, this project's own Markdown docs cut at their ``##``
@@ -129,6 +131,26 @@ def joined_docs(passages: dict[str, str], titles: list[str], count: int, lang: s
     return docs
 
 
+def partition_docs(passages: dict[str, str], titles: list[str], lang: str, source: str, prefix: str,
+                   rng: random.Random) -> list[dict[str, Any]]:
+    """Every passage of ``titles`` exactly once, in documents of 3-5 (a retrieval corpus: each question's
+    supporting passages are somewhere in it, once)."""
+    sep = " " if lang == "en" else ""
+    left = list(titles)
+    rng.shuffle(left)
+    docs: list[dict[str, Any]] = []
+    while left:
+        for size in (rng.randint(3, 5), 4, 3, 5, 2, 1):
+            picked = left[:size]
+            parts = [passages[t] for t in picked]
+            if _fits(parts, sep, 1.0 if lang == "en" else 2.5) or size == 1:
+                break
+        left = left[len(picked):]
+        sections = [(t, p + (sep if i < len(parts) - 1 else "")) for i, (t, p) in enumerate(zip(picked, parts, strict=True))]
+        docs.append(_record(f"{prefix}-{len(docs):04d}", sections, lang, source))
+    return docs
+
+
 def section_docs(files: list[Path], prefix: str) -> list[dict[str, Any]]:
     """Documents of 3-4 consecutive ``##`` sections of Markdown files, each section 150-2400 characters (the
     structure teacher cuts a section longer than the chunk range at sentence ends inside it)."""
@@ -145,8 +167,7 @@ def section_docs(files: list[Path], prefix: str) -> list[dict[str, Any]]:
     return docs
 
 
-def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_train: int = 260, en_dev: int = 60,
-          zh_dev: int = 40) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_train: int = 260, zh_dev: int = 40) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(train, dev, facts) as described in the module docstring."""
     rng = random.Random(seed)
     en, groups = hotpot_passages(shared)
@@ -167,7 +188,7 @@ def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_t
     train = (joined_docs(en, en_train_pool, en_train, "en", "hotpotqa", "en-train", rng)
              + joined_docs(zh, zh_train_pool, zh_train, "zh", "cmrc2018", "zh-train", rng)
              + section_docs(md_train, "md-train"))
-    dev = (joined_docs(en, en_dev_pool, en_dev, "en", "hotpotqa", "en-dev", rng)
+    dev = (partition_docs(en, en_dev_pool, "en", "hotpotqa", "en-dev", rng)
            + joined_docs(zh, zh_dev_pool, zh_dev, "zh", "cmrc2018", "zh-dev", rng)
            + section_docs(md_dev, "md-dev"))
     shared_titles = {t for d in train for t in d["titles"]} & {t for d in dev for t in d["titles"]}
