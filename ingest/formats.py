@@ -10,8 +10,10 @@ heading path by bisection (:func:`memreader.structure.page_at`, :func:`memreader
 
 Libraries, chosen by measurement (``scripts/bench_ingest.py``, docs/BENCHMARKS.md): pypdf for PDF (pure Python,
 reads encrypted files, the faster of pypdf and pdfminer.six on the benchmark's PDFs), python-docx for Word,
-lxml for HTML (already a dependency; scripts, styles and the head are dropped, block elements become paragraphs)
-and markdown-it-py for Markdown headings (the Markdown source itself is the text, unchanged).
+lxml for HTML (already a dependency; scripts, styles, the head and page furniture such as navigation, banners, site
+footers, sidebars and forms are dropped, block elements become paragraphs: against trafilatura it kept more of
+the content and every heading, ``scripts/bench_html.py``, docs/INGEST.md) and markdown-it-py for Markdown headings
+(the Markdown source itself is the text, unchanged).
 
 A file that cannot give text raises :class:`FileProblem` with a kind (``encrypted``, ``no-text``, ``corrupt``,
 ``encoding``, ``unsupported``), the problem and the fix; the caller reports it for that file and goes on.
@@ -26,7 +28,7 @@ from typing import Any
 
 from memreader.errors import MemReaderError
 
-__all__ = ["FORMATS", "Extracted", "FileProblem", "extract", "format_of"]
+__all__ = ["FORMATS", "FURNITURE", "NON_TEXT", "Extracted", "FileProblem", "extract", "format_of", "html_text"]
 
 FORMATS = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown",
            ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -35,7 +37,24 @@ _HEADINGS = {f"h{i}": i for i in range(1, 7)}
 _BLOCKS = {"p", "li", "pre", "blockquote", "td", "th", "dd", "dt", "figcaption", "caption", "div", "section",
            "article", "main", "aside", "header", "footer", "nav", "table", "tr", "ul", "ol", "dl", "figure", "form",
            "address", "body", *(_HEADINGS)}
-_DROP = "//script|//style|//noscript|//template|//head|//svg"
+NON_TEXT = "//script|//style|//noscript|//template|//head|//svg"
+"""HTML elements that hold no text of the page (an XPath)."""
+# Page furniture, dropped too: navigation, banners, site footers, sidebars, forms and their controls, hidden elements.
+# A header or footer inside an article, section, main or aside belongs to that content (its title, its byline) and
+# stays, as in the ARIA mapping (only a top-level header is a banner, a top-level footer the contentinfo); so does an
+# aside inside an article (its note). Compared with trafilatura on real pages in docs/INGEST.md.
+_IN_CONTENT = "ancestor::article or ancestor::main or ancestor::section or ancestor::aside or ancestor::nav"
+FURNITURE = ("//nav|//form|//button|//select|//textarea|//dialog|//*[@hidden or @aria-hidden='true']"
+             "|//*[@role='navigation' or @role='banner' or @role='contentinfo' or @role='search' or @role='menu' "
+             "or @role='menubar' or @role='dialog' or (@role='complementary' and not(ancestor::article))]"
+             f"|//header[not({_IN_CONTENT})]|//footer[not({_IN_CONTENT})]|//aside[not(ancestor::article)]")
+"""HTML page furniture (an XPath), dropped with :data:`NON_TEXT`."""
+# Pages without those tags and roles name their furniture in classes and ids (texinfo's div.header, DocBook's
+# table.nav, a div#table_of_contents): such a block outside an article or main, mostly link text, is dropped too.
+_NAV_NAMES = frozenset({"nav", "navbar", "navigation", "navheader", "navfooter", "navpanel", "menu", "menubar",
+                        "sidebar", "breadcrumb", "breadcrumbs", "toc", "contents", "banner", "header", "footer", "pagination"})
+_NAV_BLOCKS = frozenset({"div", "section", "table", "tr", "td", "ul", "ol", "dl", "p"})
+_NAME_PARTS = re.compile(r"[\s_-]+")
 _SPACES = re.compile(r"[ \t\r\f\v\u00a0]+")
 
 
@@ -125,21 +144,49 @@ def _markdown(path: Path) -> Extracted:
 
 
 def _html(path: Path) -> Extracted:
+    return html_text(path.read_bytes())
+
+
+def html_text(data: bytes, drop: str = f"{NON_TEXT}|{FURNITURE}", link_blocks: bool = True,
+              main_only: bool = True) -> Extracted:
+    """The text and heading map of an HTML page, without the elements ``drop`` selects (an XPath; by default
+    scripts, styles, the head and page furniture by tag and role); ``link_blocks``: without blocks named like
+    navigation that are mostly links, too; ``main_only``: a page with one main element (``<main>``,
+    ``role="main"``) gives that element's text only. Measured in ``scripts/bench_html.py``."""
     import lxml.etree
     import lxml.html
 
-    data = path.read_bytes()
     if not data.strip():
         raise FileProblem("no-text", "the HTML file is empty", "check the file")
     try:
         root = lxml.html.document_fromstring(data)
     except (lxml.etree.ParserError, ValueError) as exc:
         raise FileProblem("corrupt", f"not parseable HTML ({exc})", "check the file") from None
-    for node in root.xpath(_DROP):
-        node.drop_tree()
+    for node in [*root.xpath(drop), *(_link_blocks(root) if link_blocks else [])]:
+        if node.getparent() is not None:  # the root itself is never dropped
+            node.drop_tree()
+    if main_only:
+        mains = root.xpath("//main|//*[@role='main']")
+        outer = [m for m in mains if not any(a in mains for a in m.iterancestors())]
+        root = outer[0] if len(outer) == 1 else root
     blocks: list[tuple[int, str]] = []
     _walk(root, blocks)
     return _joined(blocks)
+
+
+def _link_blocks(root: Any) -> list[Any]:
+    """Blocks whose class or id names navigation (``nav-panel``, ``navheader``, ``table_of_contents``), outside an
+    article or main, with at least half of their text in links."""
+    found = []
+    for el in root.iter(*_NAV_BLOCKS):
+        names = set(_NAME_PARTS.split(f"{el.get('class', '')} {el.get('id', '')}".lower()))
+        if not names & _NAV_NAMES or el.xpath("ancestor::article or ancestor::main or ancestor::*[@role='main']"):
+            continue
+        text = len("".join(el.itertext()).split())
+        linked = sum(len("".join(a.itertext()).split()) for a in el.iter("a"))
+        if text and linked >= text / 2:
+            found.append(el)
+    return found
 
 
 def _walk(el: Any, out: list[tuple[int, str]]) -> None:

@@ -154,9 +154,11 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
     records: dict[str, list[dict[str, Any]]] = {}
     todo: list[tuple[Source, str]] = []
     for source in sources:
-        if format_of(source.path) is None:
-            fates[source.doc_id] = {"fate": "unsupported", "error": f"unsupported file type "
-                                    f"{source.path.suffix or '(none)'!r} — fix: supported: {', '.join(sorted(FORMATS))}"}
+        if format_of(source.path) is None:  # named like every file left out, not only counted
+            error = (f"unsupported file type {source.path.suffix or '(none)'!r} — fix: supported: "
+                     f"{', '.join(sorted(FORMATS))}")
+            fates[source.doc_id] = {"fate": "unsupported", "error": error}
+            print(f"ingest: {source.path}: {error}")
             continue
         sha = sha256_file(source.path)
         old = previous.get(str(source.path.resolve()))

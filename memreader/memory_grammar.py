@@ -5,9 +5,11 @@
 
 The document decides where a chunk may end: after a sentence or paragraph end (clause ends when
 a stretch has no sentence end in range, the first end past the range when it has neither). Structural
-breaks (where a heading or a page starts, from ``memreader ingest``) are preferred ends: a chunk ends at the
-next break, or early enough that the chunk after it can end there, whenever the length range allows; only a
-break the range cannot reach is crossed. Each
+breaks (where a heading or a page starts, from ``memreader ingest``) are preferred ends: from each start, the
+chunk ends at the first break at least ``min_chars`` ahead, or at an end from which every path of in-range chunks
+ends there, whenever the length range allows. A break closer to the start than ``min_chars`` (a section heading
+right under the title) or one no such path reaches is crossed, and the start aims at the next break instead (so one
+unreachable break never frees the chunks around the later ones). Each
 reachable start position becomes one grammar rule, and each allowed end one alternative of it, so
 a chunk marker ``HEAD[MASK]TAIL`` is a literal: its HEAD starts exactly where the previous chunk
 ended and its TAIL ends at an allowed boundary. The model picks *where* to cut and writes the
@@ -21,6 +23,7 @@ count) are planned from the token budget so that every path of the grammar close
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -139,31 +142,42 @@ class BoundaryGraph:
                 "raise max_scenarios or max_chunk_chars, or split the document into shorter ones")
         sentence = _ends(document, _SENTENCE_END)
         clause = sorted(set(_ends(document, _CLAUSE_END)) - set(sentence))
-        # a break is kept where a chunk may end: text before it, and at least min_chars after it
-        hard = sorted({b for b in breaks if 0 < b < n and document[:b].strip() and n - b >= min_chars})
-        edges: dict[int, list[int]] = {}
-        relaxed: list[int] = []
-        todo = [0]
-        while todo:
-            s = todo.pop()
-            if s in edges:
-                continue
+        bounds = sorted({*sentence, *clause})
+        # A break is kept where a chunk may end: text before it and at least min_chars after it. It is moved past
+        # whitespace, as every chunk end is (a heading map may point at an indented line or a blank before it).
+        hard = sorted({b for b in (_past_space(document, b) for b in breaks if 0 < b < n)
+                       if b < n and document[:b].strip() and n - b >= min_chars})
+        # Ends from every position, last first, so that a start knows which later starts lead to a break.
+        plan: dict[int, list[int]] = {}
+        aims: dict[int, int] = {}  # start -> the break every chunk path from it ends at next
+        loose: set[int] = set()  # starts with no end in range
+        for s in sorted({0, *bounds, *hard}, reverse=True):
             ends = _in_range(sentence, s, min_chars, max_chars, n) or _in_range(clause, s, min_chars, max_chars, n)
             if n - s <= max_chars:
                 ends = sorted({*ends, n})
             if not ends:  # nothing in range: the first boundary past it (or the end) keeps the graph whole
-                relaxed.append(s)
-                ends = [next((b for b in sorted({*sentence, *clause}) if b > s + max_chars), n)]
-            h = next((b for b in hard if b > s), None)
-            if h is not None:  # end at the break, or early enough that the next chunk can end there
-                reach = min_chars <= h - s <= max_chars and (n - h <= max_chars or bool(
-                    _in_range(sentence, h, min_chars, max_chars, n) or _in_range(clause, h, min_chars, max_chars, n)))
-                ok = {e for e in ends if e <= h - min_chars} | ({h} if reach else set())
-                ends = sorted(ok) or ends  # nothing left: the break is crossed (too close for the length range)
+                loose.add(s)
+                ends = [next((b for b in bounds if b > s + max_chars), n)]
+            # Aim at the first break at least min_chars ahead (a closer one cannot end a chunk from here): end at
+            # it, or at an end from which every path ends at it. One that no path reaches is crossed; aim at the next.
+            for h in hard[bisect.bisect_left(hard, s + min_chars):]:
+                ok = {e for e in ends if e <= h - min_chars and aims.get(e) == h}
+                if h - s <= max_chars and h not in loose:  # a chunk can end at h and the next one go on from it
+                    ok.add(h)
+                if ok:
+                    ends, aims[s] = sorted(ok), h
+                    break
             if s == 0 and len(ends) > 1:
                 ends = [e for e in ends if e < n] or ends  # a memory has at least two chunks when it can
-            edges[s] = ends
-            todo.extend(e for e in ends if e < n and e not in edges)
+            plan[s] = ends
+        edges: dict[int, list[int]] = {}
+        todo = [0]
+        while todo:
+            s = todo.pop()
+            if s not in edges:
+                edges[s] = plan[s]
+                todo.extend(e for e in plan[s] if e < n and e not in edges)
+        relaxed = [s for s in edges if s in loose]
         crossed = {b for st, es in edges.items() for e in es for b in hard if st < b < e}
         return cls(document, edges, min_chars, max_chars, sorted(relaxed), breaks=sorted(set(hard) - crossed),
                    head_chars=settings.head_chars, tail_chars=settings.tail_chars)
@@ -182,10 +196,17 @@ def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
     return sorted(out)
 
 
+def _past_space(document: str, p: int) -> int:
+    """``p`` moved past the whitespace at it."""
+    while p < len(document) and document[p].isspace():
+        p += 1
+    return p
+
+
 def _in_range(bounds: list[int], s: int, lo: int, hi: int, n: int) -> list[int]:
-    """Boundaries ``e`` with ``lo <= e - s <= hi`` that leave at least ``lo`` characters after them
+    """Boundaries ``e`` (sorted) with ``lo <= e - s <= hi`` that leave at least ``lo`` characters after them
     (so the last chunk is not a scrap: a short ending joins the chunk before it)."""
-    return [e for e in bounds if lo <= e - s <= hi and n - e >= lo]
+    return [e for e in bounds[bisect.bisect_left(bounds, s + lo):bisect.bisect_right(bounds, s + hi)] if n - e >= lo]
 
 
 def lark_string(text: str) -> str:

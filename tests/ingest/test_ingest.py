@@ -95,7 +95,45 @@ def test_every_format_with_pages_and_headings(tmp_path: Path, memreader_home: Pa
     assert fates["locked.pdf"] == "encrypted" and fates["scan.pdf"] == "no-text" and fates["broken.pdf"] == "corrupt"
     assert fates["photo.png"] == "unsupported" and fates["latin.txt"] == "encoding"
     assert "no text layer" in out and "run OCR first" in out and "decrypt it first" in out
+    assert f"{docs / 'photo.png'}: unsupported file type '.png'" in out  # named, not only counted
     assert read_corpus(memreader_home / "runs" / "ing" / "ingest" / "corpus.jsonl")[0].meta["source"]
+
+
+PAGE = """<html><head><title>Compost</title></head><body>
+<header><a href="/">Home</a> | <a href="/about">About</a> | <a href="/subscribe">Subscribe now!</a></header>
+<nav><ul><li><a href="/a">All articles</a></li><li><a href="/b">Archive</a></li></ul></nav>
+<div class="breadcrumb"><a href="/">Garden</a> &gt; <a href="/soil">Soil</a></div>
+<form action="/search"><label>Search the site</label><input name="q"><button>Go</button></form>
+<article>
+  <header><h1>Compost at home</h1><p>By the garden club</p></header>
+  <p>Compost turns kitchen scraps and leaves into soil.</p>
+  <h2>Bays</h2>
+  <p>Three bays sit behind the greenhouse.</p>
+  <aside><p>Note: keep the bays damp.</p></aside>
+  <h2>Turning</h2>
+  <p>Turn the piles every month.</p>
+</article>
+<aside role="complementary"><h3>Popular posts</h3><a href="/p">Ten tools</a></aside>
+<div role="contentinfo">Site map and contact.</div>
+<footer>Copyright 2026. Cookie settings.</footer>
+</body></html>"""
+
+
+def test_html_keeps_the_article_and_drops_the_page_furniture(tmp_path: Path, memreader_home: Path) -> None:
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "compost.html").write_text(PAGE, encoding="utf-8")
+    assert main(["ingest", str(tmp_path / "web"), "--set", "run=furniture"]) == 0
+    rec = _records(memreader_home, "furniture")["compost.html"]
+    text = rec["text"]
+    for furniture in ("Home", "Subscribe", "All articles", "Archive", "Garden >", "Search the site", "Go",
+                      "Popular posts", "Ten tools", "Site map", "Copyright", "Cookie"):
+        assert furniture not in text, furniture
+    assert text.startswith("Compost at home\n\nBy the garden club\n\nCompost turns kitchen scraps")
+    assert "Note: keep the bays damp." in text and text.endswith("Turn the piles every month.")
+    heads = {path[-1]: offset for offset, path in rec["headings"]}
+    assert [path for _, path in rec["headings"]] == [["Compost at home"], ["Compost at home", "Bays"],
+                                                      ["Compost at home", "Turning"]]
+    assert all(text[offset:].startswith(head) for head, offset in heads.items())
 
 
 def test_reruns_skip_unchanged_files_update_changed_and_drop_removed(tmp_path, memreader_home, capsys) -> None:

@@ -116,6 +116,20 @@ def test_a_break_with_no_way_on_is_not_forced() -> None:
     assert graph.edges == free.edges and graph.relaxed == free.relaxed == [] and graph.breaks == []
 
 
+def test_a_break_too_close_to_the_start_does_not_free_the_later_ones() -> None:
+    # a title, the first section heading right under it (too close to end a chunk), then sections of ~200 characters:
+    # the close break used to be "the next break" of start 0, and chunks from 0 then crossed every later heading too
+    body = "Plants need water. Roots take it up from the soil. Leaves lose it to the air on warm days. " * 2
+    doc = "Garden notes\n\n" + "".join(f"Part {i}\n\n{body}\n\n" for i in range(1, 5)).rstrip()
+    parts = [doc.index(f"Part {i}") for i in range(1, 5)]
+    settings = GrammarSettings(min_chunk_chars=100, max_chunk_chars=400, max_scenarios=8)
+    graph = BoundaryGraph.build(doc, settings, breaks=parts)
+    _check_graph(graph)
+    assert parts[0] < graph.min_chars and graph.breaks == parts[1:]
+    # a heading map that points at the blank line before a heading (or an indented one) is the same break
+    assert BoundaryGraph.build(doc, settings, breaks=[p - 2 for p in parts]).breaks == parts[1:]
+
+
 def test_state_zero_drops_the_whole_document_edge() -> None:
     doc = "Short first sentence here. A second one follows now. And a third closes it."
     graph = BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=10, max_chunk_chars=200))
