@@ -287,6 +287,7 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
         "templates": templates,
         "repairs": sum(1 for m in memories if m.meta.get("parse_diagnostics")),
         "without_reasoning": [m.doc_id for m in memories if cfg.reverse_com and not m.reasoning],
+        "reasoning": reasoning_summary(cfg, unit_memories),
         "seconds": round(seconds, 2),
         "files": {"memories": str(out_dir / "memories.jsonl"), "candidates": str(out_dir / "candidates.jsonl"),
                   **split["files"]},
@@ -299,14 +300,17 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
     skipped = count_fates(fates).get("truncated-skipped", 0)
     rate = f", {flow_stats['requests_per_s']} req/s" if flow_stats.get("requests") else ""
     share = f", {flow_stats['efficiency']:.0%} of the ideal throughput" if "efficiency" in flow_stats else ""
+    how = "structure teacher, no model" if cfg.teacher == "structure" else \
+        f"{guided} guided, {len(memories) - guided} unguided"
     print(
-        f"gen: {len(docs)} docs → {n_mem} memories ({guided} guided, {len(memories) - guided} unguided) from "
+        f"gen: {len(docs)} docs → {n_mem} memories ({how}) from "
         f"{len(candidates)} candidates (N={cfg.num_candidates}), {len(failures)} failures ({skipped} cut off), "
         f"{calls} teacher calls ({cache.hits} cached{rate}{share}) in {seconds:.1f}s → {out_dir}"
     )
     if manifest["without_reasoning"]:
-        print(f"NOTE: {len(manifest['without_reasoning'])}/{n_mem} memories have no reasoning path (the reverse-CoM "
-              "reply was cut off or failed): their SFT targets are the memory alone")
+        fates = ", ".join(f"{k}: {v}" for k, v in manifest["reasoning"]["fates"].items()) or "none asked"
+        print(f"NOTE: {len(manifest['without_reasoning'])}/{n_mem} memories have no reasoning path (reverse-CoM "
+              f"replies {fates}; cut off or failed ones are left out): their SFT targets are the memory alone")
     if single_chunk:
         print(f"NOTE: {len(single_chunk)} document(s) had no chunk boundary in range and are one chunk each: "
               f"{single_chunk[:5]} (lower min_chunk_chars to cut them)")
@@ -324,6 +328,15 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
                         f"no memory was written for the {len(docs)} documents",
                         f"fix the cause, then rerun: paid replies are cached in {out_dir / 'teacher_cache.sqlite'}")
     return manifest
+
+
+def reasoning_summary(cfg: GenConfig, memories: list[Any]) -> dict[str, Any]:
+    """What became of the reverse-CoM requests (one per unit): fates (ok, retried, truncated-skipped, error,
+    empty) and the token budgets, so a report can say why reasoning paths are missing."""
+    asked = [m.meta["reverse_com"] for m in memories if "reverse_com" in m.meta]
+    return {"requests": len(asked), "fates": count_fates([a["fate"] for a in asked]),
+            "max_new_tokens": cfg.com_max_new_tokens,
+            "retry_max_new_tokens": 2 * cfg.com_max_new_tokens if cfg.on_truncated == "retry_longer" else None}
 
 
 def _report_structure(manifest: dict[str, Any], results: list[UnitResult], failures: list[dict[str, Any]]) -> None:

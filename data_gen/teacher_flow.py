@@ -223,13 +223,22 @@ class TeacherFlow:
         # skip here); retry_longer asks once more with twice com_max_new_tokens first.
         policy = "retry_longer" if cfg.on_truncated == "retry_longer" else "skip"
         reply, fate = await ask_with_policy(ask, self.com_params, policy)
+        asked_twice = policy == "retry_longer" and fate in ("retried", "truncated-skipped")
+        budget = self.com_params.max_new_tokens * (2 if asked_twice else 1)  # of the reply kept or refused
         if fate == "error":
             mem.meta["reverse_com_error"] = str(reply)  # kept without reasoning; counted in the manifest
             log.warning("%s: reverse CoM request failed, memory kept without reasoning (%s)", unit.unit_id, reply)
         elif fate == "truncated-skipped":
-            mem.meta["reverse_com_error"] = "reasoning cut off at its token budget; left out of the SFT target"
-            log.warning("%s: reverse CoM reply cut off (on_truncated=%s); memory kept without reasoning",
-                        unit.unit_id, cfg.on_truncated)
+            mem.meta["reverse_com_error"] = (f"reasoning cut off at its token budget ({budget} tokens); left out of "
+                                             "the SFT target")
+            log.warning("%s: reverse CoM reply cut off at %d tokens (on_truncated=%s); memory kept without reasoning",
+                        unit.unit_id, budget, cfg.on_truncated)
         else:
             text = reply.split("</think>")[-1].strip()  # R1-style teachers may wrap their own thinking
             mem.reasoning = text or None
+            if not text:
+                fate = "empty"
+                mem.meta["reverse_com_error"] = "the reverse-CoM reply held no reasoning"
+        # what became of the request, for the manifest's count (the demo reports it per fate)
+        mem.meta["reverse_com"] = {"fate": fate, "max_new_tokens": budget,
+                                   "completion_tokens": getattr(reply, "completion_tokens", None)}

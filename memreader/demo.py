@@ -108,8 +108,7 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
                                     f"{read['fallback_whole_document']} whole-document fallbacks, "
                                     f"{read['truncated_skipped']} cut off)",
         "candidate selection": _selection_line(gen),
-        "reasoning paths (CoM)": f"{gen['memories'] - len(gen['without_reasoning'])}/{gen['memories']} "
-                                 "(a cut-off reasoning is left out of its SFT target)",
+        "reasoning paths (CoM)": _reasoning_line(gen),
         "scenarios per memory": _scenario_line(memories),
         "memories tile their documents": f"{len(memories)} memories validated on write and re-read",
         "adapter moved from init": f"max |lora_B| = {lora_b_max:.3g} (init 0)",
@@ -137,6 +136,25 @@ def _selection_line(gen: dict[str, Any]) -> str:
     scored = sel["scored_now"] + sel["scores_cached"]
     return (f"N={sel['num_candidates']}: {sel['candidates']} usable candidates, {scored} scored by {sel['evaluator']} "
             f"(clarity={sel['clarity_variant']}), RRF k={sel['rrf_k']:g} kept one per document")
+
+
+def _reasoning_line(gen: dict[str, Any]) -> str:
+    """Reasoning paths kept, why the others are missing, and a plain sentence when the teacher wrote none."""
+    n = gen["memories"]
+    line = f"{n - len(gen['without_reasoning'])}/{n}"
+    info = gen.get("reasoning")  # manifests of runs before it was recorded have only the count
+    if not info:
+        return f"{line} (a cut-off reasoning is left out of its SFT target)"
+    fates = info["fates"]
+    cut, budget = fates.get("truncated-skipped", 0), info["retry_max_new_tokens"] or info["max_new_tokens"]
+    why = [f"{count} {what}" for count, what in ((cut, f"cut off at {budget} tokens"),
+                                                  (fates.get("error", 0), "failed requests"),
+                                                  (fates.get("empty", 0), "empty replies")) if count]
+    line += f" ({', '.join(why)}; left out of the SFT targets)" if why else ""
+    if cut and cut == info["requests"] and n == len(gen["without_reasoning"]):
+        line += (f": {gen['teacher']['model']} did not end one reasoning within {budget} tokens, so every SFT "
+                 "target is the memory alone; a stronger teacher (TEACHER=openai) writes them")
+    return line
 
 
 def _scenario_line(memories: list[Any]) -> str:

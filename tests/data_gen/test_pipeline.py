@@ -9,6 +9,7 @@ import pytest
 
 import data_gen.pipeline as pipeline
 from data_gen.cache import ReplyCache, cache_key
+from memreader.demo import _reasoning_line
 from memreader.errors import RunFailed
 from memreader.generation import GenerationRequestError, Reply
 from memreader.schema import read_memories
@@ -175,6 +176,57 @@ def test_cut_off_replies_kept_flagged_are_never_sft_targets(tmp_path, corpus, mo
     mems = read_memories(manifest["files"]["memories"])
     assert len(mems) == 3 and all(m.meta["truncated"] for m in mems)
     assert manifest["truncated_kept"] == ["a", "b", "c"] and manifest["sft"]["train"] == 0
+
+
+class RamblingReasoner(ScriptedTeacher):
+    """Reverse-CoM replies are cut off at every budget (SmolLM2-135M loops past 192 tokens on the demo corpus)."""
+
+    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
+                      grammars=None, seeds=None):
+        outs = super().generate_many(list_of_messages, params, progress_desc, None, return_exceptions, grammars, seeds)
+        outs = [Reply("The document is about the document is about", finish_reason="length",
+                      completion_tokens=params.max_new_tokens) if stage(m[-1]["content"]) == "reverse CoM" else o
+                for m, o in zip(list_of_messages, outs, strict=True)]
+        for i, o in enumerate(outs):
+            if on_reply is not None:
+                on_reply(i, o)
+        return outs
+
+
+def test_cut_off_reasoning_is_counted_and_the_demo_says_why(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    teacher = RamblingReasoner()
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="com1", com_max_new_tokens=96, guided="off"))
+    assert [b for d, b, _ in teacher.seen if d == "reverse CoM"] == [96] * 3 + [192] * 3
+    assert manifest["without_reasoning"] == ["a", "b", "c"]
+    assert manifest["reasoning"] == {"requests": 3, "fates": {"truncated-skipped": 3}, "max_new_tokens": 96,
+                                     "retry_max_new_tokens": 192}
+    mem = read_memories(manifest["files"]["memories"])[0]
+    assert mem.reasoning is None and mem.meta["reverse_com"] == {"fate": "truncated-skipped", "max_new_tokens": 192,
+                                                                 "completion_tokens": 192}
+    line = _reasoning_line(manifest)
+    assert line.startswith("0/3 (3 cut off at 192 tokens; left out of the SFT targets)")
+    assert "did not end one reasoning within 192 tokens" in line
+    # a teacher that ends its reasoning: every path kept, nothing to explain
+    teacher = ScriptedTeacher()
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="com2", com_max_new_tokens=96, guided="off"))
+    assert manifest["reasoning"]["fates"] == {"ok": 3} and _reasoning_line(manifest) == "3/3"
+
+
+def test_empty_reasoning_is_not_a_reasoning_path(tmp_path, corpus, monkeypatch) -> None:
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+
+    class ThinksOnly(ScriptedTeacher):
+        @staticmethod
+        def _reply(prompt: str) -> str:
+            if stage(prompt) == "reverse CoM":
+                return "<think>hidden</think>  "
+            return ScriptedTeacher._reply(prompt)
+
+    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: ThinksOnly())
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="com3", guided="off"))
+    assert manifest["reasoning"]["fates"] == {"empty": 3} and len(manifest["without_reasoning"]) == 3
 
 
 def test_retry_unusable_asks_the_teacher_again(tmp_path, corpus, monkeypatch) -> None:
