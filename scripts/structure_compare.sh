@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training that teaches, measured: the base SmolLM2 and the structure adapter (both guided), llm-direct and the rule
+# Training that teaches, measured: the base SmolLM2 and the structure adapter (both guided), the rule
 # chunkers calibrated to the adapter's mean chunk length, and the grammar alone, on the gold-structure dev documents;
 # then supporting-passage recall@k on the HotpotQA-100 dev questions over the same reads.
 #   bash scripts/structure_compare.sh                  # ADAPTER=results/structure-adapter by default
@@ -12,7 +12,7 @@ PY=${PYTHON:-.venv/bin/python}
 HOME_DIR=${MEMREADER_HOME:-artifacts}
 ADAPTER=${ADAPTER:-results/structure-adapter}
 DEV=${DEV:-artifacts/datasets/structure/dev.jsonl}
-METHODS=${METHODS:-fixed,sentence,semantic,llm-direct}
+METHODS=${METHODS:-fixed,sentence,semantic}   # add lumber,llm-direct for the model chunkers (each a calibrated read)
 mkdir -p artifacts/bench
 
 $MR read --config configs/inference/smollm2_cpu.yaml --set run=seg-base --set input="$DEV"
