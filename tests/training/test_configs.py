@@ -28,7 +28,7 @@ def _header(path: Path) -> str:
 
 def test_recipes_exist_per_model_size():
     assert {p.name for p in RECIPES} == {"qwen2_5_1.5b_lora.yaml", "qwen2_5_3b_lora.yaml", "qwen2_5_7b_lora.yaml",
-                                         "smollm2_135m_lora_cpu_smoke.yaml"}
+                                         "smollm2_135m_lora_cpu_smoke.yaml", "smollm2_135m_lora_structure_cpu.yaml"}
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
@@ -52,6 +52,9 @@ def test_training_recipe_loads_with_header(path: Path, sft_files):
         global_batch = cfg.sft.per_device_train_batch_size * cfg.sft.gradient_accumulation_steps
         assert global_batch == 16, "the headers' 8-GPU overrides assume a 1-GPU global batch of 16"
         assert cfg.sft.model_init_kwargs["attn_implementation"] == "sdpa"
+    elif "structure" in path.name:  # the real CPU run behind results/structure-adapter: dev loss and checkpoints
+        assert data["bf16"] is False and cfg.sft.max_steps >= 100 and cfg.sft.eval_strategy == "steps"
+        assert cfg.sft.save_strategy == "steps" and data["train_file"].endswith("structure/gen/sft_train.jsonl")
     else:
         assert data["bf16"] is False and 0 < cfg.sft.max_steps <= 10 and cfg.sft.save_strategy == "no"
 
