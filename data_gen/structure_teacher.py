@@ -35,7 +35,7 @@ from memreader.corpus import Document
 from memreader.errors import MemReaderError
 from memreader.guidance import MemoryGrammars, count_tokens_for, plan_guided_windows
 from memreader.language import detect_language
-from memreader.memory_grammar import BoundaryGraph, GrammarPlan
+from memreader.memory_grammar import BoundaryGraph, GrammarPlan, past_space
 from memreader.registry import resolve_model
 from memreader.schema import DocumentMemory, Scenario
 from memreader.structure import structural_breaks
@@ -112,7 +112,7 @@ _NOT_FREE = re.compile(r"[<\[\]\s]+")
 def free_text(text: str) -> str:
     """``text`` as the memory grammar's free text allows it: one line, no ``<`` or ``[`` (``]`` too, for
     symmetry), not starting with a blank."""
-    return _NOT_FREE.sub(lambda m: " " if m.group().isspace() else " ", text).strip()
+    return _NOT_FREE.sub(" ", text).strip()
 
 
 _SENTENCE = re.compile(r".+?(?:[.!?;][\"'”’)\]]*(?=\s|$)|[。！？；]+[”’」』）)]*|$)", re.S)
@@ -141,12 +141,7 @@ def lead_sentences(text: str, budget: int, count_tokens: Any) -> str:
 
 def snap(text: str, starts: list[int]) -> set[int]:
     """Section starts moved past leading whitespace (where a chunk that ends before them ends)."""
-    out = set()
-    for s in starts:
-        while s < len(text) and text[s].isspace():
-            s += 1
-        out.add(s)
-    return out
+    return {past_space(text, s) for s in starts}
 
 
 def best_path(graph: BoundaryGraph, starts: list[int]) -> list[int]:

@@ -140,12 +140,12 @@ class BoundaryGraph:
                 f"the document has {n} characters: more than max_scenarios x max_chunk_chars "
                 f"({settings.max_scenarios} x {max_chars} for its language) fit one guided memory",
                 "raise max_scenarios or max_chunk_chars, or split the document into shorter ones")
-        sentence = _ends(document, _SENTENCE_END)
+        sentence = sentence_ends(document)
         clause = sorted(set(_ends(document, _CLAUSE_END)) - set(sentence))
         bounds = sorted({*sentence, *clause})
         # A break is kept where a chunk may end: text before it and at least min_chars after it. It is moved past
         # whitespace, as every chunk end is (a heading map may point at an indented line or a blank before it).
-        hard = sorted({b for b in (_past_space(document, b) for b in breaks if 0 < b < n)
+        hard = sorted({b for b in (past_space(document, b) for b in breaks if 0 < b < n)
                        if b < n and document[:b].strip() and n - b >= min_chars})
         # Ends from every position, last first, so that a start knows which later starts lead to a break.
         plan: dict[int, list[int]] = {}
@@ -196,8 +196,13 @@ def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
     return sorted(out)
 
 
-def _past_space(document: str, p: int) -> int:
-    """``p`` moved past the whitespace at it."""
+def sentence_ends(document: str) -> list[int]:
+    """Where a chunk may end after a sentence or paragraph end (past the whitespace that follows)."""
+    return _ends(document, _SENTENCE_END)
+
+
+def past_space(document: str, p: int) -> int:
+    """``p`` moved past the whitespace at it (where a chunk that ends before ``p`` ends)."""
     while p < len(document) and document[p].isspace():
         p += 1
     return p

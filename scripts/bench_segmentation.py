@@ -23,25 +23,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eval.gold_segments import load_gold_segments, score_memories  # noqa: E402
+from eval.gold_segments import load_gold_segments, method_file, score_memories  # noqa: E402
 from eval.segmentation import SegmentationSettings, format_table, ratios  # noqa: E402
 from memreader.paths import sha256_file, write_json  # noqa: E402
-
-
-def _method(value: str) -> tuple[str, Path]:
-    name, sep, path = value.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{value!r}: give NAME=memories.jsonl, e.g. fixed=runs/x/memories.jsonl")
-    if not Path(path).is_file():
-        raise argparse.ArgumentTypeError(f"{path} does not exist (the memories of method {name!r})")
-    return name, Path(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments, score every method, print the table and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gold", required=True, help="gold-boundary JSONL (eval/gold_segments.py)")
-    ap.add_argument("--method", action="append", type=_method, required=True, metavar="NAME=MEMORIES",
+    ap.add_argument("--method", action="append", type=method_file, required=True, metavar="NAME=MEMORIES",
                     help="a method's memories JSONL; repeat for each method (the first is the ratio baseline)")
     ap.add_argument("--tolerance", type=int, default=3, help="boundary match tolerance in characters (default 3)")
     ap.add_argument("--window", type=int, default=0,

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -45,32 +44,14 @@ sys.path.insert(0, str(ROOT))
 
 from data_gen.selection import METRICS, select_candidates  # noqa: E402
 from data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap  # noqa: E402
+from eval.stats import bootstrap_ci  # noqa: E402
 from memreader import __version__  # noqa: E402
 from memreader.corpus import Document  # noqa: E402
 from memreader.guidance import approx_tokens  # noqa: E402
+from memreader.memory_grammar import sentence_ends  # noqa: E402
 from memreader.schema import DocumentMemory, Scenario  # noqa: E402
 
-try:  # the reader grammar's own sentence ends, so a perturbed cut is one the reader could make
-    from memreader.memory_grammar import _SENTENCE_END, _ends
-except ImportError:  # same rule, kept here in case the grammar module renames its private helpers
-    _SENTENCE_END = re.compile(r"(?:[.!?;…]+[\"'”’)\]]*(?=\s|$)|[。！？；]+[”’」』）)]*|\n)")
-
-    def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
-        out, n = set(), len(document)
-        for m in pattern.finditer(document):
-            p = m.end()
-            while p < n and document[p].isspace():
-                p += 1
-            if 0 < p < n and document[:p].strip():
-                out.add(p)
-        return sorted(out)
-
 PERTURBATIONS = ("move", "merge", "split")
-
-
-def sentence_ends(text: str) -> list[int]:
-    """Positions where a chunk may start after a sentence end (past whitespace), sorted, inside (0, len)."""
-    return sorted(_ends(text, _SENTENCE_END))
 
 
 def perturb_move(starts: list[int], ends: list[int], n: int, rng: random.Random) -> list[int] | None:
@@ -169,20 +150,19 @@ def bootstrap(values: Sequence[float], resamples: int, seed: int) -> dict[str, f
     x = np.asarray(values, dtype=float)
     if not len(x):
         return {"mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "n": 0}
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))
-    means = x[idx].mean(axis=1)
-    return {"mean": float(x.mean()), "lo": float(np.percentile(means, 2.5)), "hi": float(np.percentile(means, 97.5)),
-            "n": int(len(x))}
+    ci = bootstrap_ci(x, n_resamples=resamples, seed=seed)  # the project's bootstrap (eval/stats.py)
+    return {"mean": float(x.mean()), "lo": ci.low, "hi": ci.high, "n": int(len(x))}
 
 
 def summarize(docs: Sequence[dict[str, Any]], resamples: int, seed: int) -> dict[str, Any]:
     """Pick rates, random baseline, RRF − random and pairwise win rates, each with its bootstrap interval."""
     pick = {m: bootstrap([float(d["pick"][m]) for d in docs], resamples, seed) for m in (*METRICS, "rrf")}
     pick["random"] = bootstrap([d["random"] for d in docs], resamples, seed)
-    diff = bootstrap([float(d["pick"]["rrf"]) - d["random"] for d in docs], resamples, seed)
+    minus = {m: bootstrap([float(d["pick"][m]) - d["random"] for d in docs], resamples, seed) for m in (*METRICS, "rrf")}
+    diff = minus["rrf"]
     pairwise = {k: {m: bootstrap([w for d in docs if k in d["wins"] for w in [d["wins"][k][m]] if w is not None],
                                  resamples, seed) for m in METRICS} for k in PERTURBATIONS}
-    return {"pick": pick, "rrf_minus_random": diff, "rrf_beats_random": bool(diff["lo"] > 0), "pairwise": pairwise}
+    return {"pick": pick, "minus_random": minus, "rrf_minus_random": diff, "rrf_beats_random": bool(diff["lo"] > 0), "pairwise": pairwise}
 
 
 def signature(args: argparse.Namespace, evaluator: str, docs: int) -> str:
@@ -227,12 +207,31 @@ def report(summary: dict[str, Any], sig: str) -> str:
     lines = [f"signature: {sig}", "gold ranked first, mean [95% bootstrap interval] over documents:"]
     labels = {"clarity": "clarity alone", "completeness": "completeness alone", "rrf": "RRF", "random": "random pick"}
     lines += [f"  {labels[k]:<20}{_fmt(summary['pick'][k])}" for k in labels]
+    lines += [f"  {labels[k] + ' - random':<28}{_fmt(summary['minus_random'][k])}" for k in ("clarity", "completeness")]
     lines.append(f"  {'RRF - random':<20}{_fmt(summary['rrf_minus_random'])}")
     lines.append(f"RRF beats random outside the 95% interval: {'yes' if summary['rrf_beats_random'] else 'no'}")
     lines.append("gold scores higher than the perturbed candidate (tie = 1/2), mean [95% interval]:")
     for k, per in summary["pairwise"].items():
         lines.append(f"  {k:<7}" + "  ".join(f"{m} {_fmt(per[m])}" for m in METRICS))
     return "\n".join(lines)
+
+
+def pool(args: argparse.Namespace) -> int:
+    """Report the per-document rows of earlier runs together (same evaluator settings required)."""
+    runs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.from_json]
+    keys = ("evaluator", "clarity_variant", "rrf_k", "core_tokens", "seed")
+    settings = {tuple(r["settings"][k] for k in keys) for r in runs}
+    if len(settings) > 1:
+        raise SystemExit(f"--from-json: the runs differ in {', '.join(keys)}: {sorted(settings)}; pool like runs only")
+    docs = [row for r in runs for row in r["rows"]]
+    summary = summarize(docs, args.resamples, args.seed)
+    sig = "+".join(r["signature"] for r in runs) + f"|pooled:{len(docs)}|boot:{args.resamples}"
+    print(report(summary, sig))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"signature": sig, "pooled": list(args.from_json), "documents": len(docs),
+                                              **summary}, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
 
 
 def main(argv: list[str] | None = None, scorer: Any = None) -> int:
@@ -254,7 +253,12 @@ def main(argv: list[str] | None = None, scorer: Any = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the perturbations, the shuffles and the bootstrap")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples over documents")
     ap.add_argument("--out", default="", help="write settings, summary and per-document rows here as JSON")
+    ap.add_argument("--from-json", nargs="+", default=[], metavar="OUT_JSON",
+                    help="no scoring: pool the per-document rows of earlier --out files (e.g. an English and a "
+                         "Chinese run) and report them together")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return pool(args)
     if args.core_tokens < 1 or args.resamples < 1 or args.limit < 0:
         ap.error("--core-tokens and --resamples must be >= 1 and --limit >= 0")
     records = load_gold(Path(args.gold), args.lang, args.limit)

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from eval.datasets import load_hotpotqa  # noqa: E402
+from eval.gold_segments import method_file  # noqa: E402
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis  # noqa: E402
 from memreader.embedders import encode  # noqa: E402
 from memreader.errors import MemReaderError  # noqa: E402
@@ -239,15 +240,6 @@ def format_tables(results: dict[str, dict[str, Any]], ks: list[int]) -> str:
     return "\n".join(lines)
 
 
-def _method(value: str) -> tuple[str, Path]:
-    name, sep, path = value.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{value!r}: give NAME=memories.jsonl, e.g. fixed=runs/x/memories.jsonl")
-    if not Path(path).is_file():
-        raise argparse.ArgumentTypeError(f"{path} does not exist (the memories of method {name!r})")
-    return name, Path(path)
-
-
 def _ks(value: str) -> list[int]:
     try:
         ks = sorted({int(v) for v in value.split(",") if v.strip()})
@@ -269,7 +261,7 @@ def main(argv: list[str] | None = None, embedder: Any = None) -> int:
                     help="its manifest.json (dev_questions: indices into --qa)")
     ap.add_argument("--qa", type=Path, default=Path("../shared/datasets/hotpotqa_100_qa.json"),
                     help="HotpotQA-100 questions (distractor layout)")
-    ap.add_argument("--method", action="append", type=_method, required=True, metavar="NAME=MEMORIES",
+    ap.add_argument("--method", action="append", type=method_file, required=True, metavar="NAME=MEMORIES",
                     help="a method's memories of the gold texts; repeat per method (the first is the ratio baseline)")
     ap.add_argument("--k", type=_ks, default=[1, 3, 5, 10], help="cut-offs, comma-separated (default 1,3,5,10)")
     ap.add_argument("--min-overlap", type=int, default=100,

@@ -13,7 +13,9 @@ Three kinds of document, English and Chinese, written as corpus JSONL (``id``, `
   Wikipedia paragraphs. Nothing in the layout marks a join: English passages are joined by one space and
   Chinese ones directly, so a rule that cuts at paragraph breaks gets no boundary for free.
 - **sections**: real multi-section documents, this project's own Markdown docs cut at their ``##``
-  headings into documents of 3-5 consecutive sections (the heading line starts its section).
+  headings into documents of 3-4 consecutive sections (the heading line starts its section). They follow the
+  docs as they are when the set is built (the manifest keeps each file's sha256); the joined documents depend
+  only on ``--shared`` and ``--seed``.
 
 Train and dev never share a source title: HotpotQA is split by question (every paragraph title of a dev
 question's context is dev-only), CMRC by article title, the Markdown docs by file. Each passage is its
@@ -58,7 +60,7 @@ def hotpot_passages(shared: Path) -> tuple[dict[str, str], list[list[str]]]:
     corpus = json.loads((shared / "hotpotqa_100_corpus.json").read_text(encoding="utf-8"))
     passages = {}
     for title, sents in corpus.items():
-        text = _lead([s if i == 0 else s for i, s in enumerate(sents)], *EN_RANGE)
+        text = _lead(sents, *EN_RANGE)
         if text and _EN_END.fullmatch(text + " "):
             passages[title] = text
     qa = json.loads((shared / "hotpotqa_100_qa.json").read_text(encoding="utf-8"))
@@ -197,7 +199,10 @@ def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_t
     facts = {"seed": seed, "dev_questions": dev_questions, "passages": {
         "en_train": len(en_train_pool), "en_dev": len(en_dev_pool), "zh_train": len(zh_train_pool),
         "zh_dev": len(zh_dev_pool)}, "markdown": {"train": [p.name for p in md_train], "dev": [p.name for p in md_dev]},
-        "ranges": {"en": EN_RANGE, "zh": ZH_RANGE}}
+        "ranges": {"en": EN_RANGE, "zh": ZH_RANGE},
+        # the multi-section documents follow this project's docs as they are when the set is built: their hashes
+        # say which version a data set (and an adapter trained on it) saw
+        "markdown_sha256": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in md}}
     return train, dev, facts
 
 

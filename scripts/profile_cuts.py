@@ -25,14 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memreader.memory_grammar import BoundaryGraph, GrammarSettings  # noqa: E402
+from eval.gold_segments import method_file  # noqa: E402
+from memreader.memory_grammar import BoundaryGraph, GrammarSettings, past_space  # noqa: E402
 from memreader.schema import read_memories  # noqa: E402
-
-
-def _snap(text: str, b: int) -> int:
-    while b < len(text) and text[b].isspace():
-        b += 1
-    return b
 
 
 def profile(gold: dict[str, dict], memories: list, settings: GrammarSettings) -> dict:
@@ -44,7 +39,7 @@ def profile(gold: dict[str, dict], memories: list, settings: GrammarSettings) ->
             continue
         text = rec["text"]
         graph = BoundaryGraph.build(text, settings)
-        golds = {_snap(text, b) for b in rec["boundaries"]}
+        golds = {past_space(text, b) for b in rec["boundaries"]}
         n = len(text)
         on_track = True
         for sc in mem.scenarios[:-1]:
@@ -92,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     """Profile every method; prints one table and writes the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gold", required=True, help="gold JSONL (id, text, boundaries)")
-    ap.add_argument("--method", action="append", required=True, help="NAME=memories.jsonl (repeat)")
+    ap.add_argument("--method", action="append", required=True, type=method_file, metavar="NAME=MEMORIES",
+                    help="a method's memories of the gold texts (repeat)")
     ap.add_argument("--min-chunk-chars", type=int, default=150)
     ap.add_argument("--max-chunk-chars", type=int, default=1200)
     ap.add_argument("--max-scenarios", type=int, default=8)
@@ -107,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                max_scenarios=args.max_scenarios)
     out = {"settings": {k: getattr(settings, k) for k in ("min_chunk_chars", "max_chunk_chars", "max_scenarios")},
            "methods": {}}
-    for spec in args.method:
-        name, _, path = spec.partition("=")
-        if not path:
-            raise SystemExit(f"--method {spec!r}: give NAME=memories.jsonl")
+    for name, path in args.method:
         out["methods"][name] = profile(gold, read_memories(path), settings)
     cols = ["decisions", "mean_allowed_ends", "gold_available", "hit_when_available", "chance_when_available",
             "hit_when_available_after_a_hit", "hit_when_available_after_a_miss", "chosen_rank_mean", "gold_rank_mean"]

@@ -93,6 +93,8 @@ def test_judge_and_summary_arithmetic() -> None:
     assert s["pick"]["clarity"]["mean"] == 0.5 and s["pick"]["completeness"]["mean"] == 1.0
     assert s["pick"]["rrf"]["mean"] == 0.5 and s["pick"]["random"]["mean"] == pytest.approx((0.25 + 0.5) / 2)
     assert s["rrf_minus_random"]["mean"] == pytest.approx(((0 - 0.25) + (1 - 0.5)) / 2)
+    assert s["minus_random"]["completeness"]["mean"] == pytest.approx(((1 - 0.25) + (1 - 0.5)) / 2)
+    assert s["minus_random"]["clarity"]["mean"] == pytest.approx(((0 - 0.25) + (1 - 0.5)) / 2)
     merge = s["pairwise"]["merge"]
     assert merge["clarity"]["mean"] == 0.5 and merge["completeness"]["mean"] == 1.0 and merge["clarity"]["n"] == 2
     assert s["pairwise"]["move"]["clarity"]["n"] == 1
@@ -130,3 +132,19 @@ def test_main_with_a_fake_scorer(gold_file: Path, tmp_path: Path, capsys) -> Non
                       scorer=GoldFirst()) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["documents"] == 1 and data["rows"][0]["id"] == "zh-1" and data["pick"]["clarity"]["mean"] == 0.0
+
+
+def test_from_json_pools_earlier_runs_without_scoring(gold_file: Path, tmp_path: Path, capsys) -> None:
+    en, zh, both = tmp_path / "en.json", tmp_path / "zh.json", tmp_path / "both.json"
+    for lang, out in (("en", en), ("zh", zh)):
+        assert bench.main(["--gold", str(gold_file), "--lang", lang, "--out", str(out)], scorer=GoldFirst()) == 0
+    capsys.readouterr()
+    assert bench.main(["--from-json", str(en), str(zh), "--out", str(both), "--resamples", "100"]) == 0
+    data = json.loads(both.read_text(encoding="utf-8"))
+    assert data["documents"] == 2 and data["pick"]["clarity"]["mean"] == 0.5 and data["pick"]["rrf"]["mean"] == 0.5
+    assert data["minus_random"]["clarity"]["mean"] == 0.25 and "|pooled:2|" in capsys.readouterr().out
+    other = json.loads(zh.read_text(encoding="utf-8"))
+    other["settings"]["rrf_k"] = 10.0
+    zh.write_text(json.dumps(other), encoding="utf-8")
+    with pytest.raises(SystemExit, match="pool like runs only"):
+        bench.main(["--from-json", str(en), str(zh)])
