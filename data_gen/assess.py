@@ -3,7 +3,7 @@
     memreader assess --input artifacts/runs/demo/read/memories.jsonl
     memreader assess --input baseline_chunks.jsonl --set clarity_variant=prob --set evaluator=<folder>
 
-Every memory is scored by the evaluator LM of :mod:`memreader.scoring`: atomic-chunk clarity
+Every memory is scored by the evaluator LM of :mod:`memreader.core.scoring`: atomic-chunk clarity
 always, core-content completeness when the memory has cores (chunk-only memories, such as a
 fixed-length chunking baseline, get clarity alone). Writes ``<name>.scores.jsonl`` (one row per
 memory: ``doc_id`` and the full, recomputable score record) and ``<name>.scores.json`` (means,
@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memreader.core.backends import backend_problem, resolve_backend, resolve_dtype_for
+from memreader.core.config import ConfigError, field
+from memreader.core.paths import sha256_file, write_atomic, write_json, write_resolved_config
+from memreader.core.schema import read_memories
+from memreader.core.scoring import VARIANTS
+from memreader.core.stage import Flag, Stage
 from tqdm.auto import tqdm
-
-from memreader.backends import backend_problem, resolve_backend, resolve_dtype_for
-from memreader.config import ConfigError, field
-from memreader.paths import sha256_file, write_atomic, write_json, write_resolved_config
-from memreader.schema import read_memories
-from memreader.scoring import VARIANTS
-from memreader.stage import Flag, Stage
 
 
 @dataclass
@@ -36,12 +35,12 @@ class AssessConfig:
 
     input: str = field("", help="memories JSONL (from gen, read, or a chunking baseline)")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM (registry name or folder)")
-    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see memreader.scoring)")
+    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see memreader.core.scoring)")
     device: str = field("auto", help="auto, cpu or cuda")
     dtype: str = field("auto", help="auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe), float32 or bfloat16")
     max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     backend: str = field("auto", help="transformers (alias hf) | vllm (prompt_logprobs) | auto (the fastest scorer "
-                         "measured on this machine: memreader/backends.py)")
+                         "measured on this machine: core/backends.py)")
     block: int = field(32, ge=1, help="memories per scorer call (one progress step)")
 
     def check(self) -> list[str]:
@@ -73,7 +72,7 @@ def _mean(values: list[float]) -> float | None:
 
 def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     """Score every memory of ``cfg.input``; returns the summary (also written beside the input)."""
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     memories = read_memories(cfg.input)
     if not memories:
@@ -82,7 +81,7 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out["config"].parent, cfg, out["config"].name)
     if scorer is None:
         backend, why = resolve_backend(cfg.backend, "scorer")
-        # an explicit device decides dtype auto itself (memreader.runtime.runtime): bf16 only where that device is fast at it
+        # an explicit device decides dtype auto itself (memreader.core.runtime.runtime): bf16 only where that device is fast at it
         dtype = cfg.dtype if backend == "transformers" and cfg.device != "auto" else \
             resolve_dtype_for("scorer", cfg.dtype, backend)
         print(f"assess: evaluator on {backend} ({dtype}; {why})")

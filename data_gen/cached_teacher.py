@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from data_gen.cache import ReplyCache, cache_key
-from data_gen.flow import Dispatcher
-from memreader.generation import GenerationParams, GenerationRequestError, Reply
-from memreader.generation.sampling import row_seed
+from memreader.core.generation import GenerationParams, GenerationRequestError, Reply
+from memreader.core.generation.sampling import row_seed
+from memreader.data_gen.cache import ReplyCache, cache_key
+from memreader.data_gen.flow import Dispatcher
 
 Item = tuple[str, list[dict[str, str]]]
 """(template id, chat messages)."""

@@ -7,9 +7,9 @@ A stage-by-stage pipeline waits for its slowest request at every step; here ever
 as its own coroutine (outline → candidates → scoring → CoM) and asks the moment its previous reply
 is in. What "in flight" means depends on the backend:
 
-- an **async** backend (:class:`~memreader.generation.OpenAIChat`) gets each request at once; its own
+- an **async** backend (:class:`~memreader.core.generation.OpenAIChat`) gets each request at once; its own
   semaphore keeps exactly ``max_concurrency`` requests open while any are waiting;
-- a **batch** backend (:class:`~memreader.generation.LocalChat`, ``VLLMChat``) is fed by one worker
+- a **batch** backend (:class:`~memreader.core.generation.LocalChat`, ``VLLMChat``) is fed by one worker
   that takes the waiting requests with equal decoding settings, up to ``batch_size`` at a time
   (per-request seeds, so batching never changes a reply), and runs them in a thread.
 
@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memreader.generation import GenerationParams, GenerationRequestError, Reply
+from memreader.core.generation import GenerationParams, GenerationRequestError, Reply
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,16 @@
 """Teacher-side data generation: outline → N candidates → evaluator scoring → RRF → reverse CoM → SFT records.
 
     memreader gen --config configs/data_gen/smollm2_local.yaml --set num_candidates=4
-    python -m data_gen.pipeline --config configs/data_gen/openai_teacher.yaml --set input=corpus.jsonl
+    python -m memreader.data_gen.pipeline --config configs/data_gen/openai_teacher.yaml --set input=corpus.jsonl
 
 MoM's data construction: per document, an outline, then ``num_candidates`` candidate memories
 (multi-path sampling, guided by the document's memory grammar where the backend takes one; see
-:mod:`memreader.guidance`), each scored by an evaluator LM for atomic-chunk clarity and core-content
-completeness (:mod:`memreader.scoring`), ranked and fused with RRF (:mod:`data_gen.selection`); the
+:mod:`memreader.core.guidance`), each scored by an evaluator LM for atomic-chunk clarity and core-content
+completeness (:mod:`memreader.core.scoring`), ranked and fused with RRF (:mod:`memreader.data_gen.selection`); the
 winner gets its reasoning path (reverse CoM) and becomes an SFT record in TRL's conversational
 prompt-completion format (loss on the completion only). Every document runs as its own coroutine
-and asks for its next step as soon as its previous reply is in (:mod:`data_gen.teacher_flow`,
-:mod:`data_gen.flow`), so an endpoint always has ``max_concurrency`` requests in flight. Every
+and asks for its next step as soon as its previous reply is in (:mod:`memreader.data_gen.teacher_flow`,
+:mod:`memreader.data_gen.flow`), so an endpoint always has ``max_concurrency`` requests in flight. Every
 teacher call and every score goes through a SQLite cache (candidates keyed by their sample index),
 so a rerun or a resumed crash repeats no call and rescores nothing, and raising ``num_candidates``
 pays only for the new candidates. Outputs: ``memories.jsonl`` (winners), ``candidates.jsonl``
@@ -26,35 +26,34 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from data_gen.cache import ReplyCache, ScoreCache
-from data_gen.cached_teacher import CachedTeacher
-from data_gen.flow import Dispatcher, gather_bounded
-from data_gen.selection import check_rrf_k
-from data_gen.sft_export import balance, sft_record, write_sft_splits
-from data_gen.structure_teacher import structure_config, structure_results
-from data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
-from data_gen.units import make_units, merge_units
-from memreader.backends import (
+from memreader.core.backends import (
     BACKENDS,
     backend_problem,
     canonical_backend,
     resolve_backend,
     resolve_dtype_for,
 )
-from memreader.config import field
-from memreader.corpus import CorpusError, Document, read_corpus, split_empty
-from memreader.errors import RunFailed
-from memreader.generation import LocalChat, make_chat
-from memreader.guidance import GuidedConfig, count_fates
-from memreader.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
-from memreader.prompts import PromptConfig
-from memreader.runlock import RunLock
-from memreader.schema import write_memories
-from memreader.scoring import VARIANTS
-from memreader.stage import Stage
-from memreader.windowing import WindowConfig
+from memreader.core.config import field
+from memreader.core.corpus import CorpusError, Document, read_corpus, split_empty
+from memreader.core.errors import RunFailed
+from memreader.core.generation import LocalChat, make_chat
+from memreader.core.guidance import GuidedConfig, count_fates
+from memreader.core.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
+from memreader.core.prompts import PromptConfig
+from memreader.core.runlock import RunLock
+from memreader.core.schema import write_memories
+from memreader.core.scoring import VARIANTS
+from memreader.core.stage import Stage
+from memreader.core.windowing import WindowConfig
+from memreader.data_gen.cache import ReplyCache, ScoreCache
+from memreader.data_gen.cached_teacher import CachedTeacher
+from memreader.data_gen.flow import Dispatcher, gather_bounded
+from memreader.data_gen.selection import check_rrf_k
+from memreader.data_gen.sft_export import balance, sft_record, write_sft_splits
+from memreader.data_gen.structure_teacher import structure_config, structure_results
+from memreader.data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
+from memreader.data_gen.units import make_units, merge_units
+from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     """Settings of one data-generation run (guided-decoding and window keys from :class:`GuidedConfig` and
-    :class:`~memreader.windowing.WindowConfig`)."""
+    :class:`~memreader.core.windowing.WindowConfig`)."""
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
@@ -71,7 +70,7 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
     teacher: str = field("local", help="teacher backend: local (in-process transformers; alias transformers), vllm "
                          "(in-process vLLM engine), openai (any OpenAI-compatible endpoint), auto (the fastest "
-                         "measured on this machine: memreader/backends.py), or structure (no model: the memory "
+                         "measured on this machine: core/backends.py), or structure (no model: the memory "
                          "each document's known sections imply, data_gen/structure_teacher.py; model = the reader's)")
     dtype: str = field("auto", help="in-process teacher weights: auto (bf16 on CUDA; on CPU the faster of fp32 and "
                        "bf16 by a cached probe), float32, bfloat16")
@@ -151,7 +150,7 @@ def generate(cfg: GenConfig) -> dict[str, Any]:
 
 
 def resolve_teacher(cfg: GenConfig) -> GenConfig:
-    """``cfg`` with ``teacher`` decided: ``auto`` by measurement (:mod:`memreader.backends`), ``transformers`` kept
+    """``cfg`` with ``teacher`` decided: ``auto`` by measurement (:mod:`memreader.core.backends`), ``transformers`` kept
     under its older name ``local`` (part of every cached reply's key)."""
     if cfg.teacher == "structure":
         return structure_config(cfg)
@@ -176,7 +175,7 @@ def _backend(cfg: GenConfig) -> tuple[Any, str]:
 
 def _scorer(cfg: GenConfig, backend: Any) -> Any:
     """The evaluator; the in-process teacher's weights are shared when it is the same model on the same device."""
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     evaluator_backend = canonical_backend(cfg.evaluator_backend)
     if evaluator_backend == "auto":

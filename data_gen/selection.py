@@ -9,7 +9,7 @@ rank (ordinal ranking, so the ranks of n candidates are always 1..n). A missing 
 completeness of a chunk-only memory) ranks after every present one. The fused score is
 ``S_RRF = 1/(k + rank_clarity) + 1/(k + rank_completeness)`` with ``k = 60`` (MoM); a metric that
 no candidate of the document has is left out of the sum. The winner has the highest ``S_RRF``;
-an exact tie goes to the lower candidate index (:func:`memreader.fusion.reciprocal_rank_fusion`
+an exact tie goes to the lower candidate index (:func:`memreader.core.fusion.reciprocal_rank_fusion`
 sums exactly and breaks ties by key).
 """
 
@@ -19,8 +19,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memreader.errors import MemReaderError
-from memreader.fusion import reciprocal_rank_fusion
+from memreader.core.errors import MemReaderError
+from memreader.core.fusion import reciprocal_rank_fusion
 
 METRICS = ("clarity", "completeness")
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memreader.language import detect_language
-from memreader.markup import render_memory
-from memreader.paths import sha256_file, write_jsonl
-from memreader.prompts import ReaderPrompt
-from memreader.schema import DocumentMemory
+from memreader.core.language import detect_language
+from memreader.core.markup import render_memory
+from memreader.core.paths import sha256_file, write_jsonl
+from memreader.core.prompts import ReaderPrompt
+from memreader.core.schema import DocumentMemory
 
 
 def sft_record(

@@ -30,16 +30,16 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from data_gen.teacher_flow import Unit, UnitResult
-from memreader.corpus import Document
-from memreader.errors import MemReaderError
-from memreader.guidance import MemoryGrammars, count_tokens_for, plan_guided_windows
-from memreader.language import detect_language
-from memreader.memory_grammar import BoundaryGraph, GrammarPlan, past_space
-from memreader.registry import resolve_model
-from memreader.schema import DocumentMemory, Scenario
-from memreader.structure import structural_breaks
-from memreader.windowing import prompt_tokens_of
+from memreader.core.corpus import Document
+from memreader.core.errors import MemReaderError
+from memreader.core.guidance import MemoryGrammars, count_tokens_for, plan_guided_windows
+from memreader.core.language import detect_language
+from memreader.core.memory_grammar import BoundaryGraph, GrammarPlan, past_space
+from memreader.core.registry import resolve_model
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.core.structure import structural_breaks
+from memreader.core.windowing import prompt_tokens_of
+from memreader.data_gen.teacher_flow import Unit, UnitResult
 
 FIX = ("ingest the documents from a structured format (memreader ingest: Markdown, HTML, Word keep their "
        "headings), or give each corpus record 'sections' ([{title, text}] that concatenate to its text) or "

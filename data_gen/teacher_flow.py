@@ -1,15 +1,15 @@
 """One document's way through the teacher: outline → N candidates → scoring → RRF selection → CoM.
 
 Every document (or window of a long one: a *unit*) runs as its own coroutine and asks for its next
-step the moment its previous reply is in (see :mod:`data_gen.flow`). Per unit:
+step the moment its previous reply is in (see :mod:`memreader.data_gen.flow`). Per unit:
 
 1. **outline**: one teacher call;
 2. **candidates**: ``num_candidates`` extraction calls, candidate ``j`` sampled with its own seed
    and cached under its sample index, each guided by the unit's memory grammar where the backend
    takes grammars; each reply becomes a validated memory (or a recorded failure);
-3. **scoring**: the usable candidates are scored by the evaluator LM (:mod:`memreader.scoring`),
+3. **scoring**: the usable candidates are scored by the evaluator LM (:mod:`memreader.core.scoring`),
    batched with every other unit waiting at that moment; scores are cached, so a crash loses none;
-4. **selection**: ranks per metric and RRF (:mod:`data_gen.selection`), the winner is kept;
+4. **selection**: ranks per metric and RRF (:mod:`memreader.data_gen.selection`), the winner is kept;
 5. **reverse CoM**: the reasoning path for the winner only (cached).
 """
 
@@ -20,18 +20,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_gen.cache import ScoreCache
-from data_gen.cached_teacher import CachedTeacher
-from data_gen.flow import Batcher
-from data_gen.selection import select_candidates
-from memreader.assemble import memory_from_output
-from memreader.corpus import Document
-from memreader.generation import GenerationParams, GenerationRequestError, Reply
-from memreader.guidance import ask_with_policy
-from memreader.markup import render_memory
-from memreader.parser import ParseError
-from memreader.prompts import render
-from memreader.schema import DocumentMemory
+from memreader.core.assemble import memory_from_output
+from memreader.core.corpus import Document
+from memreader.core.generation import GenerationParams, GenerationRequestError, Reply
+from memreader.core.guidance import ask_with_policy
+from memreader.core.markup import render_memory
+from memreader.core.parser import ParseError
+from memreader.core.prompts import render
+from memreader.core.schema import DocumentMemory
+from memreader.data_gen.cache import ScoreCache
+from memreader.data_gen.cached_teacher import CachedTeacher
+from memreader.data_gen.flow import Batcher
+from memreader.data_gen.selection import select_candidates
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Unit:
     text: str
     lang: str
     plan: Any = None  # GrammarPlan or None (unguided)
-    window: Any = None  # memreader.windowing.Window, or None for a whole document
+    window: Any = None  # memreader.core.windowing.Window, or None for a whole document
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A document longer than the teacher's window (``window_tokens``; 0 = sized to the model, no limit
 for an HTTP endpoint whose window is unknown) or, guided, than one memory grammar takes, is cut
-into overlapping windows (:mod:`memreader.windowing`). Each window is a *unit*: its own outline,
+into overlapping windows (:mod:`memreader.core.windowing`). Each window is a *unit*: its own outline,
 candidates, scores, selection, CoM and SFT record (the student reads the same windows). The
 winners of a document's windows are merged into one memory that tiles the whole document, with
 the window mapping in ``meta["windows"]``; the document fails if any of its windows did.
@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from data_gen.teacher_flow import Unit, UnitResult
-from memreader.corpus import Document
-from memreader.guidance import MemoryGrammars, count_tokens_for, plan_guided_windows, wants_grammar
-from memreader.language import detect_language
-from memreader.prompts import render
-from memreader.schema import DocumentMemory
-from memreader.windowing import merge_window_memories, model_window_of, prompt_tokens_of
+from memreader.core.corpus import Document
+from memreader.core.guidance import MemoryGrammars, count_tokens_for, plan_guided_windows, wants_grammar
+from memreader.core.language import detect_language
+from memreader.core.prompts import render
+from memreader.core.schema import DocumentMemory
+from memreader.core.windowing import merge_window_memories, model_window_of, prompt_tokens_of
+from memreader.data_gen.teacher_flow import Unit, UnitResult
 
 log = logging.getLogger(__name__)
 

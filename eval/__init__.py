@@ -1,2 +1,2 @@
-"""Evaluation: answer metrics with signatures (``eval.metrics``), bootstrap statistics (``eval.stats``),
-dataset loaders (``eval.datasets``), the scoring report and ``memreader score`` (``eval.score``)."""
+"""Evaluation: answer metrics with signatures (``memreader.eval.metrics``), bootstrap statistics (``memreader.eval.stats``),
+dataset loaders (``memreader.eval.datasets``), the scoring report and ``memreader score`` (``memreader.eval.score``)."""

@@ -5,7 +5,7 @@
     with timer: replies = chat.generate_many(...)
     timer.share(total_seconds)                             # forward time / generation wall time
 
-The same :func:`answer_messages` conditions the informational-support score (:mod:`eval.support`), so the
+The same :func:`answer_messages` conditions the informational-support score (:mod:`memreader.eval.support`), so the
 support of a reference answer is measured under exactly the prompt the answer was generated from;
 :func:`answer_and_support` does both for a batch, each prompt prefilled once where the engine keeps a prefix cache.
 """
@@ -18,8 +18,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from memreader.language import detect_language
-from memreader.prompts import render
+from memreader.core.language import detect_language
+from memreader.core.prompts import render
 
 
 def answer_messages(question: str, chunks: Sequence[str]) -> list[dict[str, str]]:

@@ -5,7 +5,7 @@ An evaluation on two CPU cores runs for many hours and is resumed across session
 git) everything a resumed ``memreader eval`` reuses and that cannot be remade cheaply:
 
 - ``run/methods/<method>/``: each method's memories, answers (with support), clarity, stickiness, calibration,
-  settings and cost ledger (:mod:`eval.method_run`); not the Milvus Lite index (rebuilt from the memories, and
+  settings and cost ledger (:mod:`memreader.eval.method_run`); not the Milvus Lite index (rebuilt from the memories, and
   only when questions are left to answer) nor the chunkers' ``work/`` folder;
 - ``cache/<chunk cache folder>/``: the model chunkers' shared reads and LM answers (``chunk_cache: shared``),
   so a reading interrupted part way resumes at the document it reached.
@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memreader.errors import MemReaderError
-from memreader.paths import sha256_file, write_json
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import sha256_file, write_json
 
 MANIFEST = "MANIFEST.json"
 SKIPPED_DIRS = {"work", "__pycache__"}  # a method's chunker scratch folder: remade from the memories' inputs

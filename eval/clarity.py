@@ -4,7 +4,7 @@
     summary = clarity_summary(scorer, memories)         # the "clarity" entry of an eval summary
     corr = correlate([MethodRow("memreader", rouge_per_question, clarity_per_document), ...])
 
-Clarity is :class:`memreader.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
+Clarity is :class:`memreader.core.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
 (``settings.clarity_variant``; ``ppl`` by default), the mean over a memory's chunk boundaries. A memory
 with one chunk has no boundary: its clarity is ``None`` here (not the scorer's neutral value), it is
 counted in ``n_single_chunk`` and left out of means.
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from eval.records import ClarityRecord
-from eval.stats import (
+from memreader.core.errors import MemReaderError
+from memreader.eval.records import ClarityRecord
+from memreader.eval.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -38,7 +38,6 @@ from eval.stats import (
     percentile_interval,
     resample_weights,
 )
-from memreader.errors import MemReaderError
 
 #: Bump when the meaning of a clarity value or of the correlation changes (it is in every signature).
 CLARITY_REPORT_VERSION = "2"  # 2: the record carries boundary clarity (eval/intrinsic.py)
@@ -49,7 +48,7 @@ class CorrelationError(MemReaderError, ValueError):
 
 
 def chunk_scores(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[Any]:
-    """The scorer's :class:`~memreader.scoring.MemoryScore` of each memory, ``block`` memories per call."""
+    """The scorer's :class:`~memreader.core.scoring.MemoryScore` of each memory, ``block`` memories per call."""
     if block < 1:
         raise ValueError(f"block={block} must be >= 1")
     out: list[Any] = []
@@ -63,14 +62,14 @@ def chunk_scores(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[
 
 
 def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
-    """Clarity of each memory with ``scorer`` (an :class:`~memreader.scoring.EvaluatorScorer`), scored
+    """Clarity of each memory with ``scorer`` (an :class:`~memreader.core.scoring.EvaluatorScorer`), scored
     ``block`` memories per call; ``None`` for a memory with a single chunk."""
     return [None if s.single_chunk else float(s.clarity) for s in chunk_scores(scorer, memories, block)]
 
 
 def clarity_signature(scorer: Any) -> str:
-    """A one-line signature of an :class:`~memreader.scoring.EvaluatorScorer` (or of its
-    :meth:`~memreader.scoring.EvaluatorScorer.signature` dict)."""
+    """A one-line signature of an :class:`~memreader.core.scoring.EvaluatorScorer` (or of its
+    :meth:`~memreader.core.scoring.EvaluatorScorer.signature` dict)."""
     s = scorer if isinstance(scorer, dict) else scorer.signature()
     return (f"Clarity|variant:{s['variant']}|evaluator:{s['evaluator']}|format:{s['format_version']}|"
             f"K:{s.get('ppl_target_tokens')}|M:{s.get('max_chunk_tokens')}|T:{s.get('ppl_temperature')}|"

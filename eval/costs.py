@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from memreader.paths import write_json
+from memreader.core.paths import write_json
 
 SAVE_EVERY = 30.0
 """Seconds between writes of the ledger during a phase."""

@@ -1,6 +1,6 @@
 """Loaders that turn benchmark files into one record type, :class:`QARecord`.
 
-    from eval.datasets import load_dataset
+    from memreader.eval.datasets import load_dataset
     records = load_dataset("longbench", "../shared/datasets/longbench_multifieldqa_zh.jsonl")
 
 Every loader takes a path; nothing is downloaded. Bad input (missing field, wrong type, truncated
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
 
 CRUD_QA_SPLITS = {"1doc": "questanswer_1doc", "2docs": "questanswer_2docs", "3docs": "questanswer_3docs"}
 

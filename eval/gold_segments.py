@@ -1,8 +1,8 @@
 """Documents with gold segment boundaries: the loader, and scoring a memories file against them.
 
-    from eval.gold_segments import load_gold_segments, score_memories
+    from memreader.eval.gold_segments import load_gold_segments, score_memories
     gold = load_gold_segments("tests/eval/assets/gold_segments_small.jsonl")
-    result = score_memories(gold, "artifacts/runs/demo/read/memories.jsonl")   # eval.segmentation scores
+    result = score_memories(gold, "artifacts/runs/demo/read/memories.jsonl")   # memreader.eval.segmentation scores
 
 One JSON object per line::
 
@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.datasets import DatasetError, JsonItem, iter_jsonl
-from eval.segmentation import SegmentationScores, SegmentationSettings, aggregate, score_document
-from memreader.errors import MemReaderError
-from memreader.schema import DocumentMemory, read_memories
+from memreader.core.errors import MemReaderError
+from memreader.core.schema import DocumentMemory, read_memories
+from memreader.eval.datasets import DatasetError, JsonItem, iter_jsonl
+from memreader.eval.segmentation import SegmentationScores, SegmentationSettings, aggregate, score_document
 
 LANGS = ("en", "zh")
 

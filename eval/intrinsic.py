@@ -7,7 +7,7 @@ chunk stickiness, per memory and per method, and how they go with the QA metrics
 
 **Boundary clarity** of consecutive chunks ``d, q``: ``BC = ppl(q | d) / ppl(q)``, the perplexity of ``q`` after ``d``
 over its perplexity alone, from the same two forward passes as the ``ppl`` clarity (``nll_cond``, ``nll_uncond``
-of :class:`memreader.scoring.MemoryScore`, over the first ``ppl_target_tokens`` tokens of ``q``):
+of :class:`memreader.core.scoring.MemoryScore`, over the first ``ppl_target_tokens`` tokens of ``q``):
 ``BC = exp(nll_cond - nll_uncond)``. Near or above 1: ``d`` does not help predict ``q``, a clean boundary; well
 below 1: the chunks belong together and were cut apart. A memory's BC is the mean over its boundaries (``None``
 with one chunk). Higher is better.
@@ -35,8 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
 
 #: Bump when a value's meaning changes (it is in every signature).
 INTRINSIC_VERSION = "1"
@@ -107,8 +106,8 @@ def stickiness_signature(embedder_name: str, quantile: float, seed: int = 0) -> 
 
 def stickiness_record(memories: Sequence[Any], embedder: Any, embedder_name: str, quantile: float = 0.999,
                       seed: int = 0) -> dict[str, Any]:
-    """Chunk stickiness of every memory (the ``stickiness`` entry of an eval summary: eval.records)."""
-    from memreader.embedders import encode
+    """Chunk stickiness of every memory (the ``stickiness`` entry of an eval summary: memreader.eval.records)."""
+    from memreader.core.embedders import encode
 
     started = time.perf_counter()
     chunks = [list(m.chunks) for m in memories]

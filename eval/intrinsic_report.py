@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.clarity import CorrelationError, MethodRow, correlate
-from eval.paper_tables import fmt as _f
-from eval.paper_tables import md_table as _table
+from memreader.eval.clarity import CorrelationError, MethodRow, correlate
+from memreader.eval.paper_tables import fmt as _f
+from memreader.eval.paper_tables import md_table as _table
 
 #: name -> (what is better, getter of (doc_ids, per-memory values) from a method record, or None)
 INTRINSIC: dict[str, tuple[str, Callable[[Any], tuple[list[str], list[float | None]] | None]]] = {
@@ -65,7 +65,7 @@ def intrinsic_correlations(methods: dict[str, Any], n_resamples: int, seed: int)
 def intrinsic_section(methods: dict[str, Any], out: Path, n_resamples: int, seed: int
                       ) -> tuple[list[str], list[dict[str, Any]], Path | None]:
     """Markdown lines, the correlation rows and the plot (``intrinsic_rouge.png``, None without 2 methods)."""
-    from eval import plots
+    from memreader.eval import plots
 
     md = ["## Intrinsic chunk quality (MoC)", "",
           "Measured on the chunks themselves, no question involved (eval/intrinsic.py): **clarity** is the "

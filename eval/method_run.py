@@ -28,7 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.answering import (
+from memreader.core.errors import MemReaderError
+from memreader.core.generation import GenerationParams
+from memreader.core.paths import sha256_file, write_json
+from memreader.core.schema import DocumentMemory, read_memories, write_memories
+from memreader.eval.answering import (
     AnswerPass,
     ForwardTimer,
     GenerationProfile,
@@ -36,13 +40,9 @@ from eval.answering import (
     answer_messages,
     fit_chunks,
 )
-from eval.costs import CostLedger
-from eval.suites import EvalSet
-from memreader.errors import MemReaderError
-from memreader.generation import GenerationParams
-from memreader.paths import sha256_file, write_json
-from memreader.schema import DocumentMemory, read_memories, write_memories
-from retrieval.index import INDEX_FORMAT, MemoryIndex
+from memreader.eval.costs import CostLedger
+from memreader.eval.suites import EvalSet
+from memreader.retrieval.index import INDEX_FORMAT, MemoryIndex
 
 
 class StaleRunError(MemReaderError, ValueError):

@@ -2,7 +2,7 @@
 
 One example::
 
-    from eval.metrics import resolve_config, score_example
+    from memreader.eval.metrics import resolve_config, score_example
     s = score_example("厦门大学举办。", ["厦门大学。"], resolve_config("mom"))
     s.bleu_1, s.bleu_avg, s.rouge_l, s.meteor
 
@@ -12,7 +12,7 @@ rapidfuzz computes in C++ (rouge-score's pure-Python LCS table is 30-60x slower 
 the two agree exactly). BLEU's n-gram clipping is written here because the reference evaluators use
 HF ``evaluate``'s nmt-BLEU (shortest-reference length, its own float-operation order, no "divide the
 penalty out" mode), which is fetched from the Hub at run time and which sacrebleu does not
-reproduce; tests cross-check it against sacrebleu. Scoring whole sets: :mod:`eval.score`.
+reproduce; tests cross-check it against sacrebleu. Scoring whole sets: :mod:`memreader.eval.score`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.tokenize import TOKENIZERS, init_jieba, postprocess, tokenize, tokenizer_signature
-from memreader.config import ConfigError, field
-from memreader.errors import MemReaderError
+from memreader.core.config import ConfigError, field
+from memreader.core.errors import MemReaderError
+from memreader.eval.tokenize import TOKENIZERS, init_jieba, postprocess, tokenize, tokenizer_signature
 
 METRICS = ("bleu_1", "bleu_avg", "rouge_l", "meteor")
 DISPLAY_NAMES = {"bleu_1": "BLEU-1", "bleu_avg": "BLEU-Avg", "rouge_l": "ROUGE-L", "meteor": "METEOR"}
@@ -81,7 +81,7 @@ class MetricConfig:
                 out.append(f"{f.name}: {value!r} is not one of {', '.join(_CHOICES[f.name])}")
         if isinstance(self.bleu_max_order, int) and not 1 <= self.bleu_max_order <= 9:
             out.append(f"bleu_max_order: {self.bleu_max_order!r} must be between 1 and 9")
-        from memreader.config import range_problems
+        from memreader.core.config import range_problems
 
         out += [p for p in range_problems(self) if not p.startswith("bleu_max_order")]
         if self.bleu_level == "corpus" and self.multi_ref == "max":
@@ -344,7 +344,7 @@ def reopen_wordnet_files() -> None:
         return
     files = getattr(wordnet, "_data_file_map", None)
     if not isinstance(files, dict):
-        raise MetricSetupError(f"this nltk ({nltk.__version__}) keeps WordNet's open data files in a way eval.metrics "
+        raise MetricSetupError(f"this nltk ({nltk.__version__}) keeps WordNet's open data files in a way memreader.eval.metrics "
                                "does not know, so scoring workers forked from this process could share them and read "
                                "wrong synsets. Score in one process (`memreader score --workers 1`, or `workers=1` "
                                "in Python), or install nltk 3.10, whose reader keeps them in `_data_file_map`")

@@ -109,7 +109,7 @@ def match_dataset(name: str, path: str = "") -> str | None:
 
 
 def fmt(x: Any, digits: int = 4) -> str:
-    """A number with ``digits`` decimals, ``n/a`` for None or NaN (Markdown helper shared with eval.report)."""
+    """A number with ``digits`` decimals, ``n/a`` for None or NaN (Markdown helper shared with memreader.eval.report)."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 

@@ -3,18 +3,18 @@ METEOR, informational support and clarity; resumable per method and per question
 
     memreader eval --config configs/eval/multifieldqa_zh.yaml               # the paper's set, every method
     memreader eval --config configs/eval/multifieldqa_zh.yaml --set limit=20 # a smoke run
-    memreader eval --config configs/eval/demo_qa.yaml                         # the demo's memories vs fixed
+    memreader eval --config configs/demo/eval.yaml                         # the demo's memories vs fixed
     memreader eval --config configs/eval/segmentation_demo.yaml               # chunk boundaries vs gold ones
     memreader report <run>                                                    # Markdown + PNG plots
 
-For every method (:mod:`eval.chunkers`: fixed, sentence, semantic, lumber, llm-direct, memreader, teacher) the
+For every method (:mod:`memreader.eval.chunkers`: fixed, sentence, semantic, lumber, llm-direct, memreader, teacher) the
 pooled corpus of the selected questions is chunked with its size parameter calibrated to the same mean chunk
 length (``target_chars``, the paper's ~178), indexed in Milvus Lite, the top-k chunks retrieved per question
 (three layers where a method has outlines and cores, chunks only otherwise), an instruct LM answers from them in
-batches, and the answers are scored against the references (:mod:`eval.score`). The reference answer's
-informational support under the answering model (:mod:`eval.support`) and the evaluator's clarity of every
-method's chunks (:mod:`eval.clarity`) are measured too. Outputs: ``$MEMREADER_HOME/runs/<run>/eval/`` with
-``summary.json`` (what ``memreader report`` reads) and one folder per method (see :mod:`eval.method_run`).
+batches, and the answers are scored against the references (:mod:`memreader.eval.score`). The reference answer's
+informational support under the answering model (:mod:`memreader.eval.support`) and the evaluator's clarity of every
+method's chunks (:mod:`memreader.eval.clarity`) are measured too. Outputs: ``$MEMREADER_HOME/runs/<run>/eval/`` with
+``summary.json`` (what ``memreader report`` reads) and one folder per method (see :mod:`memreader.eval.method_run`).
 """
 
 from __future__ import annotations
@@ -25,23 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.answering import GenerationProfile
-from eval.chunkers import METHODS, MODEL_METHODS, ChunkerSettings, chunk_stats, method_memories
-from eval.method_run import MethodContext, run_method
-from eval.score import format_table, score_pairs
-from eval.suites import SETS, load_eval_set
-from memreader.backends import (
+from memreader.core.backends import (
     backend_problem,
     describe_choice,
     dtype_problem,
     resolve_backend,
     resolve_dtype_for,
 )
-from memreader.config import field
-from memreader.generation import make_chat
-from memreader.paths import memreader_home, run_dir, sha256_file, write_json, write_resolved_config
-from memreader.schema import read_memories
-from memreader.stage import Stage
+from memreader.core.config import field
+from memreader.core.generation import make_chat
+from memreader.core.paths import memreader_home, run_dir, sha256_file, write_json, write_resolved_config
+from memreader.core.schema import read_memories
+from memreader.core.stage import Stage
+from memreader.eval.answering import GenerationProfile
+from memreader.eval.chunkers import METHODS, MODEL_METHODS, ChunkerSettings, chunk_stats, method_memories
+from memreader.eval.method_run import MethodContext, run_method
+from memreader.eval.score import format_table, score_pairs
+from memreader.eval.suites import SETS, load_eval_set
 
 GOLD_SEGMENTS = "gold_segments"
 """The data set kind of documents with gold boundaries: `memreader eval` scores segmentation, not QA."""
@@ -77,7 +77,7 @@ class QAConfig:
                              "their common documents once); run = this run's own folder; or a folder path")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
     answer_backend: str = field("transformers", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
-                                "(the fastest on this machine: memreader/backends.py; the shipped configs use it)")
+                                "(the fastest on this machine: core/backends.py; the shipped configs use it)")
     dtype: str = field("auto", help="answering, support and clarity weights: auto (bf16 on CUDA; on a CPU the faster "
                        "of fp32 and bf16 by a cached matmul probe), float32 or bfloat16")
     max_model_len: int = field(8192, ge=16, help="answer_backend=vllm: the engine's context length")
@@ -94,7 +94,7 @@ class QAConfig:
     clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
                               "evaluator's ppl clarity costs two forward passes per chunk boundary")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
-    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (memreader/scoring.py); ppl also "
+    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (core/scoring.py); ppl also "
                                  "gives MoC's boundary clarity from the same forward passes (eval/intrinsic.py)")
     stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "
                              "documents): structural entropy of each memory's chunk-similarity graph")
@@ -196,7 +196,7 @@ def _support_fn(cfg: QAConfig, answerer: Any) -> Any:
         print("eval: WARNING: informational support is NOT computed: the answerer is remote "
               f"(answer_backend={cfg.answer_backend}) and gives no log-probabilities of a given answer")
         return None, "not computed (remote answerer)"
-    from eval.support import support_for_answers, support_signature
+    from memreader.eval.support import support_for_answers, support_signature
 
     def fn(questions: list[str], contexts: list[list[str]], answers: list[str]) -> list[dict[str, Any]]:
         scores = support_for_answers(answerer, questions, contexts, answers, batch_size=cfg.batch_size)
@@ -216,10 +216,10 @@ def _dtype_of(answerer: Any) -> str:
 def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
     if not cfg.clarity:
         return None, "off"
-    from eval.clarity import chunk_scores, clarity_signature
-    from eval.intrinsic import boundary_clarity
-    from eval.records import ClarityRecord
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.eval.clarity import chunk_scores, clarity_signature
+    from memreader.eval.intrinsic import boundary_clarity
+    from memreader.eval.records import ClarityRecord
 
     settings = ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant)
     if cfg.evaluator == cfg.answer_model and getattr(answerer, "engine", None) is not None:  # the same vLLM engine
@@ -253,7 +253,7 @@ def _mean(value: float | None) -> str:
 def _stickiness_fn(cfg: QAConfig, embedder: Any, embedder_name: str) -> tuple[Any, str]:
     if not cfg.stickiness:
         return None, "off"
-    from eval.intrinsic import stickiness_record, stickiness_signature
+    from memreader.eval.intrinsic import stickiness_record, stickiness_signature
 
     signature = stickiness_signature(embedder_name, cfg.stickiness_quantile) + (
         f"|docs:first-{cfg.clarity_docs}" if cfg.clarity_docs else "")
@@ -272,17 +272,17 @@ def _stickiness_fn(cfg: QAConfig, embedder: Any, embedder_name: str) -> tuple[An
 
 def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     """Evaluate every method on the same questions (``embedder``: an already-loaded model of ``cfg.embedder``)."""
-    from eval import records
-    from memreader.language import detect_language
-    from memreader.registry import AUTO_EMBEDDERS, canonical_name
-    from memreader.runtime import load_embedder
+    from memreader.core.language import detect_language
+    from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
+    from memreader.core.runtime import load_embedder
+    from memreader.eval import records
 
     t_run = time.perf_counter()
     if cfg.memories and not Path(cfg.memories).is_file():
         raise FileNotFoundError(f"memories: {cfg.memories} does not exist (run `memreader read` first)")
     if cfg.dataset == GOLD_SEGMENTS:  # segmentation scores of every method instead of QA
-        from eval.segmentation import SegmentationSettings
-        from eval.segmentation_run import run_segmentation
+        from memreader.eval.segmentation import SegmentationSettings
+        from memreader.eval.segmentation_run import run_segmentation
 
         return run_segmentation(cfg.qa, cfg.methods, _chunker_settings(cfg, chunk_cache_dir(cfg, GOLD_SEGMENTS, cfg.qa)),
                                 run=cfg.run, settings=SegmentationSettings(cfg.boundary_tolerance, cfg.pk_window),
@@ -293,7 +293,7 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out_dir, cfg)
     print(f"eval: {eset.name}: {len(eset.questions)} questions over {len(eset.documents)} documents; methods "
           f"{', '.join(cfg.methods)}; target {cfg.target_chars} chars ± {cfg.tolerance:.0%}")
-    # auto: by the corpus' language, as `memreader index` decides it from the chunks (memreader.registry)
+    # auto: by the corpus' language, as `memreader index` decides it from the chunks (memreader.core.registry)
     embedder_name = canonical_name(AUTO_EMBEDDERS[detect_language(eset.documents.values())]
                                if cfg.embedder == "auto" else cfg.embedder)
     embedder = embedder or load_embedder(embedder_name)
@@ -367,7 +367,7 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     print(table)
     print(profile.line())
     if cfg.report:
-        from eval.report import write_report
+        from memreader.eval.report import write_report
 
         print(f"eval: report → {write_report(out_dir)}")
     print(f"eval: {len(methods)} methods x {len(eset.questions)} questions in {summary.seconds:.0f} s → "

@@ -30,9 +30,9 @@ from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from eval.chunkers.base import Calibration
-from eval.stats import Interval
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
+from memreader.eval.chunkers.base import Calibration
+from memreader.eval.stats import Interval
 
 R = TypeVar("R", bound="_Record")
 NULL = type(None)
@@ -287,7 +287,7 @@ class ProvenanceRecord(_Record):
 
     @classmethod
     def of(cls, memories: Sequence[Any]) -> ProvenanceRecord:
-        """Counts over :class:`memreader.schema.DocumentMemory` objects (from their ``meta``)."""
+        """Counts over :class:`memreader.core.schema.DocumentMemory` objects (from their ``meta``)."""
         counts = {"memories": len(memories), "guided": 0, "unguided": 0, "fallback": 0, "truncated": 0, "baseline": 0}
         for m in memories:
             gen = m.meta.get("generation")
@@ -375,7 +375,7 @@ class ProfileRecord(_Record):
 
 @dataclass(kw_only=True)
 class EngineRecord(_Record):
-    """What answered (:func:`memreader.backends.describe_choice`)."""
+    """What answered (:func:`memreader.core.backends.describe_choice`)."""
 
     stage: str
     backend: str

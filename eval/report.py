@@ -1,7 +1,7 @@
 """``memreader report RUN``: a Markdown report with PNG plots of one evaluation run.
 
     memreader report my-run                      # $MEMREADER_HOME/runs/my-run/eval/ -> .../eval/report/
-    python -m eval.report artifacts/runs/my-run/eval --out /tmp/report
+    python -m memreader.eval.report artifacts/runs/my-run/eval --out /tmp/report
 
 Reads ``<eval>/summary.json`` and ``<eval>/methods/<method>/{memories,answers}.jsonl`` (written by the
 evaluation stage; layout in docs/EVALUATION.md, "Report") and writes ``report.md``, ``metrics.png``
@@ -18,20 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from eval import paper_tables as paper
-from eval.clarity import Correlation, correlate
-from eval.intrinsic_report import INTRINSIC, by_id, intrinsic_section, method_rows
-from eval.paper_tables import fmt as _f
-from eval.paper_tables import md_table as _table
-from eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
-from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, paired_bootstrap
-from memreader.config import field as config_field
-from memreader.errors import MemReaderError
-from memreader.paths import memreader_home, write_atomic, write_json
-from memreader.schema import DocumentMemory, read_memories
-from memreader.stage import Flag, Stage
-from memreader.structure import describe_where
+from memreader.core.config import field as config_field
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import memreader_home, write_atomic, write_json
+from memreader.core.schema import DocumentMemory, read_memories
+from memreader.core.stage import Flag, Stage
+from memreader.core.structure import describe_where
+from memreader.eval import paper_tables as paper
+from memreader.eval.clarity import Correlation, correlate
+from memreader.eval.intrinsic_report import INTRINSIC, by_id, intrinsic_section, method_rows
+from memreader.eval.paper_tables import fmt as _f
+from memreader.eval.paper_tables import md_table as _table
+from memreader.eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
+from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, paired_bootstrap
 
 REFERENCE = "memreader"
 METRIC_ORDER = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "bleu_avg", "rouge_l", "meteor")
@@ -212,7 +211,7 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
                  seed: int = DEFAULT_SEED) -> tuple[Path, list[Path]]:
     """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out``;
     returns the Markdown path and the figure paths."""
-    from eval import plots
+    from memreader.eval import plots
 
     summary, methods = load_run(folder)
     out.mkdir(parents=True, exist_ok=True)

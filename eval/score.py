@@ -2,15 +2,15 @@
 
 From Python (the QA harness)::
 
-    from eval.score import score_pairs, format_table
+    from memreader.eval.score import score_pairs, format_table
     report = score_pairs(predictions, references, profile="mom")   # references: str or list[str] each
     print(format_table({"memreader": report}))
     report.to_dict()                                                # JSON-ready, signatures included
 
-From the shell (``memreader score``, :mod:`eval.score_cli`)::
+From the shell (``memreader score``, :mod:`memreader.eval.score_cli`)::
 
     memreader score --config configs/eval/score.yaml --set pred=preds.jsonl --set ref=refs.jsonl
-    python -m eval.score --set pred=preds.jsonl --set ref=refs.jsonl --set profile=crud --set meteor_wordnet=false
+    python -m memreader.eval.score --set pred=preds.jsonl --set ref=refs.jsonl --set profile=crud --set meteor_wordnet=false
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom     # shortcut flags for the same keys
 
 The keys are those of :class:`eval.score_cli.ScoreConfig`; a ``--set`` of a metric setting (``meteor_wordnet=false``)
@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from eval.datasets import DatasetError
-from eval.metrics import (
+from memreader.eval.datasets import DatasetError
+from memreader.eval.metrics import (
     DISPLAY_NAMES,
     EVAL_VERSION,
     METRICS,
@@ -49,7 +48,7 @@ from eval.metrics import (
     score_example,
     signatures,
 )
-from eval.stats import (
+from memreader.eval.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -322,7 +321,7 @@ def join_by_id(predictions: Mapping[str, str], references: Mapping[str, list[str
     return ids, [predictions[i] for i in ids], [references[i] for i in ids]
 
 
-if __name__ == "__main__":  # python -m eval.score ... is memreader score ...
+if __name__ == "__main__":  # python -m memreader.eval.score ... is memreader score ...
     from memreader.cli import module_main
 
     raise SystemExit(module_main("score"))

@@ -1,5 +1,5 @@
-"""``memreader score`` (``python -m eval.score``): score prediction/reference JSONL files with the library of
-:mod:`eval.score` (keys: :class:`ScoreConfig`; a ``--set`` of a metric setting such as ``meteor_wordnet=false`` is
+"""``memreader score`` (``python -m memreader.eval.score``): score prediction/reference JSONL files with the library of
+:mod:`memreader.eval.score` (keys: :class:`ScoreConfig`; a ``--set`` of a metric setting such as ``meteor_wordnet=false`` is
 shorthand for that key of ``metrics``)."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.datasets import load_predictions, load_references
-from eval.metrics import DISPLAY_NAMES, PROFILES, MetricConfig, resolve_config
-from eval.score import compare, format_table, join_by_id, score_pairs
-from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from memreader.config import field as config_field
-from memreader.config import load_config, parse_override, read_config_data
-from memreader.errors import MemReaderError
-from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
-from memreader.stage import Flag, Stage
+from memreader.core.config import field as config_field
+from memreader.core.config import load_config, parse_override, read_config_data
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import run_dir, sha256_file, write_json, write_resolved_config
+from memreader.core.stage import Flag, Stage
+from memreader.eval.datasets import load_predictions, load_references
+from memreader.eval.metrics import DISPLAY_NAMES, PROFILES, MetricConfig, resolve_config
+from memreader.eval.score import compare, format_table, join_by_id, score_pairs
+from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 
 @dataclass
@@ -42,7 +42,7 @@ class ScoreConfig:
     per_example: bool = config_field(True, help="keep per-example scores in the JSON report")
 
     def check(self) -> list[str]:
-        """Every problem with the values, for :func:`memreader.config.load_config`."""
+        """Every problem with the values, for :func:`memreader.core.config.load_config`."""
         if self.profile not in PROFILES:
             return [f"profile={self.profile!r}: use one of {', '.join(sorted(PROFILES))}"]
         try:

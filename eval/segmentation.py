@@ -1,6 +1,6 @@
 """Scores of a predicted segmentation (a memory's chunk boundaries) against gold boundaries.
 
-    from eval.segmentation import SegmentationSettings, score_document, aggregate
+    from memreader.eval.segmentation import SegmentationSettings, score_document, aggregate
     doc = score_document(memory, gold_boundaries, gold_titles, SegmentationSettings(tolerance=3))
     result = aggregate([doc, ...], SegmentationSettings())   # .f1, .pk, .window_diff, .signature
 
@@ -25,7 +25,7 @@ take segment masses or boundary strings, and nltk's are O(n*k) Python loops).
 - Outline agreement: per gold segment, ROUGE-L F between its gold title and the outline item of the
   predicted scenario overlapping it most (characters; the first on a tie); mean over gold segments with
   a non-blank title. None, not 0, for a memory without any outline text (the chunk-only methods of
-  :mod:`eval.chunkers` - fixed, sentence, semantic, lumber - leave every outline empty) and for gold
+  :mod:`memreader.eval.chunkers` - fixed, sentence, semantic, lumber - leave every outline empty) and for gold
   without titles.
 """
 
@@ -37,9 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-
-from eval.tokenize import postprocess, tokenize, tokenizer_signature
-from memreader.schema import DocumentMemory
+from memreader.core.schema import DocumentMemory
+from memreader.eval.tokenize import postprocess, tokenize, tokenizer_signature
 
 SEGMENTATION_VERSION = "1.0"
 """Bump when any definition here changes; it is part of every signature."""
@@ -163,7 +162,7 @@ def _title_tokens(text: str) -> list[str]:
 def outline_agreement(memory: DocumentMemory, gold: Sequence[int], titles: Sequence[str] | None) -> float | None:
     """Mean ROUGE-L F of each gold title against the outline item of the scenario overlapping its
     segment most; None without titles, without any outline text, or when every title is blank."""
-    from eval.metrics import rouge_l
+    from memreader.eval.metrics import rouge_l
 
     if titles is None or not any(s.outline.strip() for s in memory.scenarios):
         return None

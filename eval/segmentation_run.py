@@ -1,5 +1,5 @@
 """``memreader eval`` with ``dataset: gold_segments``: every method's memories of the gold documents, scored
-against the gold boundaries (:mod:`eval.segmentation`) instead of answering questions.
+against the gold boundaries (:mod:`memreader.eval.segmentation`) instead of answering questions.
 
     memreader eval --config configs/eval/segmentation_demo.yaml
     memreader eval --config configs/eval/segmentation_demo.yaml --set qa=my_gold.jsonl --set target_chars=400
@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval.chunkers import ChunkerSettings, method_memories
-from eval.gold_segments import load_gold_segments, score_memories
-from eval.segmentation import SegmentationScores, SegmentationSettings, format_table
-from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
-from memreader.schema import DocumentMemory, read_memories, write_memories
+from memreader.core.paths import run_dir, sha256_file, write_json, write_resolved_config
+from memreader.core.schema import DocumentMemory, read_memories, write_memories
+from memreader.eval.chunkers import ChunkerSettings, method_memories
+from memreader.eval.gold_segments import load_gold_segments, score_memories
+from memreader.eval.segmentation import SegmentationScores, SegmentationSettings, format_table
 
 
 def run_segmentation(gold_path: str | Path, methods: list[str], chunker: ChunkerSettings, *, run: str,

@@ -6,7 +6,7 @@ needs resampled *sums of counts*, not resampled means. Each draw is a vector of 
 (how often each example is picked), so a resampled mean is ``weights @ values / n`` and a resampled
 corpus statistic is ``weights @ counts``.
 
-    from eval.stats import bootstrap_ci, paired_bootstrap
+    from memreader.eval.stats import bootstrap_ci, paired_bootstrap
     ci = bootstrap_ci(per_example_scores, seed=12345)        # Interval(low=..., high=..., ...)
     test = paired_bootstrap(scores_a, scores_b, seed=12345)   # delta, its interval, p-value
 """

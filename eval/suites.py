@@ -1,12 +1,12 @@
 """Evaluation sets: a benchmark file → the questions and the pooled corpus every method chunks.
 
-    from eval.suites import load_eval_set
+    from memreader.eval.suites import load_eval_set
     es = load_eval_set("multifieldqa_zh", "../shared/datasets/longbench_multifieldqa_zh.jsonl", limit=20)
     es.documents      # {doc_id: text}: every evidence document once (the corpus the methods chunk and index)
     es.questions      # [QARecord]: with their reference answers
     es.question_docs  # {question id: [doc_id, ...]}: each question's own evidence documents
 
-Loading goes through :mod:`eval.datasets` (file, line and field named on bad input). Retrieval runs over
+Loading goes through :mod:`memreader.eval.datasets` (file, line and field named on bad input). Retrieval runs over
 the pooled corpus of all selected questions, not over each question's own documents, as in a RAG
 deployment. ``limit`` keeps the first N questions, ``sample`` N questions drawn with ``seed`` (the CMRC
 2018 subset option); the corpus is then only the selected questions' documents.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.datasets import (
+from memreader.eval.datasets import (
     DatasetError,
     QARecord,
     load_cmrc2018,
@@ -122,7 +122,7 @@ def load_eval_set(name: str, path: str | Path, *, limit: int = 0, sample: int = 
 
 def _jsonl_set(path: str | Path, memories: str | Path, limit: int, sample: int, seed: int) -> EvalSet:
     """Questions JSONL whose optional ``doc_id`` names a document of the memories file (the demo layout)."""
-    from memreader.schema import read_memories
+    from memreader.core.schema import read_memories
 
     if not memories or not Path(memories).is_file():
         raise FileNotFoundError(f"dataset=jsonl takes its documents from a memories file; memories={memories!r} does "
@@ -153,10 +153,10 @@ def write_corpus(eset: EvalSet, out: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m eval.suites DATASET FILE OUT.jsonl [--limit N]``: write a set's pooled corpus for reading."""
+    """``python -m memreader.eval.suites DATASET FILE OUT.jsonl [--limit N]``: write a set's pooled corpus for reading."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m eval.suites", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m memreader.eval.suites", description=main.__doc__)
     parser.add_argument("dataset", choices=[k for k in SETS if k != "jsonl"])
     parser.add_argument("path", help="the dataset file")
     parser.add_argument("out", help="corpus JSONL to write")

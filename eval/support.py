@@ -14,7 +14,7 @@ Exactly what is computed:
   (:func:`eval.answering.answer_messages`: the ``qa_answer`` template in the question's language with
   the context ``"\\n\\n".join(f"[{i+1}] {chunk}")``), through the model's chat template with the
   assistant turn opened (``add_generation_prompt=True``), tokenized without special tokens, as
-  :func:`memreader.generation.local.generate_chat_batch` does.
+  :func:`memreader.core.generation.local.generate_chat_batch` does.
 * The answer is the assistant continuation: ``answer.strip()`` tokenized on its own without special
   tokens and appended to the prompt ids. Only answer tokens are scored; no end-of-turn token.
 * ``log P`` is the fp32 log-softmax over the full vocabulary of the model's next-token logits.
@@ -26,7 +26,7 @@ Exactly what is computed:
   kept. Either way the score says ``truncated=True`` (and ``context_chunks`` how many chunks remained).
 
 Computation (vLLM): the same sequences through ``prompt_logprobs`` of the answerer's engine
-(:func:`memreader.vllm_engine.prompt_nlls`), in the engine's dtype.
+(:func:`memreader.core.vllm_engine.prompt_nlls`), in the engine's dtype.
 
 Computation (transformers): forward passes of the model body only, under ``torch.inference_mode``; sequences sorted
 by length, right-padded batches of ``batch_size`` (right padding leaves every real position exactly
@@ -43,11 +43,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-
-from eval.answering import answer_messages
-from eval.records import SupportRecord
-from memreader.errors import MemReaderError
-from memreader.prompts import load_template
+from memreader.core.errors import MemReaderError
+from memreader.core.prompts import load_template
+from memreader.eval.answering import answer_messages
+from memreader.eval.records import SupportRecord
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class SupportScore:
 
 def prompt_ids(tokenizer: Any, question: str, chunks: Sequence[str]) -> list[int]:
     """Token ids of the answering prompt (:func:`eval.answering.answer_messages`, the QA stage's own
-    prompt) with the assistant turn opened, as :func:`memreader.generation.local.generate_chat_batch`
+    prompt) with the assistant turn opened, as :func:`memreader.core.generation.local.generate_chat_batch`
     tokenizes it."""
     text = tokenizer.apply_chat_template(answer_messages(question, chunks), add_generation_prompt=True, tokenize=False)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -190,7 +189,7 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
     """One :class:`SupportScore` per item (see the module docstring for the exact definition)."""
     if multi_ref not in MULTI_REF:
         raise SupportError(f"multi_ref={multi_ref!r} is not one of {', '.join(MULTI_REF)}")
-    vllm_engine = hasattr(model, "llm") and hasattr(model, "max_model_len")  # a memreader.vllm_engine.Engine
+    vllm_engine = hasattr(model, "llm") and hasattr(model, "max_model_len")  # a memreader.core.vllm_engine.Engine
     # vLLM needs one position past the prompt (it generates a token to return prompt log-probabilities)
     window = model.max_model_len - 1 if vllm_engine else getattr(model.config, "max_position_embeddings", None)
     limit = max_context_tokens if max_context_tokens is not None else (window or None)
@@ -208,7 +207,7 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
             jobs.append((n, ref_index, kept, truncated))
             sequences.append((ids + answer, len(ids)))
     if vllm_engine:
-        from memreader.vllm_engine import prompt_nlls
+        from memreader.core.vllm_engine import prompt_nlls
 
         nlls = prompt_nlls(model, sequences)
     else:
@@ -245,14 +244,14 @@ def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], co
                         answers: Sequence[str | Sequence[str]], batch_size: int = 8,
                         max_context_tokens: int | None = None, multi_ref: str = "first") -> list[SupportScore]:
     """:func:`informational_support` from parallel lists. ``model_name_or_objects``: a registry name
-    or folder (loaded with :func:`memreader.runtime.load_causal_lm`), a ``(model, tokenizer)`` pair,
-    a :class:`memreader.generation.LocalChat` (its already-loaded model is reused), or a
-    :class:`memreader.generation.vllm_chat.VLLMChat` (its engine's ``prompt_logprobs``)."""
+    or folder (loaded with :func:`memreader.core.runtime.load_causal_lm`), a ``(model, tokenizer)`` pair,
+    a :class:`memreader.core.generation.LocalChat` (its already-loaded model is reused), or a
+    :class:`memreader.core.generation.vllm_chat.VLLMChat` (its engine's ``prompt_logprobs``)."""
     if not len(questions) == len(contexts) == len(answers):
         raise SupportError(f"{len(questions)} questions, {len(contexts)} contexts and {len(answers)} answers: "
                            "the three lists must align")
     if isinstance(model_name_or_objects, str):
-        from memreader.runtime import load_causal_lm
+        from memreader.core.runtime import load_causal_lm
 
         model, tokenizer = load_causal_lm(model_name_or_objects)
     elif isinstance(model_name_or_objects, tuple):

@@ -5,7 +5,7 @@ merged into one ``memories.jsonl`` (resumable per shard, each doc_id once).
     memreader read-dist --config configs/inference/ray_cluster_qwen2_5_1.5b.yaml \\
         --set ray_address=auto --set input=corpus.jsonl --set adapter=<run>/train     # Ray cluster, vLLM
     memreader read-dist --config configs/inference/qwen2_5_7b_vllm.yaml --set engine=vllm_dp   # one node
-    python -m inference.distributed --config ...                                     # the same
+    python -m memreader.inference.distributed --config ...                                     # the same
 
 Engines (``engine``):
 
@@ -30,7 +30,7 @@ read the file).
 
 Every shard is read by :func:`inference.reader.read_documents`, the plain reader's code, so its
 memories are the ones ``memreader read`` writes (same prompts, grammars, windows, ``read_key``).
-Shard files, markers and the merge: :mod:`inference.shards`; guide: ``docs/DISTRIBUTED_READING.md``.
+Shard files, markers and the merge: :mod:`memreader.inference.shards`; guide: ``docs/DISTRIBUTED_READING.md``.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.reader import ReadConfig, read_key, resolved
-from inference.shards import ShardError, ShardStore, merge_shards, plan_file_shards
-from memreader.config import field
-from memreader.corpus import CorpusError
-from memreader.errors import RunFailed
-from memreader.paths import run_dir, write_json, write_resolved_config
-from memreader.registry import resolve_model
-from memreader.runlock import RunLock
-from memreader.stage import Stage
+from memreader.core.config import field
+from memreader.core.corpus import CorpusError
+from memreader.core.errors import RunFailed
+from memreader.core.paths import run_dir, write_json, write_resolved_config
+from memreader.core.registry import resolve_model
+from memreader.core.runlock import RunLock
+from memreader.core.stage import Stage
+from memreader.inference.reader import ReadConfig, read_key, resolved
+from memreader.inference.shards import ShardError, ShardStore, merge_shards, plan_file_shards
 
 log = logging.getLogger(__name__)
 ENGINES = ("ray", "vllm_dp")
@@ -86,7 +86,7 @@ class DistributedReadConfig(ReadConfig):
         """GPUs of one worker (``gpus_per_worker``, or its default for the backend)."""
         if self.gpus_per_worker is not None:
             return self.gpus_per_worker
-        from memreader.vllm_engine import on_gpu
+        from memreader.core.vllm_engine import on_gpu
 
         # a cluster's workers are assumed to have GPUs (its head may have none); locally, what this machine has
         remote = self.ray_address.strip() not in ("", "local") and self.engine == "ray"
@@ -126,7 +126,7 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     key = read_key(cfg)
     if cfg.backend == "vllm" and cfg.adapter and (cfg.lora_mode == "merge" or (cfg.lora_mode == "auto" and
                                                                                  not cfg.worker_gpus())):
-        from memreader.lora import merged_model
+        from memreader.core.lora import merged_model
 
         merged_model(cfg.adapter, base=cfg.model, dtype=cfg.dtype)  # once, here, not by every worker at once
     store = ShardStore(out_dir)
@@ -145,11 +145,11 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     if todo:
         resolve_model(cfg.model)  # the embedded model is converted here once, not by every worker at the same time
         if cfg.engine == "ray":
-            from inference.ray_engine import run_ray
+            from memreader.inference.ray_engine import run_ray
 
             results = run_ray(cfg, todo, out_dir, key)
         else:
-            from inference.dp_engine import run_data_parallel
+            from memreader.inference.dp_engine import run_data_parallel
 
             results = run_data_parallel(cfg, todo, out_dir, key)
     raise_shard_errors(results)

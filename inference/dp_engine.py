@@ -1,6 +1,6 @@
-"""The ``vllm_dp`` engine of :mod:`inference.distributed`: data parallelism on one node, no Ray.
+"""The ``vllm_dp`` engine of :mod:`memreader.inference.distributed`: data parallelism on one node, no Ray.
 
-``data_parallel_size`` worker processes (``python -m inference.dp_worker JOB``), each
+``data_parallel_size`` worker processes (``python -m memreader.inference.dp_worker JOB``), each
 with its own GPU(s) through ``CUDA_VISIBLE_DEVICES`` and its own engine (vLLM with the adapter as a
 ``LoRARequest``; transformers works the same way, which is how the CPU tests run this engine). The
 shards to read are dealt round-robin; each process reads its shards one after another with
@@ -24,9 +24,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from inference.shards import Shard, ShardError, ShardStore
-from inference.workers import worker_env, workers_died
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
+from memreader.inference.shards import Shard, ShardError, ShardStore
+from memreader.inference.workers import worker_env, workers_died
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> d
         env = {**os.environ, **worker_env()}
         if groups[rank]:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(groups[rank])
-        procs[rank] = (subprocess.Popen([sys.executable, "-m", "inference.dp_worker", str(job)],
+        procs[rank] = (subprocess.Popen([sys.executable, "-m", "memreader.inference.dp_worker", str(job)],
                                         env=env), shards, out)
 
     try:

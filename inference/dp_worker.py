@@ -1,6 +1,6 @@
-"""One engine process of the ``vllm_dp`` engine (:mod:`inference.dp_engine` starts them):
+"""One engine process of the ``vllm_dp`` engine (:mod:`memreader.inference.dp_engine` starts them):
 
-    python -m inference.dp_worker JOB.json
+    python -m memreader.inference.dp_worker JOB.json
 
 The job file names the config, the output folder, the read key, the shards and the results file; the process
 loads its backend once, reads its shards one after another and appends one result line per shard."""
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from inference.distributed import DistributedReadConfig
-from inference.shards import Shard, read_shard
-from inference.workers import describe_error, worker_backend
+from memreader.inference.distributed import DistributedReadConfig
+from memreader.inference.shards import Shard, read_shard
+from memreader.inference.workers import describe_error, worker_backend
 
 
 def worker_main(job_path: str) -> int:
@@ -47,7 +47,7 @@ def worker_main(job_path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python -m inference.dp_worker JOB.json (started by memreader read-dist engine=vllm_dp)",
+        print("usage: python -m memreader.inference.dp_worker JOB.json (started by memreader read-dist engine=vllm_dp)",
               file=sys.stderr)
         raise SystemExit(2)
     raise SystemExit(worker_main(sys.argv[1]))

@@ -1,4 +1,4 @@
-"""The ``ray`` engine of :mod:`inference.distributed`: Ray Data over the shards, an actor pool of
+"""The ``ray`` engine of :mod:`memreader.inference.distributed`: Ray Data over the shards, an actor pool of
 :class:`ShardWorker`, each loading the backend once and reading one shard per call; joining or starting Ray,
 checking that the cluster holds the workers asked for."""
 
@@ -12,9 +12,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from inference.shards import Shard
-from inference.workers import describe_error, worker_backend, worker_env, workers_died
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
+from memreader.inference.shards import Shard
+from memreader.inference.workers import describe_error, worker_backend, worker_env, workers_died
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,7 @@ class ShardWorker:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
-
-        from inference.shards import read_shard
+        from memreader.inference.shards import read_shard
 
         out = []
         for index, payload in zip(batch["shard"], batch["docs"], strict=True):

@@ -1,7 +1,7 @@
 """MemReader batch reading: a corpus in, validated document memories out (resumable).
 
     memreader read --config configs/inference/smollm2_cpu.yaml --set adapter=artifacts/runs/demo/train/adapter
-    python -m inference.reader --config configs/inference/qwen2_5_7b_vllm.yaml
+    python -m memreader.inference.reader --config configs/inference/qwen2_5_7b_vllm.yaml
 
 Backends share one interface (``generate_many(messages_list, params, progress_desc)``):
 ``transformers`` (in process, batched; CPU or GPU), ``vllm`` (GPU, LoRA through ``LoRARequest``;
@@ -10,11 +10,11 @@ or ``memreader serve``). Finished ``doc_id``s already in the output file are ski
 interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
 repetition_penalty 1.05.
 
-Guided decoding (``guided: auto|on|off``, see :mod:`memreader.guidance`): each document's memory
+Guided decoding (``guided: auto|on|off``, see :mod:`memreader.core.guidance`): each document's memory
 grammar makes a valid, exactly tiling memory the only thing the model can emit. A reply cut off
 by ``max_new_tokens`` follows ``on_truncated`` and never becomes a normal memory.
 
-Long documents (see :mod:`memreader.windowing`): a document longer than the model's window
+Long documents (see :mod:`memreader.core.windowing`): a document longer than the model's window
 (``window_tokens``, 0 = sized to it) or, guided, than one memory grammar takes is read window by
 window, ``overlap_tokens`` shared between neighbours, each window its own prompt and grammar; the
 window memories are merged into one that tiles the document, the mapping kept in ``meta.windows``.
@@ -32,15 +32,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from memreader.assemble import memory_from_output
-from memreader.backends import backend_problem, dtype_problem, resolve_backend, resolve_dtype_for
-from memreader.config import field
-from memreader.corpus import CorpusError, Document, batched, iter_corpus
-from memreader.errors import RunFailed
-from memreader.generation import GenerationParams, GenerationRequestError, make_chat
-from memreader.guidance import (
+from memreader.core.assemble import memory_from_output
+from memreader.core.backends import backend_problem, dtype_problem, resolve_backend, resolve_dtype_for
+from memreader.core.config import field
+from memreader.core.corpus import CorpusError, Document, batched, iter_corpus
+from memreader.core.errors import RunFailed
+from memreader.core.generation import GenerationParams, GenerationRequestError, make_chat
+from memreader.core.guidance import (
     GuidedConfig,
     MemoryGrammars,
     count_fates,
@@ -49,20 +47,21 @@ from memreader.guidance import (
     plan_guided_windows,
     wants_grammar,
 )
-from memreader.language import detect_language
-from memreader.paths import run_dir, sha256_file, write_json, write_resolved_config
-from memreader.prompts import PromptConfig
-from memreader.runlock import RunLock
-from memreader.schema import MemoryValidationError, iter_memories, write_memories
-from memreader.stage import Stage
-from memreader.structure import annotate, structural_breaks
-from memreader.vllm_engine import COMPILE_MODES, LORA_MODES
-from memreader.windowing import (
+from memreader.core.language import detect_language
+from memreader.core.paths import run_dir, sha256_file, write_json, write_resolved_config
+from memreader.core.prompts import PromptConfig
+from memreader.core.runlock import RunLock
+from memreader.core.schema import MemoryValidationError, iter_memories, write_memories
+from memreader.core.stage import Stage
+from memreader.core.structure import annotate, structural_breaks
+from memreader.core.vllm_engine import COMPILE_MODES, LORA_MODES
+from memreader.core.windowing import (
     WindowConfig,
     merge_window_memories,
     model_window_of,
     prompt_tokens_of,
 )
+from tqdm import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
     backend: str = field("transformers", help="transformers | vllm | openai (HTTP server) | auto (the fastest on this "
-                         "machine: memreader/backends.py; the shipped configs use it)")
+                         "machine: core/backends.py; the shipped configs use it)")
     dtype: str = field("auto", help="transformers/vllm weights: auto (bf16 on CUDA; on a CPU the faster of fp32 and "
                        "bf16 by a cached matmul probe), float32 or bfloat16")
     lora_mode: str = field("auto", help="backend=vllm with an adapter: merge (fold it in once; auto on CPU) or request "
@@ -191,7 +190,7 @@ def _drop_torn_tail(path: Path) -> None:
 
 def resolved(cfg: ReadConfig) -> ReadConfig:
     """``cfg`` with ``backend`` and ``dtype`` decided (``auto`` → what this machine runs fastest, see
-    :mod:`memreader.backends`), so the read key and every memory record what produced it."""
+    :mod:`memreader.core.backends`), so the read key and every memory record what produced it."""
     backend, why = resolve_backend(cfg.backend, "read")
     dtype = cfg.dtype if backend == "openai" else resolve_dtype_for("read", cfg.dtype, backend)
     if (backend, dtype) != (cfg.backend, cfg.dtype):
@@ -222,7 +221,7 @@ def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[st
 
 
 def read_documents(cfg: ReadConfig, docs: list[Document], out_dir: Path, backend: Any | None = None) -> dict[str, Any]:
-    """Read ``docs`` (e.g. one shard of a corpus, see :mod:`inference.distributed`) into
+    """Read ``docs`` (e.g. one shard of a corpus, see :mod:`memreader.inference.distributed`) into
     ``out_dir/memories.jsonl`` exactly as a whole run reads them, resuming what that file already holds;
     the summary is returned and written beside it. No run lock: the caller owns ``out_dir``. Unlike a
     whole run, a call in which every document failed does not raise: its summary names them."""

@@ -1,7 +1,7 @@
 """``memreader serve``: a small OpenAI-compatible chat server around one in-process transformers model.
 
     memreader serve --config configs/inference/serve_smollm2.yaml --set adapter=artifacts/runs/demo/train
-    python -m inference.server --config configs/inference/serve_smollm2.yaml --set port=8001
+    python -m memreader.inference.server --config configs/inference/serve_smollm2.yaml --set port=8001
     memreader serve --model smollm2-135m-instruct --port 8000      # shortcut flags for the same keys
 
 The keys are those of :class:`ServeConfig` (``--help`` lists them); the resolved config is written to
@@ -19,7 +19,7 @@ model loads. On a GPU, serve the same base model and adapter with vLLM instead:
 
     vllm serve Qwen/Qwen2.5-1.5B-Instruct --enable-lora --lora-modules memreader=<adapter folder>
 
-The same client (:class:`memreader.generation.OpenAIChat`, ``base_url=http://host:port/v1``) talks
+The same client (:class:`memreader.core.generation.OpenAIChat`, ``base_url=http://host:port/v1``) talks
 to either server; with vLLM, ask for ``model="memreader"`` to get the adapter.
 """
 
@@ -41,11 +41,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from memreader.config import field
-from memreader.errors import MemReaderError
-from memreader.generation import GenerationParams, generate_chat_batch
-from memreader.paths import run_dir, write_resolved_config
-from memreader.stage import Flag, Stage
+from memreader.core.config import field
+from memreader.core.errors import MemReaderError
+from memreader.core.generation import GenerationParams, generate_chat_batch
+from memreader.core.paths import run_dir, write_resolved_config
+from memreader.core.stage import Flag, Stage
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class ServeConfig:
                             "(default: a timestamp)")
 
     def check(self) -> list[str]:
-        """Every problem with the values, for :func:`memreader.config.load_config`."""
+        """Every problem with the values, for :func:`memreader.core.config.load_config`."""
         problems = []
         if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():
             problems.append(f"adapter={self.adapter!r} has no adapter_config.json: pass a LoRA output folder "
@@ -196,7 +196,7 @@ class ChatServer(ThreadingHTTPServer):
                 param="messages", code="context_length_exceeded")
         grammar = _grammar(body)
         if grammar is not None:
-            from memreader.generation.guided import compile_matcher, ll_tokenizer
+            from memreader.core.generation.guided import compile_matcher, ll_tokenizer
 
             # Compiled here as well as in generation (milliseconds): a bad grammar gets its 400 at once
             # instead of after waiting for the model lock.
@@ -342,7 +342,7 @@ def build_server(model_name: str, adapter: str | None = None, host: str = "127.0
     adapter is loaded (the name the vLLM command above uses). Unlike vLLM, every id answers with the
     same model: the adapted one when an adapter is given.
     """
-    from memreader.runtime import load_causal_lm, runtime
+    from memreader.core.runtime import load_causal_lm, runtime
 
     _check_port(host, port)  # before the (slow) model load
     model, tokenizer = load_causal_lm(model_name, adapter=adapter, rt=runtime(device))

@@ -1,4 +1,4 @@
-"""Shards of a corpus for distributed reading (:mod:`inference.distributed`): a deterministic plan,
+"""Shards of a corpus for distributed reading (:mod:`memreader.inference.distributed`): a deterministic plan,
 one memories file and done-marker per shard, and the merge into one ``memories.jsonl``.
 
 Layout under ``$MEMREADER_HOME/runs/<run>/read/``::
@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.corpus import Document, record_document
-from memreader.errors import MemReaderError
-from memreader.paths import sha256_file, write_json
-from memreader.schema import MemoryValidationError, iter_memories, write_memories
+from memreader.core.corpus import Document, record_document
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import sha256_file, write_json
+from memreader.core.schema import MemoryValidationError, iter_memories, write_memories
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,8 @@ class FilePlan:
 def plan_file_shards(path: str | Path, shard_size: int, id_field: str = "id", text_field: str = "text",
                      limit: int | None = None) -> FilePlan:
     """Shards of ``shard_size`` non-empty documents of a JSONL corpus as byte ranges, from one streaming scan
-    (:func:`memreader.corpus.iter_corpus_spans`: the same checks and errors as any corpus read); memory holds ids and hashes, never texts."""
-    from memreader.corpus import iter_corpus_spans
+    (:func:`memreader.core.corpus.iter_corpus_spans`: the same checks and errors as any corpus read); memory holds ids and hashes, never texts."""
+    from memreader.core.corpus import iter_corpus_spans
 
     if shard_size < 1:
         raise ValueError(f"shard_size={shard_size} must be >= 1")
@@ -277,7 +277,7 @@ class ShardStore:
 def read_shard(cfg: Any, shard: Shard, out_dir: Path, backend: Any, key: str) -> dict[str, Any]:
     """Read one shard into its file and marker (see the module docstring); returns the marker.
     ``cfg`` is a :class:`inference.reader.ReadConfig`, ``key`` its :func:`inference.reader.read_key`."""
-    from inference.reader import read_documents
+    from memreader.inference.reader import read_documents
 
     store = ShardStore(out_dir)
     state = store.state(shard, key)

@@ -1,4 +1,4 @@
-"""What every worker of :mod:`inference.distributed` shares, whichever engine runs it: the backend it loads, the
+"""What every worker of :mod:`memreader.inference.distributed` shares, whichever engine runs it: the backend it loads, the
 environment it gets from the driver, errors as data for the driver, and the error for workers that kept dying."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from inference.reader import make_backend
-from inference.shards import Shard, ShardError, ShardStore
-from memreader.errors import MemReaderError
-from memreader.paths import memreader_home
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import memreader_home
+from memreader.inference.reader import make_backend
+from memreader.inference.shards import Shard, ShardError, ShardStore
 
 FORWARDED_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH")
 """Besides every ``MEMREADER_*`` variable: what a worker needs from the driver's environment."""
@@ -28,7 +28,7 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
 def worker_backend(cfg: Any) -> Any:
     """The backend of one worker, loaded now (a worker that cannot load fails before its first shard)."""
     if cfg.backend == "vllm":
-        from memreader.generation import make_chat
+        from memreader.core.generation import make_chat
 
         return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
                          tensor_parallel_size=max(1, int(cfg.worker_gpus())),

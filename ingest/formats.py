@@ -6,7 +6,7 @@
 Every extractor returns the document text and, where the format has them, a **page map** (character offset where
 each page's text starts → page number, PDF) and a **heading map** (offset where each heading starts → its path
 of headings, Markdown, HTML, DOCX). Offsets index the returned text, so a chunk's start finds its page and
-heading path by bisection (:func:`memreader.structure.page_at`, :func:`memreader.structure.headings_at`).
+heading path by bisection (:func:`memreader.core.structure.page_at`, :func:`memreader.core.structure.headings_at`).
 
 Libraries, chosen by measurement (``scripts/bench_ingest.py``, docs/BENCHMARKS.md): pypdf for PDF (pure Python,
 reads encrypted files, the faster of pypdf and pdfminer.six on the benchmark's PDFs), python-docx for Word,
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
 
 __all__ = ["FORMATS", "FURNITURE", "NON_TEXT", "Extracted", "FileProblem", "extract", "format_of", "html_text"]
 

@@ -2,7 +2,7 @@
 
     memreader ingest docs/ reports/*.pdf notes.md --set run=mydocs
     memreader read --config configs/inference/smollm2_cpu.yaml --set input=artifacts/runs/mydocs/ingest/corpus.jsonl
-    python -m ingest.ingest ...                                  (the same)
+    python -m memreader.ingest.ingest ...                                  (the same)
 
 Each file becomes one corpus record (``memreader read``, ``gen`` and ``index`` take the file as it is)::
 
@@ -13,7 +13,7 @@ Each file becomes one corpus record (``memreader read``, ``gen`` and ``index`` t
   before its first wildcard), with ``/`` separators, so it is stable across machines and reruns. Two files with
   the same id are refused, both named.
 - ``pages`` (PDF) and ``headings`` (Markdown, HTML, Word): ``[character offset, page]`` and ``[offset, heading
-  path]`` where each page's text and each heading start (:mod:`ingest.formats`).
+  path]`` where each page's text and each heading start (:mod:`memreader.ingest.formats`).
 - JSONL and Parquet corpora pass through record by record (their own ids; ``source`` and ``format`` added).
 
 Reruns skip unchanged files (same sha256 as the record in the previous corpus) and drop files that are gone.
@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memreader.core.config import field
+from memreader.core.errors import ConfigError, RunFailed
+from memreader.core.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
+from memreader.core.stage import Flag, Stage
+from memreader.ingest.formats import FORMATS, FileProblem, extract, format_of
 from tqdm.auto import tqdm
-
-from ingest.formats import FORMATS, FileProblem, extract, format_of
-from memreader.config import field
-from memreader.errors import ConfigError, RunFailed
-from memreader.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
-from memreader.stage import Flag, Stage
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +115,7 @@ def _passthrough(source: Source, sha256: str, cfg: IngestConfig) -> list[dict[st
     """The records of a JSONL or Parquet corpus, each with ``source`` and ``format`` added."""
     kind = format_of(source.path)
     if kind == "jsonl":
-        from memreader.corpus import CorpusError, read_corpus
+        from memreader.core.corpus import CorpusError, read_corpus
 
         try:
             rows = [{cfg.id_field: d.doc_id, cfg.text_field: d.text, **d.meta}

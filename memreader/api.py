@@ -12,7 +12,7 @@
 
 Every function takes the same settings as its command (``memreader ingest`` / ``read`` / ``index`` / ``ask``), as
 keyword arguments, and an optional ``config=`` YAML file under them; they are checked by the same code, so a bad
-value raises :class:`~memreader.errors.ConfigError` naming the key and its fix. The commands call the same
+value raises :class:`~memreader.core.errors.ConfigError` naming the key and its fix. The commands call the same
 functions (``ingest.ingest.ingest``, ``inference.reader.read_corpus_memories``, ``retrieval.search.run_index``,
 ``retrieval.search.Searcher``), and outputs land in the same run folders under ``$MEMREADER_HOME``.
 """
@@ -24,15 +24,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memreader.config import load_config
-from memreader.errors import ConfigError
-from memreader.schema import DocumentMemory, read_memories, write_memories
+from memreader.core.config import load_config
+from memreader.core.errors import ConfigError
+from memreader.core.schema import DocumentMemory, read_memories, write_memories
 
 if TYPE_CHECKING:
-    from eval.score import ScoreReport
-    from memreader.fusion import Hit
-    from retrieval.meve import MeVeResult
-    from retrieval.rows import BuildSummary
+    from memreader.core.fusion import Hit
+    from memreader.eval.score import ScoreReport
+    from memreader.retrieval.meve import MeVeResult
+    from memreader.retrieval.rows import BuildSummary
 
 __all__ = ["Index", "index", "ingest", "open_index", "read", "read_texts", "score"]
 
@@ -49,8 +49,8 @@ def ingest(inputs: str | Path | Sequence[str | Path], run: str = "ingest", confi
     """Files, folders and globs (PDF, DOCX, HTML, Markdown, text; JSONL/Parquet passed through) into a corpus
     with page and heading maps; returns ``runs/<run>/ingest/corpus.jsonl``. Unchanged files are skipped on a
     rerun; files that fail are named in ``report.json`` beside it (raises :class:`RunFailed` if none was ingested)."""
-    from ingest.ingest import IngestConfig
-    from ingest.ingest import ingest as run_ingest
+    from memreader.ingest.ingest import IngestConfig
+    from memreader.ingest.ingest import ingest as run_ingest
 
     items = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     cfg = _config(IngestConfig, config, {"inputs": [str(i) for i in items], "run": run, **settings})
@@ -63,7 +63,7 @@ def read(corpus: str | Path, run: str = "read", config: str | Path | None = None
     """Read a corpus JSONL (from :func:`ingest`, or ``{"id", "text"}`` lines) into document memories with
     MemReader; resumes a run that stopped. ``settings`` are ``memreader read``'s keys (``model``, ``adapter``,
     ``backend``, ...). Returns every memory of ``runs/<run>/read/memories.jsonl``."""
-    from inference.reader import ReadConfig, read_corpus_memories
+    from memreader.inference.reader import ReadConfig, read_corpus_memories
 
     cfg = _config(ReadConfig, config, {"input": str(corpus), "run": run, **settings})
     summary = read_corpus_memories(cfg)
@@ -74,7 +74,7 @@ def read_texts(texts: Mapping[str, str] | Sequence[str], run: str = "read", conf
                **settings: Any) -> list[DocumentMemory]:
     """:func:`read` over texts given in Python (``{id: text}``, or a list whose ids are ``doc-0``, ``doc-1``...);
     they are written to ``runs/<run>/read/input.jsonl`` first, so the run resumes like any other."""
-    from memreader.paths import run_dir
+    from memreader.core.paths import run_dir
 
     items = dict(texts) if isinstance(texts, Mapping) else {f"doc-{i}": t for i, t in enumerate(texts)}
     if not items:
@@ -94,7 +94,7 @@ class Index:
     """An open MemReader index: :meth:`search` in any mode, :meth:`meve`; a context manager (or :meth:`close`)."""
 
     def __init__(self, cfg: Any, built: BuildSummary | None = None) -> None:
-        from retrieval.search import Searcher
+        from memreader.retrieval.search import Searcher
 
         self.config = cfg
         self.built = built
@@ -136,8 +136,8 @@ def index(memories: str | Path | Iterable[DocumentMemory], run: str = "read", co
     documents the memories no longer hold); ``settings`` are ``memreader index``'s keys (``db_path``,
     ``embedder``, ``mode``, ``top_k``...). Memory objects are written to ``runs/<run>/retrieval/memories.jsonl``
     first, so the index manifest names a file."""
-    from memreader.paths import run_dir
-    from retrieval.search import RetrievalConfig, run_index
+    from memreader.core.paths import run_dir
+    from memreader.retrieval.search import RetrievalConfig, run_index
 
     if not isinstance(memories, (str, Path)):
         path = run_dir(run, "retrieval") / "memories.jsonl"
@@ -154,7 +154,7 @@ def index(memories: str | Path | Iterable[DocumentMemory], run: str = "read", co
 
 def open_index(run: str = "read", config: str | Path | None = None, **settings: Any) -> Index:
     """Open the index a run (or ``db_path=``) already holds, for searching."""
-    from retrieval.search import RetrievalConfig
+    from memreader.retrieval.search import RetrievalConfig
 
     return Index(_config(RetrievalConfig, config, {"run": run, **settings}))
 
@@ -163,6 +163,6 @@ def score(predictions: Sequence[str], references: Sequence[str | Sequence[str]],
           **overrides: Any) -> ScoreReport:
     """BLEU-1 / BLEU-avg / ROUGE-L / METEOR of answers against references (the papers' settings, ``profile``
     ``mom`` or ``crud``), with bootstrap intervals; ``report.metrics[name].value``, ``report.to_dict()``."""
-    from eval.score import score_pairs
+    from memreader.eval.score import score_pairs
 
     return score_pairs(list(predictions), list(references), profile, **overrides)

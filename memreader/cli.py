@@ -14,7 +14,7 @@
     memreader report eval-multifieldqa-zh
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom
 
-Each subcommand is a :class:`memreader.stage.Stage` exported by its module; a stage module is imported only for
+Each subcommand is a :class:`memreader.core.stage.Stage` exported by its module; a stage module is imported only for
 the chosen subcommand (``memreader --help`` imports them all for their one-line help). This module and
 :mod:`memreader.demo` are the top layer: nothing below imports them (``tests/test_layers.py``).
 """
@@ -26,31 +26,31 @@ import importlib
 import logging
 import sys
 
-from memreader.errors import MemReaderError, RunFailed
-from memreader.stage import Stage
+from memreader.core.errors import MemReaderError, RunFailed
+from memreader.core.stage import Stage
 
 COMMANDS: dict[str, str] = {
-    "ingest": "ingest.ingest",
-    "gen": "data_gen.pipeline",
-    "assess": "data_gen.assess",
-    "train": "training.sft",
-    "merge": "training.merge",
-    "read": "inference.reader",
-    "read-dist": "inference.distributed",
-    "serve": "inference.server",
-    "index": "retrieval.cli",
-    "ask": "retrieval.cli",
-    "chat": "retrieval.chat",
-    "eval": "eval.qa",
-    "report": "eval.report",
-    "score": "eval.score_cli",
+    "ingest": "memreader.ingest.ingest",
+    "gen": "memreader.data_gen.pipeline",
+    "assess": "memreader.data_gen.assess",
+    "train": "memreader.training.sft",
+    "merge": "memreader.training.merge",
+    "read": "memreader.inference.reader",
+    "read-dist": "memreader.inference.distributed",
+    "serve": "memreader.inference.server",
+    "index": "memreader.retrieval.cli",
+    "ask": "memreader.retrieval.cli",
+    "chat": "memreader.retrieval.chat",
+    "eval": "memreader.eval.qa",
+    "report": "memreader.eval.report",
+    "score": "memreader.eval.score_cli",
     "demo": "memreader.demo",
 }
-"""Subcommand → the module whose ``STAGE`` (or ``STAGES``) describes it (:class:`memreader.stage.Stage`)."""
+"""Subcommand → the module whose ``STAGE`` (or ``STAGES``) describes it (:class:`memreader.core.stage.Stage`)."""
 
 
 def stage(name: str) -> Stage:
-    """The :class:`~memreader.stage.Stage` of a subcommand (imports its module)."""
+    """The :class:`~memreader.core.stage.Stage` of a subcommand (imports its module)."""
     module = importlib.import_module(COMMANDS[name])
     for candidate in (*getattr(module, "STAGES", ()), *([module.STAGE] if hasattr(module, "STAGE") else [])):
         if candidate.name == name:

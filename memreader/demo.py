@@ -1,12 +1,13 @@
-"""``memreader demo``: runs ``scripts/runcpu.sh`` (every stage, for real, on the embedded models and the demo
-corpus), then checks the run; ``--check-only`` checks an existing run without running anything.
+"""``memreader demo``: every stage, for real, on the embedded models and the demo corpus (the commands of
+``scripts/runcpu.sh``, with the configs and data the package ships, so it runs from an installed wheel outside any
+checkout), then checks the run; ``--check-only`` checks an existing run without running anything.
 
-    memreader demo                                   # = make demo (scripts/runcpu.sh)
+    memreader demo                                   # the stages of make demo (scripts/runcpu.sh)
     memreader demo --run demo2 --set train_steps=4
     memreader demo --set teacher=openai --set teacher_model=deepseek-chat   # MEMREADER_TEACHER_BASE_URL/_API_KEY
     memreader demo --check-only --run demo           # the checks of artifacts/runs/demo (runcpu.sh's last step)
 
-Stages (scripts/runcpu.sh, one ``memreader`` command each, YAMLs in configs/demo/): teacher generation (the
+Stages (one ``memreader`` command each, YAMLs in ``memreader/demo_data/configs/``, linked as configs/demo/): teacher generation (the
 embedded SmolLM2 as teacher: two guided candidates per document, scored by the same model as evaluator, RRF
 keeps one) → LoRA SFT (TRL) → MemReader reading with the adapter → three-layer Milvus Lite index + one question,
 over the layers and with MeVe → QA evaluation against chunkers calibrated to the same chunk length → report with
@@ -20,17 +21,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.config import field
-from memreader.errors import MemReaderError, RunFailed
-from memreader.paths import run_dir, write_json
-from memreader.stage import Flag, Stage
+from memreader.core.config import field
+from memreader.core.errors import MemReaderError, RunFailed
+from memreader.core.paths import run_dir, write_json
+from memreader.core.stage import Flag, Stage
 
 DEMO_DATA = Path(__file__).with_name("demo_data")
-RUNCPU = Path(__file__).resolve().parents[1] / "scripts" / "runcpu.sh"
+DEMO_CONFIGS = DEMO_DATA / "configs"  # configs/demo in a checkout is a link to this folder
 
 
 @dataclass
@@ -65,14 +67,56 @@ def adapter_changed(adapter_dir: Path) -> float:
     return max(float(t.abs().max()) for t in b_mats)
 
 
-def run_script(cfg: DemoConfig) -> int:
-    """scripts/runcpu.sh with this config in its environment; returns its exit code."""
-    if not RUNCPU.is_file():
-        raise MemReaderError(f"{RUNCPU} is missing: the demo runs from a source checkout (git clone, then make demo)")
-    env = {**os.environ, "RUN": cfg.run, "TEACHER": cfg.teacher, "TEACHER_MODEL": cfg.teacher_model,
-           "TRAIN_STEPS": str(cfg.train_steps), "QUESTION": cfg.question,
-           "MEMREADER": os.environ.get("MEMREADER", str(Path(sys.executable).with_name("memreader")))}
-    return subprocess.run(["bash", str(RUNCPU)], env=env, check=False).returncode
+def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str], str | None]]:
+    """The demo's stages as (title, ``memreader`` command line, file its stdout goes to): the commands of
+    scripts/runcpu.sh (a test holds the two to the same stages and configs), with the configs and data read from
+    the installed package, so that the demo runs from a wheel outside any checkout."""
+    r = run_dir(cfg.run)
+    conf = lambda name: str(DEMO_CONFIGS / f"{name}.yaml")  # noqa: E731
+    corpus, qa = str(DEMO_DATA / "corpus.jsonl"), str(DEMO_DATA / "qa.jsonl")
+    run = ["--set", f"run={cfg.run}"]
+    retrieval = [memreader, "ask", "--config", conf("retrieval"), *run]
+    return [
+        ("1/7 teacher: guided candidate memories, evaluator scores, RRF selection, reasoning paths, SFT data",
+         [memreader, "gen", "--config", conf("gen"), *run, "--set", f"teacher={cfg.teacher}",
+          "--set", f"model={cfg.teacher_model}", "--set", f"input={corpus}"], None),
+        (f"2/7 LoRA SFT with TRL on the teacher's data ({cfg.train_steps} steps)",
+         [memreader, "train", "--config", conf("train"), *run, "--set", f"max_steps={cfg.train_steps}",
+          "--set", f"train_file={r / 'gen' / 'sft_train.jsonl'}", "--set", f"val_file={r / 'gen' / 'sft_val.jsonl'}"],
+         None),
+        ("3/7 MemReader reads the corpus with the new adapter",
+         [memreader, "read", "--config", conf("read"), *run, "--set", f"adapter={r / 'train'}",
+          "--set", f"input={corpus}"], None),
+        ("4/7 three-layer Milvus Lite index", [memreader, "index", "--config", conf("retrieval"), *run], None),
+        ("4/7 one question over the layers", [*retrieval, cfg.question], None),
+        ("4/7 the same with MeVe (audit saved)", [*retrieval, "--pipeline", "meve", "--json", cfg.question],
+         str(r / "retrieval" / "meve_answer.json")),
+        ("4/7 the same with MeVe", [*retrieval, "--pipeline", "meve", cfg.question], None),
+        ("5/7 QA evaluation: MemReader memories vs chunkers calibrated to the same chunk length",
+         [memreader, "eval", "--config", conf("eval"), *run, "--set", f"memories={r / 'read' / 'memories.jsonl'}",
+          "--set", "report=false", "--set", f"qa={qa}"], None),
+        ("6/7 report: Markdown with plots", [memreader, "report", cfg.run], None),
+    ]
+
+
+def run_steps(cfg: DemoConfig) -> int:
+    """Run :func:`demo_steps` one after the other, stopping at the first that fails; returns its exit code."""
+    memreader = os.environ.get("MEMREADER", str(Path(sys.executable).with_name("memreader")))
+    start = time.monotonic()
+    (run_dir(cfg.run) / "read" / "memories.jsonl").unlink(missing_ok=True)  # read with an earlier adapter
+    for title, command, stdout in demo_steps(cfg, memreader):
+        print(f"\n=== [{time.monotonic() - start:.0f} s] {title} ===", flush=True)
+        if stdout:
+            Path(stdout).parent.mkdir(parents=True, exist_ok=True)
+            with open(stdout, "w", encoding="utf-8") as out:
+                code = subprocess.run(command, stdout=out, check=False).returncode
+        else:
+            code = subprocess.run(command, check=False).returncode
+        if code:
+            print(f"demo: step {title!r} stopped with exit code {code}: {' '.join(command)}", file=sys.stderr)
+            return code
+    print(f"\n=== [{time.monotonic() - start:.0f} s] 7/7 checks of the whole run ===", flush=True)
+    return print_checks(cfg.run)
 
 
 def _load(path: Path, made_by: str) -> dict[str, Any]:
@@ -83,9 +127,9 @@ def _load(path: Path, made_by: str) -> dict[str, Any]:
 
 def check_run(run: str) -> tuple[dict[str, str], list[str]]:
     """The checks of a finished demo run, read from its artifacts, and the ones that failed."""
-    from memreader.fusion import LAYERS
-    from memreader.schema import read_memories
-    from retrieval.index import MemoryIndex
+    from memreader.core.fusion import LAYERS
+    from memreader.core.schema import read_memories
+    from memreader.retrieval.index import MemoryIndex
 
     gen = _load(run_dir(run, "gen") / "manifest.json", "step 1 (memreader gen)")
     trained = _load(run_dir(run, "train") / "summary.json", "step 2 (memreader train)")
@@ -190,14 +234,14 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _run_stage(cfg: DemoConfig, args: argparse.Namespace) -> int:
     if args.check_only:
         return print_checks(cfg.run)
-    code = run_script(cfg)
+    code = run_steps(cfg)
     if code:
-        raise RunFailed(f"scripts/runcpu.sh stopped with exit code {code}; the failing step's message is above "
+        raise RunFailed(f"the demo stopped with exit code {code}; the failing step's message is above "
                         "(finished stages are kept under the run folder)")
     return 0
 
 
-STAGE = Stage("demo", "scripts/runcpu.sh: every stage on the embedded models and the demo corpus, checked", run=_run_stage,
+STAGE = Stage("demo", "every stage on the embedded models and the demo corpus (what scripts/runcpu.sh runs), checked", run=_run_stage,
               config=DemoConfig, arguments=_arguments, needs_args=True, flags=(Flag("run", help="run name (default: demo)"),))
 
 if __name__ == "__main__":

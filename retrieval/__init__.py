@@ -2,9 +2,9 @@
 
 Public API::
 
-    from retrieval import MemoryIndex, reciprocal_rank_fusion, ask, build_index_from_file, format_hits
+    from memreader.retrieval import MemoryIndex, reciprocal_rank_fusion, ask, build_index_from_file, format_hits
 
-Names resolve lazily, so ``from memreader.fusion import reciprocal_rank_fusion`` does not pay for
+Names resolve lazily, so ``from memreader.core.fusion import reciprocal_rank_fusion`` does not pay for
 importing pymilvus and torch.
 """
 
@@ -14,28 +14,28 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Hit": "memreader.fusion",
-    "LayerHit": "memreader.fusion",
-    "reciprocal_rank_fusion": "memreader.fusion",
-    "MODES": "retrieval.index",
-    "BuildSummary": "retrieval.index",
-    "MemoryIndex": "retrieval.index",
-    "MemoryIndexError": "retrieval.index",
-    "MeVePipeline": "retrieval.meve",
-    "MeVeResult": "retrieval.meve",
-    "MeVeSettings": "retrieval.meve",
-    "MemoryChunkSource": "retrieval.meve",
-    "PassageStore": "retrieval.passages",
-    "CrossEncoderVerifier": "retrieval.verifier",
-    "LMVerifier": "retrieval.verifier",
-    "build_verifier": "retrieval.verifier",
-    "RetrievalConfig": "retrieval.search",
-    "ask": "retrieval.search",
-    "build_index_from_file": "retrieval.search",
-    "format_hits": "retrieval.search",
-    "run_ask": "retrieval.search",
-    "run_index": "retrieval.search",
-    "run_meve_ask": "retrieval.search",
+    "Hit": "memreader.core.fusion",
+    "LayerHit": "memreader.core.fusion",
+    "reciprocal_rank_fusion": "memreader.core.fusion",
+    "MODES": "memreader.retrieval.index",
+    "BuildSummary": "memreader.retrieval.index",
+    "MemoryIndex": "memreader.retrieval.index",
+    "MemoryIndexError": "memreader.retrieval.index",
+    "MeVePipeline": "memreader.retrieval.meve",
+    "MeVeResult": "memreader.retrieval.meve",
+    "MeVeSettings": "memreader.retrieval.meve",
+    "MemoryChunkSource": "memreader.retrieval.meve",
+    "PassageStore": "memreader.retrieval.passages",
+    "CrossEncoderVerifier": "memreader.retrieval.verifier",
+    "LMVerifier": "memreader.retrieval.verifier",
+    "build_verifier": "memreader.retrieval.verifier",
+    "RetrievalConfig": "memreader.retrieval.search",
+    "ask": "memreader.retrieval.search",
+    "build_index_from_file": "memreader.retrieval.search",
+    "format_hits": "memreader.retrieval.search",
+    "run_ask": "memreader.retrieval.search",
+    "run_index": "memreader.retrieval.search",
+    "run_meve_ask": "memreader.retrieval.search",
 }
 
 __all__ = sorted(_EXPORTS)

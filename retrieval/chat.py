@@ -3,12 +3,12 @@
     memreader chat --config configs/retrieval/chat_smollm2.yaml
     memreader chat --config configs/retrieval/chat_smollm2.yaml --set conversation=trip --set fusion=rrf
     echo "My cat is called Pepper." | memreader chat --config configs/retrieval/chat_smollm2.yaml
-    python -m retrieval.chat --config ...          (the same, without the memreader command)
+    python -m memreader.retrieval.chat --config ...          (the same, without the memreader command)
 
 Each line you type is a question. Its context is rebuilt from the stored conversation
-(:mod:`retrieval.momentary`: the most recent turn + the ``top_k`` most relevant earlier turns, cut
+(:mod:`memreader.retrieval.momentary`: the most recent turn + the ``top_k`` most relevant earlier turns, cut
 to ``max_tokens``, oldest first) — never the cumulative history — and the model answers from it.
-Question and answer are then stored verbatim (:mod:`retrieval.conversation_store`) in
+Question and answer are then stored verbatim (:mod:`memreader.retrieval.conversation_store`) in
 ``$MEMREADER_HOME/runs/<run>/chat/conversation.db`` (or ``db_path``), so a restarted chat carries on
 where it stopped. Every context (with its scores), the messages sent and the reply are appended to
 ``runs/<run>/chat/contexts.jsonl``.
@@ -27,22 +27,27 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from memreader.backends import (
+from memreader.core.backends import (
     backend_problem,
     describe_choice,
     dtype_problem,
     resolve_backend,
     resolve_dtype_for,
 )
-from memreader.config import field
-from memreader.errors import MemReaderError
-from memreader.paths import run_dir, write_json, write_resolved_config
-from memreader.registry import SMOLLM2, canonical_name
-from memreader.stage import Stage
-from retrieval.conversation_store import BM25, DEFAULT_COLLECTION, ConversationStore, check_conversation_id
-from retrieval.lexical import LANGUAGES
-from retrieval.milvus import is_server_uri
-from retrieval.momentary import (
+from memreader.core.config import field
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import run_dir, write_json, write_resolved_config
+from memreader.core.registry import SMOLLM2, canonical_name
+from memreader.core.stage import Stage
+from memreader.retrieval.conversation_store import (
+    BM25,
+    DEFAULT_COLLECTION,
+    ConversationStore,
+    check_conversation_id,
+)
+from memreader.retrieval.lexical import LANGUAGES
+from memreader.retrieval.milvus import is_server_uri
+from memreader.retrieval.momentary import (
     MomentaryContext,
     MomentarySettings,
     TokenCounter,
@@ -146,7 +151,7 @@ class ChatSession:
                  engine: dict[str, Any] | None = None) -> None:
         self.cfg, self.store, self.backend, self.counter = cfg, store, backend, counter
         self.engine = engine or {"stage": "chat", "backend": cfg.backend}
-        """Which backend and dtype answer (:func:`memreader.backends.describe_choice`)."""
+        """Which backend and dtype answer (:func:`memreader.core.backends.describe_choice`)."""
         self.settings = cfg.settings()
         self.last: MomentaryContext | None = None
         self.log = run_dir(cfg.run, "chat") / "contexts.jsonl"
@@ -154,8 +159,8 @@ class ChatSession:
     @classmethod
     def open(cls, cfg: ChatConfig) -> ChatSession:
         """Load the embedders and the answering model, open (or create) the store."""
-        from memreader.generation import make_chat
-        from memreader.runtime import load_embedder
+        from memreader.core.generation import make_chat
+        from memreader.core.runtime import load_embedder
 
         chosen, why = resolve_backend(cfg.backend, "chat")
         if chosen == "openai":
@@ -191,7 +196,7 @@ class ChatSession:
 
     def ask(self, question: str) -> tuple[str, MomentaryContext]:
         """Answer ``question`` from its momentary context, then store both turns and log the context."""
-        from memreader.generation import GenerationParams
+        from memreader.core.generation import GenerationParams
 
         ctx = build_context(self.store, self.cfg.conversation, question, self.settings, self.counter)
         params = GenerationParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,

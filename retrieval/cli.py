@@ -1,9 +1,9 @@
-"""``memreader index`` and ``memreader ask``: thin wrappers over :mod:`retrieval.search`.
+"""``memreader index`` and ``memreader ask``: thin wrappers over :mod:`memreader.retrieval.search`.
 
     memreader index --config configs/retrieval/three_layer_minilm.yaml --set run=demo
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo "How many compost bays?"
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo --pipeline meve "question"
-    python -m retrieval.cli ask --config ... "question"        (the same, without the memreader command)
+    python -m memreader.retrieval.cli ask --config ... "question"        (the same, without the memreader command)
 """
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ import argparse
 import json
 import sys
 
-from memreader.stage import Flag, Stage
-from retrieval.meve_audit import format_audit
-from retrieval.search import PIPELINES, RetrievalConfig, format_hits, run_ask, run_index, run_meve_ask
+from memreader.core.stage import Flag, Stage
+from memreader.retrieval.meve_audit import format_audit
+from memreader.retrieval.search import (
+    PIPELINES,
+    RetrievalConfig,
+    format_hits,
+    run_ask,
+    run_index,
+    run_meve_ask,
+)
 
 
 def _ask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,10 +63,10 @@ STAGES = (
                       "verified phases, packed under t_max tokens); the same as --set pipeline=..."),)),
 )
 
-if __name__ == "__main__":  # python -m retrieval.cli {index,ask} ...
+if __name__ == "__main__":  # python -m memreader.retrieval.cli {index,ask} ...
     from memreader.cli import main
 
     if sys.argv[1:2] not in (["index"], ["ask"]):
-        print("usage: python -m retrieval.cli {index,ask} [--config FILE] [--set KEY=VALUE] [question]", file=sys.stderr)
+        print("usage: python -m memreader.retrieval.cli {index,ask} [--config FILE] [--set KEY=VALUE] [question]", file=sys.stderr)
         raise SystemExit(2)
     raise SystemExit(main(sys.argv[1:]))

@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from memreader.core.embedders import embedding_dim, encode
+from memreader.retrieval.lexical import LANGUAGES, bm25_search
+from memreader.retrieval.milvus import MAX_LIMIT, MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
 from pymilvus import DataType
-
-from memreader.embedders import embedding_dim, encode
-from retrieval.lexical import LANGUAGES, bm25_search
-from retrieval.milvus import MAX_LIMIT, MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
 
 __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "ConversationStore",
            "ConversationStoreError", "Turn", "vector_field"]

@@ -18,7 +18,7 @@ Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``
 - the ``single`` rows (one averaged vector per scenario) sit in the same build, so the paper's
   three-layer-vs-single comparison is measured on identical data.
 
-Each row's ``text`` also feeds Milvus' built-in BM25 (an analyzer per language, :mod:`retrieval.lexical`),
+Each row's ``text`` also feeds Milvus' built-in BM25 (an analyzer per language, :mod:`memreader.retrieval.lexical`),
 so :meth:`MemoryIndex.search_bm25` ranks a layer's rows by keywords in the same collection, and the
 ``hybrid`` / ``chunk_hybrid`` modes fuse those BM25 lists with the vector lists (:data:`MODES`).
 
@@ -26,7 +26,7 @@ Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``
 its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer``, a
 unit-normalised ``vector`` searched with the COSINE metric, the memory's content hash ``doc_hash``, the
 ``generation`` that wrote it and the scenario's ``origin`` (source file, pages, heading path; how
-memories become rows: :mod:`retrieval.rows`). The primary key is
+memories become rows: :mod:`memreader.retrieval.rows`). The primary key is
 ``"{layer}/{scenario}/{hash[:16]}/{doc_id}"``, deterministic, so an outline or core hit finds its chunk
 row by key.
 
@@ -34,7 +34,7 @@ Builds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and 
 collection — idempotent, and no stale rows survive from documents no longer in the input. With
 ``replace=False`` it updates the index in place by content hash: unchanged documents are skipped,
 new and changed ones written, documents gone from the input removed with ``prune`` (how, and what
-readers see meanwhile: :mod:`retrieval.updates`).
+readers see meanwhile: :mod:`memreader.retrieval.updates`).
 """
 
 from __future__ import annotations
@@ -47,10 +47,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pymilvus import DataType
-from tqdm import tqdm
-
-from memreader.fusion import (
+from memreader.core.fusion import (
     ALL_LAYERS,
     BM25,
     CHUNK,
@@ -67,10 +64,10 @@ from memreader.fusion import (
     split_by_layer,
     split_label,
 )
-from memreader.schema import DocumentMemory
-from retrieval.lexical import bm25_search, resolve_language
-from retrieval.milvus import CONNECT_TIMEOUT, MAX_LIMIT, MilvusCollection, get_rows, string_literal
-from retrieval.rows import (
+from memreader.core.schema import DocumentMemory
+from memreader.retrieval.lexical import bm25_search, resolve_language
+from memreader.retrieval.milvus import CONNECT_TIMEOUT, MAX_LIMIT, MilvusCollection, get_rows, string_literal
+from memreader.retrieval.rows import (
     MAX_DOC_ID_BYTES,
     MAX_ORIGIN_BYTES,
     BuildSummary,
@@ -83,7 +80,15 @@ from retrieval.rows import (
     primary_key,
     scenario_texts,
 )
-from retrieval.updates import UpdatePlan, delete_docs, delete_other_versions, indexed_versions, newest_only
+from memreader.retrieval.updates import (
+    UpdatePlan,
+    delete_docs,
+    delete_other_versions,
+    indexed_versions,
+    newest_only,
+)
+from pymilvus import DataType
+from tqdm import tqdm
 
 __all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError"]
 
@@ -195,7 +200,7 @@ class MemoryIndex(MilvusCollection):
         """
         embedder = embedder or self.embedder
         if embedder is None:
-            raise MemoryIndexError("build needs an embedder", "pass embedder= (e.g. memreader.runtime.load_embedder())")
+            raise MemoryIndexError("build needs an embedder", "pass embedder= (e.g. memreader.core.runtime.load_embedder())")
         if batch_size < 1:
             raise MemoryIndexError(f"batch_size must be >= 1, got {batch_size}")
         # Validate the whole input before touching the collection: bad input never costs an index.
@@ -376,7 +381,7 @@ class MemoryIndex(MilvusCollection):
         With ``batch_layers`` the vector lists come from one Milvus search over all their layers and
         the BM25 lists from one more (Milvus Lite spends most of a search on work proportional to
         the collection, not to the layers asked for; a server saves round trips). Each list is
-        still its layer's exact top ``limit`` (:func:`memreader.fusion.split_by_layer`).
+        still its layer's exact top ``limit`` (:func:`memreader.core.fusion.split_by_layer`).
         """
         self._check_query(query)
         self._check_limit("limit", limit)
@@ -403,14 +408,14 @@ class MemoryIndex(MilvusCollection):
                     lambda layer: self.search_bm25(query, layer, limit, visible)).items())
             else:
                 found.update((bm25_label(layer), self.search_bm25(query, layer, limit, visible)) for layer in lexical)
-        # dense lists are keyed by layer, BM25 ones by label; one version per document (retrieval.updates)
+        # dense lists are keyed by layer, BM25 ones by label; one version per document (memreader.retrieval.updates)
         return newest_only(found[label] for label in labels)
 
     def _split_by_layer(
         self, layers: Sequence[str], limit: int, search_all: Any, search_one: Any,
     ) -> dict[str, list[LayerHit]]:
         """Each layer's exact top ``limit`` from ``search_all(n)``, one search for the best ``n`` rows
-        of all ``layers`` (:func:`memreader.fusion.split_by_layer`); a layer that answer is too
+        of all ``layers`` (:func:`memreader.core.fusion.split_by_layer`); a layer that answer is too
         shallow for gets ``search_one(layer)``."""
         n = min(MAX_LIMIT, _UNION_DEPTH * limit * len(layers))
         split = split_by_layer(search_all(n), layers, limit, asked=n)

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memreader.errors import MemReaderError
-from memreader.language import LANGUAGES, detect_language
+from memreader.core.errors import MemReaderError
+from memreader.core.language import LANGUAGES, detect_language
 
 SPARSE_FIELD = "sparse"
 PUNCTUATION = "，。？！、；：“”‘’（）《》〈〉【】「」『』…—·～,.?!;:\"'()[]{}<>-–/\\|*&^%$#@~`+=_"

@@ -6,7 +6,7 @@
     result.audit          # every candidate of every phase, with its score and why it was dropped
 
 ``source`` is a :class:`~retrieval.passages.PassageStore` or a :class:`MemoryChunkSource` over the
-chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod:`retrieval.verifier`;
+chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod:`memreader.retrieval.verifier`;
 ``tokenizer`` the answering model's (the budget is in its tokens). The phases:
 
 1. **kNN**: the ``k`` passages nearest the question's embedding (cosine).
@@ -46,13 +46,12 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
-
-from memreader.config import field, range_problems
-from memreader.embedders import encode
-from retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
-from retrieval.token_counter import TokenCounter, load_tokenizer
-from retrieval.verifier import KINDS, Verifier
-from retrieval.verifier_calibration import CALIBRATIONS
+from memreader.core.config import field, range_problems
+from memreader.core.embedders import encode
+from memreader.retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
+from memreader.retrieval.token_counter import TokenCounter, load_tokenizer
+from memreader.retrieval.verifier import KINDS, Verifier
+from memreader.retrieval.verifier_calibration import CALIBRATIONS
 
 __all__ = ["PHASES", "SEPARATOR", "Candidate", "MeVeError", "MeVePipeline", "MeVeResult", "MeVeSettings",
            "MemoryChunkSource", "PassageSource", "load_tokenizer"]
@@ -111,7 +110,7 @@ class MeVeSettings:
     pack: bool = field(True, help="MeVe ablation switch: false joins every passage, ignoring t_max")
 
     def meve_problems(self) -> list[str]:
-        """Problems beyond the numeric ranges (which :func:`memreader.config.range_problems` reports)."""
+        """Problems beyond the numeric ranges (which :func:`memreader.core.config.range_problems` reports)."""
         out = []
         if self.verifier_kind not in VERIFIER_KINDS:
             out.append(f"verifier_kind: {self.verifier_kind!r} is not one of {', '.join(VERIFIER_KINDS)}")
@@ -120,7 +119,7 @@ class MeVeSettings:
         elif self.verifier_kind == "embedding" and self.verifier_calibration == "content_free":
             out.append("verifier_calibration: content_free needs a verifier that reads the passage; use query or "
                        "none with verifier_kind=embedding")
-        from memreader.backends import backend_problem, dtype_problem
+        from memreader.core.backends import backend_problem, dtype_problem
 
         out += [p for p in (backend_problem(self.verifier_backend, ("transformers", "vllm", "auto"),
                                             key="verifier_backend"),

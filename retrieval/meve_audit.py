@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memreader.structure import describe_where
-from retrieval.meve import MeVeResult
+from memreader.core.structure import describe_where
+from memreader.retrieval.meve import MeVeResult
 
 __all__ = ["format_audit"]
 

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from memreader.errors import MemReaderError
-from retrieval.meve import Candidate, MeVePipeline
+from memreader.core.errors import MemReaderError
+from memreader.retrieval.meve import Candidate, MeVePipeline
 
 __all__ = ["CalibrationError", "Calibrator", "FixedScores", "OperatingPoint", "as_rows", "choose", "margin",
            "tau_grid"]

@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-
-from memreader.errors import MemReaderError
-from retrieval.passages import PassageHit
+from memreader.core.errors import MemReaderError
+from memreader.retrieval.passages import PassageHit
 
 __all__ = ["MeVeError", "MemoryChunkSource", "PassageSource"]
 
@@ -47,7 +46,7 @@ class MemoryChunkSource:
 
     @staticmethod
     def _hit(h: Any) -> PassageHit:
-        from retrieval.rows import primary_key
+        from memreader.retrieval.rows import primary_key
 
         return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id, h.version), doc_id=h.doc_id, text=h.text,
                           rank=h.rank, score=h.similarity, where=h.where)

@@ -5,8 +5,8 @@
 ``$MILVUS_TOKEN``) and a short connect timeout, so a wrong address fails in seconds with a message
 naming it; a Lite file that another process holds is refused with the fix.
 
-:class:`MilvusCollection` is the base of the memory index (:mod:`retrieval.index`), the passage
-store (:mod:`retrieval.passages`) and the conversation store (:mod:`retrieval.conversation_store`).
+:class:`MilvusCollection` is the base of the memory index (:mod:`memreader.retrieval.index`), the passage
+store (:mod:`memreader.retrieval.passages`) and the conversation store (:mod:`memreader.retrieval.conversation_store`).
 It connects by URI (:func:`connect`), creates the collection (the store's fields, ``text`` with
 Milvus' BM25, one COSINE vector field per embedder), keeps the store's metadata as JSON in one
 collection property and checks it on reading (ours, this schema version, completely built), opens,
@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+from memreader.core.embedders import encode
+from memreader.core.errors import MemReaderError
+from memreader.retrieval.lexical import add_bm25, text_field_params
 from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import ConnectionConfigException, MilvusException
-
-from memreader.embedders import encode
-from memreader.errors import MemReaderError
-from retrieval.lexical import add_bm25, text_field_params
 
 __all__ = ["CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError", "connect",
            "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal"]

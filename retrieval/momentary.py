@@ -25,7 +25,7 @@ Instead of the cumulative history, every question gets a context made of
 
 The result, :class:`MomentaryContext`, records every turn's raw, normalised and fused scores, its
 tokens, what was cut and why, and the normalisation of each signal. Storage and search live in
-:mod:`retrieval.conversation_store`; this module only decides.
+:mod:`memreader.retrieval.conversation_store`; this module only decides.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from memreader.errors import MemReaderError
-from memreader.fusion import reciprocal_rank_fusion
-from retrieval.conversation_store import BM25, ConversationStore, Turn, check_conversation_id
-from retrieval.token_counter import TokenCounter
+from memreader.core.errors import MemReaderError
+from memreader.core.fusion import reciprocal_rank_fusion
+from memreader.retrieval.conversation_store import BM25, ConversationStore, Turn, check_conversation_id
+from memreader.retrieval.token_counter import TokenCounter
 
 __all__ = ["FUSIONS", "ContextTurn", "CutTurn", "MomentaryContext", "MomentaryError", "MomentarySettings",
            "Normalisation", "TokenCounter", "build_context", "format_context", "fuse", "longest_suffix", "render_turn"]

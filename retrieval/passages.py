@@ -8,8 +8,8 @@
 
 Where :class:`~retrieval.index.MemoryIndex` holds document memories in layers, this holds flat
 passages (a paragraph, a sentence, a chunk of a baseline) for pipelines that retrieve passages
-directly, like MeVe (:mod:`retrieval.meve`) on HotpotQA. Each row: ``pk`` (the passage id),
-``doc_id`` (its document or title), ``text`` (with Milvus' BM25 analyzer, :mod:`retrieval.lexical`)
+directly, like MeVe (:mod:`memreader.retrieval.meve`) on HotpotQA. Each row: ``pk`` (the passage id),
+``doc_id`` (its document or title), ``text`` (with Milvus' BM25 analyzer, :mod:`memreader.retrieval.lexical`)
 and a unit ``vector`` searched with the COSINE metric. The build records the embedder's name and
 dimension and the BM25 language in a collection property; opening with another embedder is refused.
 
@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from memreader.core.embedders import embedding_dim, encode
+from memreader.retrieval.lexical import bm25_search, resolve_language
+from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, get_rows
+from memreader.retrieval.rows import MAX_DOC_ID_BYTES
 from pymilvus import DataType
 from tqdm import tqdm
-
-from memreader.embedders import embedding_dim, encode
-from retrieval.lexical import bm25_search, resolve_language
-from retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, get_rows
-from retrieval.rows import MAX_DOC_ID_BYTES
 
 __all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
 
@@ -163,7 +162,7 @@ class PassageStore(MilvusCollection):
         """
         embedder = embedder or self.embedder
         if embedder is None:
-            raise PassageStoreError("build needs an embedder", "pass embedder= (e.g. memreader.runtime.load_embedder())")
+            raise PassageStoreError("build needs an embedder", "pass embedder= (e.g. memreader.core.runtime.load_embedder())")
         if batch_size < 1:
             raise PassageStoreError(f"batch_size must be >= 1, got {batch_size}")
         rows = self._validate(passages)

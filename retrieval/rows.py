@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-
-from memreader.embedders import embedding_dim, encode  # noqa: F401  (re-exported for the index)
-from memreader.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
-from memreader.schema import DocumentMemory
-from memreader.structure import where
-from retrieval.milvus import MAX_TEXT_BYTES, StoreError
+from memreader.core.embedders import embedding_dim, encode  # noqa: F401  (re-exported for the index)
+from memreader.core.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
+from memreader.core.schema import DocumentMemory
+from memreader.core.structure import where
+from memreader.retrieval.milvus import MAX_TEXT_BYTES, StoreError
 
 MAX_DOC_ID_BYTES = 400  # leaves room for the "{layer}/{scenario}/{version}/" prefix in a 512-byte primary key
 VERSION_CHARS = 16  # hex digits of the content hash in a primary key

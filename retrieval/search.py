@@ -1,7 +1,7 @@
 """Index document memories and ask questions over them (config, build, ask, formatting).
 
-The entry points are ``memreader index`` / ``memreader ask`` (or ``python -m retrieval.cli``),
-see :mod:`retrieval.cli`. The index goes to
+The entry points are ``memreader index`` / ``memreader ask`` (or ``python -m memreader.retrieval.cli``),
+see :mod:`memreader.retrieval.cli`. The index goes to
 ``$MEMREADER_HOME/runs/<run>/retrieval/memories.db`` unless ``db_path`` names another Milvus Lite
 file or a Milvus server URI (its token is ``token``, else ``$MILVUS_TOKEN``).
 """
@@ -17,23 +17,23 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memreader.config import field
-from memreader.fusion import BM25, CORE, OUTLINE, Hit
-from memreader.paths import memreader_home, run_dir, write_json, write_resolved_config
-from memreader.registry import AUTO_EMBEDDERS, canonical_name
-from memreader.runtime import load_embedder
-from memreader.schema import read_memories
-from memreader.structure import changed_sources, describe_where
-from retrieval.index import (
+from memreader.core.config import field
+from memreader.core.fusion import BM25, CORE, OUTLINE, Hit
+from memreader.core.paths import memreader_home, run_dir, write_json, write_resolved_config
+from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
+from memreader.core.runtime import load_embedder
+from memreader.core.schema import read_memories
+from memreader.core.structure import changed_sources, describe_where
+from memreader.retrieval.index import (
     DEFAULT_COLLECTION,
     MODES,
     BuildSummary,
     MemoryIndex,
     MemoryIndexError,
 )
-from retrieval.lexical import LANGUAGES, detect_language
-from retrieval.meve import MemoryChunkSource, MeVePipeline, MeVeResult, MeVeSettings, load_tokenizer
-from retrieval.milvus import is_server_uri
+from memreader.retrieval.lexical import LANGUAGES, detect_language
+from memreader.retrieval.meve import MemoryChunkSource, MeVePipeline, MeVeResult, MeVeSettings, load_tokenizer
+from memreader.retrieval.milvus import is_server_uri
 
 PIPELINES = ("layers", "meve")
 """What ``memreader ask`` runs: layered search + RRF (``mode``), or MeVe's five phases over the chunk layer."""
@@ -282,7 +282,7 @@ def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
 @lru_cache(maxsize=2)
 def _verifier(kind: str, name: str, calibration: str, device: str, batch_size: int, max_tokens: int,
               backend: str = "transformers", dtype: str = "auto") -> Any:
-    from retrieval.verifier_calibration import build_meve_verifier
+    from memreader.retrieval.verifier_calibration import build_meve_verifier
 
     return build_meve_verifier(kind, name, calibration, device=device, batch_size=batch_size,
                                max_passage_tokens=max_tokens, backend=backend, dtype=dtype)

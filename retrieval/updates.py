@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memreader.fusion import SINGLE, LayerHit, rank_hits
-from retrieval.milvus import string_literal
+from memreader.core.fusion import SINGLE, LayerHit, rank_hits
+from memreader.retrieval.milvus import string_literal
 
 __all__ = ["UpdatePlan", "delete_docs", "delete_other_versions", "indexed_versions", "newest_only"]
 

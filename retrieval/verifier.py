@@ -35,9 +35,9 @@ Three kinds, one interface (:class:`Verifier`):
   is not knowable from the model.
 
 Engines: both LM kinds run on transformers or on vLLM (``backend``; ``auto`` is
-:func:`memreader.backends.resolve_backend` for the stage ``verifier``), in ``dtype``. Through vLLM the yes/no margin
+:func:`memreader.core.backends.resolve_backend` for the stage ``verifier``), in ``dtype``. Through vLLM the yes/no margin
 comes from one generated token with ``SamplingParams.logprob_token_ids`` set to the answer spellings, and the query
-likelihood from ``prompt_logprobs`` (:func:`memreader.vllm_engine.prompt_nlls`); both are log-softmaxes of the raw
+likelihood from ``prompt_logprobs`` (:func:`memreader.core.vllm_engine.prompt_nlls`); both are log-softmaxes of the raw
 logits, so the scores equal the transformers ones up to the engines' arithmetic (tests/inference/test_vllm.py).
 The verifier's ``choice`` records which backend and dtype scored.
 """
@@ -51,7 +51,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from memreader.errors import MemReaderError
+from memreader.core.errors import MemReaderError
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +114,13 @@ def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
 
 
 def _is_engine(model: Any) -> bool:
-    """A :class:`memreader.vllm_engine.Engine` rather than a transformers model."""
+    """A :class:`memreader.core.vllm_engine.Engine` rather than a transformers model."""
     return hasattr(model, "llm") and hasattr(model, "max_model_len")
 
 
 class _CausalLMVerifier:
     """What both LM verifiers share: the model (a transformers model or a vLLM
-    :class:`~memreader.vllm_engine.Engine`), batching limits, padding and the ``load`` by name."""
+    :class:`~memreader.core.vllm_engine.Engine`), batching limits, padding and the ``load`` by name."""
 
     label = "{name}"
     """How :meth:`load` names the verifier in audits, from the model name."""
@@ -138,16 +138,21 @@ class _CausalLMVerifier:
             self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.seconds = 0.0
         self.choice: dict[str, Any] = {"stage": "verifier", "backend": "vllm" if self.engine else "transformers"}
-        """Which backend and dtype score (:func:`memreader.backends.describe_choice`); audits record it."""
+        """Which backend and dtype score (:func:`memreader.core.backends.describe_choice`); audits record it."""
 
     @classmethod
     def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", backend: str = "transformers",
              dtype: str = "auto", max_model_len: int = 4096, **kwargs: Any) -> Any:
         """Load the LM by registry name, folder or hub id (default: the embedded SmolLM2) on ``backend``
-        (``transformers``, ``vllm`` or ``auto``: :func:`memreader.backends.resolve_backend`, stage ``verifier``)
+        (``transformers``, ``vllm`` or ``auto``: :func:`memreader.core.backends.resolve_backend`, stage ``verifier``)
         in ``dtype``. A vLLM engine is the process-wide one for that model and settings (shared with any other
         stage that asks for the same)."""
-        from memreader.backends import backend_problem, describe_choice, resolve_backend, resolve_dtype_for
+        from memreader.core.backends import (
+            backend_problem,
+            describe_choice,
+            resolve_backend,
+            resolve_dtype_for,
+        )
 
         problem = backend_problem(backend, ("transformers", "vllm", "auto"), key="verifier_backend")
         if problem:
@@ -155,14 +160,14 @@ class _CausalLMVerifier:
                                 "transformers, vllm or auto (an OpenAI-compatible endpoint returns no logits)")
         chosen, why = resolve_backend(backend, "verifier")
         if chosen == "vllm":
-            from memreader.vllm_engine import EngineSpec, get_engine
+            from memreader.core.vllm_engine import EngineSpec, get_engine
 
             engine = get_engine(EngineSpec(model=name, dtype=resolve_dtype_for("verifier", dtype, "vllm"),
                                            max_model_len=max_model_len))
             out = cls(engine, engine.tokenizer(), name=cls.label.format(name=name), **kwargs)
             out.choice = describe_choice("verifier", "vllm", engine.dtype, why)
             return out
-        from memreader.runtime import load_causal_lm, runtime
+        from memreader.core.runtime import load_causal_lm, runtime
 
         rt = runtime(device, dtype=resolve_dtype_for("verifier", dtype, "transformers"))
         model, tokenizer = load_causal_lm(name, rt=rt)
@@ -286,7 +291,7 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
         """Mean log-probability of the ``question`` tokens after each prefix (one forward per batch; through
         vLLM's ``prompt_logprobs`` when the model is an engine)."""
         if self.engine is not None:
-            from memreader.vllm_engine import prompt_nlls
+            from memreader.core.vllm_engine import prompt_nlls
 
             nlls = prompt_nlls(self.engine, [(p + question, len(p)) for p in prefixes])
             return [-float(x.mean()) for x in nlls]
@@ -340,10 +345,9 @@ class CrossEncoderVerifier:
     """A sentence-transformers CrossEncoder; score = sigmoid of its single logit (see the module)."""
 
     def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
+        from memreader.core.registry import resolve_model
+        from memreader.core.runtime import runtime
         from sentence_transformers import CrossEncoder
-
-        from memreader.registry import resolve_model
-        from memreader.runtime import runtime
 
         if batch_size < 1:
             raise VerifierError(f"batch_size must be >= 1, got {batch_size}")

@@ -4,7 +4,7 @@
     verifier = calibrate(EmbeddingVerifier(), "query")
     scores = verifier.score(question, passages, similarities=cosines)   # MeVe passes phase 1's cosines
 
-Every verifier of :mod:`retrieval.verifier` gives a raw score per passage (``margins``: the yes/no logit margin,
+Every verifier of :mod:`memreader.retrieval.verifier` gives a raw score per passage (``margins``: the yes/no logit margin,
 the query-likelihood gain, a cross-encoder's logit) and its sigmoid as the score. A small LM's raw scores carry a
 bias of the question and the prompt: SmolLM2-135M's P(yes) stays below 0.5 for every HotpotQA candidate, so
 with tau = 0.5 the verifier rejects everything and MeVe's context is BM25's (docs/MEVE.md). Calibration removes
@@ -22,7 +22,7 @@ that bias before the sigmoid:
 :class:`EmbeddingVerifier` (``verifier_kind: embedding``) uses the cosine that phase 1 already computed between the
 question and each candidate: no model call at all. Its raw score is the cosine; ``none`` clips it to [0, 1].
 
-The operating point (which calibration, which tau) is chosen by measurement: :mod:`retrieval.meve_calibration`.
+The operating point (which calibration, which tau) is chosen by measurement: :mod:`memreader.retrieval.meve_calibration`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from retrieval.verifier import VerifierError, _check_input, _sigmoid
+from memreader.retrieval.verifier import VerifierError, _check_input, _sigmoid
 
 __all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "build_meve_verifier",
            "calibrate", "calibrated_margins"]
@@ -83,8 +83,7 @@ class EmbeddingVerifier:
             raise VerifierError("the embedding verifier was given neither similarities nor an embedder",
                                 "pass similarities= (MeVe does), or build it with EmbeddingVerifier(embedder)")
         import numpy as np
-
-        from memreader.embedders import encode
+        from memreader.core.embedders import encode
 
         started = time.perf_counter()
         q = encode(self.embedder, [question], batch_size=1, kind="query")[0]
@@ -107,7 +106,7 @@ class CalibratedVerifier:
                                 "content_free (contextual calibration), query (normalised per question) or none")
         if not callable(getattr(inner, "margins", None)):
             raise VerifierError(f"verifier {getattr(inner, 'name', inner)!r} gives no raw scores (margins) to "
-                                "calibrate", "use a verifier of retrieval.verifier, or verifier_calibration=none")
+                                "calibrate", "use a verifier of memreader.retrieval.verifier, or verifier_calibration=none")
         if mode == "content_free" and isinstance(inner, EmbeddingVerifier):
             raise VerifierError("verifier_calibration=content_free needs a model that reads the passage; the "
                                 "embedding verifier's cosines have no content-free reading",
@@ -161,7 +160,7 @@ def build_meve_verifier(kind: str, name: str, calibration: str = "none", device:
     ``embedding``) with ``calibration`` applied."""
     if kind == "embedding":
         return calibrate(EmbeddingVerifier(), calibration)
-    from retrieval.verifier import build_verifier
+    from memreader.retrieval.verifier import build_verifier
 
     return calibrate(build_verifier(kind, name, device=device, batch_size=batch_size,
                                     max_passage_tokens=max_passage_tokens, backend=backend, dtype=dtype), calibration)

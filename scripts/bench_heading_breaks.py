@@ -74,11 +74,11 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=4, help="files per format")
     ap.add_argument("--read", default="", help="a reader config: also read the corpus with it (guided)")
     args = ap.parse_args()
-    from inference.reader import ReadConfig
-    from ingest.ingest import IngestConfig, ingest
-    from memreader.corpus import read_corpus
-    from memreader.memory_grammar import BoundaryGraph
-    from memreader.structure import structural_breaks
+    from memreader.core.corpus import read_corpus
+    from memreader.core.memory_grammar import BoundaryGraph
+    from memreader.core.structure import structural_breaks
+    from memreader.inference.reader import ReadConfig
+    from memreader.ingest.ingest import IngestConfig, ingest
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["MEMREADER_HOME"] = str(Path(tmp) / "home")

@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ingest.formats import FURNITURE, NON_TEXT, Extracted, html_text
+from memreader.ingest.formats import FURNITURE, NON_TEXT, Extracted, html_text
 
 RUST = Path.home() / ".rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html/book"
 NODE, NPM = Path("/usr/share/doc/nodejs/api"), Path("/usr/lib/node_modules/npm/docs/output")
@@ -78,8 +78,7 @@ def reference(data: bytes, content: str, inner_nav: str) -> tuple[Counter[str], 
 def trafilatura_text(data: bytes) -> Extracted:
     """trafilatura's main content, its XML body (head rend=hN, p, list/item, code, table/row/cell) as paragraphs."""
     import trafilatura
-
-    from ingest.formats import _clean, _joined
+    from memreader.ingest.formats import _clean, _joined
 
     doc = trafilatura.bare_extraction(data.decode("utf-8", "replace"), include_formatting=True,
                                       include_tables=True, include_comments=False, with_metadata=False)

@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memreader.runtime import load_embedder  # noqa: E402
-from memreader.schema import DocumentMemory, Scenario  # noqa: E402
-from retrieval.index import MODES, MemoryIndex  # noqa: E402
+from memreader.core.runtime import load_embedder  # noqa: E402
+from memreader.core.schema import DocumentMemory, Scenario  # noqa: E402
+from memreader.retrieval.index import MODES, MemoryIndex  # noqa: E402
 
 DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
 

@@ -136,7 +136,7 @@ def main() -> int:
     args = ap.parse_args()
     import os
 
-    from ingest.ingest import IngestConfig, ingest
+    from memreader.ingest.ingest import IngestConfig, ingest
 
     with tempfile.TemporaryDirectory() as tmp:
         folder, home = Path(tmp) / "docs", Path(tmp) / "home"

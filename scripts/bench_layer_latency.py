@@ -70,7 +70,7 @@ def words(rng: np.random.Generator, vocab: list[str], n: int) -> str:
 
 def make_memories(n_scenarios: int, seed: int) -> list[Any]:
     """``n_scenarios`` scenarios in documents of four, every text made of random vocabulary words."""
-    from memreader.schema import DocumentMemory, Scenario
+    from memreader.core.schema import DocumentMemory, Scenario
 
     rng = np.random.default_rng(seed)
     vocab = [f"w{i:04d}" for i in range(2000)]
@@ -88,7 +88,7 @@ def make_memories(n_scenarios: int, seed: int) -> list[Any]:
 
 def build(db: Path, n_scenarios: int, dim: int, seed: int, rebuild: bool) -> tuple[float, str]:
     """Build the index unless a complete one of the same size is there; returns (seconds, what happened)."""
-    from retrieval.index import MemoryIndex, MemoryIndexError
+    from memreader.retrieval.index import MemoryIndex, MemoryIndexError
 
     name = f"random-unit-{dim}-seed{seed}"
     if db.exists() and not rebuild:
@@ -129,7 +129,7 @@ def same_top_k(mine: list[Any], own: list[Any]) -> bool:
 def threaded_three_layer(index: Any, pool: ThreadPoolExecutor, query: str, top_k: int) -> Any:
     """Three-layer search with the per-layer searches issued from threads (what ``search`` does,
     written out so this variant can be timed without living in the library)."""
-    from memreader.fusion import CHUNK, LAYERS, fuse_layer_hits
+    from memreader.core.fusion import CHUNK, LAYERS, fuse_layer_hits
 
     vector = index.embed_query(query)
     lists = list(pool.map(lambda layer: index.search_layer(vector, layer, top_k), LAYERS))
@@ -159,13 +159,13 @@ def main() -> int:
     ap.add_argument("--out", default="", help="also write the markdown table here")
     args = ap.parse_args()
 
-    import retrieval.index
-    from memreader.fusion import LAYERS
-    from memreader.paths import memreader_home
-    from retrieval.index import MODES, MemoryIndex
+    import memreader.retrieval.index
+    from memreader.core.fusion import LAYERS
+    from memreader.core.paths import memreader_home
+    from memreader.retrieval.index import MODES, MemoryIndex
 
     if args.union_depth:
-        retrieval.index._UNION_DEPTH = args.union_depth
+        memreader.retrieval.index._UNION_DEPTH = args.union_depth
 
     # -------- index --------
     db = Path(args.db) if args.db else (
@@ -224,7 +224,7 @@ def main() -> int:
         f"Three-layer query latency, Milvus Lite, {args.scenarios:,} scenarios x 4 rows "
         f"({sum(counts.values()):,} rows), dim {args.dim}, top_k {args.top_k}, {args.queries} queries "
         f"(+{args.warmup} warm-up), random unit vectors (seed {args.seed}), batched search depth "
-        f"{retrieval.index._UNION_DEPTH} x k per layer",
+        f"{memreader.retrieval.index._UNION_DEPTH} x k per layer",
         "",
         "| strategy | Milvus searches | p50 ms | p95 ms | mean ms | p50 / flat p50 |",
         "|---|---|---|---|---|---|",

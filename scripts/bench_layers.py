@@ -62,8 +62,7 @@ class Question:
 def load_questions(layout: str, qa: Path, memories: dict[str, Any], min_overlap: float) -> tuple[list[Question], str]:
     """The questions with evidence in these memories, and a note on how many were skipped and why."""
     from bench_embedders import evidence_chunks
-
-    from eval.datasets import load_hotpotqa, load_jsonl, load_longbench
+    from memreader.eval.datasets import load_hotpotqa, load_jsonl, load_longbench
 
     out: list[Question] = []
     skipped = {"no memory": 0, "no evidence": 0}
@@ -118,11 +117,11 @@ def main() -> int:
     import jieba
 
     jieba.setLogLevel(30)  # Milvus Lite's Chinese analyzer: no dictionary-loading chatter
-    from eval.stats import bootstrap_ci, paired_bootstrap
-    from memreader.registry import canonical_name
-    from memreader.runtime import load_embedder
-    from memreader.schema import read_memories
-    from retrieval.index import MODES, MemoryIndex
+    from memreader.core.registry import canonical_name
+    from memreader.core.runtime import load_embedder
+    from memreader.core.schema import read_memories
+    from memreader.eval.stats import bootstrap_ci, paired_bootstrap
+    from memreader.retrieval.index import MODES, MemoryIndex
 
     # -------- data --------
     memories = {m.doc_id: m for m in read_memories(args.memories)}

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eval.metrics import prepare, resolve_config, score_example  # noqa: E402
-from eval.score import default_workers, score_pairs  # noqa: E402
+from memreader.eval.metrics import prepare, resolve_config, score_example  # noqa: E402
+from memreader.eval.score import default_workers, score_pairs  # noqa: E402
 
 DEFAULT_DATA = ROOT / ".." / "shared" / "datasets" / "crud_event_summary.jsonl"
 VARIANTS = 8

@@ -38,18 +38,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memreader.core.config import load_config
+from memreader.core.embedders import encode
+from memreader.core.paths import memreader_home, write_json
+from memreader.core.registry import canonical_name
+from memreader.core.runtime import load_embedder
+from memreader.eval.datasets import load_hotpotqa, load_hotpotqa_corpus
+from memreader.retrieval.meve import PHASES, SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer
+from memreader.retrieval.passages import PassageStore
+from memreader.retrieval.search import RetrievalConfig
+from memreader.retrieval.verifier_calibration import build_meve_verifier
 from tqdm import tqdm
-
-from eval.datasets import load_hotpotqa, load_hotpotqa_corpus
-from memreader.config import load_config
-from memreader.embedders import encode
-from memreader.paths import memreader_home, write_json
-from memreader.registry import canonical_name
-from memreader.runtime import load_embedder
-from retrieval.meve import PHASES, SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer
-from retrieval.passages import PassageStore
-from retrieval.search import RetrievalConfig
-from retrieval.verifier_calibration import build_meve_verifier
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 ABLATIONS = {"meve": {}, "no-verify": {"verify": False}, "no-fallback": {"fallback": False},

@@ -11,7 +11,7 @@ another sentence of the same passages (a distractor on the same topic), or chit-
 answers with a short acknowledgement or chit-chat line (both written for this script, in Chinese).
 At each checkpoint N (25, 50, 100, 150 turns stored) every CMRC question whose fact was told so far
 is asked; for each retrieval setting the script builds the momentary context (the most recent turn
-+ top_k turns, cut to max_tokens in SmolLM2 tokens, :mod:`retrieval.momentary`) and measures
++ top_k turns, cut to max_tokens in SmolLM2 tokens, :mod:`memreader.retrieval.momentary`) and measures
 
 - whether the turn holding the needed fact is in the context (recall of the needed turn),
 - tokens of the momentary context (question + turns) vs the cumulative history (question + all N
@@ -39,11 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.datasets import load_cmrc2018  # noqa: E402
-from memreader.paths import run_dir  # noqa: E402
-from memreader.registry import load_embedder  # noqa: E402
-from retrieval.conversation_store import ConversationStore  # noqa: E402
-from retrieval.momentary import MomentarySettings, TokenCounter, build_context, render_turn  # noqa: E402
+from memreader.core.paths import run_dir  # noqa: E402
+from memreader.core.registry import load_embedder  # noqa: E402
+from memreader.eval.datasets import load_cmrc2018  # noqa: E402
+from memreader.retrieval.conversation_store import ConversationStore  # noqa: E402
+from memreader.retrieval.momentary import MomentarySettings, TokenCounter, build_context, render_turn  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "cmrc2018_dev.json"
 SENTENCE = re.compile(r"[^。！？!?]+[。！？!?]?")

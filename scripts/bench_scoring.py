@@ -1,4 +1,4 @@
-"""Benchmark of the MoM evaluator scorer (memreader/scoring.py), four measurements in one run:
+"""Benchmark of the MoM evaluator scorer (core/scoring.py), four measurements in one run:
 
 1. throughput: the batched scorer vs a naive loop (one forward per (a_i, a_{i+1}) pair, plus the
    context-free forward the ``ppl`` variant needs, and one per (c_i, a_i) pair; full logits,
@@ -48,12 +48,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from memreader import scoring
-from memreader.registry import resolve_model
-from memreader.runtime import load_causal_lm, runtime
-from memreader.schema import DocumentMemory, Scenario
-from memreader.scoring import EvaluatorScorer, ScorerSettings
+from memreader.core import scoring
+from memreader.core.registry import resolve_model
+from memreader.core.runtime import load_causal_lm, runtime
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
 _SENT = re.compile(r".+?(?:[。！？!?；;]+[”\"』」]?|\.(?=\s)|\n+|$)", re.S)
 
@@ -99,7 +98,7 @@ def candidate(doc_id: str, text: str, seed: str) -> DocumentMemory:
 
 
 class Naive:
-    """The same formulas as memreader.scoring, one full forward per sequence, full logits."""
+    """The same formulas as memreader.core.scoring, one full forward per sequence, full logits."""
 
     def __init__(self, model: Any, tok: Any, settings: ScorerSettings) -> None:
         self.model, self.tok, self.s = model, tok, settings

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eval.gold_segments import load_gold_segments, method_file, score_memories  # noqa: E402
-from eval.segmentation import SegmentationSettings, format_table, ratios  # noqa: E402
-from memreader.paths import sha256_file, write_json  # noqa: E402
+from memreader.core.paths import sha256_file, write_json  # noqa: E402
+from memreader.eval.gold_segments import load_gold_segments, method_file, score_memories  # noqa: E402
+from memreader.eval.segmentation import SegmentationSettings, format_table, ratios  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

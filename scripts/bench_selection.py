@@ -57,7 +57,7 @@ def main() -> None:
     corpus = home / f"crud{args.docs}.jsonl"
     write_corpus(corpus, args.docs)
 
-    from data_gen.pipeline import GenConfig, generate
+    from memreader.data_gen.pipeline import GenConfig, generate
 
     cfg = GenConfig(input=str(corpus), run=f"selection-n{args.candidates}", num_candidates=args.candidates,
                     max_new_tokens=args.max_new_tokens, outline_max_new_tokens=96, batch_size=args.batch_size,

@@ -9,7 +9,7 @@ For each document of ``--gold`` (JSONL records with ``text`` and ``sections`` / 
 to three perturbations of its segmentation, each built by the same rule, so only the cuts differ: outline = the
 title of the gold section where the scenario starts, core = the scenario's lead sentence(s) within
 ``--core-tokens`` evaluator tokens (``structure_teacher.lead_sentences``). Perturbations (every cut is a sentence
-end of ``memreader.memory_grammar``, chosen with a per-document seeded rng):
+end of ``memreader.core.memory_grammar``, chosen with a per-document seeded rng):
 
 - ``move``:  one gold boundary moved to the previous or the next sentence end;
 - ``merge``: two adjacent segments merged (outline: the first one's title);
@@ -18,7 +18,7 @@ end of ``memreader.memory_grammar``, chosen with a per-document seeded rng):
 A perturbation that a document cannot take (no sentence end to move to, one segment, only one-sentence
 segments) is skipped and counted. The candidates of a document are shuffled (ties in a ranking go to the
 earlier candidate, so a fixed order would favour one of them), scored in one batched evaluator call
-(``memreader.scoring.EvaluatorScorer``, as ``memreader gen`` builds it) and ranked and fused by
+(``memreader.core.scoring.EvaluatorScorer``, as ``memreader gen`` builds it) and ranked and fused by
 ``data_gen.selection.select_candidates`` (RRF, k = ``--rrf-k``). Reported: how often the gold memory is
 ranked first by clarity alone, by completeness alone and by RRF; the random pick (mean of 1/candidates); and,
 per perturbation, how often gold scores higher than it (a tie counts one half). Intervals: 95% percentile
@@ -42,14 +42,15 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data_gen.selection import METRICS, select_candidates  # noqa: E402
-from data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap  # noqa: E402
-from eval.stats import bootstrap_ci  # noqa: E402
+from memreader.core.corpus import Document  # noqa: E402
+from memreader.core.guidance import approx_tokens  # noqa: E402
+from memreader.core.memory_grammar import sentence_ends  # noqa: E402
+from memreader.core.schema import DocumentMemory, Scenario  # noqa: E402
+from memreader.data_gen.selection import METRICS, select_candidates  # noqa: E402
+from memreader.data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap  # noqa: E402
+from memreader.eval.stats import bootstrap_ci  # noqa: E402
+
 from memreader import __version__  # noqa: E402
-from memreader.corpus import Document  # noqa: E402
-from memreader.guidance import approx_tokens  # noqa: E402
-from memreader.memory_grammar import sentence_ends  # noqa: E402
-from memreader.schema import DocumentMemory, Scenario  # noqa: E402
 
 PERTURBATIONS = ("move", "merge", "split")
 
@@ -192,7 +193,7 @@ def load_gold(path: Path, lang: str, limit: int) -> list[dict[str, Any]]:
 
 def make_scorer(args: argparse.Namespace) -> Any:
     """The evaluator as ``memreader gen`` builds it for the transformers backend."""
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     return EvaluatorScorer(ScorerSettings(model=args.evaluator, device=args.device, dtype=args.dtype,
                                           clarity_variant=args.clarity_variant, max_batch_tokens=args.batch_tokens))

@@ -9,7 +9,7 @@ first 100 in both files. Each read is its own `memreader read` process (the embe
 100 documents; unguided replies of 24 tokens kept flagged, as the memory the corpus reader costs is what is
 measured, not the memories), and its peak resident memory (ru_maxrss of that child) is measured by a small wrapper
 process, so the two numbers do not mix. Printed side by side: file sizes, peak RSS, wall time, and the ratio of
-the peaks (target <= 1.2). A third line reads the large file's first 100 records through `memreader.corpus`
+the peaks (target <= 1.2). A third line reads the large file's first 100 records through `memreader.core.corpus`
 alone (no model), which isolates what the corpus reader itself holds.
 """
 
@@ -72,7 +72,7 @@ def main() -> int:
                 return 1
             read = json.loads((home / "runs" / f"stream-{n}" / "read" / "summary.json").read_text())["read"]
             rows.append((n, corpus.stat().st_size / 2**20, mb, seconds, read))
-        probe = (f"from memreader.corpus import iter_corpus; import itertools; "
+        probe = (f"from memreader.core.corpus import iter_corpus; import itertools; "
                  f"list(itertools.islice(iter_corpus({str(Path(tmp) / f'corpus-{args.large}.jsonl')!r}), {args.limit}))")
         corpus_only, _, _ = peak([sys.executable, "-c", probe], env)
     print(f"memreader read --set limit={args.limit} (SmolLM2-135M, transformers, 24-token replies, batch 32), one "

@@ -39,14 +39,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eval.datasets import load_hotpotqa  # noqa: E402
-from eval.gold_segments import method_file  # noqa: E402
-from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis  # noqa: E402
-from memreader.embedders import encode  # noqa: E402
-from memreader.errors import MemReaderError  # noqa: E402
-from memreader.paths import sha256_file, write_json  # noqa: E402
-from memreader.registry import MINILM  # noqa: E402
-from memreader.schema import read_memories  # noqa: E402
+from memreader.core.embedders import encode  # noqa: E402
+from memreader.core.errors import MemReaderError  # noqa: E402
+from memreader.core.paths import sha256_file, write_json  # noqa: E402
+from memreader.core.registry import MINILM  # noqa: E402
+from memreader.core.schema import read_memories  # noqa: E402
+from memreader.eval.datasets import load_hotpotqa  # noqa: E402
+from memreader.eval.gold_segments import method_file  # noqa: E402
+from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis  # noqa: E402
 
 VERSION = "1.0"  # bump when a definition below changes; part of the signature
 
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace, embedder: Any = None) -> int:
 
     # --- embed: queries once, every method's chunks ---
     if embedder is None:
-        from memreader.runtime import load_embedder
+        from memreader.core.runtime import load_embedder
 
         embedder = load_embedder(args.embedder, args.device)
     query_vecs = encode(embedder, [q.question for q in questions], args.batch_size, kind="query")

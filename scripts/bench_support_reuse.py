@@ -19,10 +19,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from eval.answering import answer_and_support, answer_messages
-from eval.suites import load_eval_set
-from eval.support import support_for_answers
-from memreader.generation import GenerationParams, make_chat
+from memreader.core.generation import GenerationParams, make_chat
+from memreader.eval.answering import answer_and_support, answer_messages
+from memreader.eval.suites import load_eval_set
+from memreader.eval.support import support_for_answers
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "longbench_multifieldqa_zh.jsonl"
 PIECE, TOP_K = 178, 8

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memreader.markup import render_memory  # noqa: E402
+from memreader.core.markup import render_memory  # noqa: E402
 
 
 def fake_reply(prompt: str) -> str:
@@ -124,7 +124,7 @@ def corpus(path: Path, n: int) -> None:
 
 def run_once(endpoint: FakeEndpoint, base_url: str, corpus_path: Path, concurrency: int, candidates: int,
              run: str) -> dict:
-    import data_gen.pipeline as pipeline
+    import memreader.data_gen.pipeline as pipeline
 
     endpoint.service_s.clear()
     if candidates > 1:

@@ -11,7 +11,7 @@ was not chosen on. Verifiers:
 - ``embedding``: phase 1's cosine (no model call);
 - ``lm``: SmolLM2's normalised P(yes); ``lm_likelihood``: how much the passage raises log P(question) (UPR);
 
-each with the calibrations of :mod:`retrieval.verifier_calibration`: ``none``, ``content_free`` (LM kinds) and
+each with the calibrations of :mod:`memreader.retrieval.verifier_calibration`: ``none``, ``content_free`` (LM kinds) and
 ``query``. The LM kinds score every (question, candidate) once plus the content-free passage, through the engine
 ``--backend`` (default auto: vLLM bf16 here), and the three calibrations are derived from those raw scores (kept in
 ``scores.json`` and reused while nothing they depend on changed). ``off`` (no verification: the budget alone) is
@@ -40,18 +40,17 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_meve import passages_of, recall, top_k_run  # noqa: E402
-
-from eval.datasets import load_hotpotqa  # noqa: E402
-from memreader.config import load_config  # noqa: E402
-from memreader.paths import memreader_home, sha256_file, write_json  # noqa: E402
-from memreader.registry import canonical_name  # noqa: E402
-from memreader.runtime import load_embedder  # noqa: E402
-from retrieval.meve import MeVePipeline, MeVeSettings, load_tokenizer  # noqa: E402
-from retrieval.meve_calibration import CalibrationError, Calibrator, as_rows, choose, tau_grid  # noqa: E402
-from retrieval.passages import PassageStore  # noqa: E402
-from retrieval.search import RetrievalConfig  # noqa: E402
-from retrieval.verifier import _sigmoid, build_verifier  # noqa: E402
-from retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins  # noqa: E402
+from memreader.core.config import load_config  # noqa: E402
+from memreader.core.paths import memreader_home, sha256_file, write_json  # noqa: E402
+from memreader.core.registry import canonical_name  # noqa: E402
+from memreader.core.runtime import load_embedder  # noqa: E402
+from memreader.eval.datasets import load_hotpotqa  # noqa: E402
+from memreader.retrieval.meve import MeVePipeline, MeVeSettings, load_tokenizer  # noqa: E402
+from memreader.retrieval.meve_calibration import CalibrationError, Calibrator, as_rows, choose, tau_grid  # noqa: E402
+from memreader.retrieval.passages import PassageStore  # noqa: E402
+from memreader.retrieval.search import RetrievalConfig  # noqa: E402
+from memreader.retrieval.verifier import _sigmoid, build_verifier  # noqa: E402
+from memreader.retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 LM_KINDS = ("lm", "lm_likelihood")

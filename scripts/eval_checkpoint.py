@@ -16,11 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from eval.checkpoint import MAX_FILE_MB, restore, save
-from eval.qa import QAConfig, chunk_cache_dir
-from memreader.config import load_config
-from memreader.errors import MemReaderError
-from memreader.paths import memreader_home
+from memreader.core.config import load_config
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import memreader_home
+from memreader.eval.checkpoint import MAX_FILE_MB, restore, save
+from memreader.eval.qa import QAConfig, chunk_cache_dir
 
 
 def _places(args: argparse.Namespace) -> tuple[Path, Path | None]:

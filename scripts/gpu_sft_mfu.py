@@ -266,7 +266,7 @@ def main() -> int:
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {shape_name}-shaped{' (SMOKE: Qwen2.5-1.5B layout, toy size)' if args.smoke else ''}, "
         f"{n_params / 1e9:.4f}B params, "
-        f"{model.dtype}, attn_implementation={model.config._attn_implementation}, "
+        f"{model.dtype}, attn_implementation={model.config._attn_implementation}, "  # third-party private
         f"built in {time.perf_counter() - t0:.1f}s")
 
     # 3. data: fixed-length random token ids, labels = input_ids, no padding anywhere

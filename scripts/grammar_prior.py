@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memreader.corpus import read_corpus  # noqa: E402
-from memreader.memory_grammar import BoundaryGraph, GrammarSettings  # noqa: E402
-from memreader.schema import DocumentMemory, Scenario, write_memories  # noqa: E402
-from memreader.structure import structural_breaks  # noqa: E402
+from memreader.core.corpus import read_corpus  # noqa: E402
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings  # noqa: E402
+from memreader.core.schema import DocumentMemory, Scenario, write_memories  # noqa: E402
+from memreader.core.structure import structural_breaks  # noqa: E402
 
 
 def random_path(graph: BoundaryGraph, rng: random.Random) -> list[int]:

@@ -15,8 +15,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
-from memreader.vllm_engine import EngineSpec, get_engine, import_vllm
+from memreader.core.vllm_engine import EngineSpec, get_engine, import_vllm
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ $MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" --pipeline 
 $MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" --pipeline meve "$QUESTION"
 
 step "5/7 QA evaluation: MemReader memories vs chunkers calibrated to the same chunk length"
-$MEMREADER eval --config configs/eval/demo_qa.yaml --set run="$RUN" --set memories="$R/read/memories.jsonl" \
+$MEMREADER eval --config configs/demo/eval.yaml --set run="$RUN" --set memories="$R/read/memories.jsonl" \
   --set report=false
 
 step "6/7 report: Markdown with plots"

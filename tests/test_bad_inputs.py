@@ -208,7 +208,7 @@ def test_serve_port_in_use_is_reported_before_the_model_loads(home: Path, capsys
 class _Backend:
     def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
                       grammars=None):
-        from memreader.markup import render_memory
+        from memreader.core.markup import render_memory
 
         outs = []
         for msgs in list_of_messages:
@@ -218,7 +218,7 @@ class _Backend:
 
 
 def test_refused_resume_leaves_the_earlier_record_unchanged(home: Path, capsys) -> None:
-    from inference.reader import ReadConfig, read_corpus_memories
+    from memreader.inference.reader import ReadConfig, read_corpus_memories
 
     corpus = _files(home)["corpus"]
     read_corpus_memories(ReadConfig(input=str(corpus), run="good", guided="off"), backend=_Backend())
@@ -248,7 +248,7 @@ def test_second_writer_is_refused_naming_the_holder(home: Path, capsys) -> None:
 
 
 def test_stale_lock_is_taken_over(home: Path) -> None:
-    from memreader.runlock import RunLock
+    from memreader.core.runlock import RunLock
 
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(done.stdout)  # that process has exited
@@ -261,7 +261,7 @@ def test_stale_lock_is_taken_over(home: Path) -> None:
 
 
 def test_all_failed_run_exits_1(home: Path, capsys, monkeypatch) -> None:
-    import data_gen.pipeline as pipeline
+    import memreader.data_gen.pipeline as pipeline
 
     class Refuser(_Backend):
         def generate_many(self, list_of_messages, *a, **kw):
@@ -275,7 +275,7 @@ def test_all_failed_run_exits_1(home: Path, capsys, monkeypatch) -> None:
 
 
 def test_empty_text_documents_are_skipped_before_any_call(home: Path, capsys) -> None:
-    from inference.reader import ReadConfig, read_corpus_memories
+    from memreader.inference.reader import ReadConfig, read_corpus_memories
 
     corpus = home / "mixed.jsonl"
     corpus.write_text(json.dumps({"id": "e", "text": " \n"}) + "\n" +

@@ -28,27 +28,40 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 def test_every_kind_of_wrong_import_is_caught(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "memreader/__init__.py": "",
-        "memreader/cli.py": "import retrieval.search\n",  # the top imports anything
-        "memreader/fusion.py": "from retrieval.search import ask\n",  # core -> stage
-        "memreader/a.py": "def f():\n    from memreader import b\n",  # a cycle, through a lazy import
-        "memreader/b.py": "import memreader.a\n",
+        "memreader/cli.py": "import memreader.retrieval.search\n",  # the top imports anything
+        "core/__init__.py": "",
+        "core/fusion.py": "from memreader.retrieval.search import ask\n",  # core -> stage
+        "core/a.py": "def f():\n    from . import b\n",  # a cycle, through a lazy relative import
+        "core/b.py": "import memreader.core.a\n",
+        "core/lazy.py": "import importlib\nSTAGE = importlib.import_module('memreader.eval.qa')\n",  # core -> stage
         "retrieval/__init__.py": "",
-        "retrieval/search.py": "from data_gen.pipeline import generate\n"  # stage -> sibling stage
+        "retrieval/search.py": "from memreader.data_gen.pipeline import generate\n"  # stage -> sibling stage
                                "if __name__ == '__main__':\n    from memreader.cli import main\n",  # allowed
-        "retrieval/chat.py": "from memreader.cli import main\n",  # below the top
+        "retrieval/chat.py": "from ..cli import main\n",  # below the top, relative
         "data_gen/__init__.py": "",
         "data_gen/pipeline.py": "import json\n",
         "eval/__init__.py": "",
-        "eval/qa.py": "from retrieval.search import ask, _canonical\n",  # allowed direction, private name
+        "eval/qa.py": "from memreader.retrieval.search import ask, _canonical\n",  # allowed direction, private name
+        "scripts/bench_a.py": "import sys\nsys.path.insert(0, '.')\nfrom bench_b import helper\n"  # two problems
+                              "from memreader.core.fusion import _weights\n"  # private name
+                              "from memreader.eval import qa\nqa._cache.clear()\n",  # private attribute
+        "scripts/bench_b.py": "from _common import shared\nfrom memreader.cli import main\n",  # both allowed
+        "scripts/_common.py": "",
     })
-    found = check_layers.violations(root, ("memreader", "retrieval", "data_gen", "eval"))
+    found = check_layers.violations(root)
     text = "\n".join(found)
-    assert "memreader.fusion imports retrieval.search: the core never imports a stage" in text
-    assert "retrieval.search imports data_gen.pipeline: a stage never imports a sibling stage" in text
-    assert "retrieval.chat imports memreader.cli: only the top layer" in text
-    assert "eval.qa imports retrieval.search: private name(s) _canonical" in text
-    assert "import cycle among memreader.a, memreader.b" in text
-    assert len(found) == 5, found  # the __main__ block, the top layer and eval -> retrieval are allowed
+    assert "memreader.core.fusion imports memreader.retrieval.search: the core never imports a stage" in text
+    assert "memreader.core.lazy imports memreader.eval.qa: the core never imports a stage" in text
+    assert "memreader.retrieval.search imports memreader.data_gen.pipeline: a stage never imports a sibling stage" in text
+    assert "memreader.retrieval.chat imports memreader.cli: only the top layer" in text
+    assert "memreader.eval.qa imports memreader.retrieval.search: private name(s) _canonical" in text
+    assert "import cycle among memreader.core.a, memreader.core.b" in text
+    assert "scripts/bench_a.py:2: a script edits sys.path" in text
+    assert "scripts.bench_a imports scripts.bench_b: a script never imports another script" in text
+    assert "scripts.bench_a imports memreader.core.fusion: private name(s) _weights" in text
+    assert "scripts/bench_a.py:6: a script reads the private attribute _cache" in text
+    # the __main__ block, the top layer, eval -> retrieval, scripts/_common.py and a script on the CLI are allowed
+    assert len(found) == 10, found
 
 
 def test_every_module_imports() -> None:

@@ -32,7 +32,7 @@ def script_variables(text: str) -> tuple[dict[str, list[str]], dict[str, list[st
 
 
 def stage_calls(script: Path) -> list[tuple[str, list[str]]]:
-    """(stage, argv after the stage name) of every ``memreader <stage>`` / ``-m training.sft`` call; an array
+    """(stage, argv after the stage name) of every ``memreader <stage>`` / ``-m memreader.training.sft`` call; an array
     expansion stands for every word the script ever puts in that array, a ``$NAME`` config for each of its values
     (one call per value)."""
     raw = script.read_text(encoding="utf-8")
@@ -51,14 +51,14 @@ def stage_calls(script: Path) -> list[tuple[str, list[str]]]:
         for i, word in enumerate(words):
             if word in ("$MEMREADER", "memreader") and i + 1 < len(words):
                 calls.append((words[i + 1], words[i + 2:]))
-            elif word == "-m" and i + 1 < len(words) and words[i + 1] == "training.sft":
+            elif word == "-m" and i + 1 < len(words) and words[i + 1] == "memreader.training.sft":
                 calls.append(("train", words[i + 2:]))
     return calls
 
 
 def valid_keys(stage: str) -> set[str]:
     if stage == "train":
-        from training.config import key_sets
+        from memreader.training.config import key_sets
 
         return set().union(*key_sets().values())
     return {f.name for f in dataclasses.fields(cli_stage(stage).config)}

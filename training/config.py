@@ -49,9 +49,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from memreader.config import ConfigError, coerce_value, field, read_config_data, unknown_key_problem
-from memreader.paths import memreader_home, run_name_problem
-from training.preflight import POLICIES
+from memreader.core.config import ConfigError, coerce_value, field, read_config_data, unknown_key_problem
+from memreader.core.paths import memreader_home, run_name_problem
+from memreader.training.preflight import POLICIES
 
 
 @dataclass

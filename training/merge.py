@@ -6,9 +6,9 @@ stacks without LoRA support need; vLLM can also serve the adapter unmerged (``--
 Commands (run from the repository root)::
 
     # base model read from the run's summary.json (or the adapter's adapter_config.json)
-    python -m training.merge --set adapter=artifacts/runs/mr-7b/train
+    python -m memreader.training.merge --set adapter=artifacts/runs/mr-7b/train
     # a YAML of MergeConfig keys, any of them overridden
-    python -m training.merge --config configs/training/merge.yaml --set adapter=artifacts/runs/mr-7b/train \\
+    python -m memreader.training.merge --config configs/training/merge.yaml --set adapter=artifacts/runs/mr-7b/train \\
         --set output=artifacts/runs/mr-7b/merged --set dtype=bfloat16
     # shortcut flags for the same keys: --adapter, --base, --output, --dtype, --overwrite
 
@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from memreader.config import field
-from memreader.lora import DTYPES, MergeError, adapter_base, merge_adapter
-from memreader.paths import write_resolved_config
-from memreader.stage import Flag, Stage
+from memreader.core.config import field
+from memreader.core.lora import DTYPES, MergeError, adapter_base, merge_adapter
+from memreader.core.paths import write_resolved_config
+from memreader.core.stage import Flag, Stage
 
 __all__ = ["STAGE", "MergeConfig", "MergeError", "adapter_base", "merge_adapter"]
 
@@ -45,7 +45,7 @@ class MergeConfig:
     overwrite: bool = field(False, help="write into a non-empty output folder")
 
     def check(self) -> list[str]:
-        """Every problem with the values, for :func:`memreader.config.load_config`."""
+        """Every problem with the values, for :func:`memreader.core.config.load_config`."""
         return [] if self.dtype in DTYPES else [f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}"]
 
 

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from memreader.errors import MemReaderError
-from memreader.paths import write_json
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import write_json
 
 log = logging.getLogger(__name__)
 

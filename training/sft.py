@@ -1,9 +1,9 @@
 """LoRA SFT of MemReader with TRL + PEFT (+ accelerate / DeepSpeed): loss on the completion only.
 
 Data: ``sft_train.jsonl`` / ``sft_val.jsonl`` from data_gen (``$MEMREADER_HOME/runs/<run>/gen/``) in
-TRL's conversational prompt-completion format (see :mod:`training.preflight`). Config: one flat YAML of
+TRL's conversational prompt-completion format (see :mod:`memreader.training.preflight`). Config: one flat YAML of
 TRL ``SFTConfig`` + PEFT ``LoraConfig`` + :class:`training.config.MemReaderArguments` keys (see
-:mod:`training.config`; ``--list-keys`` prints them all). Outputs, all in ``$MEMREADER_HOME/runs/<run>/train/``:
+:mod:`memreader.training.config`; ``--list-keys`` prints them all). Outputs, all in ``$MEMREADER_HOME/runs/<run>/train/``:
 the LoRA adapter + tokenizer (``PeftModel.from_pretrained``), ``config.yaml`` (the resolved config, all three
 parts), ``trainer_args.json`` (the exact TRL ``SFTConfig``), ``preflight.json`` (token lengths),
 ``curves.jsonl`` (log history) and ``summary.json`` (losses, steps, speed, versions).
@@ -11,25 +11,25 @@ parts), ``trainer_args.json`` (the exact TRL ``SFTConfig``), ``preflight.json`` 
 Commands (run from the repository root)::
 
     # CPU smoke run on the embedded SmolLM2-135M (a few steps, fp32)
-    python -m training.sft --config configs/training/smollm2_135m_lora_cpu_smoke.yaml \\
+    python -m memreader.training.sft --config configs/training/smollm2_135m_lora_cpu_smoke.yaml \\
         --set train_file=artifacts/runs/gen-smollm2/gen/sft_train.jsonl --set run=smoke
     # any TRL / PEFT key: --set learning_rate=1.0e-4 --set r=32 --set 'target_modules=[q_proj,v_proj]'
-    python -m training.sft --list-keys
+    python -m memreader.training.sft --list-keys
     # token-length statistics only (no training): writes <run>/train/preflight.json
-    python -m training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b \\
+    python -m memreader.training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b \\
         --preflight-only
     # 1 GPU
     accelerate launch --config_file configs/accelerate/single_gpu.yaml \\
-        -m training.sft --config configs/training/qwen2_5_1.5b_lora.yaml --set run=mr-1.5b
+        -m memreader.training.sft --config configs/training/qwen2_5_1.5b_lora.yaml --set run=mr-1.5b
     # 8 GPUs, DeepSpeed ZeRO-3 (ZeRO-2 / plain DDP: multi_gpu_ds_zero2.yaml / multi_gpu_ddp.yaml);
     # lower gradient_accumulation_steps so the global batch stays that of the 1-GPU recipe
     accelerate launch --config_file configs/accelerate/multi_gpu_ds_zero3.yaml \\
-        -m training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b \\
+        -m memreader.training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b \\
         --set gradient_accumulation_steps=2
     # several nodes (run on every node; shared MEMREADER_HOME; see docs/TRAINING.md)
     accelerate launch --config_file configs/accelerate/multi_node_ds_zero3.yaml \\
         --machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR --num_machines 2 --num_processes 16 \\
-        -m training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b-2n
+        -m memreader.training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b-2n
 
 The same flags work as ``memreader train --config ... --set key=value``.
 """
@@ -43,12 +43,18 @@ import logging
 import time
 from typing import Any
 
-from memreader.config import ConfigError
-from memreader.paths import sha256_file, write_json, write_resolved_config
-from memreader.registry import resolve_model
-from memreader.stage import PrintAction, Stage
-from training.config import TrainConfig, describe_keys, load_train_config, resolved_values, world_size
-from training.preflight import (
+from memreader.core.config import ConfigError
+from memreader.core.paths import sha256_file, write_json, write_resolved_config
+from memreader.core.registry import resolve_model
+from memreader.core.stage import PrintAction, Stage
+from memreader.training.config import (
+    TrainConfig,
+    describe_keys,
+    load_train_config,
+    resolved_values,
+    world_size,
+)
+from memreader.training.preflight import (
     check_lengths,
     format_report,
     load_sft_records,
@@ -216,7 +222,7 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
                 handle.write(json.dumps(entry) + "\n")
         write_json(out / "summary.json", summary)
         if project.merge:
-            from training.merge import merge_adapter
+            from memreader.training.merge import merge_adapter
 
             summary["merged_dir"] = str(merge_adapter(str(out), str(out / "merged"), base=project.model,
                                                          overwrite=project.overwrite))
@@ -248,7 +254,7 @@ STAGE = Stage("train", "LoRA fine-tuning with TRL SFTTrainer", run=_run_stage, l
                      "and of training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "
                      "prints them with their defaults.")
 
-if __name__ == "__main__":  # also `accelerate launch -m training.sft --config ...`
+if __name__ == "__main__":  # also `accelerate launch -m memreader.training.sft --config ...`
     from memreader.cli import module_main
 
     raise SystemExit(module_main("train"))

@@ -1,6 +1,6 @@
 """Chunking methods as one family: every method gives memories whose spans tile each document.
 
-    from eval.chunkers import METHODS, ChunkerSettings, method_memories
+    from memreader.eval.chunkers import METHODS, ChunkerSettings, method_memories
     memories, calibration = method_memories("semantic", documents, ChunkerSettings(target_chars=178), work_dir)
 
 Methods (:data:`METHODS`): ``fixed``, ``sentence`` (chonkie SentenceChunker), ``semantic``
@@ -11,7 +11,7 @@ parameter is calibrated so that its mean chunk length is within ±tolerance of t
 (:class:`Calibration`); see ``docs/CHUNKERS.md``.
 """
 
-from eval.chunkers.base import (
+from memreader.eval.chunkers.base import (
     METHODS,
     Calibration,
     ChunkerError,
@@ -20,7 +20,7 @@ from eval.chunkers.base import (
     chunks_as_memory,
     fixed_length_spans,
 )
-from eval.chunkers.methods import MODEL_METHODS, method_memories
+from memreader.eval.chunkers.methods import MODEL_METHODS, method_memories
 
 __all__ = ["METHODS", "MODEL_METHODS", "Calibration", "ChunkerError", "ChunkerSettings", "chunk_stats",
            "chunks_as_memory", "fixed_length_spans", "method_memories"]

@@ -1,6 +1,6 @@
 """What every chunker shares: settings, the calibration record, errors, spans and sentence units.
 
-A chunker turns each document into a :class:`~memreader.schema.DocumentMemory` whose scenarios
+A chunker turns each document into a :class:`~memreader.core.schema.DocumentMemory` whose scenarios
 tile the document exactly. Chunk-only methods leave outline and core empty (the index then
 searches the chunk layer only) and record ``meta["chunker"]``.
 """
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from memreader.errors import MemReaderError
-from memreader.schema import DocumentMemory, MemoryValidationError, Scenario, tiling_problems
+from memreader.core.errors import MemReaderError
+from memreader.core.schema import DocumentMemory, MemoryValidationError, Scenario, tiling_problems
 
 METHODS = ("fixed", "sentence", "semantic", "lumber", "llm-direct", "memreader", "teacher")
 """Every chunking method, rule-based first."""
@@ -47,7 +47,7 @@ class ChunkerSettings:
     max_trials: int = 30  # calibration values tried for rule/embedding methods (cheap)
     model_max_trials: int = 6  # calibration values tried for model methods (each one reads the docs)
     device: str = "auto"
-    backend: str = "transformers"  # lumber, llm-direct, memreader: transformers, vllm or auto (memreader.backends)
+    backend: str = "transformers"  # lumber, llm-direct, memreader: transformers, vllm or auto (memreader.core.backends)
     dtype: str = "auto"  # their model's dtype: auto, float32 or bfloat16
     cache_dir: str = ""  # lumber's LM answers and the readers' memories, content-addressed ("" = the run's work_dir)
 
@@ -55,8 +55,8 @@ class ChunkerSettings:
         """``(chat backend, backend name, dtype)`` for the model-based methods: ``stage`` is ``read``
         (llm-direct, memreader: guided memories) or ``answer`` (lumber: short answers), whose measured fastest
         engine ``backend: auto`` takes. A vLLM engine is the process's one for these settings (shared)."""
-        from memreader.backends import resolve_backend, resolve_dtype_for
-        from memreader.generation import make_chat
+        from memreader.core.backends import resolve_backend, resolve_dtype_for
+        from memreader.core.generation import make_chat
 
         backend, _ = resolve_backend(self.backend, stage)
         dtype = resolve_dtype_for(stage, self.dtype, backend)
@@ -81,7 +81,7 @@ class ChunkerSettings:
                 out.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.calibration_docs < 0:
             out.append(f"calibration_docs={self.calibration_docs} must be >= 0 (0 = all documents)")
-        from memreader.backends import backend_problem, dtype_problem
+        from memreader.core.backends import backend_problem, dtype_problem
 
         out += [p for p in (backend_problem(self.backend, ("transformers", "vllm", "auto"), "chunk_backend"),
                             dtype_problem(self.dtype)) if p]

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eval.chunkers.base import ChunkerError, chunk_stats, within
-from memreader.schema import DocumentMemory
+from memreader.core.schema import DocumentMemory
+from memreader.eval.chunkers.base import ChunkerError, chunk_stats, within
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ the full run).
 
 Written by hand, not chonkie's SlumberChunker: that one asks one prompt at a time through a Genie
 and falls back silently when a reply does not parse, while here every document's window goes into
-one batched ``generate_many``, a grammar (llguidance, :mod:`memreader.generation.guided`)
+one batched ``generate_many``, a grammar (llguidance, :mod:`memreader.core.generation.guided`)
 restricts the reply to ``Answer: ID nnnn`` with a valid ID, so even a 135M model always answers
 usably, and each answer is cached in ``lumber/answers.jsonl`` under the chunk cache (``memreader eval``'s
 ``chunk_cache``; the run's ``work_dir`` with ``chunk_cache: run``), a JSONL keyed by a hash of model,
@@ -40,9 +40,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.chunkers.base import ChunkerError, sentence_spans
-from eval.chunkers.calibrate import SizeParam
-from memreader.generation import GenerationParams
+from memreader.core.generation import GenerationParams
+from memreader.eval.chunkers.base import ChunkerError, sentence_spans
+from memreader.eval.chunkers.calibrate import SizeParam
 
 log = logging.getLogger(__name__)
 

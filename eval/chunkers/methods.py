@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from eval.chunkers.base import (
+from memreader.core.schema import DocumentMemory
+from memreader.eval.chunkers.base import (
     METHODS,
     Calibration,
     ChunkerError,
@@ -20,9 +21,14 @@ from eval.chunkers.base import (
     chunks_as_memory,
     within,
 )
-from eval.chunkers.calibrate import SizeParam, search
-from eval.chunkers.model_memories import ReaderChunker, check_adapter, dump, llm_param, teacher_memories
-from memreader.schema import DocumentMemory
+from memreader.eval.chunkers.calibrate import SizeParam, search
+from memreader.eval.chunkers.model_memories import (
+    ReaderChunker,
+    check_adapter,
+    dump,
+    llm_param,
+    teacher_memories,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +92,20 @@ def _method(method: str, documents: dict[str, str], settings: ChunkerSettings, w
     """The method's size parameter, its chunking function and a note about the run."""
     target, longest = settings.target_chars, max(len(t) for t in documents.values())
     if method in ("fixed", "sentence"):
-        from eval.chunkers import rules
+        from memreader.eval.chunkers import rules
 
         spans = rules.fixed_spans if method == "fixed" else rules.sentence_spans_packed
         param = (rules.fixed_param if method == "fixed" else rules.sentence_param)(target, longest)
         return param, _span_chunker(method, param.name, lambda d, t, v: spans(t, v)), lambda _: ""
     if method == "semantic":
-        from eval.chunkers.semantic import SemanticSplitter, semantic_param
+        from memreader.eval.chunkers.semantic import SemanticSplitter, semantic_param
 
         splitter = SemanticSplitter(settings.embedder, settings.device)
         param = semantic_param()
         chunk = _span_chunker(method, param.name, lambda d, t, v: splitter.spans(t, v, longest))
         return param, chunk, lambda _: f"embedders: {', '.join(splitter.used())}"
     if method == "lumber":
-        from eval.chunkers.lumber import AnswerCache, LumberChunker, lumber_param
+        from memreader.eval.chunkers.lumber import AnswerCache, LumberChunker, lumber_param
 
         client, backend, dtype = settings.chat("answer")
         own = work_dir / "lumber" / "answers.jsonl"  # a run that cached here before chunk_cache keeps its file

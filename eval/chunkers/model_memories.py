@@ -1,6 +1,6 @@
 """Memories written by models: LLM-direct, MemReader, and the teacher's memories from ``memreader gen``.
 
-``llm-direct`` and ``memreader`` run the reader (:mod:`inference.reader`, guided) on the base
+``llm-direct`` and ``memreader`` run the reader (:mod:`memreader.inference.reader`, guided) on the base
 instruct model, without and with the LoRA adapter. The size parameter ``chunk_chars`` (c) maps
 onto the memory grammar's chunk-length window: ``min_chunk_chars = c(1 - llm_spread)``,
 ``max_chunk_chars = c(1 + llm_spread)``, ``cjk_char_weight = 1`` (so it counts real characters in
@@ -23,10 +23,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from eval.chunkers.base import ChunkerError, ChunkerSettings
-from eval.chunkers.calibrate import SizeParam
-from memreader.paths import write_jsonl
-from memreader.schema import DocumentMemory, MemoryValidationError, read_memories
+from memreader.core.paths import write_jsonl
+from memreader.core.schema import DocumentMemory, MemoryValidationError, read_memories
+from memreader.eval.chunkers.base import ChunkerError, ChunkerSettings
+from memreader.eval.chunkers.calibrate import SizeParam
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ReaderChunker:
         return self._backend
 
     def config(self, chunk_chars: float, corpus: Path, limit: int) -> Any:
-        from inference.reader import ReadConfig
+        from memreader.inference.reader import ReadConfig
 
         s = self.settings
         lo = max(1, round(chunk_chars * (1 - s.llm_spread)))
@@ -91,9 +91,9 @@ class ReaderChunker:
 
     def memories(self, documents: dict[str, str], chunk_chars: float) -> list[DocumentMemory]:
         """Guided memories of ``documents`` (read or resumed), in the order given."""
-        from inference.reader import read_documents, read_key
-        from memreader.corpus import read_corpus
-        from memreader.runlock import RunLock, RunLocked
+        from memreader.core.corpus import read_corpus
+        from memreader.core.runlock import RunLock, RunLocked
+        from memreader.inference.reader import read_documents, read_key
 
         corpus = self.own / f"corpus-{len(documents)}.jsonl"
         write_jsonl(corpus, [{"id": d, "text": t} for d, t in documents.items()])

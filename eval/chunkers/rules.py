@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
-from eval.chunkers.base import (
+from memreader.eval.chunkers.base import (
     MIN_SENTENCE_CHARS,
     SENTENCE_DELIMITERS,
     anchor_spans,
     fixed_length_spans,
 )
-from eval.chunkers.calibrate import SizeParam
+from memreader.eval.chunkers.calibrate import SizeParam
 
 
 def fixed_param(target: int, longest: int) -> SizeParam:

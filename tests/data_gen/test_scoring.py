@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import math
 
+import memreader.core.scoring as scoring
 import pytest
 import torch
-
-import memreader.scoring as scoring
-from memreader.prompts import render
-from memreader.schema import DocumentMemory, Scenario
-from memreader.scoring import (
+from memreader.core.prompts import render
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.core.scoring import (
     SINGLE_CHUNK_CLARITY,
     EvaluatorScorer,
     ScorerSettings,
@@ -297,8 +296,8 @@ def test_boundary_scores_match_memory_scores(model, tokenizer):
 
 
 def test_assess_scores_a_memories_file_and_writes_beside_it(tmp_path, model, tokenizer, capsys) -> None:
-    from data_gen.assess import AssessConfig, assess, outputs
-    from memreader.schema import write_memories
+    from memreader.core.schema import write_memories
+    from memreader.data_gen.assess import AssessConfig, assess, outputs
 
     with_cores = _memory("cores", [("Rivers run to the sea. ", "rivers"), ("Bridges cross the rivers. ", "bridges")])
     chunk_only = _memory("chunks", [("Towns grow along rivers. ", ""), ("Markets open at dawn. ", "")])

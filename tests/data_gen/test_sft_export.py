@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 
+import memreader.data_gen.pipeline as pipeline
 import pytest
+from memreader.core.corpus import CorpusError
+from memreader.data_gen.sft_export import balance, stratum, write_sft_splits
 
-import data_gen.pipeline as pipeline
-from data_gen.sft_export import balance, stratum, write_sft_splits
-from memreader.corpus import CorpusError
 from tests.data_gen.fakes import SeededTeacher
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 
+import memreader.data_gen.pipeline as pipeline
+import memreader.data_gen.structure_teacher as st
 import pytest
-
-import data_gen.pipeline as pipeline
-import data_gen.structure_teacher as st
-from memreader.corpus import Document
-from memreader.errors import RunFailed
-from memreader.guidance import approx_tokens
-from memreader.markup import render_memory
-from memreader.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
-from memreader.schema import read_memories
+from memreader.core.corpus import Document
+from memreader.core.errors import RunFailed
+from memreader.core.guidance import approx_tokens
+from memreader.core.markup import render_memory
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
+from memreader.core.schema import read_memories
 
 PASSAGES = [
     ("Harbour town", "Kelvport is a small harbour town on a rocky northern coast. Its fishing fleet lands cod and "
@@ -156,9 +155,8 @@ def test_a_corpus_without_structure_fails_naming_the_fix(tmp_path, monkeypatch) 
 
 @pytest.mark.integration
 def test_every_structure_target_is_a_reply_the_guided_reader_can_write(smollm2_path) -> None:
+    from memreader.core.generation.guided import accepts, ll_tokenizer
     from transformers import AutoTokenizer
-
-    from memreader.generation.guided import accepts, ll_tokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_path)
     count = lambda text: len(tok.encode(text, add_special_tokens=False))  # noqa: E731

@@ -4,8 +4,8 @@ The real vLLM cache hits are tested in tests/inference/test_vllm.py."""
 
 from __future__ import annotations
 
-from eval.answering import CACHE_SHARE, answer_and_support, cache_groups
-from memreader.generation import GenerationParams
+from memreader.core.generation import GenerationParams
+from memreader.eval.answering import CACHE_SHARE, answer_and_support, cache_groups
 
 PARAMS = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=10)
 

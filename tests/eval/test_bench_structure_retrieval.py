@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from memreader.schema import DocumentMemory, Scenario, write_memories
+from memreader.core.schema import DocumentMemory, Scenario, write_memories
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("bench_structure_retrieval",

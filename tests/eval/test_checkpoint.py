@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import memreader.eval.method_run as method_run
+import memreader.eval.qa as qa
 import pytest
+from memreader.eval.checkpoint import MANIFEST, CheckpointError, restore, save
 
-import eval.method_run as method_run
-import eval.qa as qa
-from eval.checkpoint import MANIFEST, CheckpointError, restore, save
 from tests.eval.test_qa_harness import EchoFirstPassage, _cfg, demo_files  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +144,7 @@ def test_the_script_finds_the_run_and_cache_from_the_config(demo_files, tmp_path
 
 
 def test_a_file_the_run_appends_to_during_a_save_is_recorded_as_copied(tmp_path, monkeypatch) -> None:
-    import eval.checkpoint as checkpoint
+    import memreader.eval.checkpoint as checkpoint
 
     eval_dir, cache = _fake_run(tmp_path / "home")
     real_copy = shutil.copy2

@@ -8,14 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from eval.chunkers import METHODS, Calibration, ChunkerError, ChunkerSettings, chunk_stats, method_memories
-from eval.chunkers.base import anchor_spans, sentence_spans
-from eval.chunkers.calibrate import SizeParam, search
-from eval.chunkers.lumber import PROMPT, AnswerCache, LumberChunker, valid_answers, window_end
-from eval.chunkers.semantic import embedder_name
-from memreader.generation import Reply
-from memreader.schema import DocumentMemory, Scenario, write_memories
+from memreader.core.generation import Reply
+from memreader.core.schema import DocumentMemory, Scenario, write_memories
+from memreader.eval.chunkers import (
+    METHODS,
+    Calibration,
+    ChunkerError,
+    ChunkerSettings,
+    chunk_stats,
+    method_memories,
+)
+from memreader.eval.chunkers.base import anchor_spans, sentence_spans
+from memreader.eval.chunkers.calibrate import SizeParam, search
+from memreader.eval.chunkers.lumber import PROMPT, AnswerCache, LumberChunker, valid_answers, window_end
+from memreader.eval.chunkers.semantic import embedder_name
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,8 +72,7 @@ def test_rule_methods_tile_and_hit_the_target(method, target, corpus, tmp_path) 
 
 def test_sentence_chunks_end_at_sentence_ends_with_exact_library_offsets(corpus) -> None:
     from chonkie import SentenceChunker
-
-    from eval.chunkers.base import SENTENCE_DELIMITERS
+    from memreader.eval.chunkers.base import SENTENCE_DELIMITERS
 
     chunker = SentenceChunker(tokenizer="character", chunk_size=200, delim=SENTENCE_DELIMITERS)
     for text in corpus.values():  # chonkie's own offsets are exact on English and Chinese text
@@ -226,7 +231,7 @@ def test_lumber_cuts_long_passages_in_the_prompt_and_asks_only_where_there_is_a_
 
 
 def test_lumber_calibrates_tiles_and_resumes_from_its_cache(corpus, tmp_path, monkeypatch) -> None:
-    import memreader.generation as generation
+    import memreader.core.generation as generation
 
     fake = FakeLM()
     monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: fake)
@@ -243,7 +248,7 @@ def test_lumber_calibrates_tiles_and_resumes_from_its_cache(corpus, tmp_path, mo
 
 
 def test_lumber_runs_that_share_a_cache_dir_ask_the_lm_once(corpus, tmp_path, monkeypatch) -> None:
-    import memreader.generation as generation
+    import memreader.core.generation as generation
 
     fake = FakeLM()
     monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: fake)
@@ -280,7 +285,7 @@ def test_lumber_refuses_an_unusable_answer_and_cuts_a_half_written_cache_line(tm
 
 
 def _teacher_file(tmp_path: Path, docs: dict[str, str], size: int) -> Path:
-    from eval.chunkers import fixed_length_spans
+    from memreader.eval.chunkers import fixed_length_spans
 
     mems = [DocumentMemory(d, t, [Scenario(f"topic {i}", f"core {i}", a, b)
                                   for i, (a, b) in enumerate(fixed_length_spans(t, size))], meta={"teacher": "x"})
@@ -327,7 +332,7 @@ def test_lumber_with_smollm2_on_a_short_document(tmp_path) -> None:
     _check(memories, docs, "lumber", cal, settings)
     replies = [json.loads(x)["reply"] for x in (tmp_path / "lumber" / "answers.jsonl").read_text().splitlines()]
     assert replies and all(re.fullmatch(r"Answer: ID \d{4}", r) for r in replies)
-    import memreader.generation as generation
+    import memreader.core.generation as generation
 
     mp = pytest.MonkeyPatch()
     mp.setattr(generation, "make_chat", lambda kind, **kw: NoCalls())

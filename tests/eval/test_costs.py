@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from eval.costs import CostLedger, PeakMemory
+from memreader.eval.costs import CostLedger, PeakMemory
 
 
 def test_phases_add_up_across_sessions_and_survive_a_crash(tmp_path) -> None:
@@ -44,12 +44,12 @@ def test_peak_memory_counts_a_child_process() -> None:
 
 
 def test_a_killed_session_keeps_the_time_it_spent(tmp_path, monkeypatch) -> None:
-    import eval.costs as costs
+    import memreader.eval.costs as costs
 
     monkeypatch.setattr(costs, "SAVE_EVERY", 0.1)
     path = tmp_path / "cost.json"
     # a child process that enters the answers phase and is then killed (no cleanup runs)
-    code = ("import time, eval.costs as c; c.SAVE_EVERY = 0.1\n"
+    code = ("import time, memreader.eval.costs as c; c.SAVE_EVERY = 0.1\n"
             f"ledger = c.CostLedger(__import__('pathlib').Path({str(path)!r})).__enter__()\n"
             "with ledger.phase('answers'):\n    print('in', flush=True); time.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -61,7 +61,7 @@ def test_a_killed_session_keeps_the_time_it_spent(tmp_path, monkeypatch) -> None
 
 
 def test_periodic_saves_do_not_count_a_phase_twice(tmp_path, monkeypatch) -> None:
-    import eval.costs as costs
+    import memreader.eval.costs as costs
 
     monkeypatch.setattr(costs, "SAVE_EVERY", 0.1)
     path = tmp_path / "cost.json"

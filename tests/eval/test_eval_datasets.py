@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from eval.datasets import (
+from memreader.eval.datasets import (
     DatasetError,
     Passage,
     QARecord,

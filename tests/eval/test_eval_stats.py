@@ -6,9 +6,8 @@ import itertools
 
 import numpy as np
 import pytest
-
-from eval.metrics import BleuStats, bleu_from_stats, resolve_config
-from eval.stats import (
+from memreader.eval.metrics import BleuStats, bleu_from_stats, resolve_config
+from memreader.eval.stats import (
     bootstrap_ci,
     bootstrap_cis,
     corpus_bleu_from_counts,

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-
-from eval.intrinsic import (
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.eval.intrinsic import (
     IntrinsicError,
     boundary_clarity,
     chunk_stickiness,
@@ -15,7 +15,6 @@ from eval.intrinsic import (
     stickiness_record,
     structural_entropy,
 )
-from memreader.schema import DocumentMemory, Scenario
 
 
 def test_structural_entropy_by_hand() -> None:
@@ -61,7 +60,7 @@ def _memory(doc_id: str, sentences: list[str]) -> DocumentMemory:
 
 @pytest.mark.integration
 def test_repeated_chunks_are_stickier_than_distinct_ones() -> None:
-    from memreader.runtime import load_embedder
+    from memreader.core.runtime import load_embedder
 
     sticky = _memory("sticky", ["The cat sat on the mat.", "A cat was sitting on a mat.", "The cat rested on the mat.",
                                 "On the mat sat the cat."])

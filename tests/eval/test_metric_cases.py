@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from eval.metrics import MetricConfig, corpus_bleu, resolve_config, score_example
-from eval.tokenize import tokenize
+from memreader.eval.metrics import MetricConfig, corpus_bleu, resolve_config, score_example
+from memreader.eval.tokenize import tokenize
 
 
 def meteor(p: float, r: float, chunks: int, matches: int) -> float:

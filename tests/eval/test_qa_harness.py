@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import memreader.eval.qa as qa
 import pytest
-
-import eval.qa as qa
-from eval.method_run import StaleRunError
-from memreader.config import ConfigError, load_config
-from memreader.schema import DocumentMemory, Scenario, write_memories
+from memreader.core.config import ConfigError, load_config
+from memreader.core.schema import DocumentMemory, Scenario, write_memories
+from memreader.eval.method_run import StaleRunError
 
 DOC_A = ("Lighthouses guide ships at night with a rotating lamp. " * 3
          + "The keeper lived in a small cottage beside the tower and logged every passing vessel.")
@@ -122,7 +121,7 @@ def test_config_problems_are_named() -> None:
 
 
 def test_questions_without_answers_are_named(demo_files, monkeypatch) -> None:
-    from eval.datasets import DatasetError
+    from memreader.eval.datasets import DatasetError
 
     path = Path(demo_files["qa"])
     path.write_text(json.dumps({"id": "q9", "question": "Why?", "answers": [" "], "doc_id": "a"}) + "\n")
@@ -149,7 +148,7 @@ class _WindowedAnswerer:
 
 
 def test_chunks_that_do_not_fit_the_window_are_dropped_lowest_ranked_first() -> None:
-    from eval.answering import answer_messages, fit_chunks
+    from memreader.eval.answering import answer_messages, fit_chunks
 
     chunks = ["a" * 300, "b" * 300, "c" * 300]
     full = sum(len(m["content"]) for m in answer_messages("Why?", chunks))
@@ -160,7 +159,7 @@ def test_chunks_that_do_not_fit_the_window_are_dropped_lowest_ranked_first() -> 
 
 
 def test_the_chunk_cache_is_one_folder_per_dataset_file(tmp_path, monkeypatch) -> None:
-    from eval.qa import QAConfig, chunk_cache_dir
+    from memreader.eval.qa import QAConfig, chunk_cache_dir
 
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"

@@ -1,4 +1,4 @@
-"""eval.records: the summary.json contract between `memreader eval` and `memreader report`. Records round-trip
+"""memreader.eval.records: the summary.json contract between `memreader eval` and `memreader report`. Records round-trip
 through JSON; a broken summary names the file, every bad key and the fix; an older summary still reads."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-
-from eval.chunkers.base import Calibration
-from eval.records import (
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.eval.chunkers.base import Calibration
+from memreader.eval.records import (
     ClarityRecord,
     DatasetRecord,
     EngineRecord,
@@ -25,8 +25,7 @@ from eval.records import (
     SupportRecord,
     calibration_from_dict,
 )
-from eval.score import score_pairs
-from memreader.schema import DocumentMemory, Scenario
+from memreader.eval.score import score_pairs
 
 IDS = ["q1", "q2", "q3"]
 

@@ -1,5 +1,5 @@
 """``memreader report``: renders the output of a real tiny ``memreader eval`` (a random 2-layer model answers,
-scores support and clarity) and of a synthetic run folder written through eval.records (Markdown + decodable
+scores support and clarity) and of a synthetic run folder written through memreader.eval.records (Markdown + decodable
 PNGs); its paired tests equal eval.score.compare; broken inputs give errors naming the file."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
-
-from eval import paper_tables
-from eval.chunkers.base import Calibration
-from eval.clarity import MethodRow, correlate
-from eval.records import (
+from memreader.core.paths import memreader_home
+from memreader.core.schema import DocumentMemory, Scenario, write_memories
+from memreader.eval import paper_tables
+from memreader.eval.chunkers.base import Calibration
+from memreader.eval.clarity import MethodRow, correlate
+from memreader.eval.records import (
     ClarityRecord,
     DatasetRecord,
     EvalSummary,
@@ -28,11 +29,10 @@ from eval.records import (
     ScoresRecord,
     SupportRecord,
 )
-from eval.report import ReportError, build_report, correlation, load_run, paired_comparisons
-from eval.score import compare, score_pairs
+from memreader.eval.report import ReportError, build_report, correlation, load_run, paired_comparisons
+from memreader.eval.score import compare, score_pairs
+
 from memreader.cli import main as cli
-from memreader.paths import memreader_home
-from memreader.schema import DocumentMemory, Scenario, write_memories
 
 REFS = ["厦门大学位于福建省厦门市。", "The bridge was built in 1890.", "三个堆肥箱。", "Pepper is the cat.",
         "会议在周一举行。", "It rained all week.", "北京是中国的首都。", "The answer is forty-two."]

@@ -7,15 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import memreader.eval.metrics as metrics
 import nltk
 import numpy as np
 import pytest
+from memreader.core.config import ConfigError
+from memreader.eval.metrics import MetricSetupError, find_wordnet, resolve_config
+from memreader.eval.score import compare, format_table, score_pairs
 
-import eval.metrics as metrics
-from eval.metrics import MetricSetupError, find_wordnet, resolve_config
-from eval.score import compare, format_table, score_pairs
 from memreader.cli import main as memreader_main
-from memreader.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 PREDS = ["厦门大学。", "上海和杭州两地", "", "报告比较了两座城市"]
@@ -152,7 +152,7 @@ def test_cli_errors_name_the_problem(files: dict[str, Path], tmp_path: Path, cap
 def test_python_dash_m_entry_point(files: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "eval.score", "--pred", str(files["pred"]), "--ref", str(files["ref"]),
+        [sys.executable, "-m", "memreader.eval.score", "--pred", str(files["pred"]), "--ref", str(files["ref"]),
          "--out", str(out), "--set", "meteor_wordnet=false", "--bootstrap", "50"],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from eval.chunkers import chunks_as_memory
-from eval.datasets import DatasetError
-from eval.gold_segments import GoldDocument, GoldMismatchError, load_gold_segments, score_memories
-from eval.segmentation import (
+from memreader.core.schema import DocumentMemory, Scenario, write_memories
+from memreader.eval.chunkers import chunks_as_memory
+from memreader.eval.datasets import DatasetError
+from memreader.eval.gold_segments import GoldDocument, GoldMismatchError, load_gold_segments, score_memories
+from memreader.eval.segmentation import (
     SegmentationSettings,
     aggregate,
     default_window,
@@ -25,7 +25,6 @@ from eval.segmentation import (
     score_document,
     window_diff,
 )
-from memreader.schema import DocumentMemory, Scenario, write_memories
 
 REPO = Path(__file__).resolve().parents[2]
 GOLD = REPO / "tests" / "eval" / "assets" / "gold_segments_small.jsonl"

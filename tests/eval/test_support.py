@@ -1,7 +1,7 @@
 """Informational support: batched, padded, head-sliced scores equal a one-at-a-time direct computation.
 
 The reference computation takes the messages the QA stage itself sends (``eval.answering.answer_messages``,
-which ``eval.method_run`` calls), applies the chat template, appends the answer's tokens, runs one
+which ``memreader.eval.method_run`` calls), applies the chat template, appends the answer's tokens, runs one
 unpadded full forward and averages ``-log_softmax`` over the answer tokens.
 """
 
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from eval.answering import answer_messages
-from eval.support import (
+from memreader.eval.answering import answer_messages
+from memreader.eval.support import (
     SupportError,
     SupportItem,
     informational_support,

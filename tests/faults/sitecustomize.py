@@ -47,10 +47,10 @@ def _dying_read_shard(read_shard: Any) -> Any:
 
 
 class _PatchShards(importlib.abc.MetaPathFinder):
-    """Wraps ``read_shard`` right after ``inference.shards`` executes, before anyone imports the name."""
+    """Wraps ``read_shard`` right after ``memreader.inference.shards`` executes, before anyone imports the name."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "inference.shards":
+        if name != "memreader.inference.shards":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

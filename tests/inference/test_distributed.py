@@ -13,16 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from inference.distributed import DistributedReadConfig, read_distributed
-from inference.ray_engine import RayUnreachable, start_local_ray
-from inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
-from inference.shards import ShardError, ShardStore, merge_shards, plan_shards, read_shard
-from memreader.config import ConfigError, load_config
-from memreader.corpus import CorpusError, read_corpus
-from memreader.generation import GenerationRequestError
-from memreader.markup import render_memory
-from memreader.schema import read_memories, write_memories
+from memreader.core.config import ConfigError, load_config
+from memreader.core.corpus import CorpusError, read_corpus
+from memreader.core.generation import GenerationRequestError
+from memreader.core.markup import render_memory
+from memreader.core.schema import read_memories, write_memories
+from memreader.inference.distributed import DistributedReadConfig, read_distributed
+from memreader.inference.ray_engine import RayUnreachable, start_local_ray
+from memreader.inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
+from memreader.inference.shards import ShardError, ShardStore, merge_shards, plan_shards, read_shard
 
 TOPICS = ["compost", "bees", "rain", "bridges", "trains", "tea", "maps", "clocks"]
 # the grammar and budget of test_reader's guided tiny-model test: three chunks, real (random) outline and cores
@@ -265,7 +264,7 @@ def test_duplicate_doc_ids_are_refused_before_any_work(tmp_path, monkeypatch) ->
 
 @pytest.mark.integration
 def test_merge_refuses_a_document_twice_naming_it(tmp_path, corpus, plain) -> None:
-    from memreader.schema import DocumentMemory
+    from memreader.core.schema import DocumentMemory
 
     shards = plan_shards(read_corpus(corpus), 4)
     store = ShardStore(tmp_path)
@@ -349,7 +348,7 @@ def test_config_problems_are_named(tmp_path, corpus) -> None:
                  "ray_address='head-node'", "shard_size=0 is out of range", "gpus_per_worker=1.5"):
         assert part in message
     cfg = load_config(DistributedReadConfig, None, [f"input={corpus}", "backend=vllm"])
-    from memreader.vllm_engine import on_gpu
+    from memreader.core.vllm_engine import on_gpu
 
     # vLLM workers take a GPU each where there is one; vLLM's CPU build reads on CPU cores
     assert cfg.worker_gpus() == float(on_gpu())

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from inference.shards import Shard, ShardError, plan_file_shards, plan_shards
-from memreader.corpus import CorpusError, read_corpus
+from memreader.core.corpus import CorpusError, read_corpus
+from memreader.inference.shards import Shard, ShardError, plan_file_shards, plan_shards
 
 
 def _corpus(path: Path) -> Path:

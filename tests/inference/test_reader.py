@@ -6,15 +6,14 @@ import json
 import re
 
 import pytest
-
-from inference.reader import ReadConfig, read_corpus_memories
-from memreader.config import ConfigError, load_config
-from memreader.generation import GenerationRequestError, Reply
-from memreader.guidance import approx_tokens
-from memreader.markup import render_memory
-from memreader.prompts import render
-from memreader.schema import MemoryValidationError, read_memories
-from memreader.windowing import MARGIN_TOKENS, prompt_tokens_of
+from memreader.core.config import ConfigError, load_config
+from memreader.core.generation import GenerationRequestError, Reply
+from memreader.core.guidance import approx_tokens
+from memreader.core.markup import render_memory
+from memreader.core.prompts import render
+from memreader.core.schema import MemoryValidationError, read_memories
+from memreader.core.windowing import MARGIN_TOKENS, prompt_tokens_of
+from memreader.inference.reader import ReadConfig, read_corpus_memories
 
 
 class Backend:
@@ -167,7 +166,7 @@ def test_unguidable_document_is_named_with_the_fix(tmp_path, monkeypatch, capsys
     long_text = "A sentence of words. " * 200  # 4,200 characters > max_scenarios x max_chunk_chars: windows
     path.write_text(json.dumps({"id": "long", "text": long_text}) + "\n" +
                     json.dumps({"id": "ok", "text": "document ok has words here and there"}) + "\n")
-    from memreader import guidance
+    from memreader.core import guidance
 
     backend = Backend()
     monkeypatch.setattr(guidance, "FIT_ROUNDS", 1)  # the windows as planned, no smaller ones tried
@@ -325,7 +324,7 @@ def test_long_document_on_tiny_random_model_is_windowed_to_its_window(tmp_path, 
 
 
 def test_a_torn_last_line_is_cut_reading_only_the_tail(tmp_path) -> None:
-    from inference.reader import _drop_torn_tail
+    from memreader.inference.reader import _drop_torn_tail
 
     path = tmp_path / "m.jsonl"
     whole = json.dumps({"doc_id": "a", "text": "x" * 100_000}) + "\n"

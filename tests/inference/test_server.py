@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
+from memreader.core.generation import GenerationParams, GenerationRequestError, OpenAIChat
+from memreader.inference.server import STAGE, ChatServer, build_server
 
-from inference.server import STAGE, ChatServer, build_server
 from memreader.cli import main
-from memreader.generation import GenerationParams, GenerationRequestError, OpenAIChat
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
@@ -117,9 +117,8 @@ def test_teacher_does_not_retry_a_wrong_model_name(server: ChatServer) -> None:
 
 
 def test_serves_a_lora_adapter(memreader_home: Path, tmp_path: Path) -> None:
+    from memreader.core.runtime import load_causal_lm, runtime
     from peft import LoraConfig, get_peft_model
-
-    from memreader.runtime import load_causal_lm, runtime
 
     base, _ = load_causal_lm(MODEL, rt=runtime("cpu"))
     lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
@@ -154,7 +153,7 @@ def test_cli_arguments(tmp_path: Path) -> None:
 
 def test_run_writes_the_resolved_config(memreader_home: Path, monkeypatch) -> None:
     """``memreader serve`` writes its resolved config once the server is up (here: stopped at once)."""
-    import inference.server as server_module
+    import memreader.inference.server as server_module
 
     def stop_at_once(self, poll_interval: float = 0.5) -> None:
         raise KeyboardInterrupt
@@ -169,8 +168,8 @@ def test_run_writes_the_resolved_config(memreader_home: Path, monkeypatch) -> No
 def test_guided_reading_over_http_gives_exact_memories(server: ChatServer, tmp_path: Path, monkeypatch) -> None:
     """memreader read (backend=openai, guided=auto) against memreader serve: the client sees
     owned_by=memreader, sends each document's grammar, and every memory tiles its document."""
-    from inference.reader import ReadConfig, read_corpus_memories
-    from memreader.schema import read_memories
+    from memreader.core.schema import read_memories
+    from memreader.inference.reader import ReadConfig, read_corpus_memories
 
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     path = tmp_path / "c.jsonl"

@@ -11,9 +11,8 @@ import urllib.request
 from typing import Any
 
 import pytest
-
-from inference.server import build_server
-from memreader.generation import GenerationParams, generate_chat_batch
+from memreader.core.generation import GenerationParams, generate_chat_batch
+from memreader.inference.server import build_server
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +67,7 @@ def test_max_tokens_cap_and_generic_500(keyed, monkeypatch) -> None:
 
 
 def test_stop_event_ends_generation_early(tiny_model: str) -> None:
-    from memreader.runtime import load_causal_lm, runtime
+    from memreader.core.runtime import load_causal_lm, runtime
 
     model, tok = load_causal_lm(tiny_model, rt=runtime("cpu"))
     stop = threading.Event()

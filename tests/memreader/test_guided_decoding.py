@@ -4,11 +4,10 @@ the truncation policy, and the small guards around them."""
 from __future__ import annotations
 
 import pytest
-
-from memreader.assemble import memory_from_output
-from memreader.generation.params import GenerationParams, GenerationRequestError, Reply
-from memreader.guidance import MemoryGrammars, count_fates, generate_with_policy
-from memreader.memory_grammar import BoundaryGraph, GrammarSettings
+from memreader.core.assemble import memory_from_output
+from memreader.core.generation.params import GenerationParams, GenerationRequestError, Reply
+from memreader.core.guidance import MemoryGrammars, count_fates, generate_with_policy
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings
 
 SETTINGS = GrammarSettings(min_chunk_chars=30, max_chunk_chars=90, topic_tokens=6, min_topic_tokens=3,
                            core_tokens=10, min_core_tokens=4)
@@ -50,7 +49,7 @@ def _messages(doc: str) -> list[dict[str, str]]:
 @pytest.mark.integration
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_guided_rows_are_exact_memories_beside_a_free_row(tiny, plans, temperature: float) -> None:
-    from memreader.generation.local import generate_chat_batch
+    from memreader.core.generation.local import generate_chat_batch
 
     model, tokenizer = tiny
     budget = max(p.worst_case_tokens for p in plans)
@@ -75,7 +74,7 @@ def test_guided_rows_are_exact_memories_beside_a_free_row(tiny, plans, temperatu
 
 @pytest.mark.integration
 def test_guided_row_cut_off_by_its_budget_is_length(tiny, plans) -> None:
-    from memreader.generation.local import generate_chat_batch
+    from memreader.core.generation.local import generate_chat_batch
 
     model, tokenizer = tiny
     params = GenerationParams(temperature=0, max_new_tokens=12)
@@ -86,7 +85,12 @@ def test_guided_row_cut_off_by_its_budget_is_length(tiny, plans) -> None:
 
 @pytest.mark.integration
 def test_accepts_and_compile_guards(tiny, plans) -> None:
-    from memreader.generation.guided import GuidedDecodingUnavailable, accepts, compile_matcher, ll_tokenizer
+    from memreader.core.generation.guided import (
+        GuidedDecodingUnavailable,
+        accepts,
+        compile_matcher,
+        ll_tokenizer,
+    )
 
     _, tokenizer = tiny
     ll_tok = ll_tokenizer(tokenizer)
@@ -153,7 +157,7 @@ def test_nothing_cut_off_means_one_call_and_bad_policy_is_refused() -> None:
 def test_sampled_rows_do_not_depend_on_their_batch(tiny, plans) -> None:
     """Each row samples from its own seeded generator: the same prompt and seed give the same reply
     alone, in a batch with other rows, in another order, guided or not; another seed another reply."""
-    from memreader.generation.local import generate_chat_batch
+    from memreader.core.generation.local import generate_chat_batch
 
     model, tokenizer = tiny
     params = GenerationParams(temperature=1.0, top_p=0.95, max_new_tokens=12, seed=3)

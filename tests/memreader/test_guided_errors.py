@@ -6,8 +6,7 @@ import builtins
 import sys
 
 import pytest
-
-from memreader.generation import guided
+from memreader.core.generation import guided
 
 
 def test_slow_tokenizer_is_refused_with_the_fix() -> None:
@@ -49,7 +48,7 @@ def test_cli_reports_guidance_errors_without_traceback(tmp_path, monkeypatch, ca
 def test_document_longer_than_the_window_is_a_named_request_error(tiny_model) -> None:
     """The tiny model's window is 1,024 tokens: a longer prompt fails alone, naming the fix; the
     other prompt of the batch is still answered."""
-    from memreader.generation import GenerationParams, GenerationRequestError, LocalChat
+    from memreader.core.generation import GenerationParams, GenerationRequestError, LocalChat
 
     chat = LocalChat(tiny_model, device="cpu", batch_size=2)
     long_doc = "word " * 2000

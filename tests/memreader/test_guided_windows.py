@@ -1,14 +1,13 @@
 """A window whose memory grammar does not fit the reply budget is cut into smaller windows, not refused
-(memreader.guidance.plan_guided_windows): small chunks of Chinese text cost many marker tokens."""
+(memreader.core.guidance.plan_guided_windows): small chunks of Chinese text cost many marker tokens."""
 
 from __future__ import annotations
 
 import pytest
-
-from memreader import guidance
-from memreader.guidance import MemoryGrammars, plan_guided_windows
-from memreader.memory_grammar import GrammarSettings
-from memreader.windowing import WindowSettings
+from memreader.core import guidance
+from memreader.core.guidance import MemoryGrammars, plan_guided_windows
+from memreader.core.memory_grammar import GrammarSettings
+from memreader.core.windowing import WindowSettings
 
 SENTENCE = "这座城市的图书馆每天早上八点开门，读者可以在一楼借书，也可以在二楼的阅览室安静地学习。"
 TEXT = SENTENCE * 36  # ~1,600 characters, as one MultiFieldQA-zh context window

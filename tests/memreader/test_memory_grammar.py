@@ -8,11 +8,10 @@ import re
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from memreader.assemble import memory_from_output
-from memreader.generation.guided import accepts
-from memreader.markup import render_memory
-from memreader.memory_grammar import BoundaryGraph, GrammarSettings, GuidanceError, memory_grammar
+from memreader.core.assemble import memory_from_output
+from memreader.core.generation.guided import accepts
+from memreader.core.markup import render_memory
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, GuidanceError, memory_grammar
 
 SMALL = GrammarSettings(min_chunk_chars=20, max_chunk_chars=80, topic_tokens=8, min_topic_tokens=3,
                         core_tokens=12, min_core_tokens=4)
@@ -30,7 +29,7 @@ def hf_tok(smollm2_path: str):
 
 @pytest.fixture(scope="module")
 def ll_tok(hf_tok):
-    from memreader.generation.guided import ll_tokenizer
+    from memreader.core.generation.guided import ll_tokenizer
 
     return ll_tokenizer(hf_tok)
 

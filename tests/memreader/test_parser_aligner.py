@@ -7,12 +7,11 @@ import re
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from memreader.aligner import align_markers
-from memreader.assemble import memory_from_output
-from memreader.markup import escape_markup, render_memory, unescape_markup
-from memreader.parser import ParseError, parse_output
-from memreader.schema import tiling_problems
+from memreader.core.aligner import align_markers
+from memreader.core.assemble import memory_from_output
+from memreader.core.markup import escape_markup, render_memory, unescape_markup
+from memreader.core.parser import ParseError, parse_output
+from memreader.core.schema import tiling_problems
 
 DOC = (
     "Tea came to Europe in the seventeenth century. Dutch traders shipped it first.\n"

@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from data_gen.sft_export import sft_record
-from inference.reader import ReadConfig, read_corpus_memories, read_key
-from memreader.config import ConfigError, load_config
-from memreader.markup import render_memory
-from memreader.prompts import PromptTemplateError, ReaderPrompt, load_template_file
-from memreader.schema import DocumentMemory, Scenario, read_memories
+from memreader.core.config import ConfigError, load_config
+from memreader.core.markup import render_memory
+from memreader.core.prompts import PromptTemplateError, ReaderPrompt, load_template_file
+from memreader.core.schema import DocumentMemory, Scenario, read_memories
+from memreader.data_gen.sft_export import sft_record
+from memreader.inference.reader import ReadConfig, read_corpus_memories, read_key
 
 RELEASED_STYLE = """[system]
 You extract scenario memories.

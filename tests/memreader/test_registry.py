@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from memreader import registry
+from memreader.core import registry
 
 
 @pytest.mark.integration

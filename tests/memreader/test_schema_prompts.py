@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from memreader.config import ConfigError, field, load_config
-from memreader.language import detect_language
-from memreader.parser import parse_output
-from memreader.prompts import LANGS, TEMPLATES, load_template, render
-from memreader.schema import (
+from memreader.core.config import ConfigError, field, load_config
+from memreader.core.language import detect_language
+from memreader.core.parser import parse_output
+from memreader.core.prompts import LANGS, TEMPLATES, load_template, render
+from memreader.core.schema import (
     DocumentMemory,
     MemoryValidationError,
     Scenario,
@@ -106,8 +105,8 @@ def test_config_collects_every_problem(tmp_path) -> None:
 
 
 def test_type_and_check_problems_are_reported_together() -> None:
-    from data_gen.pipeline import GenConfig
-    from eval.qa import QAConfig
+    from memreader.data_gen.pipeline import GenConfig
+    from memreader.eval.qa import QAConfig
 
     with pytest.raises(ConfigError) as err:
         load_config(GenConfig, None, ["limit=abc", "val_fraction=2", "teacher=x"])
@@ -115,7 +114,7 @@ def test_type_and_check_problems_are_reported_together() -> None:
     assert "limit: expected int" in text and "val_fraction" in text and "teacher: 'x'" in text
     assert load_config(QAConfig, None, [f"memories={__file__}", f"qa={__file__}",
                                         "methods=fixed,sentence"]).methods == ["fixed", "sentence"]
-    from eval.qa import run_qa
+    from memreader.eval.qa import run_qa
 
     with pytest.raises(FileNotFoundError, match="memories: nope.jsonl does not exist .run `memreader read` first"):
         run_qa(load_config(QAConfig, None, ["memories=nope.jsonl", f"qa={__file__}"]))

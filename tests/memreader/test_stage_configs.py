@@ -5,16 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from data_gen.pipeline import GenConfig
-from eval.qa import QAConfig
-from eval.score_cli import ScoreConfig
-from inference.distributed import DistributedReadConfig
-from inference.reader import ReadConfig
-from inference.server import ServeConfig
-from memreader.config import load_config
-from retrieval.chat import ChatConfig
-from retrieval.search import RetrievalConfig
+from memreader.core.config import load_config
+from memreader.data_gen.pipeline import GenConfig
+from memreader.eval.qa import QAConfig
+from memreader.eval.score_cli import ScoreConfig
+from memreader.inference.distributed import DistributedReadConfig
+from memreader.inference.reader import ReadConfig
+from memreader.inference.server import ServeConfig
+from memreader.retrieval.chat import ChatConfig
+from memreader.retrieval.search import RetrievalConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STAGES = {"data_gen": GenConfig, "inference": ReadConfig, "eval": QAConfig, "retrieval": RetrievalConfig}
@@ -51,8 +50,8 @@ def test_every_stage_has_a_config() -> None:
 
 def test_bare_on_off_reach_string_fields_as_words(tmp_path) -> None:
     """YAML 1.1 reads a bare off/on as a boolean; a string field gets the word back."""
-    from inference.reader import ReadConfig
-    from memreader.config import load_config
+    from memreader.core.config import load_config
+    from memreader.inference.reader import ReadConfig
 
     path = tmp_path / "r.yaml"
     path.write_text("input: c.jsonl\nguided: off\n", encoding="utf-8")
@@ -63,13 +62,14 @@ def test_bare_on_off_reach_string_fields_as_words(tmp_path) -> None:
 def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
     import dataclasses
 
-    from data_gen.pipeline import GenConfig
-    from eval.qa import QAConfig
-    from inference.reader import ReadConfig
+    from memreader.data_gen.pipeline import GenConfig
+    from memreader.eval.qa import QAConfig
+    from memreader.inference.reader import ReadConfig
+    from memreader.retrieval.search import RetrievalConfig
+    from memreader.training.config import MemReaderArguments
+    from memreader.training.merge import MergeConfig
+
     from memreader.demo import DemoConfig
-    from retrieval.search import RetrievalConfig
-    from training.config import MemReaderArguments
-    from training.merge import MergeConfig
 
     for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, MemReaderArguments, MergeConfig,
                 ServeConfig, ScoreConfig):

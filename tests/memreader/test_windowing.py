@@ -8,11 +8,10 @@ import re
 import time
 
 import pytest
-
-from memreader.guidance import MemoryGrammars, approx_tokens
-from memreader.memory_grammar import GrammarSettings
-from memreader.schema import DocumentMemory, MemoryValidationError, Scenario
-from memreader.windowing import (
+from memreader.core.guidance import MemoryGrammars, approx_tokens
+from memreader.core.memory_grammar import GrammarSettings
+from memreader.core.schema import DocumentMemory, MemoryValidationError, Scenario
+from memreader.core.windowing import (
     MARGIN_TOKENS,
     Window,
     WindowError,

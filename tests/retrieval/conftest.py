@@ -15,7 +15,7 @@ from tests.retrieval.retrieval_samples import MEMORIES
 @pytest.fixture(scope="session")
 def embedder() -> Any:
     """The embedded all-MiniLM-L6-v2 model, loaded once."""
-    from memreader.runtime import load_embedder
+    from memreader.core.runtime import load_embedder
 
     return load_embedder("minilm-l6", device="cpu")
 
@@ -23,7 +23,7 @@ def embedder() -> Any:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[tuple[Any, Any]]:
     """``(index, build summary)`` over :data:`MEMORIES` in a Milvus Lite file; closed after the module."""
-    from retrieval.index import MemoryIndex
+    from memreader.retrieval.index import MemoryIndex
 
     db: Path = tmp_path_factory.mktemp("index") / "memories.db"
     index = MemoryIndex(db, embedder=embedder)

@@ -6,7 +6,7 @@ conftest is imported under the same module name.
 
 from __future__ import annotations
 
-from memreader.schema import DocumentMemory, Scenario
+from memreader.core.schema import DocumentMemory, Scenario
 
 
 def make_memory(doc_id: str, scenarios: list[tuple[str, str, str]]) -> DocumentMemory:

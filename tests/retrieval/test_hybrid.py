@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memreader.core.fusion import Hit, LayerHit, rank_hits, split_by_layer
+from memreader.retrieval.index import MODES, MemoryIndex
+from memreader.retrieval.search import format_hits
 
-from memreader.fusion import Hit, LayerHit, rank_hits, split_by_layer
-from retrieval.index import MODES, MemoryIndex
-from retrieval.search import format_hits
 from tests.retrieval.retrieval_samples import make_memory
 
 PARTS = [
@@ -159,7 +159,7 @@ def test_batched_layer_search_gives_each_layers_exact_top_k(
 ) -> None:
     """One Milvus search over all layers, split per layer, equals one search per layer — also when
     the batched answer is too shallow for a layer (depth 1) and that layer falls back to its own."""
-    import retrieval.index as index_module
+    import memreader.retrieval.index as index_module
 
     monkeypatch.setattr(index_module, "_UNION_DEPTH", depth)
     fallbacks: list[str] = []

@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memreader.core.embedders import embedding_dim
+from memreader.core.fusion import LayerHit
+from memreader.core.paths import sha256_file
+from memreader.core.schema import write_memories
+from memreader.core.structure import annotate
+from memreader.retrieval.index import MemoryIndex, MemoryIndexError
+from memreader.retrieval.rows import memory_hash
+from memreader.retrieval.search import RetrievalConfig, build_index_from_file, format_hits, run_index
+from memreader.retrieval.updates import UpdatePlan, newest_only
 
-from memreader.embedders import embedding_dim
-from memreader.fusion import LayerHit
-from memreader.paths import sha256_file
-from memreader.schema import write_memories
-from memreader.structure import annotate
-from retrieval.index import MemoryIndex, MemoryIndexError
-from retrieval.rows import memory_hash
-from retrieval.search import RetrievalConfig, build_index_from_file, format_hits, run_index
-from retrieval.updates import UpdatePlan, newest_only
 from tests.retrieval.retrieval_samples import BREAD, MEMORIES, TEA, VOLCANO, make_memory
 
 NAME = "minilm-l6"
@@ -204,7 +204,7 @@ def test_run_index_updates_by_default_and_the_manifest_records_changes(tmp_path:
 @pytest.mark.integration
 def test_an_update_that_dies_between_commit_and_deletions_is_finished_by_the_next(
         tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import retrieval.index as index_module
+    import memreader.retrieval.index as index_module
 
     changed = _changed_volcano()
     with MemoryIndex(tmp_path / "index.db") as index:
@@ -228,8 +228,8 @@ def test_an_update_that_dies_between_commit_and_deletions_is_finished_by_the_nex
 
 
 def test_a_huge_origin_is_shortened_into_valid_json() -> None:
-    from memreader.structure import where_from_json
-    from retrieval.rows import MAX_ORIGIN_BYTES, origin_json
+    from memreader.core.structure import where_from_json
+    from memreader.retrieval.rows import MAX_ORIGIN_BYTES, origin_json
 
     mem = copy.deepcopy(KILN)
     mem.meta["source"] = {"source": "/data/" + "長い名前" * 50 + ".pdf"}

@@ -1,12 +1,11 @@
-"""Milvus' built-in BM25 through :mod:`retrieval.lexical`, on real Milvus Lite."""
+"""Milvus' built-in BM25 through :mod:`memreader.retrieval.lexical`, on real Milvus Lite."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from memreader.retrieval.lexical import add_bm25, bm25_search, detect_language, text_field_params
 from pymilvus import DataType, MilvusClient
-
-from retrieval.lexical import add_bm25, bm25_search, detect_language, text_field_params
 
 
 def _store(path: Path, language: str, texts: list[str]) -> MilvusClient:

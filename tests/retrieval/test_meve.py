@@ -13,24 +13,24 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from memreader.cli import main
-from memreader.config import ConfigError, load_config
-from memreader.embedders import encode
-from memreader.schema import write_memories
-from retrieval.index import MemoryIndex
-from retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings
-from retrieval.meve_audit import format_audit
-from retrieval.passages import PassageStore, PassageStoreError
-from retrieval.rows import memory_hash
-from retrieval.search import RetrievalConfig, build_index_from_file
-from retrieval.verifier import (
+from memreader.core.config import ConfigError, load_config
+from memreader.core.embedders import encode
+from memreader.core.schema import write_memories
+from memreader.retrieval.index import MemoryIndex
+from memreader.retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings
+from memreader.retrieval.meve_audit import format_audit
+from memreader.retrieval.passages import PassageStore, PassageStoreError
+from memreader.retrieval.rows import memory_hash
+from memreader.retrieval.search import RetrievalConfig, build_index_from_file
+from memreader.retrieval.verifier import (
     CrossEncoderVerifier,
     LMVerifier,
     QueryLikelihoodVerifier,
     VerifierError,
     build_verifier,
 )
+
+from memreader.cli import main
 from tests.retrieval.retrieval_samples import TEA, VOLCANO
 
 pytestmark = pytest.mark.integration

@@ -9,18 +9,25 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-
-from retrieval.meve import MeVePipeline, MeVeSettings
-from retrieval.meve_calibration import CalibrationError, Calibrator, OperatingPoint, choose, margin, tau_grid
-from retrieval.passages import PassageStore
-from retrieval.verifier import VerifierError
-from retrieval.verifier_calibration import (
+from memreader.retrieval.meve import MeVePipeline, MeVeSettings
+from memreader.retrieval.meve_calibration import (
+    CalibrationError,
+    Calibrator,
+    OperatingPoint,
+    choose,
+    margin,
+    tau_grid,
+)
+from memreader.retrieval.passages import PassageStore
+from memreader.retrieval.verifier import VerifierError
+from memreader.retrieval.verifier_calibration import (
     CONTENT_FREE,
     CalibratedVerifier,
     EmbeddingVerifier,
     build_meve_verifier,
     calibrate,
 )
+
 from tests.retrieval.test_meve import CORPUS, QUESTION
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memreader.core.config import ConfigError, load_config
+from memreader.core.schema import write_memories
+from memreader.retrieval.index import MemoryIndex, MemoryIndexError
+from memreader.retrieval.milvus import CONNECT_TIMEOUT, TOKEN_ENV, StoreError, connect, resolve_token
+from memreader.retrieval.search import RetrievalConfig, ask, build_index_from_file
 
 from memreader.cli import main
-from memreader.config import ConfigError, load_config
-from memreader.schema import write_memories
-from retrieval.index import MemoryIndex, MemoryIndexError
-from retrieval.milvus import CONNECT_TIMEOUT, TOKEN_ENV, StoreError, connect, resolve_token
-from retrieval.search import RetrievalConfig, ask, build_index_from_file
 from tests.retrieval.retrieval_samples import TEA, VOLCANO
 
 ROOT = Path(__file__).parents[2]
@@ -140,7 +140,7 @@ def test_cli_ask_keeps_library_noise_off_stderr(tmp_path: Path) -> None:
 _IDLE_SCRIPT = """
 import sys, time
 from pathlib import Path
-from retrieval.index import MemoryIndex
+from memreader.retrieval.index import MemoryIndex
 from pymilvus import MilvusClient
 db = Path(sys.argv[1])
 if sys.argv[2] == "memreader":
@@ -171,7 +171,7 @@ def test_idle_milvus_lite_connection_gets_no_too_many_pings(tmp_path: Path) -> N
 def test_closing_a_client_twice_keeps_the_file_open_for_the_others(tmp_path: Path) -> None:
     """Every store closes through ``disconnect``; a second close of one client must not release a
     Milvus Lite file that another client still reads."""
-    from retrieval.milvus import disconnect, resolve_uri
+    from memreader.retrieval.milvus import disconnect, resolve_uri
 
     uri = resolve_uri(tmp_path / "shared.db")
     first, second = connect(uri), connect(uri)

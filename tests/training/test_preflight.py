@@ -6,8 +6,7 @@ import json
 import logging
 
 import pytest
-
-from training.preflight import (
+from memreader.training.preflight import (
     DataFormatError,
     PreflightError,
     check_lengths,
@@ -81,7 +80,7 @@ def test_refuse_names_examples_and_fix(tokenizer, tiny_records):
 @pytest.mark.integration
 def test_drop_is_loud_and_counted(tokenizer, tiny_records, caplog):
     records = tiny_records + [_long(tiny_records[0], "huge-1")]
-    with caplog.at_level(logging.WARNING, logger="training.preflight"):
+    with caplog.at_level(logging.WARNING, logger="memreader.training.preflight"):
         kept, report = check_lengths(records, tokenizer, max_length=300, policy="drop", split="train")
     assert [r["id"] for r in kept] == [r["id"] for r in tiny_records]
     assert report["dropped"] == 1 and report["kept"] == 4 and report["over_max_length"] == 1

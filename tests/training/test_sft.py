@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from memreader.core.config import ConfigError
+from memreader.training.config import TrainConfig, load_train_config, make_train_config
+from memreader.training.preflight import PreflightError
+from memreader.training.sft import build_trainer, load_tokenizer, train
 
 from memreader.cli import main as cli
-from memreader.config import ConfigError
-from training.config import TrainConfig, load_train_config, make_train_config
-from training.preflight import PreflightError
-from training.sft import build_trainer, load_tokenizer, train
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_YAML = REPO / "configs/training/smollm2_135m_lora_cpu_smoke.yaml"
@@ -39,7 +39,7 @@ def _lora_tensors(model) -> dict:
 
 @pytest.mark.integration
 def test_collated_labels_mask_the_prompt(tiny_model, sft_files):
-    from training.preflight import measure
+    from memreader.training.preflight import measure
 
     cfg = _cfg(tiny_model, sft_files[0], run="tiny-labels")
     tokenizer = load_tokenizer(tiny_model)
@@ -200,8 +200,7 @@ def test_compile_layers_refuses_torch_compile_too(tiny_model, sft_files):
 
 def test_compile_decoder_layers_names_a_model_without_layers():
     import torch
-
-    from training.sft import compile_decoder_layers
+    from memreader.training.sft import compile_decoder_layers
 
     with pytest.raises(ConfigError, match="no decoder layer list"):
         compile_decoder_layers(torch.nn.Linear(2, 2))

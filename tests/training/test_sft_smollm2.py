@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from training.config import load_train_config
-from training.sft import train
+from memreader.training.config import load_train_config
+from memreader.training.sft import train
 
 SMOKE_YAML = Path(__file__).resolve().parents[2] / "configs/training/smollm2_135m_lora_cpu_smoke.yaml"
 

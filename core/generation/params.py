@@ -1,0 +1,147 @@
+"""What every generation backend shares: decoding settings, the reply type, the failure type.
+
+A :class:`Reply` is a ``str`` holding the message content, plus what the backend said about it:
+``finish_reason`` (``"stop"`` or ``"length"``), token counts, and ``guided`` (whether a grammar
+constrained it). Callers that only want text use it as a string.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from memreader.core.config import field
+from memreader.core.errors import MemReaderError
+
+log = logging.getLogger(__name__)
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Decoding settings shared by every backend (defaults: the paper's multi-path sampling)."""
+
+    temperature: float = field(0.7, help="sampling temperature; 0 means greedy decoding")
+    top_p: float = field(0.8, help="nucleus sampling mass in (0, 1]")
+    max_new_tokens: int = field(1024, help="most tokens generated per reply")
+    repetition_penalty: float = field(1.0, help="HF/vLLM repetition penalty; 1.0 disables it")
+    seed: int | None = field(None, help="sampling seed; None leaves sampling unseeded")
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "repetition_penalty"):  # 0 and 0.0 must give the same key()
+            object.__setattr__(self, name, float(getattr(self, name)))
+        problems = []
+        if self.temperature < 0:
+            problems.append(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p={self.top_p} must be in (0, 1]")
+        if int(self.max_new_tokens) != self.max_new_tokens or self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens={self.max_new_tokens} must be an integer >= 1")
+        if self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 = off)")
+        if problems:
+            raise ValueError("bad GenerationParams: " + "; ".join(problems))
+
+    def key(self) -> str:
+        """A canonical, process-independent string for cache keys."""
+        return ",".join(f"{k}={v!r}" for k, v in sorted(asdict(self).items()))
+
+
+class Reply(str):
+    """Reply text (the message content) plus what the backend said about it.
+
+    ``finish_reason`` is ``"stop"`` (an end token, or the grammar closed) or ``"length"`` (the
+    token budget ran out: the text is cut off); ``guided`` says whether a grammar constrained it;
+    ``cached_tokens`` how many prompt tokens the engine's prefix cache served (vLLM; None elsewhere; not in
+    :meth:`info`, since it depends on what ran before, not on the reply).
+    """
+
+    reasoning: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    guided: bool
+    cached_tokens: int | None
+
+    def __new__(cls, content: str, reasoning: str | None = None, finish_reason: str | None = None,
+                prompt_tokens: int | None = None, completion_tokens: int | None = None,
+                guided: bool = False, cached_tokens: int | None = None) -> Reply:
+        obj = super().__new__(cls, content)
+        obj.reasoning, obj.finish_reason = reasoning, finish_reason
+        obj.prompt_tokens, obj.completion_tokens = prompt_tokens, completion_tokens
+        obj.guided, obj.cached_tokens = guided, cached_tokens
+        return obj
+
+    @property
+    def truncated(self) -> bool:
+        """True when the budget ran out before the model (or its grammar) finished."""
+        return self.finish_reason == "length"
+
+    def info(self) -> dict[str, Any]:
+        """How the reply was made, for a memory's meta and the reply cache."""
+        return {"guided": self.guided, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens}
+
+    def with_think(self) -> str:
+        """Content prefixed by ``<think>reasoning</think>`` when the server returned reasoning."""
+        return f"<think>{self.reasoning}</think>\n{self}" if self.reasoning else str(self)
+
+
+OnReply = Callable[[int, "Reply"], None]
+"""Called with (input index, reply) as soon as a reply exists."""
+
+
+class GenerationRequestError(MemReaderError, RuntimeError):
+    """A teacher call failed for good: a non-retryable client error, or retries exhausted.
+
+    Raised ``from None``: the client library's exception text may echo request details (a server can
+    echo the key), so the redacted essentials are copied into this message and ``status`` instead.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # last HTTP status, None for timeouts and connection errors
+
+
+class ChatBackend(Protocol):
+    """What the stages need from a generation backend."""
+
+    async def agenerate(self, messages: Messages, params: GenerationParams) -> str:
+        """One chat completion."""
+        ...
+
+    def generate_many(
+        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
+        on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[Any]:
+        """Many chat completions, in input order, with a progress bar and a one-line summary.
+
+        ``on_reply(i, reply)`` is called as soon as reply ``i`` exists (callers persist it there, so
+        an interruption loses nothing already paid for). With ``return_exceptions``, a request that
+        fails for good (:class:`GenerationRequestError`) yields the exception in its slot instead of
+        stopping the others. ``grammars[i]`` (a lark grammar, or None) constrains reply ``i`` where
+        the backend can take a grammar; a backend that cannot raises for a non-None grammar.
+        ``seeds[i]`` (default ``params.seed``) seeds reply ``i`` on its own, independent of batching.
+        """
+        ...
+
+
+def check_messages(messages: Messages) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"messages must be a non-empty list of {{'role', 'content'}} dicts, got {messages!r:.200}")
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"each message needs 'role' and 'content' keys, got {m!r:.200}")
+
+
+def log_summary(name: str, n: int, seconds: float, completion_tokens: int, retries: int, loud: bool = True) -> None:
+    """One line per ``generate_many``: at INFO for a stage's own call, at DEBUG inside a caller's loop."""
+    rate = n / seconds if seconds > 0 else float("inf")
+    tok = f", {completion_tokens / seconds:.1f} tok/s" if completion_tokens and seconds > 0 else ""
+    log.log(logging.INFO if loud else logging.DEBUG, "%s: %d replies in %.1f s (%.2f/s%s), %d retries", name, n, seconds, rate, tok, retries)
+
+

@@ -1,0 +1,159 @@
+"""vLLM offline generation (CPU build via ``make setup``, upstream vLLM via ``.[gpu]``), guided through llguidance.
+
+    memreader read --config configs/demo/read.yaml --set backend=vllm
+    memreader read --config configs/inference/qwen2_5_7b_vllm.yaml --set adapter=<run>/train
+
+Targets vLLM >= 0.12 (the ``structured_outputs`` API). The engine comes from
+:func:`memreader.core.vllm_engine.get_engine`: started once per process and shared with every other stage call on the
+same model (reading, teacher, answering, scoring). The structured-output backend is ``guidance`` (llguidance),
+which takes our lark grammars. An adapter is merged on a CPU and applied per request with ``LoRARequest`` on a
+GPU (``lora_mode``). Requests are checked one by one before the batch goes in: a prompt that does not fit
+``max_model_len`` or a grammar llguidance cannot compile fails that request alone (``return_exceptions``), named.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from memreader.core.generation.params import (
+    GenerationParams,
+    GenerationRequestError,
+    Messages,
+    OnReply,
+    Reply,
+    check_messages,
+    log_summary,
+)
+from memreader.core.vllm_engine import Engine, EngineSpec, get_engine
+
+
+class VLLMChat:
+    """Batched chat generation with a shared vLLM engine, optionally through a LoRA adapter."""
+
+    concurrent_requests = False  # a batch backend: the teacher's dispatcher feeds it whole batches
+
+    def __init__(
+        self,
+        model: str,
+        adapter: str | None = None,
+        max_model_len: int = 8192,
+        max_lora_rank: int = 64,
+        gpu_memory_utilization: float = 0.9,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        lora_mode: str = "auto",
+        kv_cache_gib: float = 1.0,
+        compile_mode: str = "auto",
+        prefix_caching: bool = True,
+        engine: Engine | None = None,
+    ) -> None:
+        self.model_name = model
+        self.spec = EngineSpec(model=model, dtype=dtype, adapter=adapter or "", lora_mode=lora_mode,
+                               max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib,
+                               gpu_memory_utilization=gpu_memory_utilization,
+                               tensor_parallel_size=tensor_parallel_size, compile_mode=compile_mode,
+                               prefix_caching=prefix_caching)
+        self.engine = engine or get_engine(self.spec)
+        self.llm = self.engine.llm
+        self.lora = self.engine.lora
+
+    def __repr__(self) -> str:
+        return f"VLLMChat(model={self.model_name!r}, adapter={self.spec.adapter or None!r}, dtype={self.engine.dtype!r})"
+
+    def tokenizer(self) -> Any:
+        """The engine's tokenizer (token counts when sizing grammars and windows)."""
+        return self.engine.tokenizer()
+
+    def model_window(self) -> int:
+        """The engine's context length."""
+        return self.engine.max_model_len
+
+    def describe(self) -> dict[str, Any]:
+        return self.engine.describe()
+
+    def prefix_cache_tokens(self) -> int:
+        """What the engine's prefix cache holds, in tokens (0: no prefix caching)."""
+        return self.engine.prefix_cache_tokens()
+
+    def prompt_tokens(self, messages: Messages) -> int:
+        """Tokens of the prompt ``messages`` become (the chat template with the assistant turn opened)."""
+        return len(self._prompt_ids(messages))
+
+    def _prompt_ids(self, messages: Messages) -> list[int]:
+        tok = self.tokenizer()
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def _request_error(self, messages: Messages, grammar: str | None, params: GenerationParams) -> Exception | None:
+        n = len(self._prompt_ids(messages))
+        if n + 1 > self.engine.max_model_len:
+            return GenerationRequestError(
+                f"the prompt has {n} tokens and does not fit the vLLM engine's max_model_len="
+                f"{self.engine.max_model_len} — fix: raise max_model_len, or read in windows (window_tokens)")
+        if n + params.max_new_tokens > self.engine.max_model_len:
+            return GenerationRequestError(
+                f"the prompt has {n} tokens; with max_new_tokens={params.max_new_tokens} it exceeds max_model_len="
+                f"{self.engine.max_model_len} — fix: raise max_model_len, lower max_new_tokens, or read in windows")
+        if grammar is not None:
+            from memreader.core.generation.guided import compile_matcher, ll_tokenizer
+
+            try:
+                compile_matcher(ll_tokenizer(self.tokenizer()), grammar)
+            except ValueError as exc:
+                return GenerationRequestError(f"the engine cannot compile this request's grammar: {exc}")
+        return None
+
+    def generate_many(
+        self, messages_list: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
+        on_reply: OnReply | None = None, return_exceptions: bool = False,
+        grammars: Sequence[str | None] | None = None, seeds: Sequence[int | None] | None = None,
+    ) -> list[Any]:
+        """One reply per conversation, in input order (vLLM schedules the batch itself; ``on_reply`` is
+        called for each reply once the batch returns). ``seeds[i]`` (default ``params.seed``) seeds request
+        ``i`` on its own (vLLM's per-request generator), so a reply does not depend on its batch. A request
+        that cannot run (too long, grammar rejected) is an exception in its slot with ``return_exceptions``."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        for m in messages_list:
+            check_messages(m)
+        rows = list(grammars) if grammars is not None else [None] * len(messages_list)
+        row_seeds = list(seeds) if seeds is not None else [params.seed] * len(messages_list)
+        out: list[Any] = [None] * len(messages_list)
+        for i, (m, g) in enumerate(zip(messages_list, rows, strict=True)):
+            error = self._request_error(m, g, params)
+            if error is not None:
+                if not return_exceptions:
+                    raise error
+                out[i] = error
+        todo = [i for i, r in enumerate(out) if r is None]
+
+        def sampling(grammar: str | None, seed: int | None) -> Any:
+            return SamplingParams(
+                temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
+                repetition_penalty=params.repetition_penalty, seed=seed,
+                structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar is not None else None)
+
+        t0 = time.perf_counter()
+        outs = self.llm.chat([list(messages_list[i]) for i in todo], [sampling(rows[i], row_seeds[i]) for i in todo],
+                             lora_request=self.lora, use_tqdm=progress_desc is not None) if todo else []
+        for i, o in zip(todo, outs, strict=True):
+            c = o.outputs[0]
+            out[i] = Reply(c.text, finish_reason=c.finish_reason, prompt_tokens=len(o.prompt_token_ids or []),
+                           completion_tokens=len(c.token_ids), guided=rows[i] is not None,
+                           cached_tokens=getattr(o, "num_cached_tokens", None))
+        if on_reply is not None:
+            for i in range(len(out)):
+                if isinstance(out[i], Reply):
+                    on_reply(i, out[i])
+        n_tok = sum(r.completion_tokens or 0 for r in out if isinstance(r, Reply))
+        log_summary(f"vllm {self.model_name}", len(todo), time.perf_counter() - t0, n_tok, 0, progress_desc is not None)
+        return out
+
+    async def agenerate(self, messages: Messages, params: GenerationParams, grammar: str | None = None) -> Reply:
+        """One reply (vLLM's offline engine is synchronous: this runs the batch of one in a worker thread)."""
+        import asyncio
+
+        return (await asyncio.to_thread(self.generate_many, [messages], params, None, None, False, [grammar]))[0]

@@ -1,0 +1,126 @@
+"""What this machine computes fastest: a short matmul probe, cached per machine, that decides ``dtype: auto``.
+
+On a GPU ``auto`` is bfloat16. On a CPU the answer depends on the processor: a CPU with AVX-512 BF16 (or AMX)
+multiplies bf16 matrices two to three times faster than fp32, one without it emulates bf16 a hundred times
+slower. Instead of guessing from feature flags, :func:`matmul_rates` times both dtypes on square matrices of the
+size a small model's layers use, and :func:`cpu_dtype` picks the faster one. The result is cached in
+``$MEMREADER_HOME/hardware.json``, keyed by the CPU model, the torch version and the thread count, so the probe
+(about a second) runs once per machine; ``MEMREADER_CPU_DTYPE=float32|bfloat16`` overrides it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from typing import Any
+
+from memreader.core.paths import memreader_home, write_atomic
+
+log = logging.getLogger(__name__)
+
+PROBE_N = 1024  # matrix side: the width of a 135M-1.5B model's projections
+PROBE_SECONDS = 0.25  # time spent per dtype once warmed up
+CPU_DTYPES = ("float32", "bfloat16")
+_CACHE_NAME = "hardware.json"
+_memo: dict[str, dict[str, Any]] = {}
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), or the platform's description."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+                    return [x for x in line.split(":", 1)[1].split() if x in wanted]
+    except OSError:
+        pass
+    return []
+
+
+def matmul_rate(dtype: str, n: int = PROBE_N, seconds: float = PROBE_SECONDS) -> float:
+    """GFLOP/s of ``n x n`` matmuls in ``dtype`` on the CPU with torch's current thread count."""
+    import torch
+
+    tdtype = getattr(torch, dtype)
+    a = torch.randn(n, n).to(tdtype)
+    b = torch.randn(n, n).to(tdtype)
+    t0 = time.perf_counter()
+    torch.mm(a, b)  # warm-up (and a first timing for dtypes that are very slow)
+    first = time.perf_counter() - t0
+    reps = max(1, min(200, int(seconds / max(first, 1e-6))))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        torch.mm(a, b)
+    dt = time.perf_counter() - t0
+    return 2.0 * n**3 * reps / dt / 1e9
+
+
+def _key(threads: int) -> str:
+    import torch
+
+    return f"{cpu_model()}|torch={torch.__version__}|threads={threads}"
+
+
+def matmul_rates(threads: int | None = None, refresh: bool = False) -> dict[str, Any]:
+    """The cached probe for this machine: ``{"float32": GFLOP/s, "bfloat16": GFLOP/s, "best": dtype, ...}``."""
+    import torch
+
+    threads = threads or torch.get_num_threads()
+    key = _key(threads)
+    if not refresh and key in _memo:
+        return _memo[key]
+    path = memreader_home() / _CACHE_NAME
+    cache: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            cache = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            log.warning("%s is unreadable (%s); probing again", path, exc)
+            cache = {}
+    if not refresh and isinstance(cache.get(key), dict) and "best" in cache[key]:
+        _memo[key] = cache[key]
+        return cache[key]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rates = {d: round(matmul_rate(d), 1) for d in CPU_DTYPES}
+    finally:
+        torch.set_num_threads(before)
+    entry = {**rates, "best": max(CPU_DTYPES, key=lambda d: rates[d]), "n": PROBE_N, "threads": threads,
+             "flags": _flags(), "cpu": cpu_model(), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    log.info("CPU matmul probe: fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s -> dtype auto = %s (cached in %s)",
+             rates["float32"], rates["bfloat16"], entry["best"], path)
+    cache[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(cache, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a read-only home still gets the measured answer, just not cached
+        log.warning("could not cache the CPU probe in %s (%s); it runs again next process", path, exc)
+    _memo[key] = entry
+    return entry
+
+
+def cpu_dtype(threads: int | None = None) -> str:
+    """``float32`` or ``bfloat16``: the env override ``MEMREADER_CPU_DTYPE`` if set, else the faster by the probe."""
+    forced = os.environ.get("MEMREADER_CPU_DTYPE", "").strip()
+    if forced:
+        if forced not in CPU_DTYPES:
+            raise ValueError(f"MEMREADER_CPU_DTYPE={forced!r} is not one of {', '.join(CPU_DTYPES)}; unset it to "
+                             "let the matmul probe decide")
+        return forced
+    return str(matmul_rates(threads)["best"])

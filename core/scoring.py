@@ -1,0 +1,502 @@
+"""MoM evaluator scoring of document memories: atomic-chunk clarity and core-content completeness.
+
+    scorer = EvaluatorScorer(ScorerSettings())          # embedded SmolLM2-135M-Instruct, offline
+    scores = scorer.score(candidate_memories)           # one MemoryScore per memory, batched over all
+
+An evaluator causal LM ``E`` scores a memory with chunks ``a_1..a_n`` and cores ``c_1..c_n``
+(MoM paper §3.1.2). Every definition below is exactly what the code computes.
+
+Text formats (``FORMAT_VERSION``; :func:`evaluator_texts` rebuilds every text scored)
+    A *plain-text sequence* for "``target`` given ``context``" is the token ids
+    ``P + enc(context) + enc(SEP) + enc(target)`` and, with no context, ``P + enc(target)``:
+    ``enc`` is the evaluator tokenizer without special tokens, applied to each piece on its own
+    (so a target has the same ids with and without context), and ``P`` is ``[bos_token_id]`` when
+    the tokenizer has a BOS token, else empty. No chat template. ``SEP`` is :data:`CLARITY_SEP`
+    between two chunks and :data:`CORE_SEP` between a core and its chunk.
+    ``NLL(x | c)`` is the mean over the scored tokens of ``x`` of ``-log p_E(token | everything
+    before it)`` (log-softmax over the full vocabulary, computed in fp32), and
+    ``PPL(x | c) = exp(NLL(x | c))``. Scored tokens of ``x``: all of them, except that with no BOS
+    the first token of a context-free target has nothing to be predicted from and is skipped.
+    Truncation (``max_chunk_tokens = M``): a text *before* a boundary (the context chunk ``a_i``,
+    the first passage of a prompt) keeps its last ``M`` tokens; every other text (targets, the
+    second passage of a prompt, cores) keeps its first ``M`` tokens. Truncated prompt passages are
+    the decoded kept tokens. Core lengths ``|c|`` count the whole core, not the truncated part.
+
+Atomic-chunk clarity ``S_clarity = 1/(n-1) · Σ_i b(a_i, a_{i+1})``, three boundary variants:
+    ``prob``    ``P(split) / (P(split) + P(keep))`` where ``P(w)`` is the evaluator's next-token
+                probability of answer word ``w`` (:data:`ANSWER_WORDS`, each one token of the evaluator
+                tokenizer) right after the assistant turn opens, for the ``chunk_boundary`` template
+                (chat template of the model, ``first = a_i``, ``second = a_{i+1}``, language of
+                the document). In (0, 1).
+    ``margin``  ``P(split) − P(keep)`` with the same two raw probabilities (softmax over the whole
+                vocabulary, not renormalised). In (−1, 1).
+    ``ppl``     ``sigmoid((NLL_K(a_{i+1} | a_i) − NLL_K(a_{i+1})) / PPL_TEMPERATURE)``: the
+                log-perplexity gain that ``a_i`` gives its successor, over the first
+                ``K = ppl_target_tokens`` tokens of ``a_{i+1}`` (0 = all of them, capped at
+                ``M``), both means over the same tokens (no BOS: the first target token is left out
+                of both). ``≈ 0.5`` when ``a_i`` does not help (a real boundary, or above when it
+                misleads), lower the more ``a_i`` helps (one topic cut in two). In (0, 1).
+                Defaults chosen by measurement (scripts/bench_scoring.py, SmolLM2-135M, 60 true +
+                60 false HotpotQA boundaries; AUC of telling them apart): ``K = 32`` (whole target
+                0.94, first 8 / 16 / 32 / 64 tokens 0.91 / 0.95 / 0.97 / 0.97: the start of the next
+                chunk carries the boundary evidence, its later tokens mostly add noise) and
+                ``CLARITY_SEP = ""`` (chunks are exact document slices, so context + target is the
+                document text; ``"\n"`` gave 0.89-0.94, ``"\n\n"`` 0.91-0.94). The ``prob`` /
+                ``margin`` prompts need an instruction-following evaluator: with SmolLM2-135M they
+                are at or below chance (AUC 0.37-0.56); the paper used Qwen2.5-7B.
+    One chunk (no boundary): clarity is the variant's *neutral* value, :data:`SINGLE_CHUNK_CLARITY`
+    (0.5 for ``prob`` and ``ppl``, 0.0 for ``margin``: "no evidence either way"), never NaN, and
+    the score says ``single_chunk=True`` so a selector can treat it on its own. A ``ppl`` boundary
+    with no token to score (no BOS and a one-token successor) gets the same neutral 0.5.
+
+Core-content completeness ``S_comp = 1/n · Σ_i 1 / (PPL(a_i | c_i) · log(max(|c_i|, 2)))``
+    ``|c_i|`` in evaluator tokens. The guard ``max(|c|, 2)``: a one-token core would give
+    ``log 1 = 0`` (division by zero) and is scored as a two-token core (``log 2``).
+    An empty (whitespace-only) core ``c_i`` contributes ``0`` (supports nothing; the worst value a
+    term can take, as every real term is > 0) and its ``chunk_ppl`` entry is ``None``.
+    A chunk-only memory (every core empty) has ``completeness=None``: only clarity is computed.
+
+Computation (HF backend): forward passes only, under ``torch.inference_mode``. Every request of a
+call (all boundaries, prompts and chunks of all memories) is one token sequence; a sequence that is
+a prefix of another is merged into it (exact for a causal LM), which makes ``P + a_j``, the
+context-free target of boundary ``j-1``, share the forward of ``P + a_j + SEP + a_{j+1}``; identical
+chunks of different candidates are computed once. Sequences are sorted by length and packed into
+right-padded batches of at most ``max_batch_tokens`` (padded) tokens and at most
+``max_pad_fraction`` padding, one body forward per batch.
+The LM head and the log-softmax run only on the hidden states of scored positions (and on the last
+prompt position for ``prob``/``margin``), ``slice_tokens`` rows at a time, so no
+``[batch, seq, vocab]`` tensor exists: the extra memory is at most ``slice_tokens × vocab`` fp32.
+:class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from memreader.core.errors import MemReaderError
+from memreader.core.language import detect_language
+from memreader.core.prompts import load_template, render
+from memreader.core.schema import DocumentMemory
+from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll
+
+VARIANTS = ("prob", "margin", "ppl")
+BACKENDS = ("hf", "transformers", "vllm")  # hf is the older name of transformers
+#: The answer words of the ``chunk_boundary`` template: (boundary, no boundary).
+ANSWER_WORDS = ("split", "keep")
+#: Bump when a text format, a truncation rule or a formula above changes (it is in every score).
+FORMAT_VERSION = 1
+CLARITY_SEP = ""  # chunks are exact document slices: context + target is the document text itself
+CORE_SEP = "\n"
+#: Scale of the log-perplexity gain inside the ``ppl`` sigmoid (nats).
+PPL_TEMPERATURE = 1.0
+SINGLE_CHUNK_CLARITY = {"prob": 0.5, "margin": 0.0, "ppl": 0.5}
+
+
+class ScoringError(MemReaderError, ValueError):
+    """Bad scorer settings, or an evaluator that cannot score as asked."""
+
+
+@dataclass
+class ScorerSettings:
+    """Evaluator model and the knobs of the scorer (see the module docstring for the formulas)."""
+
+    model: str = "smollm2-135m-instruct"
+    device: str = "auto"
+    dtype: str = "auto"
+    clarity_variant: str = "ppl"
+    max_batch_tokens: int = 8192
+    slice_tokens: int = 256
+    max_chunk_tokens: int = 512
+    ppl_target_tokens: int = 32
+    max_pad_fraction: float = 0.1
+    backend: str = "hf"
+
+    def __post_init__(self) -> None:
+        check_variants([self.clarity_variant])
+        for name in ("max_batch_tokens", "slice_tokens", "max_chunk_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ScoringError(f"scorer setting {name}={value!r} must be an integer >= 1",
+                                   f"set {name} to a positive token count")
+        if not isinstance(self.ppl_target_tokens, int) or self.ppl_target_tokens < 0:
+            raise ScoringError(f"scorer setting ppl_target_tokens={self.ppl_target_tokens!r} must be >= 0",
+                               "use 0 (the whole chunk) or a positive token count")
+        if not 0.0 <= self.max_pad_fraction < 1.0:
+            raise ScoringError(f"scorer setting max_pad_fraction={self.max_pad_fraction!r} must be in [0, 1)",
+                               "use e.g. 0.1 (at most 10% of a batch is padding)")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ScoringError(f"scorer dtype {self.dtype!r} is not one of auto, float32, bfloat16",
+                               "pick one of them (auto = bfloat16 on CUDA, on CPU the faster by a cached probe)")
+        if self.backend not in BACKENDS:
+            raise ScoringError(f"scorer backend {self.backend!r} is not one of {', '.join(BACKENDS)}",
+                               "use 'transformers' (alias 'hf') or 'vllm' (prompt_logprobs; vLLM's CPU build or a GPU)")
+
+
+def check_variants(variants: Sequence[str]) -> list[str]:
+    """``variants`` as a list, or :class:`ScoringError` naming the valid ones."""
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise ScoringError(f"unknown clarity variant(s) {bad or list(variants)!r}",
+                           f"use one or more of {', '.join(VARIANTS)}")
+    return list(dict.fromkeys(variants))
+
+
+@dataclass
+class MemoryScore:
+    """Scores of one memory, with everything needed to audit or recompute them."""
+
+    doc_id: str
+    clarity: float
+    completeness: float | None
+    variant: str
+    boundaries: list[float]
+    chunk_terms: list[float] | None
+    chunk_ppl: list[float | None] | None
+    single_chunk: bool
+    evaluator: str
+    prompt_version: str
+    clarity_variants: dict[str, float] = field(default_factory=dict)
+    boundary_variants: dict[str, list[float]] = field(default_factory=dict)
+    #: raw per-boundary quantities: ``nll_cond``/``nll_uncond`` (ppl), ``p_split``/``p_keep`` (prob, margin)
+    boundary_details: dict[str, list[float]] = field(default_factory=dict)
+    core_tokens: list[int] | None = None
+    format_version: int = FORMAT_VERSION
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (plain floats, ints, strings, lists and dicts)."""
+        return asdict(self)
+
+
+def answer_token_ids(tokenizer: Any, words: Sequence[str] | None = None) -> list[int]:
+    """The single token id of each answer word (default :data:`ANSWER_WORDS`), or :class:`ScoringError`
+    naming the words that are not one token."""
+    words = ANSWER_WORDS if words is None else words
+    ids = [tokenizer.encode(w, add_special_tokens=False) for w in words]
+    bad = {w: i for w, i in zip(words, ids, strict=True) if len(i) != 1}
+    if bad:
+        raise ScoringError(
+            "the evaluator tokenizer does not encode the answer word(s) "
+            + ", ".join(f"{w!r} (as {len(i)} tokens {i})" for w, i in bad.items())
+            + " as one token each, so P(split)/P(keep) cannot be read from one next-token distribution",
+            "use clarity_variant='ppl', or an evaluator whose tokenizer has these words as single tokens, or "
+            "change ANSWER_WORDS in core/scoring.py together with the chunk_boundary templates (bump their version)",
+        )
+    return [i[0] for i in ids]
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: the texts and token sequences of one memory (one source for scoring and auditing).
+
+
+class _Texts:
+    """Tokenizer helper: cached piecewise encoding, BOS prefix, separators, truncation."""
+
+    def __init__(self, tokenizer: Any, max_chunk_tokens: int) -> None:
+        self.tok = tokenizer
+        self.max = max_chunk_tokens
+        bos = getattr(tokenizer, "bos_token_id", None)
+        self.prefix: list[int] = [int(bos)] if bos is not None else []
+        self.prefix_text = tokenizer.bos_token if bos is not None else ""
+        self._cache: dict[str, list[int]] = {}
+
+    def encode_many(self, texts: Sequence[str]) -> None:
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if todo:
+            for text, ids in zip(todo, self.tok(todo, add_special_tokens=False)["input_ids"], strict=True):
+                self._cache[text] = list(ids)
+
+    def enc(self, text: str) -> list[int]:
+        if text not in self._cache:
+            self._cache[text] = list(self.tok(text, add_special_tokens=False)["input_ids"])
+        return self._cache[text]
+
+    def head(self, text: str) -> tuple[list[int], str]:
+        """First ``max`` tokens and the text they stand for (the text itself when not truncated)."""
+        ids = self.enc(text)
+        return (ids, text) if len(ids) <= self.max else (ids[: self.max], self.tok.decode(ids[: self.max]))
+
+    def tail(self, text: str) -> tuple[list[int], str]:
+        """Last ``max`` tokens and the text they stand for."""
+        ids = self.enc(text)
+        return (ids, text) if len(ids) <= self.max else (ids[-self.max :], self.tok.decode(ids[-self.max :]))
+
+
+@dataclass
+class _Boundary:
+    ppl_cond: tuple[_Req, int, int] | None = None
+    ppl_uncond: tuple[_Req, int, int] | None = None
+    prompt: _Req | None = None
+    texts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Chunk:
+    core_tokens: int
+    comp: tuple[_Req, int, int] | None = None
+    texts: dict[str, Any] = field(default_factory=dict)
+
+
+class _Planner:
+    """Builds the requests (and their texts) of boundaries and chunks into one pool."""
+
+    def __init__(self, tokenizer: Any, settings: ScorerSettings) -> None:
+        self.settings = settings
+        self.t = _Texts(tokenizer, settings.max_chunk_tokens)
+        self.pool = _Pool()
+        k = settings.ppl_target_tokens
+        self.ppl_tokens = min(k, settings.max_chunk_tokens) if k else settings.max_chunk_tokens
+        self.skip = 0 if self.t.prefix else 1  # no BOS: the first token of a context-free target is unscorable
+
+    def boundary(self, first: str, second: str, lang: str, ppl: bool, prompt: bool) -> _Boundary:
+        t, out = self.t, _Boundary()
+        if ppl:
+            ctx_ids, ctx_text = t.tail(first)
+            tgt_all = t.enc(second)[: self.ppl_tokens]
+            tgt_text = second if len(tgt_all) == len(t.enc(second)) else t.tok.decode(tgt_all)
+            sep = t.enc(CLARITY_SEP)
+            cond = [*t.prefix, *ctx_ids, *sep, *tgt_all]
+            start = len(cond) - len(tgt_all)
+            out.ppl_cond = self.pool.span(cond, start + self.skip, len(cond))
+            uncond = [*t.prefix, *tgt_all]
+            out.ppl_uncond = self.pool.span(uncond, len(t.prefix) + self.skip, len(uncond))
+            out.texts["ppl_conditional"] = {"prefix": t.prefix_text, "context": ctx_text, "separator": CLARITY_SEP,
+                                            "target": tgt_text, "text": t.prefix_text + ctx_text + CLARITY_SEP + tgt_text}
+            out.texts["ppl_unconditional"] = {"prefix": t.prefix_text, "target": tgt_text,
+                                              "text": t.prefix_text + tgt_text}
+        if prompt:
+            a = t.tail(first)[1]
+            b = t.head(second)[1]
+            messages, tpl = render("chunk_boundary", lang, first=a, second=b)
+            text = t.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            out.prompt = self.pool.answer(t.tok(text, add_special_tokens=False)["input_ids"])
+            out.texts["prompt"] = {"template": tpl.id, "messages": messages, "text": text}
+        return out
+
+    def chunk(self, core: str, chunk: str) -> _Chunk:
+        t = self.t
+        if not core.strip():
+            return _Chunk(core_tokens=0, texts={"core": core, "target": chunk, "empty_core": True})
+        core_ids, core_text = t.head(core)
+        tgt_ids, tgt_text = t.head(chunk)
+        ids = [*t.prefix, *core_ids, *t.enc(CORE_SEP), *tgt_ids]
+        out = _Chunk(core_tokens=len(t.enc(core)))
+        out.comp = self.pool.span(ids, len(ids) - len(tgt_ids), len(ids))
+        out.texts = {"prefix": t.prefix_text, "core": core_text, "separator": CORE_SEP, "target": tgt_text,
+                     "text": t.prefix_text + core_text + CORE_SEP + tgt_text, "core_tokens": out.core_tokens}
+        return out
+
+
+@dataclass
+class _MemoryPlan:
+    memory: DocumentMemory
+    lang: str
+    boundaries: list[_Boundary]
+    chunks: list[_Chunk] | None  # None: chunk-only memory (every core empty)
+
+
+def _plan_memory(planner: _Planner, mem: DocumentMemory, variants: Sequence[str]) -> _MemoryPlan:
+    chunks, cores = mem.chunks, mem.cores
+    planner.t.encode_many([*chunks, *cores])
+    lang = detect_language(mem.document)
+    ppl = "ppl" in variants
+    prompt = "prob" in variants or "margin" in variants
+    bounds = [planner.boundary(chunks[i], chunks[i + 1], lang, ppl, prompt) for i in range(len(chunks) - 1)]
+    comp = None
+    if any(c.strip() for c in cores):
+        comp = [planner.chunk(c, a) for c, a in zip(cores, chunks, strict=True)]
+    return _MemoryPlan(mem, lang, bounds, comp)
+
+
+def evaluator_texts(memory: DocumentMemory, tokenizer: Any, settings: ScorerSettings | None = None,
+                    variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
+    """Every text the scorer feeds the evaluator for ``memory``, per boundary and per chunk.
+
+    Plain-text sequences are tokenized piece by piece (``prefix``, ``context``, ``separator``,
+    ``target``; see the module docstring), so their token ids are the concatenation of each
+    piece's ids; a prompt's ``text`` is tokenized whole. With these texts and the formulas of the
+    module docstring every score can be recomputed.
+    """
+    settings = settings or ScorerSettings()
+    plan = _plan_memory(_Planner(tokenizer, settings), memory, check_variants(variants))
+    return {
+        "doc_id": memory.doc_id,
+        "lang": plan.lang,
+        "format_version": FORMAT_VERSION,
+        "prompt_version": load_template("chunk_boundary", plan.lang).id,
+        "max_chunk_tokens": settings.max_chunk_tokens,
+        "ppl_target_tokens": settings.ppl_target_tokens,
+        "boundaries": [b.texts for b in plan.boundaries],
+        "chunks": None if plan.chunks is None else [c.texts for c in plan.chunks],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The scorer.
+
+
+class EvaluatorScorer:
+    """Scores memories (and raw boundary / core pairs) with one evaluator LM, batched over everything."""
+
+    def __init__(self, settings: ScorerSettings, model: Any = None, tokenizer: Any = None, engine: Any = None) -> None:
+        self.settings = settings
+        self._answer_ids: list[int] | None = None
+        self.dtype_name = settings.dtype
+        if settings.backend == "vllm":
+            if model is not None:
+                raise ScoringError("backend='vllm' loads its own model", "pass model=None, or use backend='hf'")
+            # ``engine``: an already started memreader.core.vllm_engine.Engine (e.g. the answerer's), else the process's own
+            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=settings.dtype, engine=engine)
+            self.tokenizer = self.engine.tokenizer
+            self.dtype_name = self.engine.dtype
+            self.evaluator = settings.model
+            return
+        if (model is None) != (tokenizer is None):
+            raise ScoringError("EvaluatorScorer got only one of model and tokenizer", "pass both, or neither")
+        if model is None:
+            from memreader.core.runtime import load_causal_lm, runtime
+
+            model, tokenizer = load_causal_lm(settings.model, rt=runtime(settings.device, settings.dtype))
+            self.evaluator = settings.model
+        else:
+            self.evaluator = getattr(model, "name_or_path", "") or settings.model
+        self.model, self.tokenizer = model, tokenizer
+        self.dtype_name = str(next(model.parameters()).dtype).replace("torch.", "")
+        self.engine = HFEngine(model, tokenizer, settings.max_batch_tokens, settings.slice_tokens,
+                               settings.max_pad_fraction)
+
+    def answer_ids(self) -> list[int]:
+        """Token ids of :data:`ANSWER_WORDS` (checked once)."""
+        if self._answer_ids is None:
+            self._answer_ids = answer_token_ids(self.tokenizer)
+        return self._answer_ids
+
+    def _run(self, planner: _Planner, prompts: bool) -> None:
+        answer_ids = self.answer_ids() if prompts else None
+        self.engine.run(planner.pool.physical(), answer_ids)
+
+    def _settings_record(self) -> dict[str, Any]:
+        s = self.settings
+        return {"max_chunk_tokens": s.max_chunk_tokens, "ppl_target_tokens": s.ppl_target_tokens,
+                "ppl_temperature": PPL_TEMPERATURE, "backend": s.backend, "dtype": self.dtype_name,
+                "clarity_sep": CLARITY_SEP, "core_sep": CORE_SEP, "answer_words": list(ANSWER_WORDS)}
+
+    def signature(self) -> dict[str, Any]:
+        """What a score depends on besides the memory: evaluator, variant, text format and settings
+        (the score cache keys on it, so changing any of them rescores)."""
+        return {"evaluator": self.evaluator, "variant": self.settings.clarity_variant,
+                "format_version": FORMAT_VERSION, **self._settings_record(),
+                "templates": [load_template("chunk_boundary", lang).id for lang in ("en", "zh")]}
+
+    def evaluator_texts(self, memory: DocumentMemory, variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
+        """:func:`evaluator_texts` with this scorer's tokenizer and settings."""
+        return evaluator_texts(memory, self.tokenizer, self.settings, variants)
+
+    # -- values from computed requests
+
+    def _boundary_values(self, b: _Boundary) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if b.ppl_cond is not None and b.ppl_uncond is not None:
+            cond, unc = _span_nll(b.ppl_cond), _span_nll(b.ppl_uncond)
+            if len(unc) and len(cond) == len(unc):
+                out["nll_cond"], out["nll_uncond"] = float(cond.mean()), float(unc.mean())
+                out["ppl"] = _sigmoid((out["nll_cond"] - out["nll_uncond"]) / PPL_TEMPERATURE)
+            else:  # nothing to score (no BOS and a one-token successor): no evidence
+                out["nll_cond"] = out["nll_uncond"] = 0.0
+                out["ppl"] = SINGLE_CHUNK_CLARITY["ppl"]
+        if b.prompt is not None:
+            req = b.prompt
+            p_split, p_keep = req.phys.ans[len(req.ids) - 1]
+            out["p_split"], out["p_keep"] = p_split, p_keep
+            total = p_split + p_keep
+            out["prob"] = p_split / total if total > 0 else 0.5
+            out["margin"] = p_split - p_keep
+        return out
+
+    @staticmethod
+    def _chunk_values(c: _Chunk) -> tuple[float, float | None]:
+        if c.comp is None:
+            return 0.0, None
+        ppl = math.exp(float(_span_nll(c.comp).mean()))
+        return 1.0 / (ppl * math.log(max(c.core_tokens, 2))), ppl
+
+    # -- public API
+
+    def score(self, memories: Sequence[DocumentMemory], variants: Sequence[str] | None = None) -> list[MemoryScore]:
+        """One :class:`MemoryScore` per memory, all memories in one batched pass.
+
+        ``variants`` (default: ``settings.clarity_variant``): the first is the score's ``variant`` /
+        ``clarity`` / ``boundaries``; all of them are in ``clarity_variants`` and ``boundary_variants``.
+        """
+        variants = check_variants(list(variants) if variants is not None else [self.settings.clarity_variant])
+        planner = _Planner(self.tokenizer, self.settings)
+        plans = [_plan_memory(planner, m, variants) for m in memories]
+        prompts = "prob" in variants or "margin" in variants
+        self._run(planner, prompts)
+        record = self._settings_record()
+        results = []
+        for plan in plans:
+            values = [self._boundary_values(b) for b in plan.boundaries]
+            single = not values
+            per_variant = {v: [row[v] for row in values] for v in variants}
+            clarity = {v: (float(np.mean(per_variant[v])) if values else SINGLE_CHUNK_CLARITY[v]) for v in variants}
+            details = {k: [row[k] for row in values] for k in ("nll_cond", "nll_uncond", "p_split", "p_keep")
+                       if values and k in values[0]}
+            terms = ppls = core_tokens = None
+            completeness = None
+            if plan.chunks is not None:
+                pairs = [self._chunk_values(c) for c in plan.chunks]
+                terms = [t for t, _ in pairs]
+                ppls = [p for _, p in pairs]
+                core_tokens = [c.core_tokens for c in plan.chunks]
+                completeness = float(np.mean(terms))
+            primary = variants[0]
+            version = f"plain@{FORMAT_VERSION}"
+            if prompts:
+                version = f"{load_template('chunk_boundary', plan.lang).id};{version}"
+            results.append(MemoryScore(
+                doc_id=plan.memory.doc_id, clarity=clarity[primary], completeness=completeness, variant=primary,
+                boundaries=per_variant[primary], chunk_terms=terms, chunk_ppl=ppls, single_chunk=single,
+                evaluator=self.evaluator, prompt_version=version, clarity_variants=clarity,
+                boundary_variants=per_variant, boundary_details=details, core_tokens=core_tokens, settings=record,
+            ))
+        return results
+
+    def boundary_scores(self, pairs: Sequence[tuple[str, str]], variant: str) -> list[float]:
+        """``b(first, second)`` of ``variant`` for each (text before, text after) pair, batched."""
+        return self.boundary_variants(pairs, [variant])[variant]
+
+    def boundary_variants(self, pairs: Sequence[tuple[str, str]], variants: Sequence[str]) -> dict[str, list[float]]:
+        """:meth:`boundary_scores` of several variants in one pass (``prob`` and ``margin`` share their prompts)."""
+        variants = check_variants(list(variants))
+        ppl, prompts = "ppl" in variants, "prob" in variants or "margin" in variants
+        planner = _Planner(self.tokenizer, self.settings)
+        planner.t.encode_many([x for pair in pairs for x in pair])
+        bounds = [planner.boundary(a, b, detect_language(a + b), ppl, prompts) for a, b in pairs]
+        self._run(planner, prompts)
+        values = [self._boundary_values(b) for b in bounds]
+        return {v: [row[v] for row in values] for v in variants}
+
+    def boundary_nlls(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per-token NLLs ``(of second given first, of second alone)`` behind the ``ppl`` variant, per pair."""
+        planner = _Planner(self.tokenizer, self.settings)
+        planner.t.encode_many([x for pair in pairs for x in pair])
+        bounds = [planner.boundary(a, b, "en", True, False) for a, b in pairs]
+        self._run(planner, False)
+        return [(_span_nll(b.ppl_cond), _span_nll(b.ppl_uncond)) for b in bounds]  # type: ignore[arg-type]
+
+    def completeness_terms(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """``1 / (PPL(chunk | core) · log(max(|core|, 2)))`` for each (core, chunk) pair (0 for an empty core)."""
+        planner = _Planner(self.tokenizer, self.settings)
+        planner.t.encode_many([x for pair in pairs for x in pair])
+        chunks = [planner.chunk(core, chunk) for core, chunk in pairs]
+        self._run(planner, False)
+        return [self._chunk_values(c)[0] for c in chunks]

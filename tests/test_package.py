@@ -1,0 +1,78 @@
+"""One installed namespace: the built wheel holds only ``memreader`` (the stage folders as its subpackages, the
+templates, the demo's configs and data), it imports and runs outside the checkout, and ``memreader demo`` runs the
+stages of scripts/runcpu.sh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from memreader.demo import DEMO_CONFIGS, DemoConfig, demo_steps
+from tests.test_scripts import stage_calls
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(REPO)], check=True, cwd=out)
+    (built,) = out.glob("memreader-*.whl")
+    return built
+
+
+def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"memreader"}, top
+    for needed in ("memreader/core/schema.py", "memreader/eval/chunkers/base.py", "memreader/training/sft.py",
+                   "memreader/core/templates/memreader.en.txt", "memreader/demo_data/corpus.jsonl",
+                   "memreader/demo_data/qa.jsonl", *(f"memreader/demo_data/configs/{c.name}"
+                                                     for c in DEMO_CONFIGS.glob("*.yaml"))):
+        assert needed in names, f"{needed} is not in the wheel"
+
+
+def test_the_installed_wheel_imports_and_runs_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    probe = ("import memreader.eval.metrics, memreader.core.prompts, memreader.demo as d\n"
+             "print(memreader.eval.metrics.__file__)\n"
+             "print(memreader.core.prompts.load_template('memreader', 'en').id)\n"
+             "print(sorted(p.name for p in d.DEMO_CONFIGS.glob('*.yaml')))\n"
+             "import importlib.util\n"
+             "print([n for n in ('eval', 'training', 'inference', 'retrieval', 'data_gen', 'ingest', 'core')"
+             " if importlib.util.find_spec(n)])\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    file, template, configs, stray = done.stdout.splitlines()
+    assert Path(file).is_relative_to(target), file
+    assert template.startswith("memreader.en")
+    assert configs == str(sorted(p.name for p in DEMO_CONFIGS.glob("*.yaml")))
+    assert stray == "[]", f"top-level names importable from the installed wheel: {stray}"
+    helped = subprocess.run([sys.executable, "-m", "memreader.cli", "--help"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert helped.returncode == 0 and "demo" in helped.stdout, helped.stderr
+
+
+def test_memreader_demo_runs_the_stages_of_runcpu() -> None:
+    """The same stages with the same configs in the same order (runcpu.sh names configs/demo/, a link to the
+    package's folder; the demo names the package's files, so it runs without the checkout)."""
+    script = [(stage, next((a for f, a in zip(argv, argv[1:], strict=False) if f == "--config"), None))
+              for stage, argv in stage_calls(REPO / "scripts" / "runcpu.sh") if stage != "demo"]
+    python = []
+    for _, command, _ in demo_steps(DemoConfig(), "memreader"):
+        argv = command[2:]
+        config = next((a for f, a in zip(argv, argv[1:], strict=False) if f == "--config"), None)
+        python.append((command[1], config and str(Path("configs/demo") / Path(config).name)))
+    assert python == script
+    assert (REPO / "configs" / "demo").resolve() == DEMO_CONFIGS.resolve()
+    for _, command, _ in demo_steps(DemoConfig(), "memreader"):
+        assert all(Path(a).is_file() for a in command if a.endswith((".yaml", ".jsonl")) and "runs" not in a)
