@@ -113,34 +113,8 @@ def align_markers(
         head, tail = markers[j]
         prev = boundaries[-1]
         lower = max(prev + 1, cur_head_end)
-        p = _find_junction(document, cur_tail, head, lower)
-        method = "junction"
-        if p < 0:
-            hp = document.find(head, lower) if head else -1
-            te = _find_tail_end(document, cur_tail, prev, lower)
-            if hp >= 0 and te >= 0 and te <= hp and _is_filler(document[te:hp]):
-                # Only blanks or punctuation between (a tail missing its final "."): the head is
-                # exact and the filler stays with the earlier chunk.
-                p, method = hp, "head"
-            elif hp >= 0 and te >= 0:
-                # Real disagreement: take the earlier position, so a head repeated far ahead cannot
-                # swallow the text in between; the boundary is not counted as exact.
-                p = min(hp, te)
-                method = "head-disputed" if p == hp else "tail-disputed"
-                gap_chars += abs(hp - te)
-            elif hp >= 0 or te >= 0:
-                p, method = (hp, "head") if hp >= 0 else (te, "tail")
-        if p < 0:
-            hp, hs = _fuzzy(document, head, lower, fuzzy_window, fuzzy_threshold)
-            tp, ts = _fuzzy(document, cur_tail, prev, fuzzy_window, fuzzy_threshold)
-            te = tp + len(cur_tail) if tp >= 0 else -1
-            cands = [(hs, hp, "fuzzy-head"), (ts, te, "fuzzy-tail")]
-            cands = [c for c in cands if c[1] >= lower]
-            if cands:
-                _, p, method = max(cands)
-        if p >= 0 and method.startswith(("tail", "fuzzy-tail")):
-            while p < n_doc and document[p].isspace():
-                p += 1  # same convention as a junction: whitespace after a tail stays with it
+        p, method, gap = _place(document, cur_tail, head, prev, lower, fuzzy_window, fuzzy_threshold)
+        gap_chars += gap
         if p < 0 or p >= n_doc:
             groups[-1].append(j)  # cannot place this marker: its scenario joins the previous chunk
             cur_tail = tail or cur_tail
@@ -152,6 +126,52 @@ def align_markers(
         cur_head_end = p + len(head) if cur_head_matched else p + 1
         cur_tail = tail
 
+    spans, report = _close(document, boundaries, methods, cur_tail, cur_head_end, cur_head_matched, gap_chars)
+    report = {"markers": len(markers), "chunks": len(spans), "merged": len(markers) - len(spans), **report}
+    return Alignment(spans, groups, methods, report)
+
+
+def _place(document: str, cur_tail: str, head: str, prev: int, lower: int, fuzzy_window: int,
+           fuzzy_threshold: float) -> tuple[int, str, int]:
+    """Where the chunk after ``cur_tail`` and starting with ``head`` begins (at or after ``lower``):
+    (position or -1, how it was found, characters of disagreement between head and tail)."""
+    n_doc = len(document)
+    gap_chars = 0
+    p = _find_junction(document, cur_tail, head, lower)
+    method = "junction"
+    if p < 0:
+        hp = document.find(head, lower) if head else -1
+        te = _find_tail_end(document, cur_tail, prev, lower)
+        if hp >= 0 and te >= 0 and te <= hp and _is_filler(document[te:hp]):
+            # Only blanks or punctuation between (a tail missing its final "."): the head is
+            # exact and the filler stays with the earlier chunk.
+            p, method = hp, "head"
+        elif hp >= 0 and te >= 0:
+            # Real disagreement: take the earlier position, so a head repeated far ahead cannot
+            # swallow the text in between; the boundary is not counted as exact.
+            p = min(hp, te)
+            method = "head-disputed" if p == hp else "tail-disputed"
+            gap_chars += abs(hp - te)
+        elif hp >= 0 or te >= 0:
+            p, method = (hp, "head") if hp >= 0 else (te, "tail")
+    if p < 0:
+        hp, hs = _fuzzy(document, head, lower, fuzzy_window, fuzzy_threshold)
+        tp, ts = _fuzzy(document, cur_tail, prev, fuzzy_window, fuzzy_threshold)
+        te = tp + len(cur_tail) if tp >= 0 else -1
+        cands = [(hs, hp, "fuzzy-head"), (ts, te, "fuzzy-tail")]
+        cands = [c for c in cands if c[1] >= lower]
+        if cands:
+            _, p, method = max(cands)
+    if p >= 0 and method.startswith(("tail", "fuzzy-tail")):
+        while p < n_doc and document[p].isspace():
+            p += 1  # same convention as a junction: whitespace after a tail stays with it
+    return p, method, gap_chars
+
+
+def _close(document: str, boundaries: list[int], methods: list[str], cur_tail: str, cur_head_end: int,
+           cur_head_matched: bool, gap_chars: int) -> tuple[list[tuple[int, int]], dict]:
+    """The spans from the boundaries, and the report's counts (methods, gap, exact coverage)."""
+    n_doc = len(document)
     # The last chunk runs to the end of the document: look for its tail's *last* occurrence (a
     # short last chunk has no tail; then its head, when it matched, marks where its text ends).
     if cur_tail:
@@ -170,11 +190,8 @@ def align_markers(
         if i in exact_starts and end_ok:
             exact_chars += e - s
     report = {
-        "markers": len(markers),
-        "chunks": len(spans),
-        "merged": len(markers) - len(spans),
         "methods": {m: methods.count(m) for m in sorted(set(methods))},
         "gap_chars": gap_chars,
         "coverage_exact": round(exact_chars / n_doc, 6),
     }
-    return Alignment(spans, groups, methods, report)
+    return spans, report

@@ -21,6 +21,10 @@ class RunFailed(MemReaderError):
     """Every item of a run failed (exit code 1): the run did nothing useful."""
 
 
+class MissingInput(MemReaderError, FileNotFoundError):
+    """A file or folder the user named (or an earlier stage should have written) is not there."""
+
+
 class ConfigError(MemReaderError, ValueError):
     """A config file or override is wrong; the message lists every problem (re-exported by
     :mod:`memreader.core.config`)."""

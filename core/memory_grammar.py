@@ -320,26 +320,7 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
 
     tied = sum(len(v) for v in graph.edges.values()) * k_max <= _TIED_LIMIT
     if tied:
-        # One outline line per scenario: the model picks the line count K first, then the scenario
-        # rules s<start>_<left> only allow paths with exactly K chunks.
-        counts = _chunk_counts(graph)
-        lo, hi = counts[0]
-        lines.append("start: " + think + "(" + " | ".join(f"o{k} s0_{k}" for k in range(lo, hi + 1)) + ")")
-        lines += [f"o{k}: {outline(f'{{{k}}}')}" for k in range(lo, hi + 1)]
-        todo, seen = [(0, k) for k in range(lo, hi + 1)], set()
-        while todo:
-            s, left = todo.pop()
-            if (s, left) in seen:
-                continue
-            seen.add((s, left))
-            alts = []
-            for e in graph.edges[s]:
-                if e == n and left == 1:
-                    alts.append(scenario(s, e, ""))
-                elif e < n and counts[e][0] <= left - 1 <= counts[e][1]:
-                    alts.append(scenario(s, e, f"s{e}_{left - 1}"))
-                    todo.append((e, left - 1))
-            lines.append(f"s{s}_{left}: {lark_string(_OPEN)} ({' | '.join(alts)})")
+        lines += _count_tied_rules(graph, think, scenario, outline)
     else:
         lines.append(f"start: {think}outline s0")
         lines.append(f"outline: {outline(f'{{1,{k_max}}}')}")
@@ -347,6 +328,32 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
             alts = [scenario(s, e, f"s{e}") for e in graph.edges[s]]
             lines.append(f"s{s}: {lark_string(_OPEN)} ({' | '.join(alts)})")
     return GrammarPlan("\n".join(lines) + "\n", graph, k_max, topic, core, need, tied)
+
+
+def _count_tied_rules(graph: BoundaryGraph, think: str, scenario: Callable[[int, int, str], str],
+                      outline: Callable[[str], str]) -> list[str]:
+    """One outline line per scenario: the model picks the line count K first, then the scenario rules
+    s<start>_<left> only allow paths with exactly K chunks."""
+    n = len(graph.document)
+    counts = _chunk_counts(graph)
+    lo, hi = counts[0]
+    lines = ["start: " + think + "(" + " | ".join(f"o{k} s0_{k}" for k in range(lo, hi + 1)) + ")"]
+    lines += [f"o{k}: {outline(f'{{{k}}}')}" for k in range(lo, hi + 1)]
+    todo, seen = [(0, k) for k in range(lo, hi + 1)], set()
+    while todo:
+        s, left = todo.pop()
+        if (s, left) in seen:
+            continue
+        seen.add((s, left))
+        alts = []
+        for e in graph.edges[s]:
+            if e == n and left == 1:
+                alts.append(scenario(s, e, ""))
+            elif e < n and counts[e][0] <= left - 1 <= counts[e][1]:
+                alts.append(scenario(s, e, f"s{e}_{left - 1}"))
+                todo.append((e, left - 1))
+        lines.append(f"s{s}_{left}: {lark_string(_OPEN)} ({' | '.join(alts)})")
+    return lines
 
 
 def _chunk_counts(graph: BoundaryGraph) -> dict[int, tuple[int, int]]:

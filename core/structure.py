@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from memreader.core.paths import sha256_file
 from memreader.core.schema import DocumentMemory
+
+log = logging.getLogger(__name__)
 
 __all__ = ["annotate", "changed_sources", "structural_breaks", "describe_where", "headings_at", "page_at", "where", "where_from_json"]
 
@@ -74,15 +77,22 @@ def where(memory: DocumentMemory, scenario: int) -> dict[str, Any]:
 
 
 def where_from_json(text: str) -> dict[str, Any]:
-    """A stored ``where`` record (an index row's ``origin``) back as a dict; ``{}`` for "" (and for a record that
-    does not parse: where a chunk came from is shown when known, never in the way of the chunk itself)."""
+    """A stored ``where`` record (an index row's ``origin``) back as a dict; ``{}`` for "". A record that does
+    not parse (or is not an object) is logged as a warning naming it and the fix, and gives ``{}``: where a chunk
+    came from is shown when known, never in the way of the chunk itself."""
     if not text:
         return {}
     try:
         found = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return found if isinstance(found, dict) else {}
+    except json.JSONDecodeError as exc:
+        problem = f"is not valid JSON ({exc})"
+    else:
+        if isinstance(found, dict):
+            return found
+        problem = f"is a JSON {type(found).__name__}, not an object"
+    log.warning("a stored chunk origin %s: %r; its source, pages and headings are not shown. Fix: rebuild the "
+                "index from the memories (memreader index --set replace=true)", problem, text[:120])
+    return {}
 
 
 def describe_where(found: dict[str, Any]) -> str:

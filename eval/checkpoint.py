@@ -121,7 +121,7 @@ def restore(src: Path, eval_dir: Path, cache_root: Path) -> CheckpointReport:
     manifest before the first copy."""
     src = Path(src)
     if not (src / MANIFEST).is_file():
-        raise CheckpointError(f"{src} has no {MANIFEST}: not a checkpoint written by eval_checkpoint.py save")
+        raise CheckpointError(f"{src} has no {MANIFEST}: not a checkpoint written by scripts/eval_checkpoint.py save")
     files = json.loads((src / MANIFEST).read_text(encoding="utf-8"))["files"]
     bad = [rel for rel, meta in files.items() if not (src / rel).is_file() or sha256_file(src / rel) != meta["sha256"]]
     if bad:

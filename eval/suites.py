@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memreader.core.errors import MissingInput
 from memreader.eval.datasets import (
     DatasetError,
     QARecord,
@@ -107,7 +108,7 @@ def load_eval_set(name: str, path: str | Path, *, limit: int = 0, sample: int = 
     if name not in SETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of: " + "; ".join(f"{k} ({v})" for k, v in SETS.items()))
     if not Path(path).is_file():
-        raise FileNotFoundError(f"dataset file {path} does not exist ({SETS[name]}); give dataset_path=...")
+        raise MissingInput(f"dataset file {path} does not exist ({SETS[name]}); give dataset_path=...")
     if name == "jsonl":
         return _jsonl_set(path, memories, limit, sample, seed)
     loader = {"multifieldqa_zh": load_longbench, "hotpotqa": load_hotpotqa, "cmrc2018": load_cmrc2018,
@@ -125,7 +126,7 @@ def _jsonl_set(path: str | Path, memories: str | Path, limit: int, sample: int, 
     from memreader.core.schema import read_memories
 
     if not memories or not Path(memories).is_file():
-        raise FileNotFoundError(f"dataset=jsonl takes its documents from a memories file; memories={memories!r} does "
+        raise MissingInput(f"dataset=jsonl takes its documents from a memories file; memories={memories!r} does "
                                 "not exist (run `memreader read` first, or give memories=...)")
     documents = {m.doc_id: m.document for m in read_memories(memories)}
     records = _select(load_jsonl(path), limit, sample, seed)

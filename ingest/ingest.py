@@ -143,11 +143,7 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_resolved_config(out_dir, cfg)
     corpus_path = out_dir / "corpus.jsonl"
-    previous: dict[str, list[dict[str, Any]]] = {}
-    if corpus_path.is_file():
-        for line in corpus_path.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line)
-            previous.setdefault(rec["source"], []).append(rec)
+    previous = _previous_records(corpus_path)
     sources = find_sources(cfg.inputs)
     fates: dict[str, dict[str, Any]] = {}
     records: dict[str, list[dict[str, Any]]] = {}
@@ -169,19 +165,7 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
     passthrough = [(s, h) for s, h in todo if format_of(s.path) in ("jsonl", "parquet")]
     files = [(s, h) for s, h in todo if format_of(s.path) not in ("jsonl", "parquet")]
     results = {s.doc_id: _passthrough(s, h, cfg) for s, h in passthrough}
-    workers = cfg.workers or os.cpu_count() or 1
-    bar = tqdm(total=len(files), desc="ingest", unit="file", disable=not progress)
-    if files and workers > 1 and len(files) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
-            for (source, _), result in zip(files, pool.map(_extract_one, *zip(*files, strict=True), chunksize=4),
-                                           strict=True):
-                results[source.doc_id] = result
-                bar.update()
-    else:
-        for source, sha in files:
-            results[source.doc_id] = _extract_one(source, sha)
-            bar.update()
-    bar.close()
+    results.update(_extract_files(files, cfg.workers, progress))
     for source, _ in todo:
         result = results[source.doc_id]
         if isinstance(result, dict):
@@ -190,15 +174,7 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
         else:
             records[source.doc_id] = result
             fates[source.doc_id] = {"fate": "ingested" if str(source.path.resolve()) not in previous else "updated"}
-    seen: dict[str, str] = {}
-    rows = []
-    for doc_id in sorted(records):
-        for rec in records[doc_id]:
-            if rec["id"] in seen:
-                raise ConfigError(f"the id {rec['id']!r} comes from {seen[rec['id']]} and from {rec['source']}",
-                                  "give the records unique ids, or ingest the files separately")
-            seen[rec["id"]] = rec["source"]
-            rows.append(rec)
+    rows = _unique_rows(records)
     current = {str(s.path.resolve()) for s in sources}
     removed = sorted(src for src in previous if src not in current)
     counts: dict[str, int] = {}
@@ -217,6 +193,49 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
         raise RunFailed(f"nothing could be ingested from {len(sources)} file(s)",
                         f"see the lines above and {out_dir / 'report.json'}; supported: {', '.join(sorted(FORMATS))}")
     return summary
+
+
+def _previous_records(corpus_path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The records of the corpus already there, by source file (empty when there is none)."""
+    previous: dict[str, list[dict[str, Any]]] = {}
+    if corpus_path.is_file():
+        for line in corpus_path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            previous.setdefault(rec["source"], []).append(rec)
+    return previous
+
+
+def _extract_files(files: list[tuple[Source, str]], workers: int, progress: bool) -> dict[str, Any]:
+    """Each file's records (or its error record), extracted in ``workers`` processes (0: one per core)."""
+    results: dict[str, Any] = {}
+    workers = workers or os.cpu_count() or 1
+    bar = tqdm(total=len(files), desc="ingest", unit="file", disable=not progress)
+    if files and workers > 1 and len(files) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
+            for (source, _), result in zip(files, pool.map(_extract_one, *zip(*files, strict=True), chunksize=4),
+                                           strict=True):
+                results[source.doc_id] = result
+                bar.update()
+    else:
+        for source, sha in files:
+            results[source.doc_id] = _extract_one(source, sha)
+            bar.update()
+    bar.close()
+    return results
+
+
+def _unique_rows(records: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The corpus rows in document order; two records with one id are an error naming both sources."""
+    seen: dict[str, str] = {}
+    rows = []
+    for doc_id in sorted(records):
+        for rec in records[doc_id]:
+            if rec["id"] in seen:
+                raise ConfigError(f"the id {rec['id']!r} comes from {seen[rec['id']]} and from {rec['source']}",
+                                  "give the records unique ids, or ingest the files separately")
+            seen[rec["id"]] = rec["source"]
+            rows.append(rec)
+    return rows
 
 
 STAGE = Stage("ingest", "PDF, Word, HTML, Markdown and text files into a reading corpus with pages and headings",

@@ -99,13 +99,11 @@ def module_main(name: str) -> int:
     return main([name, *sys.argv[1:]])
 
 
-_OWN_PACKAGES = ("memreader", "ingest", "data_gen", "training", "inference", "retrieval", "eval")
-
-
 def _is_user_error(exc: BaseException) -> bool:
-    """Errors raised on purpose by this project (its own exception classes), or a missing file."""
-    return (isinstance(exc, (MemReaderError, FileNotFoundError))
-            or type(exc).__module__.split(".")[0] in _OWN_PACKAGES)
+    """Errors raised on purpose for the user (:class:`MemReaderError` and its subclasses: each names the problem
+    and the fix). Anything else, a plain ``FileNotFoundError`` or ``KeyError`` from the project's own code too, is
+    a bug or an unforeseen case and keeps its traceback."""
+    return isinstance(exc, MemReaderError)
 
 
 _CHATTY = ("httpx", "httpcore", "openai", "urllib3", "grpc", "pymilvus", "milvus_lite", "faiss", "faiss.loader",

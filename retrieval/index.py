@@ -2,7 +2,7 @@
 
 Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server (``http://``,
 ``https://``, ``tcp://`` or ``unix:`` URI), connected, created, opened and closed by the shared
-store base :class:`~retrieval.milvus.MilvusCollection`. A server's token is the ``token`` argument,
+store base :class:`~memreader.retrieval.milvus.MilvusCollection`. A server's token is the ``token`` argument,
 else ``$MILVUS_TOKEN``; a server that does not answer within :data:`CONNECT_TIMEOUT` seconds is
 reported at once, naming the URI.
 
@@ -130,7 +130,7 @@ class MemoryIndex(MilvusCollection):
     process. ``embedder`` is the sentence-transformers model used for queries (and builds);
     ``embedder_name``, when given, must be the name the index was built with (vectors of two
     embedders are not comparable even at the same dimension). ``token`` and ``timeout`` are for a
-    server URI (see :func:`~retrieval.milvus.connect`). ``batch_layers`` (default) asks Milvus once
+    server URI (see :func:`~memreader.retrieval.milvus.connect`). ``batch_layers`` (default) asks Milvus once
     for all the layers a query searches and splits the answer per layer (:meth:`search_lists`);
     ``False`` sends one search per layer. Both give each layer's own exact top k. :attr:`meta` is the
     build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``.
@@ -204,16 +204,7 @@ class MemoryIndex(MilvusCollection):
         if batch_size < 1:
             raise MemoryIndexError(f"batch_size must be >= 1, got {batch_size}")
         # Validate the whole input before touching the collection: bad input never costs an index.
-        memories = list(memories)
-        skipped: Counter[str] = Counter()
-        texts: dict[str, list[ScenarioTexts]] = {}
-        hashes: dict[str, str] = {}
-        for mem in memories:
-            if mem.doc_id in texts:
-                raise MemoryIndexError(f"doc_id {mem.doc_id!r} occurs twice in the input; doc_ids must be unique")
-            texts[mem.doc_id] = scenario_texts(mem, skipped)
-            hashes[mem.doc_id] = texts[mem.doc_id][0].doc_hash if texts[mem.doc_id] else memory_hash(mem)
-
+        texts, hashes, skipped = _validated_texts(memories)
         self.embedder = embedder
         dim = embedding_dim(embedder)
         exists = self._client.has_collection(self.collection)
@@ -244,15 +235,7 @@ class MemoryIndex(MilvusCollection):
         summary.plan, summary.update = plan, update
         self._write_docs([texts[d] for d in plan.to_write], embedder, batch_size, generation, summary, progress)
         if update:
-            self._client.flush(self.collection)
-            self._write_meta({**meta, "status": "complete"})  # the commit: the new rows become visible
-            deleted = (delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
-                       + delete_docs(self._client, self.collection, plan.removed)
-                       + delete_other_versions(self._client, self.collection, plan.leftovers))
-            self._client.flush(self.collection)
-            meta["deleted_rows"] = deleted_before + deleted
-            self._write_meta({**meta, "status": "complete"})
-            summary.deleted_rows, summary.live_rows = meta["deleted_rows"], self._count()
+            self._commit_update(meta, plan, generation, deleted_before, summary)
         else:
             self._finish(meta)
         summary.documents = len(texts)
@@ -260,6 +243,19 @@ class MemoryIndex(MilvusCollection):
         summary.seconds = time.perf_counter() - started
         log.info(summary.line())  # `memreader index` prints it
         return summary
+
+    def _commit_update(self, meta: dict[str, Any], plan: UpdatePlan, generation: int, deleted_before: int,
+                       summary: BuildSummary) -> None:
+        """Make an update's rows visible (the meta record is the commit), then delete what they replace."""
+        self._client.flush(self.collection)
+        self._write_meta({**meta, "status": "complete"})  # the commit: the new rows become visible
+        deleted = (delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
+                   + delete_docs(self._client, self.collection, plan.removed)
+                   + delete_other_versions(self._client, self.collection, plan.leftovers))
+        self._client.flush(self.collection)
+        meta["deleted_rows"] = deleted_before + deleted
+        self._write_meta({**meta, "status": "complete"})
+        summary.deleted_rows, summary.live_rows = meta["deleted_rows"], self._count()
 
     def _updatable(self, embedder_name: str, dim: int) -> dict[str, Any]:
         """The record of an index that an update may write to, or the error saying why not and how to rebuild."""
@@ -476,3 +472,18 @@ class MemoryIndex(MilvusCollection):
             hits.append(Hit(doc_id=key[0], scenario=key[1], start=first.start, end=first.end,
                             text=texts[key], score=score, provenance=provenance, where=first.where))
         return hits
+
+
+def _validated_texts(memories: Iterable[DocumentMemory]) -> tuple[dict[str, list[ScenarioTexts]], dict[str, str],
+                                                                  Counter[str]]:
+    """Each document's row texts and content hash, and the scenarios skipped by reason; a doc_id given twice
+    is an error (checked for the whole input before the collection is touched)."""
+    skipped: Counter[str] = Counter()
+    texts: dict[str, list[ScenarioTexts]] = {}
+    hashes: dict[str, str] = {}
+    for mem in memories:
+        if mem.doc_id in texts:
+            raise MemoryIndexError(f"doc_id {mem.doc_id!r} occurs twice in the input; doc_ids must be unique")
+        texts[mem.doc_id] = scenario_texts(mem, skipped)
+        hashes[mem.doc_id] = texts[mem.doc_id][0].doc_hash if texts[mem.doc_id] else memory_hash(mem)
+    return texts, hashes, skipped

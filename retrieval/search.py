@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import field
+from memreader.core.errors import MissingInput
 from memreader.core.fusion import BM25, CORE, OUTLINE, Hit
 from memreader.core.paths import memreader_home, run_dir, write_json, write_resolved_config
 from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
@@ -42,7 +43,7 @@ PIPELINES = ("layers", "meve")
 @dataclass
 class RetrievalConfig(MeVeSettings):
     """Settings of the retrieval stage: which memories, which index, how to search it (the MeVe keys
-    come from :class:`~retrieval.meve.MeVeSettings`)."""
+    come from :class:`~memreader.retrieval.meve.MeVeSettings`)."""
 
     run: str = field("read", help="run name: memories default to $MEMREADER_HOME/runs/<run>/read/memories.jsonl "
                      "(what `memreader read` writes) and the index to runs/<run>/retrieval/memories.db")
@@ -139,7 +140,7 @@ def build_index_from_file(
     memories whose ingested source file changed since (their pages and text would no longer match it)."""
     path = Path(memories_jsonl)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingInput(
             f"memories file {path} does not exist; produce it with `memreader read` (or pass memories=...)"
         )
     memories = read_memories(path)

@@ -61,7 +61,7 @@ def test_max_tokens_cap_and_generic_500(keyed, monkeypatch) -> None:
     def boom(*a: Any, **k: Any) -> Any:
         raise RuntimeError("secret internal detail /home/user/model")
 
-    monkeypatch.setattr("inference.server.generate_chat_batch", boom)
+    monkeypatch.setattr("memreader.inference.server.generate_chat_batch", boom)
     status, body = _post(keyed.url, BODY, key="k-123")
     assert status == 500 and "secret" not in json.dumps(body) and "server log" in body["error"]["message"]
 
@@ -90,7 +90,7 @@ def test_client_hang_up_stops_the_generation(keyed, monkeypatch) -> None:
         seen["stopped"] = stop_event.wait(timeout=20)  # a long generation, until the client hangs up
         return real(*a, stop_event=stop_event, **k)
 
-    monkeypatch.setattr("inference.server.generate_chat_batch", spy)
+    monkeypatch.setattr("memreader.inference.server.generate_chat_batch", spy)
     host, port = keyed.server_address[:2]
     body = json.dumps({**BODY, "max_tokens": 32}).encode()
     with socket.create_connection((host, port)) as s:

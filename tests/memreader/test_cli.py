@@ -67,3 +67,31 @@ def test_user_errors_are_reported_without_traceback(tmp_path, capsys) -> None:
     assert main(["gen", "--set", "teacher=foo"]) == 2
     err = capsys.readouterr().err
     assert "teacher: 'foo' is not one of transformers, vllm, openai, auto, local" in err and "input: give a corpus" in err
+
+
+def test_a_bug_keeps_its_traceback_even_from_the_project_s_own_code(monkeypatch, capsys) -> None:
+    """Only the user-facing error classes (MemReaderError) lose their traceback; a KeyError or a plain
+    FileNotFoundError raised inside a stage is a bug or an unforeseen case and must show where it came from."""
+    import dataclasses
+
+    import pytest
+    from memreader.core.errors import MissingInput
+
+    import memreader.cli
+
+    score = memreader.cli.stage("score")
+
+    for bug in (KeyError("scenarios"), FileNotFoundError(2, "No such file", "/tmp/scratch/part-0")):
+        def broken(*_a, _bug=bug, **_k):
+            raise _bug
+
+        monkeypatch.setattr(memreader.cli, "stage", lambda name, _run=broken: dataclasses.replace(score, run=_run))
+        with pytest.raises(type(bug)):
+            main(["score", "--set", "pred=p.jsonl", "--set", "ref=r.jsonl"])
+
+    def missing(*_a, **_k):
+        raise MissingInput("memories: x.jsonl does not exist", "run `memreader read` first")
+
+    monkeypatch.setattr(memreader.cli, "stage", lambda name: dataclasses.replace(score, run=missing))
+    assert main(["score", "--set", "pred=p.jsonl", "--set", "ref=r.jsonl"]) == 2
+    assert "memreader score: error: memories: x.jsonl does not exist — fix: run `memreader read` first" in capsys.readouterr().err

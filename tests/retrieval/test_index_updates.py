@@ -227,7 +227,7 @@ def test_an_update_that_dies_between_commit_and_deletions_is_finished_by_the_nex
         assert len(rows) == 4 * len(VOLCANO.scenarios) and {r["doc_hash"] for r in rows} == {memory_hash(changed)}
 
 
-def test_a_huge_origin_is_shortened_into_valid_json() -> None:
+def test_a_huge_origin_is_shortened_into_valid_json(caplog) -> None:
     from memreader.core.structure import where_from_json
     from memreader.retrieval.rows import MAX_ORIGIN_BYTES, origin_json
 
@@ -239,4 +239,8 @@ def test_a_huge_origin_is_shortened_into_valid_json() -> None:
     assert len(text.encode()) <= MAX_ORIGIN_BYTES
     found = where_from_json(text)
     assert found["pages"] == [1, 2999] and found["source"].endswith(".pdf")
-    assert where_from_json('{"cut": ') == {}
+    with caplog.at_level("WARNING", logger="memreader.core.structure"):
+        assert where_from_json('{"cut": ') == {} and where_from_json("[1, 2]") == {}
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "is not valid JSON" in said[0] and "is a JSON list" in said[1]
+    assert all("memreader index --set replace=true" in line for line in said)
