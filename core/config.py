@@ -2,8 +2,13 @@
 
 Every field carries ``metadata={"help": ...}`` and, when numeric, its valid range (``ge``, ``gt``,
 ``le``, ``lt``); :func:`load_config` collects *all* problems (YAML syntax, unknown keys, wrong
-types, out-of-range values, bad run names, the config's own ``check()``) before failing, so one run
+types, out-of-range values, bad run names, the config's own ``problems()``) before failing, so one run
 shows every mistake in a config file.
+
+One validation style for every config class: a class lists what is wrong in ``problems() -> list[str]`` (each line
+names the key, the value and the fix); it never raises one problem at a time. :func:`load_config` collects them
+with everything else; a class also built directly in Python calls :func:`validate` in its ``__post_init__``,
+which raises one :class:`ConfigProblems` naming them all (its declared ranges included).
 """
 
 from __future__ import annotations
@@ -52,6 +57,32 @@ def range_problems(config: Any, values: dict[str, Any] | None = None) -> list[st
             want = " and ".join(f"{op} {f.metadata[k]}" for k, (op, _) in _BOUNDS.items() if k in f.metadata)
             out.append(f"{f.name}={value!r} is out of range: it must be {want}")
     return out
+
+
+class ConfigProblems(ConfigError):
+    """Every problem of one config object, named together (``.problems`` holds the lines)."""
+
+    def __init__(self, owner: str, problems: list[str]) -> None:
+        super().__init__(f"{owner}:\n  - " + "\n  - ".join(problems))
+        self.problems = problems
+
+
+def problems_of(config: Any) -> list[str]:
+    """A config object's out-of-range fields and its own ``problems()``."""
+    own = getattr(config, "problems", None)
+    return range_problems(config) + (own() if callable(own) else [])
+
+
+def validate(config: Any, error: type[ConfigError] | type[Exception] | None = None, what: str = "") -> None:
+    """Raise one error naming every problem of ``config`` (for ``__post_init__``): :class:`ConfigProblems`, or
+    ``error(problem, fix)`` where a module has its own error type (``what`` names the settings in its message)."""
+    found = problems_of(config)
+    if not found:
+        return
+    if error is None:
+        raise ConfigProblems(type(config).__name__, found)
+    raise error(f"bad {what or type(config).__name__} settings: " + "; ".join(found),
+                "fix the values named (in the stage config, or the arguments given)")
 
 
 def coerce_value(value: Any, annotation: Any, key: str, problems: list[str]) -> Any:
@@ -184,6 +215,8 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     if not missing:
         try:
             cfg = cls(**kwargs)
+        except ConfigProblems as exc:  # a class that validates itself: its lines join the others
+            problems += exc.problems
         except (TypeError, ValueError) as exc:  # reported below with the other problems
             problems.append(f"cannot build {cls.__name__}: {exc}")
     # ranges and the run name are checked on the values given even when the config could not be built
@@ -195,15 +228,16 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         bad_run = run_name_problem(run_name)
         if bad_run:
             problems.append(bad_run)
-    check = getattr(cfg, "check", None)
-    if callable(check):
+    own = getattr(cfg, "problems", None)
+    if callable(own):
         try:
-            problems += check()
+            problems += own()
         except (TypeError, ValueError) as exc:  # a check tripping over an already-reported bad type
             if not problems:
                 raise
             problems.append(f"(further checks stopped at: {exc!r})")
     if problems:
+        problems = list(dict.fromkeys(problems))  # a self-validating class may have named a range problem too
         raise ConfigError(f"config {where} for {cls.__name__}:\n  - " + "\n  - ".join(problems))
     return cfg
 

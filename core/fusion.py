@@ -44,6 +44,19 @@ def split_label(label: str) -> tuple[str, str]:
     return layer, signal or DENSE
 
 
+RRF_K = 60.0
+"""The usual reciprocal rank fusion constant (Cormack et al.; MoM uses it too)."""
+
+
+def rrf_k_field(what: str) -> Any:
+    """The ``rrf_k`` key of every config that fuses rankings: the same default and the same rule (a finite number
+    >= 0; ranks start at 1, so 0 is allowed) wherever it appears. ``what`` says what is fused."""
+    from memreader.core.config import field as config_field
+
+    return config_field(RRF_K, ge=0, help=f"reciprocal rank fusion constant k for {what}: score = sum 1/(k + rank) "
+                        f"(>= 0; usual value {RRF_K:g})")
+
+
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = 60) -> list[tuple[K, float]]:
     """Fuse ranked lists: ``score(d) = sum over lists containing d of 1 / (k + rank(d))``.
 

@@ -40,6 +40,34 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask where the OS has one (``taskset``, a container's
+    cpuset), else every core. The one count every part of MemReader uses (threads, the engine measurements' key)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def cpu_threads() -> int:
+    """Threads a model runs with on a CPU: ``OMP_NUM_THREADS`` when it is set to a positive number (the user's,
+    e.g. with ``taskset``), else :func:`cpu_cores`."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return cpu_cores()
+
+
+def use_cpu_threads(threads: int = 0) -> int:
+    """Set torch's thread count for a model about to run on the CPU (``0``: :func:`cpu_threads`); returns it. Only
+    code that runs a model on the CPU calls this: deciding a device or dtype never changes torch's threads."""
+    import torch
+
+    threads = threads or cpu_threads()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
+
+
 def _flags() -> list[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -116,11 +144,12 @@ def matmul_rates(threads: int | None = None, refresh: bool = False) -> dict[str,
 
 
 def cpu_dtype(threads: int | None = None) -> str:
-    """``float32`` or ``bfloat16``: the env override ``MEMREADER_CPU_DTYPE`` if set, else the faster by the probe."""
+    """``float32`` or ``bfloat16``: the env override ``MEMREADER_CPU_DTYPE`` if set, else the faster by the probe
+    (run with ``threads``, default :func:`cpu_threads`: the threads a model will run with)."""
     forced = os.environ.get("MEMREADER_CPU_DTYPE", "").strip()
     if forced:
         if forced not in CPU_DTYPES:
             raise ValueError(f"MEMREADER_CPU_DTYPE={forced!r} is not one of {', '.join(CPU_DTYPES)}; unset it to "
                              "let the matmul probe decide")
         return forced
-    return str(matmul_rates(threads)["best"])
+    return str(matmul_rates(threads or cpu_threads())["best"])

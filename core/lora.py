@@ -18,13 +18,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from memreader.core.engines import DTYPES
 from memreader.core.errors import MemReaderError
 from memreader.core.paths import memreader_home, sha256_file, write_json
 from memreader.core.registry import MINILM, SMOLLM2, ModelNotFoundError, canonical_name, resolve_model
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+CHECKPOINT = "checkpoint"
+MERGE_DTYPES = (*DTYPES, CHECKPOINT)
+"""A merge's dtype: :data:`memreader.core.engines.DTYPES` (``auto`` as every stage means it:
+:func:`memreader.core.engines.resolve_engine`, stage ``merge``), or ``checkpoint``, the base checkpoint's own dtype
+(the default: a merge writes weights and keeps their precision)."""
 
 
 class MergeError(MemReaderError, ValueError):
@@ -84,11 +89,12 @@ def adapter_base(adapter_dir: Path) -> str:
 
 
 def merge_adapter(
-    adapter_dir: str, output_dir: str | None = None, base: str | None = None, dtype: str = "auto",
+    adapter_dir: str, output_dir: str | None = None, base: str | None = None, dtype: str = CHECKPOINT,
     overwrite: bool = False,
 ) -> Path:
     """Load ``base`` + the LoRA in ``adapter_dir``, ``merge_and_unload`` and save model + tokenizer to
-    ``output_dir`` (default ``<adapter_dir>/merged``); returns the output folder."""
+    ``output_dir`` (default ``<adapter_dir>/merged``) in ``dtype`` (:data:`MERGE_DTYPES`); returns the output
+    folder."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,8 +103,8 @@ def merge_adapter(
     if not (adapter / "adapter_config.json").is_file():
         raise MergeError(f"{adapter} has no adapter_config.json; pass the folder a training run saved its "
                          "adapter in ($MEMREADER_HOME/runs/<run>/train)")
-    if dtype not in DTYPES:
-        raise MergeError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if dtype not in MERGE_DTYPES:
+        raise MergeError(f"dtype {dtype!r} is not one of {', '.join(MERGE_DTYPES)}")
     out = Path(output_dir).expanduser().resolve() if output_dir else adapter / "merged"
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise MergeError(f"{out} exists and is not empty; choose another output (--set output=FOLDER) or "
@@ -110,7 +116,11 @@ def merge_adapter(
         raise MergeError(f"base model {base_name!r} of adapter {adapter}: {err}") from err
 
     start = time.perf_counter()
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    if dtype == "auto":
+        from memreader.core.engines import resolve_engine
+
+        dtype = resolve_engine("merge", "transformers", "auto").dtype
+    torch_dtype = "auto" if dtype == CHECKPOINT else getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
     model = PeftModel.from_pretrained(model, str(adapter))
     merged = model.merge_and_unload()
@@ -128,7 +138,7 @@ def merge_adapter(
 
 
 
-def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = "auto") -> Path:
+def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = CHECKPOINT) -> Path:
     """One merged copy of ``base`` + adapter per adapter weights, base and dtype, built once and reused (written
     aside and renamed, so concurrent processes never see or clobber a half-written copy):
     inside the adapter folder (``merged-<dtype>-<hash>``, so it goes when the adapter goes), or under

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 from memreader.core.language import is_chinese
 from memreader.core.markup import render_chunk_marker
@@ -81,9 +82,7 @@ class GrammarSettings:
         return out
 
     def __post_init__(self) -> None:
-        if self.problems():
-            raise GuidanceError("bad grammar settings: " + "; ".join(self.problems()),
-                                "fix the values named (head_chars, min_chunk_chars, ... in the stage config)")
+        validate_config(self, GuidanceError, "grammar")
 
 
 # A sentence ends after terminal punctuation (plus closing quotes/brackets) followed by a blank or

@@ -73,10 +73,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from memreader.core.config import validate as validate_config
+from memreader.core.engines import EngineChoice, canonical_backend, engine_problems, resolve_engine
 from memreader.core.errors import MemReaderError
 from memreader.core.language import detect_language
 from memreader.core.prompts import load_template, render
@@ -84,7 +86,6 @@ from memreader.core.schema import DocumentMemory
 from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll
 
 VARIANTS = ("prob", "margin", "ppl")
-BACKENDS = ("hf", "transformers", "vllm")  # hf is the older name of transformers
 #: The answer words of the ``chunk_boundary`` template: (boundary, no boundary).
 ANSWER_WORDS = ("split", "keep")
 #: Bump when a text format, a truncation rule or a formula above changes (it is in every score).
@@ -105,7 +106,7 @@ class ScorerSettings:
     """Evaluator model and the knobs of the scorer (see the module docstring for the formulas)."""
 
     model: str = "smollm2-135m-instruct"
-    device: str = "auto"
+    device: str = "auto"  # backend, dtype, device: memreader.core.engines.resolve_engine, stage "scorer"
     dtype: str = "auto"
     clarity_variant: str = "ppl"
     max_batch_tokens: int = 8192
@@ -113,27 +114,24 @@ class ScorerSettings:
     max_chunk_tokens: int = 512
     ppl_target_tokens: int = 32
     max_pad_fraction: float = 0.1
-    backend: str = "hf"
+    backend: str = "auto"  # transformers (alias hf), vllm (prompt_logprobs) or auto
+    max_model_len: int = 8192  # backend=vllm: the engine's context length (the same as another stage's: one engine)
 
     def __post_init__(self) -> None:
-        check_variants([self.clarity_variant])
-        for name in ("max_batch_tokens", "slice_tokens", "max_chunk_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ScoringError(f"scorer setting {name}={value!r} must be an integer >= 1",
-                                   f"set {name} to a positive token count")
+        validate_config(self, ScoringError, "scorer")
+
+    def problems(self) -> list[str]:
+        """Every bad setting, with its rule and fix (:func:`memreader.core.config.validate`)."""
+        out = [] if self.clarity_variant in VARIANTS else [
+            f"clarity_variant={self.clarity_variant!r} is not one of {', '.join(VARIANTS)}"]
+        out += [f"{name}={getattr(self, name)!r} must be an integer >= 1 (a token count)"
+                for name in ("max_batch_tokens", "slice_tokens", "max_chunk_tokens")
+                if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
         if not isinstance(self.ppl_target_tokens, int) or self.ppl_target_tokens < 0:
-            raise ScoringError(f"scorer setting ppl_target_tokens={self.ppl_target_tokens!r} must be >= 0",
-                               "use 0 (the whole chunk) or a positive token count")
+            out.append(f"ppl_target_tokens={self.ppl_target_tokens!r} must be >= 0 (0: the whole chunk)")
         if not 0.0 <= self.max_pad_fraction < 1.0:
-            raise ScoringError(f"scorer setting max_pad_fraction={self.max_pad_fraction!r} must be in [0, 1)",
-                               "use e.g. 0.1 (at most 10% of a batch is padding)")
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            raise ScoringError(f"scorer dtype {self.dtype!r} is not one of auto, float32, bfloat16",
-                               "pick one of them (auto = bfloat16 on CUDA, on CPU the faster by a cached probe)")
-        if self.backend not in BACKENDS:
-            raise ScoringError(f"scorer backend {self.backend!r} is not one of {', '.join(BACKENDS)}",
-                               "use 'transformers' (alias 'hf') or 'vllm' (prompt_logprobs; vLLM's CPU build or a GPU)")
+            out.append(f"max_pad_fraction={self.max_pad_fraction!r} must be in [0, 1) (e.g. 0.1: at most 10% padding)")
+        return out + engine_problems("scorer", self.backend, self.dtype, self.device, prefix="scorer ")
 
 
 def check_variants(variants: Sequence[str]) -> list[str]:
@@ -347,31 +345,50 @@ class EvaluatorScorer:
     """Scores memories (and raw boundary / core pairs) with one evaluator LM, batched over everything."""
 
     def __init__(self, settings: ScorerSettings, model: Any = None, tokenizer: Any = None, engine: Any = None) -> None:
+        """``model`` + ``tokenizer``: already loaded transformers weights; ``engine``: an already started
+        :class:`memreader.core.vllm_engine.Engine`; neither: the engine :func:`memreader.core.engines.resolve_engine`
+        chooses for the stage ``scorer`` from the settings, its weights shared with any stage that loaded the same
+        model, dtype and device (the process's caches)."""
         self.settings = settings
         self._answer_ids: list[int] | None = None
-        self.dtype_name = settings.dtype
-        if settings.backend == "vllm":
-            if model is not None:
-                raise ScoringError("backend='vllm' loads its own model", "pass model=None, or use backend='hf'")
-            # ``engine``: an already started memreader.core.vllm_engine.Engine (e.g. the answerer's), else the process's own
-            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=settings.dtype, engine=engine)
-            self.tokenizer = self.engine.tokenizer
-            self.dtype_name = self.engine.dtype
-            self.evaluator = settings.model
-            return
         if (model is None) != (tokenizer is None):
             raise ScoringError("EvaluatorScorer got only one of model and tokenizer", "pass both, or neither")
+        if model is not None and engine is not None:
+            raise ScoringError("EvaluatorScorer got both a model and a vLLM engine", "pass one of them")
+        if model is None and engine is None:
+            self.choice = self._resolve(settings)
+        else:
+            backend = "vllm" if engine is not None else "transformers"
+            if canonical_backend(settings.backend) not in ("auto", backend):
+                raise ScoringError(f"backend={settings.backend!r}, but the scorer was given a "
+                                   f"{'vLLM engine' if engine is not None else 'transformers model'}",
+                                   "pass neither (the scorer loads its own), or set backend=auto")
+            self.choice = EngineChoice("scorer", backend, "", "", "given")
+        if self.choice.backend == "vllm":
+            # ``engine``: an already started memreader.core.vllm_engine.Engine, else the process's one for this spec
+            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=self.choice.dtype or "auto",
+                                                            max_model_len=settings.max_model_len, engine=engine)
+            self.tokenizer, self.dtype_name, self.evaluator = self.engine.tokenizer, self.engine.dtype, settings.model
+            self.choice = replace(self.choice, dtype=str(self.dtype_name))
+            return
         if model is None:
-            from memreader.core.runtime import load_causal_lm, runtime
+            from memreader.core.runtime import runtime, shared_causal_lm
 
-            model, tokenizer = load_causal_lm(settings.model, rt=runtime(settings.device, settings.dtype))
+            shared = shared_causal_lm(settings.model, rt=runtime(self.choice.device, self.choice.dtype))
+            model, tokenizer = shared.model, shared.tokenizer
             self.evaluator = settings.model
         else:
             self.evaluator = getattr(model, "name_or_path", "") or settings.model
         self.model, self.tokenizer = model, tokenizer
-        self.dtype_name = str(next(model.parameters()).dtype).replace("torch.", "")
+        param = next(model.parameters())
+        self.dtype_name = str(param.dtype).replace("torch.", "")
+        self.choice = replace(self.choice, dtype=self.dtype_name, device=self.choice.device or param.device.type)
         self.engine = HFEngine(model, tokenizer, settings.max_batch_tokens, settings.slice_tokens,
                                settings.max_pad_fraction)
+
+    @staticmethod
+    def _resolve(settings: ScorerSettings) -> EngineChoice:
+        return resolve_engine("scorer", settings.backend, settings.dtype, settings.device)
 
     def answer_ids(self) -> list[int]:
         """Token ids of :data:`ANSWER_WORDS` (checked once)."""
@@ -386,7 +403,7 @@ class EvaluatorScorer:
     def _settings_record(self) -> dict[str, Any]:
         s = self.settings
         return {"max_chunk_tokens": s.max_chunk_tokens, "ppl_target_tokens": s.ppl_target_tokens,
-                "ppl_temperature": PPL_TEMPERATURE, "backend": s.backend, "dtype": self.dtype_name,
+                "ppl_temperature": PPL_TEMPERATURE, "backend": self.choice.backend, "dtype": self.dtype_name,
                 "clarity_sep": CLARITY_SEP, "core_sep": CORE_SEP, "answer_words": list(ANSWER_WORDS)}
 
     def signature(self) -> dict[str, Any]:

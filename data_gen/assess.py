@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.core.backends import backend_problem, resolve_backend, resolve_dtype_for
 from memreader.core.config import ConfigError, field
+from memreader.core.engines import engine_problems
 from memreader.core.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.schema import read_memories
 from memreader.core.scoring import VARIANTS
@@ -36,14 +36,15 @@ class AssessConfig:
     input: str = field("", help="memories JSONL (from gen, read, or a chunking baseline)")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM (registry name or folder)")
     clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see memreader.core.scoring)")
-    device: str = field("auto", help="auto, cpu or cuda")
-    dtype: str = field("auto", help="auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe), float32 or bfloat16")
-    max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     backend: str = field("auto", help="transformers (alias hf) | vllm (prompt_logprobs) | auto (the fastest scorer "
-                         "measured on this machine: core/backends.py)")
+                         "measured on this machine, else transformers: docs/ENGINES.md)")
+    dtype: str = field("auto", help="auto (the measured fastest, else bf16 on a GPU with bf16, on a CPU the faster of "
+                       "fp32 and bf16 by a cached probe), float32, bfloat16 or float16")
+    device: str = field("auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     block: int = field(32, ge=1, help="memories per scorer call (one progress step)")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Problems a config can have beyond types."""
         problems = []
         if not self.input:
@@ -52,10 +53,7 @@ class AssessConfig:
             problems.append(f"input: {self.input} does not exist")
         if self.clarity_variant not in VARIANTS:
             problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
-        problem = backend_problem(self.backend, ("transformers", "vllm", "auto"))
-        if problem:
-            problems.append(problem)
-        return problems
+        return problems + engine_problems("scorer", self.backend, self.dtype, self.device)
 
 
 def outputs(input_path: str | Path) -> dict[str, Path]:
@@ -70,24 +68,25 @@ def _mean(values: list[float]) -> float | None:
     return round(math.fsum(values) / len(values), 6) if values else None
 
 
-def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
-    """Score every memory of ``cfg.input``; returns the summary (also written beside the input)."""
+def assess_scorer(cfg: AssessConfig) -> Any:
+    """The evaluator scorer of the settings (stage ``scorer``: the same rule as gen's and eval's evaluator)."""
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
+    return EvaluatorScorer(ScorerSettings(model=cfg.evaluator, backend=cfg.backend, dtype=cfg.dtype, device=cfg.device,
+                                          clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.max_batch_tokens))
+
+
+def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
+    """Score every memory of ``cfg.input``; returns the summary (also written beside the input)."""
     memories = read_memories(cfg.input)
     if not memories:
         raise ConfigError(f"{cfg.input} holds no memories", "give a memories JSONL written by gen, read or a chunker")
     out = outputs(cfg.input)
     write_resolved_config(out["config"].parent, cfg, out["config"].name)
     if scorer is None:
-        backend, why = resolve_backend(cfg.backend, "scorer")
-        # an explicit device decides dtype auto itself (memreader.core.runtime.runtime): bf16 only where that device is fast at it
-        dtype = cfg.dtype if backend == "transformers" and cfg.device != "auto" else \
-            resolve_dtype_for("scorer", cfg.dtype, backend)
-        print(f"assess: evaluator on {backend} ({dtype}; {why})")
-        scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, device=cfg.device, dtype=dtype,
-                                                clarity_variant=cfg.clarity_variant,
-                                                max_batch_tokens=cfg.max_batch_tokens, backend=backend))
+        scorer = assess_scorer(cfg)
+        choice = scorer.choice
+        print(f"assess: evaluator on {choice.backend} ({choice.dtype}, {choice.device}; {choice.why})")
     t0 = time.perf_counter()
     rows = []
     with tqdm(total=len(memories), desc="assess", unit="memory") as bar:

@@ -1,4 +1,4 @@
-"""A teacher whose every reply is stored in a :class:`~data_gen.cache.ReplyCache` as it arrives."""
+"""A teacher whose every reply is stored in a :class:`~memreader.data_gen.cache.ReplyCache` as it arrives."""
 
 from __future__ import annotations
 

@@ -23,20 +23,15 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
-from memreader.core.backends import (
-    BACKENDS,
-    backend_problem,
-    canonical_backend,
-    resolve_backend,
-    resolve_dtype_for,
-)
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, read_corpus, split_empty
+from memreader.core.engines import engine_problems, make_engine, resolve_engine
 from memreader.core.errors import RunFailed
-from memreader.core.generation import LocalChat, make_chat
+from memreader.core.fusion import rrf_k_field
 from memreader.core.guidance import GuidedConfig, count_fates
 from memreader.core.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.core.prompts import PromptConfig
@@ -68,12 +63,13 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     text_field: str = field("text", help="name of the text field in the corpus")
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
-    teacher: str = field("local", help="teacher backend: local (in-process transformers; alias transformers), vllm "
-                         "(in-process vLLM engine), openai (any OpenAI-compatible endpoint), auto (the fastest "
-                         "measured on this machine: core/backends.py), or structure (no model: the memory "
-                         "each document's known sections imply, data_gen/structure_teacher.py; model = the reader's)")
-    dtype: str = field("auto", help="in-process teacher weights: auto (bf16 on CUDA; on CPU the faster of fp32 and "
-                       "bf16 by a cached probe), float32, bfloat16")
+    teacher: str = field("auto", help="teacher backend: transformers (in process; alias local), vllm (in-process "
+                         "vLLM engine), openai (any OpenAI-compatible endpoint), auto (the fastest measured on this "
+                         "machine, else vllm: docs/ENGINES.md), or structure (no model: the memory each document's "
+                         "known sections imply, data_gen/structure_teacher.py; model = the reader's)")
+    dtype: str = field("auto", help="in-process teacher weights: auto (the measured fastest, else bf16 on a GPU with "
+                       "bf16 and on a CPU the faster of fp32 and bf16 by a cached probe), float32, bfloat16, float16")
+    device: str = field("auto", help="teacher=transformers: auto (CUDA when available), cpu, cuda or cuda:N")
     model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
     base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL)")
     max_concurrency: int = field(8, ge=1, help="parallel requests to an OpenAI-compatible teacher")
@@ -97,16 +93,19 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     retry_unusable: bool = field(False, help="ask the teacher again for cached replies that were cut off or unusable")
     num_candidates: int = field(3, ge=1, help="candidate memories sampled per document (MoM multi-path sampling); "
                                 "the evaluator scores them and RRF keeps one. Raising it reuses cached candidates")
-    rrf_k: float = field(60.0, gt=0, help="RRF smoothing constant k (MoM: 60)")
+    rrf_k: float = rrf_k_field("candidate selection (the ranks by clarity and by completeness)")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM for clarity/completeness (registry "
                            "name or folder; paper: Qwen2.5-7B-Instruct)")
     clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl (conditional perplexity; the default, "
                                  "measured best on small evaluators), prob or margin (the paper's yes/no question)")
-    evaluator_device: str = field("auto", help="evaluator device: auto, cpu, cuda")
-    evaluator_backend: str = field("auto", help="evaluator scorer: transformers (alias hf), vllm (prompt_logprobs, "
-                                   "sharing a vLLM teacher's engine), auto (vllm when the teacher is vllm, else "
-                                   "transformers)")
-    evaluator_dtype: str = field("auto", help="evaluator dtype: auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe), float32, bfloat16")
+    evaluator_backend: str = field("auto", help="evaluator scorer: transformers (alias hf), vllm (prompt_logprobs), "
+                                   "auto (the fastest scorer measured here, else transformers; the same in gen, "
+                                   "assess and eval: docs/ENGINES.md). It shares the teacher's weights or engine "
+                                   "when it names the same model, dtype and device")
+    evaluator_dtype: str = field("auto", help="evaluator dtype: auto (the measured fastest, else bf16 on a GPU with "
+                                 "bf16, on a CPU the faster of fp32 and bf16 by a cached probe), float32, bfloat16, "
+                                 "float16")
+    evaluator_device: str = field("auto", help="evaluator device: auto (CUDA when available), cpu, cuda or cuda:N")
     score_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     score_batch_memories: int = field(64, ge=1, help="most candidate memories scored in one scorer call")
     domain_field: str = field("", help="corpus field naming each document's domain, for balancing and the "
@@ -119,17 +118,16 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
         """Chunk markers as in the SFT targets, at most max_parts chunks."""
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_parts}
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Problems a config file can have beyond types."""
         problems = self.guided_problems(**self.marker()) + self.windows().problems() + self.prompt_problems()
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
         if self.on_unusable not in ("skip", "whole"):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
-        for problem in (backend_problem(self.teacher, (*BACKENDS, "local", "structure"), key="teacher"),
-                        backend_problem(self.evaluator_backend, ("transformers", "vllm", "auto"), key="evaluator_backend")):
-            if problem:
-                problems.append(problem)
+        problems += engine_problems("teacher", self.teacher, self.dtype, self.device, extra=("structure",))
+        problems += engine_problems("scorer", self.evaluator_backend, self.evaluator_dtype, self.evaluator_device,
+                                    prefix="evaluator_")
         if self.clarity_variant not in VARIANTS:
             problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
         try:
@@ -141,65 +139,56 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
         return problems
 
 
-def generate(cfg: GenConfig) -> dict[str, Any]:
+def generate(cfg: GenConfig, scorer: Any = None) -> dict[str, Any]:
     """Run the pipeline; returns the manifest (also written to the run folder). One writer per run
-    folder; a run in which every document failed raises :class:`RunFailed` (exit code 1)."""
+    folder; a run in which every document failed raises :class:`RunFailed` (exit code 1).
+
+    ``scorer`` (anything with ``score(memories)``, each score with ``clarity``, ``completeness`` and ``to_dict()``,
+    and ``signature()``) ranks the candidates instead of the evaluator ``cfg`` names, when ``num_candidates`` > 1:
+    a benchmark of the teacher flow alone (``scripts/bench_teacher_flow.py``) or a test, not for real data."""
     out_dir = run_dir(cfg.run, "gen")
     with RunLock(out_dir):
-        return _generate(resolve_teacher(cfg), out_dir)
+        return _generate(resolve_teacher(cfg), out_dir, scorer)
 
 
 def resolve_teacher(cfg: GenConfig) -> GenConfig:
-    """``cfg`` with ``teacher`` decided: ``auto`` by measurement (:mod:`memreader.core.backends`), ``transformers`` kept
-    under its older name ``local`` (part of every cached reply's key)."""
+    """``cfg`` with ``teacher`` decided (:func:`memreader.core.engines.resolve_engine`, stage ``teacher``),
+    ``transformers`` kept under its older name ``local`` (part of every cached reply's key)."""
     if cfg.teacher == "structure":
         return structure_config(cfg)
-    teacher, why = resolve_backend(cfg.teacher, "teacher")
-    teacher = "local" if teacher == "transformers" else teacher
+    choice = resolve_engine("teacher", cfg.teacher, cfg.dtype, cfg.device)
+    teacher = "local" if choice.backend == "transformers" else choice.backend
     if teacher != cfg.teacher:
-        log.info("gen: teacher backend %s (%s)", teacher, why)
+        log.info("gen: teacher backend %s (%s)", teacher, choice.why)
     return replace(cfg, teacher=teacher)
 
 
 def _backend(cfg: GenConfig) -> tuple[Any, str]:
-    if cfg.teacher == "openai":
-        backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.max_concurrency,
-                            guided=cfg.guided)
-        backend.check_reachable()
-        return backend, backend.base_url or ""
-    if cfg.teacher == "vllm":
-        return make_chat("vllm", model=cfg.model, dtype=resolve_dtype_for("teacher", cfg.dtype, "vllm")), ""
-    return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size,
-                     dtype=resolve_dtype_for("teacher", cfg.dtype, "transformers")), ""
+    """The teacher engine (:func:`memreader.core.engines.make_engine`) and, for a server, its URL."""
+    backend = make_engine(resolve_engine("teacher", cfg.teacher, cfg.dtype, cfg.device), cfg.model,
+                          batch_size=cfg.batch_size, base_url=cfg.base_url, max_concurrency=cfg.max_concurrency,
+                          guided=cfg.guided)
+    if cfg.teacher != "openai":
+        return backend, ""
+    backend.check_reachable()
+    return backend, backend.base_url or ""
 
 
-def _scorer(cfg: GenConfig, backend: Any) -> Any:
-    """The evaluator; the in-process teacher's weights are shared when it is the same model on the same device."""
+def _scorer(cfg: GenConfig) -> Any:
+    """The evaluator (stage ``scorer``): it shares the teacher's weights, or its vLLM engine, when it resolves to the
+    same model, dtype and device (the process's caches)."""
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
-    evaluator_backend = canonical_backend(cfg.evaluator_backend)
-    if evaluator_backend == "auto":
-        evaluator_backend = "vllm" if cfg.teacher == "vllm" else "transformers"
-    if evaluator_backend == "vllm":
-        dtype, engine = resolve_dtype_for("scorer", cfg.evaluator_dtype, "vllm"), None
-        if cfg.evaluator == cfg.model and cfg.evaluator_dtype == "auto" and getattr(backend, "engine", None) is not None:
-            dtype, engine = backend.engine.dtype, backend.engine  # the teacher's engine: one copy, one start-up
-        settings = ScorerSettings(model=cfg.evaluator, dtype=dtype, clarity_variant=cfg.clarity_variant,
-                                  max_batch_tokens=cfg.score_batch_tokens, backend="vllm")
-        return EvaluatorScorer(settings, engine=engine)
-    settings = ScorerSettings(model=cfg.evaluator, device=cfg.evaluator_device, dtype=cfg.evaluator_dtype,
-                              clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.score_batch_tokens)
-    if isinstance(backend, LocalChat) and cfg.evaluator == cfg.model and cfg.evaluator_device == "auto" \
-            and cfg.evaluator_dtype == "auto":
-        scorer = EvaluatorScorer(settings, model=backend.model(), tokenizer=backend.tokenizer())
-    else:
-        scorer = EvaluatorScorer(settings)
+    scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, backend=cfg.evaluator_backend,
+                                            dtype=cfg.evaluator_dtype, device=cfg.evaluator_device,
+                                            clarity_variant=cfg.clarity_variant,
+                                            max_batch_tokens=cfg.score_batch_tokens))
     if cfg.clarity_variant in ("prob", "margin"):
         scorer.answer_ids()  # an evaluator without one-token answer words is refused before any teacher call
     return scorer
 
 
-def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
+def _generate(cfg: GenConfig, out_dir: Path, scorer: Any = None) -> dict[str, Any]:
     docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
     if not docs:
         raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
@@ -216,95 +205,144 @@ def _generate(cfg: GenConfig, out_dir: Path) -> dict[str, Any]:
     cache = ReplyCache(out_dir / "teacher_cache.sqlite")
     score_cache = ScoreCache(out_dir / "teacher_cache.sqlite")
     try:
-        return _run(cfg, out_dir, docs, empty, backend, base_url, cache, score_cache)
+        return _run(cfg, out_dir, docs, empty, backend, base_url, cache, score_cache, scorer)
     finally:
         cache.close()
         score_cache.close()
 
 
 def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], backend: Any, base_url: str,
-         cache: ReplyCache, score_cache: ScoreCache) -> dict[str, Any]:
+         cache: ReplyCache, score_cache: ScoreCache, scorer: Any = None) -> dict[str, Any]:
     t0 = time.perf_counter()
+    got = _teach(cfg, docs, backend, base_url, cache, score_cache, scorer)
+    n_mem = write_memories(out_dir / "memories.jsonl", got.memories)
+    write_jsonl(out_dir / "candidates.jsonl", got.candidates)
+    split, dropped = _write_sft(cfg, out_dir, docs, got)
+    seconds = time.perf_counter() - t0
+    manifest = _manifest(cfg, out_dir, docs, empty, got, n_mem, split, dropped, seconds, cache, score_cache)
+    if cfg.teacher == "structure":
+        _report_structure(manifest, got.unit_results, got.failures)
+    write_json(out_dir / "manifest.json", manifest)
+    _print_run(cfg, out_dir, docs, empty, manifest, got, seconds, cache)
+    if n_mem == 0:
+        failures = got.failures
+        raise RunFailed(f"every one of the {len(docs)} documents failed; no memory and no SFT record was written "
+                        f"(first failure: {failures[0]['stage']}: {failures[0]['error']})" if failures else
+                        f"no memory was written for the {len(docs)} documents",
+                        f"fix the cause, then rerun: paid replies are cached in {out_dir / 'teacher_cache.sqlite'}")
+    return manifest
+
+
+@dataclass
+class _Taught:
+    """What the teacher produced for every unit, gathered: results, failures, fates, candidates, memories."""
+
+    unit_results: list[UnitResult]
+    windows: dict[str, Any]
+    failures: list[dict[str, Any]]
+    teacher: CachedTeacher | None
+    flow: TeacherFlow | None
+    fates: list[str] = dataclass_field(default_factory=list)
+    candidates: list[dict[str, Any]] = dataclass_field(default_factory=list)
+    candidate_failures: list[dict[str, Any]] = dataclass_field(default_factory=list)
+    memories: list[Any] = dataclass_field(default_factory=list)  # one per document (windows merged)
+    unit_memories: list[Any] = dataclass_field(default_factory=list)  # one per unit (a window of a long document)
+
+    @property
+    def guided(self) -> int:
+        return sum(1 for m in self.memories if m.meta.get("generation", {}).get("guided"))
+
+
+def _teach(cfg: GenConfig, docs: list[Document], backend: Any, base_url: str, cache: ReplyCache,
+           score_cache: ScoreCache, scorer: Any) -> _Taught:
+    """Run the teacher (or the structure teacher) over every unit and gather what it produced."""
     if cfg.teacher == "structure":  # no model: the memory each document's sections imply
         unit_results, windows, failures = structure_results(cfg, docs)
         teacher, flow = None, None
     else:
         units, windows, failures = make_units(cfg, docs, backend)
-        results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache)) if units else ([], None, None)
+        results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache, scorer)) if units else ([], None, None)
         unit_results, teacher, flow = results
-    fates: list[str] = []
-    candidates: list[dict[str, Any]] = []
-    candidate_failures: list[dict[str, Any]] = []
+    got = _Taught(unit_results, windows, failures, teacher, flow)
     for res in unit_results:
-        failures += res.failures
-        candidate_failures += res.candidate_failures
-        fates += res.fates
-        candidates += res.candidates
-    memories, unit_memories, window_failures = merge_units(unit_results, windows, cfg.overlap_tokens)
-    failures += window_failures
-    windowed = {doc_id: len(ws) for doc_id, ws in windows.items() if len(ws) > 1}
-    templates = flow.templates if flow else {}
-    fallbacks = [m.doc_id for m in memories if "fallback" in m.meta]
-    truncated_kept = [m.doc_id for m in memories if m.meta.get("truncated")]
-    single_chunk = [r.unit.unit_id for r in unit_results if r.memory is not None and r.unit.plan is not None
-                    and r.unit.plan.single_chunk and r.unit.window is None]
-    n_mem = write_memories(out_dir / "memories.jsonl", memories)
-    write_jsonl(out_dir / "candidates.jsonl", candidates)
+        got.failures += res.failures
+        got.candidate_failures += res.candidate_failures
+        got.fates += res.fates
+        got.candidates += res.candidates
+    got.memories, got.unit_memories, window_failures = merge_units(unit_results, windows, cfg.overlap_tokens)
+    got.failures += window_failures
+    return got
+
+
+def _write_sft(cfg: GenConfig, out_dir: Path, docs: list[Document], got: _Taught) -> tuple[dict[str, Any], int]:
+    """The SFT splits (one record per unit, balanced); returns the split record and how many were balanced away."""
+    templates = got.flow.templates if got.flow else {}
     # A cut-off reply is never a training target, even when kept (flagged) as a memory.
     domains = {d.doc_id: str(d.meta[cfg.domain_field]) for d in docs} if cfg.domain_field else {}
     # one SFT record per unit: a long document's windows are what the student will read
     records = [sft_record(m, cfg.head_chars, cfg.tail_chars, templates, domains.get(m.doc_id.split("#w")[0]),
                           cfg.reader_prompt())
-               for m in unit_memories if not m.meta.get("truncated")]
+               for m in got.unit_memories if not m.meta.get("truncated")]
     records, dropped = balance(records, cfg.length_edges, cfg.max_per_stratum, cfg.split_seed)
-    guided = sum(1 for m in memories if m.meta.get("generation", {}).get("guided"))
-    split = write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed, cfg.length_edges)
-    seconds = time.perf_counter() - t0
-    calls = teacher.calls if teacher else 0
+    return write_sft_splits(out_dir, records, cfg.val_fraction, cfg.split_seed, cfg.length_edges), dropped
+
+
+def _manifest(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], got: _Taught, n_mem: int,
+              split: dict[str, Any], dropped: int, seconds: float, cache: ReplyCache,
+              score_cache: ScoreCache) -> dict[str, Any]:
+    """The run's ``manifest.json``."""
+    memories, teacher, flow = got.memories, got.teacher, got.flow
     flow_stats = teacher.dispatcher.stats.summary(cfg.max_concurrency if cfg.teacher == "openai" else None) \
         if teacher else {}
-    manifest = {
+    return {
         "documents": len(docs),
         "skipped_empty": empty,
         "memories": n_mem,
-        "failures": failures,
-        "candidate_failures": candidate_failures,
-        "whole_document_fallbacks": fallbacks,
-        "guided": guided,
-        "unguided": len(memories) - guided,
-        "extraction_fates": count_fates(fates),
-        "truncated_kept": truncated_kept,
-        "single_chunk_no_boundary": single_chunk,
-        "windowed": windowed,
-        "selection": {"num_candidates": cfg.num_candidates, "rrf_k": cfg.rrf_k, "candidates": len(candidates),
+        "failures": got.failures,
+        "candidate_failures": got.candidate_failures,
+        "whole_document_fallbacks": [m.doc_id for m in memories if "fallback" in m.meta],
+        "guided": got.guided,
+        "unguided": len(memories) - got.guided,
+        "extraction_fates": count_fates(got.fates),
+        "truncated_kept": [m.doc_id for m in memories if m.meta.get("truncated")],
+        "single_chunk_no_boundary": [r.unit.unit_id for r in got.unit_results if r.memory is not None
+                                     and r.unit.plan is not None and r.unit.plan.single_chunk
+                                     and r.unit.window is None],
+        "windowed": {doc_id: len(ws) for doc_id, ws in got.windows.items() if len(ws) > 1},
+        "selection": {"num_candidates": cfg.num_candidates, "rrf_k": cfg.rrf_k, "candidates": len(got.candidates),
                       "scored_now": flow.scored_now if flow else 0, "scores_cached": score_cache.hits,
                       "evaluator": cfg.evaluator, "clarity_variant": cfg.clarity_variant},
         "sft": {**split, "balanced_away": dropped, "max_per_stratum": cfg.max_per_stratum,
                 "domain_field": cfg.domain_field or None},
-        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": calls, "cache_hits": cache.hits,
-                    "reasked_unusable": cache.reasked, "flow": flow_stats},
-        "templates": templates,
+        "teacher": {"backend": cfg.teacher, "model": cfg.model, "calls": teacher.calls if teacher else 0,
+                    "cache_hits": cache.hits, "reasked_unusable": cache.reasked, "flow": flow_stats},
+        "templates": flow.templates if flow else {},
         "repairs": sum(1 for m in memories if m.meta.get("parse_diagnostics")),
         "without_reasoning": [m.doc_id for m in memories if cfg.reverse_com and not m.reasoning],
-        "reasoning": reasoning_summary(cfg, unit_memories),
+        "reasoning": reasoning_summary(cfg, got.unit_memories),
         "seconds": round(seconds, 2),
         "files": {"memories": str(out_dir / "memories.jsonl"), "candidates": str(out_dir / "candidates.jsonl"),
                   **split["files"]},
         "sha256": {"memories": sha256_file(out_dir / "memories.jsonl"),
                    "candidates": sha256_file(out_dir / "candidates.jsonl"), **split["sha256"]},
     }
-    if cfg.teacher == "structure":
-        _report_structure(manifest, unit_results, failures)
-    write_json(out_dir / "manifest.json", manifest)
-    skipped = count_fates(fates).get("truncated-skipped", 0)
+
+
+def _print_run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], manifest: dict[str, Any],
+               got: _Taught, seconds: float, cache: ReplyCache) -> None:
+    """The run's lines on stdout: what was generated, then every note and warning."""
+    n_mem, flow_stats = manifest["memories"], manifest["teacher"]["flow"]
+    single_chunk, fallbacks = manifest["single_chunk_no_boundary"], manifest["whole_document_fallbacks"]
+    windowed, guided = manifest["windowed"], got.guided
+    skipped = count_fates(got.fates).get("truncated-skipped", 0)
     rate = f", {flow_stats['requests_per_s']} req/s" if flow_stats.get("requests") else ""
     share = f", {flow_stats['efficiency']:.0%} of the ideal throughput" if "efficiency" in flow_stats else ""
     how = "structure teacher, no model" if cfg.teacher == "structure" else \
-        f"{guided} guided, {len(memories) - guided} unguided"
+        f"{guided} guided, {len(got.memories) - guided} unguided"
     print(
         f"gen: {len(docs)} docs → {n_mem} memories ({how}) from "
-        f"{len(candidates)} candidates (N={cfg.num_candidates}), {len(failures)} failures ({skipped} cut off), "
-        f"{calls} teacher calls ({cache.hits} cached{rate}{share}) in {seconds:.1f}s → {out_dir}"
+        f"{len(got.candidates)} candidates (N={cfg.num_candidates}), {len(got.failures)} failures ({skipped} cut off), "
+        f"{manifest['teacher']['calls']} teacher calls ({cache.hits} cached{rate}{share}) in {seconds:.1f}s → {out_dir}"
     )
     if manifest["without_reasoning"]:
         fates = ", ".join(f"{k}: {v}" for k, v in manifest["reasoning"]["fates"].items()) or "none asked"
@@ -321,12 +359,6 @@ def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], 
     if windowed:
         print(f"NOTE: {len(windowed)} long document(s) were read in {sum(windowed.values())} windows and merged "
               f"(one SFT record per window): {list(windowed)[:5]}")
-    if n_mem == 0:
-        raise RunFailed(f"every one of the {len(docs)} documents failed; no memory and no SFT record was written "
-                        f"(first failure: {failures[0]['stage']}: {failures[0]['error']})" if failures else
-                        f"no memory was written for the {len(docs)} documents",
-                        f"fix the cause, then rerun: paid replies are cached in {out_dir / 'teacher_cache.sqlite'}")
-    return manifest
 
 
 def reasoning_summary(cfg: GenConfig, memories: list[Any]) -> dict[str, Any]:
@@ -350,14 +382,14 @@ def _report_structure(manifest: dict[str, Any], results: list[UnitResult], failu
 
 
 async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, cache: ReplyCache,
-                score_cache: ScoreCache) -> tuple[list[UnitResult], CachedTeacher, TeacherFlow]:
+                score_cache: ScoreCache, scorer: Any = None) -> tuple[list[UnitResult], CachedTeacher, TeacherFlow]:
     """Every unit as its own coroutine (at most ``active_units`` alive), one progress bar per step."""
     local = cfg.teacher in ("local", "vllm")
     lock = asyncio.Lock() if local else None  # teacher and evaluator share the CPU/GPU: one at a time
     dispatcher = Dispatcher(backend, max_concurrency=cfg.max_concurrency, batch_size=cfg.batch_size,
                             compute_lock=lock)
     teacher = CachedTeacher(dispatcher, cache, cfg.model, cfg.teacher, base_url, cfg.retry_unusable)
-    scorer = _scorer(cfg, backend) if cfg.num_candidates > 1 else None
+    scorer = (scorer or _scorer(cfg)) if cfg.num_candidates > 1 else None
     n = len(units)
     steps = (("outline", n), ("candidates", n * cfg.num_candidates), ("scoring", n), ("com", n))
     bars = {name: tqdm(total=total, desc=f"gen {name}", unit="req" if name != "scoring" else "doc", position=i,

@@ -80,7 +80,7 @@ def outline_lines(reply: str) -> list[str]:
 
 
 class TeacherFlow:
-    """Runs units through the five steps; ``cfg`` is a :class:`data_gen.pipeline.GenConfig`."""
+    """Runs units through the five steps; ``cfg`` is a :class:`memreader.data_gen.pipeline.GenConfig`."""
 
     def __init__(self, cfg: Any, teacher: CachedTeacher, scorer: Any, score_cache: ScoreCache,
                  bars: dict[str, Any], compute_lock: asyncio.Lock | None = None) -> None:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memreader.core.errors import MemReaderError
+from memreader.core.errors import ConfigError, MemReaderError
 
 CRUD_QA_SPLITS = {"1doc": "questanswer_1doc", "2docs": "questanswer_2docs", "3docs": "questanswer_3docs"}
 
@@ -416,5 +416,5 @@ LOADERS: dict[str, Callable[..., list[QARecord]]] = {
 def load_dataset(name: str, path: str | Path, **options: Any) -> list[QARecord]:
     """Load ``path`` with the loader called ``name`` (see :data:`LOADERS`)."""
     if name not in LOADERS:
-        raise ValueError(f"unknown dataset loader {name!r}; choose one of {', '.join(LOADERS)}")
+        raise ConfigError(f"unknown dataset loader {name!r}", f"choose one of {', '.join(LOADERS)}")
     return LOADERS[name](path, **options)

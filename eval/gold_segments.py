@@ -14,7 +14,7 @@ One JSON object per line::
 without titles outline agreement is None. ``lang`` (optional): ``en`` or ``zh``. ``sections``
 (optional, the source layout): their texts must concatenate to ``text`` exactly and start at the
 boundaries; their titles stand in for absent ``titles``. Bad input raises
-:class:`~eval.datasets.DatasetError` naming the file, the line, the field and the fix.
+:class:`~memreader.eval.datasets.DatasetError` naming the file, the line, the field and the fix.
 """
 
 from __future__ import annotations

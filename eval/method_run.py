@@ -10,7 +10,7 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
   the prefix cache finishes (the whole batch where there is none), so a crash repeats
   no finished answer (each line carries the question's reference-answer support when that is on);
 - ``clarity.json``: the evaluator's clarity (and boundary clarity) of every memory, reused while memories and
-  scorer are the same; ``stickiness.json``: chunk stickiness (eval/intrinsic.py), likewise;
+  scorer are the same; ``stickiness.json``: chunk stickiness (eval/intrinsic/), likewise;
 - ``state.json``: the settings the answers were made with; a rerun with other settings is refused;
 - ``cost.json``: wall time per phase summed over every session that worked on the method, and the peak memory
   of the process tree while it ran (eval/costs.py).
@@ -144,7 +144,7 @@ def _scorer(ctx: MethodContext, batch: list[Any], contexts: list[list[str]]
 def _save_answers(fh: Any, method: str, done: dict[str, dict[str, Any]], batch: list[Any], hits: list[Any],
                   fitted: list[tuple[list[str], int]], got: AnswerPass, idx: list[int]) -> None:
     """Append the rows of ``batch[i]`` for ``i`` in ``idx`` to answers.jsonl, durably (called as each cache group
-    of :func:`eval.answering.answer_and_support` finishes: a kill loses at most the group in flight)."""
+    of :func:`memreader.eval.answering.answer_and_support` finishes: a kill loses at most the group in flight)."""
     for i in idx:
         q, hs, (kept, cut), sup = batch[i], hits[i], fitted[i], got.support[i]
         if cut:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import ConfigError, field
+from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 from memreader.eval.tokenize import TOKENIZERS, init_jieba, postprocess, tokenize, tokenizer_signature
 
@@ -89,10 +90,8 @@ class MetricConfig:
         return out
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` listing every problem at once."""
-        found = self.problems()
-        if found:
-            raise ConfigError("metric settings:\n  - " + "\n  - ".join(found))
+        """Raise one :class:`ConfigError` naming every problem (:func:`memreader.core.config.validate`)."""
+        validate_config(self)
 
 
 PROFILES: dict[str, MetricConfig] = {

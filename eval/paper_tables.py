@@ -8,10 +8,10 @@ reproduced by this repository and are never compared statistically with our numb
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+
+from memreader.eval.markdown import fmt, table
 
 PAPER = "MoM (Zhao et al., 2025), arXiv preprint"
 SETTINGS = ("paper's settings: answerer Qwen2.5-7B/14B-Instruct (fp16), embedder bge-base-zh-v1.5, Milvus, top_k=8; "
@@ -108,18 +108,6 @@ def match_dataset(name: str, path: str = "") -> str | None:
     return next((paper for paper, pattern in _DATASETS if pattern.search(text)), None)
 
 
-def fmt(x: Any, digits: int = 4) -> str:
-    """A number with ``digits`` decimals, ``n/a`` for None or NaN (Markdown helper shared with memreader.eval.report)."""
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """Lines of a Markdown table (pipes in cells escaped), then a blank line."""
-    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    return ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(cell, r)) + " |" for r in rows), ""]
-
-
 def side_by_side(name: str, path: str, scores: Mapping[str, Mapping[str, float]],
                  support: Mapping[str, float | None], correlation: tuple[float, float, int] | None) -> list[str]:
     """Markdown lines: the paper's Table 1 (and Table 3 on MultiFieldQA) rows for the run's data set next to
@@ -136,17 +124,17 @@ def side_by_side(name: str, path: str, scores: Mapping[str, Mapping[str, float]]
         md += [f"Table 1, {match} ({NOTES[match]}):", ""]
         rows = [["paper", method, *map(fmt, values)] for method, values in TABLE1[match].items()]
         rows += [["this run", method, *(fmt(s.get(c)) for c in TABLE1_COLUMNS)] for method, s in scores.items()]
-        md += md_table(["source", "method", "B-1", "B-Avg", "ROUGE-L", "METEOR"], rows)
+        md += table(["source", "method", "B-1", "B-Avg", "ROUGE-L", "METEOR"], rows)
         if match == TABLE3_DATASET:
             md += [f"Table 3, informational support on {match} (the paper's answer models; this run's own):", ""]
             rows = [["paper", method, *(fmt(v, 3) for v in values), ""] for method, values in TABLE3.items()]
             rows += [["this run", method, "", "", "", fmt(v, 3)] for method, v in support.items()]
-            md += md_table(["source", "method", *TABLE3_MODELS, "this run's model"], rows)
+            md += table(["source", "method", *TABLE3_MODELS, "this run's model"], rows)
     if correlation is not None:
         md += ["Table 2, clarity vs ROUGE-L (the paper does not name its data set):", ""]
         rows = [["paper", method, *map(fmt, values)] for method, values in TABLE2.items()]
         rows.append(["paper", "Pearson r", "", *map(fmt, TABLE2_PEARSON)])
-        md += md_table(["source", "method", "ROUGE-L", *(f"clarity ({e})" for e in TABLE2_EVALUATORS)], rows)
+        md += table(["source", "method", "ROUGE-L", *(f"clarity ({e})" for e in TABLE2_EVALUATORS)], rows)
         md += [f"This run: Pearson r {fmt(correlation[0])}, Spearman rho {fmt(correlation[1])} over "
                f"{correlation[2]} methods.", ""]
     return md

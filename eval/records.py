@@ -164,7 +164,7 @@ def calibration_from_dict(data: Any, source: str | Path = "calibration.json") ->
 
 @dataclass(kw_only=True)
 class MetricRecord(_Record):
-    """One QA metric of a method (:meth:`eval.score.MetricResult.to_dict`)."""
+    """One QA metric of a method (:meth:`memreader.eval.score.MetricResult.to_dict`)."""
 
     metric: str  # display name: BLEU-1, ROUGE-L, ...
     value: float
@@ -178,7 +178,7 @@ class MetricRecord(_Record):
 
 @dataclass(kw_only=True)
 class ScoresRecord(_Record):
-    """A method's QA scores: :meth:`eval.score.ScoreReport.to_dict` with per-question values."""
+    """A method's QA scores: :meth:`memreader.eval.score.ScoreReport.to_dict` with per-question values."""
 
     profile: str
     config: dict[str, Any]  # the resolved metric settings
@@ -222,14 +222,14 @@ class SupportRecord(_Record):
 
 @dataclass(kw_only=True)
 class ClarityRecord(_Record):
-    """The evaluator's atomic-chunk clarity of a method's memories (eval/clarity.py)."""
+    """The evaluator's atomic-chunk clarity of a method's memories (eval/intrinsic/)."""
 
     per_memory: list[float | None]  # None: a single chunk, no boundary
     doc_ids: list[str]
     mean: float | None  # over the memories with a boundary
     signature: str
     n_single_chunk: int | None = None
-    # MoC's boundary clarity ppl(q|d)/ppl(q) per memory (eval/intrinsic.py); None: not measured (not the ppl variant)
+    # MoC's boundary clarity ppl(q|d)/ppl(q) per memory (eval/intrinsic/); None: not measured (not the ppl variant)
     boundary_clarity: list[float | None] | None = None
     boundary_clarity_mean: float | None = None
     seconds: float | None = None  # what scoring these memories cost (None: a run from before it was recorded)
@@ -258,7 +258,7 @@ class ClarityRecord(_Record):
 
 @dataclass(kw_only=True)
 class StickinessRecord(_Record):
-    """Chunk stickiness per memory: structural entropy of its chunk-similarity graph (eval/intrinsic.py)."""
+    """Chunk stickiness per memory: structural entropy of its chunk-similarity graph (eval/intrinsic/)."""
 
     per_memory: list[float | None]  # None: a memory of one chunk (no graph)
     edges: list[int]
@@ -353,7 +353,7 @@ class RunSettings(_Record):
 
 @dataclass(kw_only=True)
 class DatasetRecord(_Record):
-    """The question set (:meth:`eval.suites.EvalSet.describe`)."""
+    """The question set (:meth:`memreader.eval.suites.EvalSet.describe`)."""
 
     name: str
     path: str
@@ -365,7 +365,7 @@ class DatasetRecord(_Record):
 
 @dataclass(kw_only=True)
 class ProfileRecord(_Record):
-    """Where the run's time went (:meth:`eval.answering.GenerationProfile.to_dict`)."""
+    """Where the run's time went (:meth:`memreader.eval.answering.GenerationProfile.to_dict`)."""
 
     forward_share: float | None  # model forward passes' share of generation time (None: not timed)
     answers: int
@@ -375,11 +375,12 @@ class ProfileRecord(_Record):
 
 @dataclass(kw_only=True)
 class EngineRecord(_Record):
-    """What answered (:func:`memreader.core.backends.describe_choice`)."""
+    """What answered (:meth:`memreader.core.engines.EngineChoice.record`)."""
 
     stage: str
     backend: str
     dtype: str
+    device: str = ""  # "": a run from before the device was recorded
     why: str = ""
 
 

@@ -6,8 +6,11 @@
 Reads ``<eval>/summary.json`` and ``<eval>/methods/<method>/{memories,answers}.jsonl`` (written by the
 evaluation stage; layout in docs/EVALUATION.md, "Report") and writes ``report.md``, ``metrics.png``
 (values with 95% intervals), ``chunk_lengths.png``, ``clarity_rouge.png`` (when three or more methods
-have clarity) and ``report.json`` (the derived statistics: support intervals, paired tests, correlation).
-Paired tests are every method minus ``memreader`` on the same items (:func:`eval.stats.paired_bootstrap`).
+have clarity), ``intrinsic_rouge.png`` and ``report.json`` (the derived statistics: support intervals, paired
+tests, the correlation table). Paired tests are every method minus ``memreader`` on the same items
+(:func:`memreader.eval.stats.paired_test`, as ``memreader score --baseline``); the correlations are
+:func:`memreader.eval.intrinsic.correlation_table`'s. :func:`build_report` runs the steps: load, statistics,
+figures, Markdown sections, files.
 """
 
 from __future__ import annotations
@@ -25,12 +28,11 @@ from memreader.core.schema import DocumentMemory, read_memories
 from memreader.core.stage import Flag, Stage
 from memreader.core.structure import describe_where
 from memreader.eval import paper_tables as paper
-from memreader.eval.clarity import Correlation, correlate
-from memreader.eval.intrinsic_report import INTRINSIC, by_id, intrinsic_section, method_rows
-from memreader.eval.paper_tables import fmt as _f
-from memreader.eval.paper_tables import md_table as _table
+from memreader.eval.intrinsic.correlation import CorrelationRow, correlation_table
+from memreader.eval.intrinsic.section import clarity_row, clarity_section, intrinsic_section
+from memreader.eval.markdown import fmt, interval, table, value_ci
 from memreader.eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
-from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, paired_bootstrap
+from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, NotComparable, bootstrap_ci, paired_test
 
 REFERENCE = "memreader"
 METRIC_ORDER = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "bleu_avg", "rouge_l", "meteor")
@@ -70,8 +72,19 @@ def eval_dir(run: str) -> Path:
                       "evaluation stage first")
 
 
+def _read_answers(path: Path) -> list[dict[str, Any]]:
+    answers = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                answers.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ReportError(f"{path}:{n}: not valid JSON ({exc})", _FIX) from exc
+    return answers
+
+
 def load_run(folder: Path) -> tuple[EvalSummary, dict[str, Method]]:
-    """The checked summary (:meth:`eval.records.EvalSummary.read`) and every method's files, or
+    """The checked summary (:meth:`memreader.eval.records.EvalSummary.read`) and every method's files, or
     :class:`ReportError` naming the file and the fix."""
     path = folder / "summary.json"
     try:
@@ -85,13 +98,7 @@ def load_run(folder: Path) -> tuple[EvalSummary, dict[str, Method]]:
             if not (mdir / file).is_file():
                 raise ReportError(f"{mdir / file} is missing (method {name!r} of {path})",
                                   f"{_FIX}; or remove {name!r} from summary.json")
-        answers = []
-        for n, line in enumerate((mdir / "answers.jsonl").read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    answers.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ReportError(f"{mdir / 'answers.jsonl'}:{n}: not valid JSON ({exc})", _FIX) from exc
+        answers = _read_answers(mdir / "answers.jsonl")
         got, want = sorted(str(a.get("id")) for a in answers), sorted(record.scores.ids)
         if got != want:
             raise ReportError(f"{mdir / 'answers.jsonl'}: its {len(got)} ids differ from the {len(want)} scored ids "
@@ -119,66 +126,69 @@ def support_interval(record: SupportRecord | None, n_resamples: int, seed: int) 
     return {"mean": float(np.mean(values)), "n": len(values), "interval": ci.to_dict()}
 
 
+def _scored(record: MethodRecord, metric: str) -> tuple[MetricRecord | SupportRecord, list[str], list[str]] | None:
+    """A method's record of ``metric`` (or of ``support``), the ids of its values and the ids it excluded."""
+    if metric == "support":
+        return (record.support, record.support.ids, []) if record.support else None
+    found = record.scores.metrics.get(metric)
+    return (found, record.scores.ids, record.scores.excluded_ids) if found else None
+
+
+def paired_row(method: Method, reference: Method, metric: str, n_resamples: int = DEFAULT_RESAMPLES,
+               seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """``method`` minus ``reference`` on ``metric`` (or ``support``): :func:`memreader.eval.stats.paired_test` on the
+    items both scored, none excluded by either; a pair that cannot be tested (not measured for both, different
+    signatures, corpus-level BLEU, nothing in common) gets a ``note`` instead."""
+    row: dict[str, Any] = {"method": method.name, "reference": reference.name, "metric": metric}
+    a, b = _scored(method.record, metric), _scored(reference.record, metric)
+    if a is None or b is None:
+        return {**row, "note": "not measured for both"}
+    (ra, ids_a, drop_a), (rb, ids_b, drop_b) = a, b
+    if ra.signature != rb.signature:
+        return {**row, "note": "signatures differ: not comparable"}
+    if getattr(ra, "aggregation", "mean") == "corpus":
+        return {**row, "note": "corpus-level BLEU: the paired test needs counts (memreader score --baseline)"}
+    try:
+        test = paired_test(ids_a, ra.per_example, ids_b, rb.per_example, [*drop_b, *drop_a], n_resamples, seed=seed)
+    except NotComparable as err:
+        return {**row, "note": str(err)}
+    return {**row, **test.to_dict()}
+
+
 def paired_comparisons(methods: dict[str, Method], reference: str = REFERENCE, n_resamples: int = DEFAULT_RESAMPLES,
                        seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
-    """Every method minus ``reference`` per metric and for support, on the items both scored
-    (paired bootstrap interval and p-value, sign-flip permutation p-value). A pair that cannot be
-    tested (different signatures, corpus-level BLEU, nothing in common) gets a ``note`` instead."""
+    """:func:`paired_row` of every method minus ``reference``, per metric and for support."""
     if reference not in methods:
         return []
-    ref, out = methods[reference], []
-    for name, m in methods.items():
-        if name == reference:
-            continue
-        pairs: list[tuple[str, MetricRecord | SupportRecord | None, MetricRecord | SupportRecord | None, dict,
-                          dict]] = []
-        rs, ms = ref.record.scores, m.record.scores
-        drop = [*rs.excluded_ids, *ms.excluded_ids]
-        for metric in _metric_names({reference: ref, name: m}):
-            a, b = ms.metrics.get(metric), rs.metrics.get(metric)
-            pairs.append((metric, a, b, by_id(ms.ids, a.per_example, drop) if a else {},
-                          by_id(rs.ids, b.per_example, drop) if b else {}))
-        sa, sb = m.record.support, ref.record.support
-        pairs.append(("support", sa, sb, by_id(sa.ids, sa.per_example) if sa else {},
-                      by_id(sb.ids, sb.per_example) if sb else {}))
-        for metric, a, b, va, vb in pairs:
-            row: dict[str, Any] = {"method": name, "reference": reference, "metric": metric}
-            common = [i for i in va if i in vb and va[i] is not None and vb[i] is not None]
-            if a is None or b is None:
-                row["note"] = "not measured for both"
-            elif a.signature != b.signature:
-                row["note"] = "signatures differ: not comparable"
-            elif getattr(a, "aggregation", "mean") == "corpus":
-                row["note"] = "corpus-level BLEU: the paired test needs counts (memreader score --baseline)"
-            elif not common:
-                row["note"] = "no item scored for both"
-            else:
-                test = paired_bootstrap([va[i] for i in common], [vb[i] for i in common], n_resamples, seed=seed)
-                row.update(test.to_dict())
-            out.append(row)
-    return out
+    ref = methods[reference]
+    return [paired_row(m, ref, metric, n_resamples, seed) for name, m in methods.items() if name != reference
+            for metric in [*_metric_names({reference: ref, name: m}), "support"]]
 
 
-def correlation(methods: dict[str, Method], n_resamples: int, seed: int) -> tuple[Correlation | None, str]:
-    """Clarity vs ROUGE-L across the methods that have clarity, or None and why not."""
-    have = {n: m for n, m in methods.items() if m.record.clarity and m.record.clarity.mean is not None
-            and "rouge_l" in m.record.scores.metrics}
-    if len(have) < 3:
-        return None, (f"needs at least 3 methods with clarity and ROUGE-L; this run has {len(have)}"
-                      f"{' (' + ', '.join(have) + ')' if have else ''}")
-    return correlate(method_rows(have, INTRINSIC["clarity"][1], "rouge_l"), n_resamples, seed), ""
+@dataclass
+class ReportStats:
+    """The statistics computed here (the rest is read from summary.json)."""
+
+    metrics: list[str]
+    support: dict[str, dict[str, Any] | None]
+    paired: list[dict[str, Any]]
+    correlations: list[CorrelationRow]
+
+    def to_json(self, folder: Path, figures: dict[str, Path]) -> dict[str, Any]:
+        """``report.json``."""
+        return {"eval_dir": str(folder), "support": self.support, "paired": self.paired,
+                "intrinsic_correlations": [r.to_dict() for r in self.correlations], "figures": sorted(figures)}
 
 
-# -- Markdown --------------------------------------------------------------------------------------------
+def statistics(methods: dict[str, Method], n_resamples: int, seed: int) -> ReportStats:
+    """Support intervals, paired tests against :data:`REFERENCE` and the correlation table."""
+    return ReportStats(_metric_names(methods),
+                       {n: support_interval(m.record.support, n_resamples, seed) for n, m in methods.items()},
+                       paired_comparisons(methods, REFERENCE, n_resamples, seed),
+                       correlation_table(methods, n_resamples, seed))
 
 
-def _ci(value: Any, low: Any, high: Any, digits: int = 4) -> str:
-    return f"{_f(value, digits)} [{_f(low, digits)}, {_f(high, digits)}]"
-
-
-def _display(methods: dict[str, Method], metric: str) -> str:
-    return next((m.record.scores.metrics[metric].metric for m in methods.values()
-                 if metric in m.record.scores.metrics), None) or metric
+# -- figures ---------------------------------------------------------------------------------------------
 
 
 def _bands(methods: dict[str, Method]) -> dict[str, tuple[float, float, float] | None]:
@@ -187,6 +197,108 @@ def _bands(methods: dict[str, Method]) -> dict[str, tuple[float, float, float] |
                       c.target_chars * (1 + c.tolerance))
     shared = {band(c) for c in cals.values() if c}
     return {n: band(c) if c else (next(iter(shared)) if len(shared) == 1 else None) for n, c in cals.items()}
+
+
+def _support_bounds(s: dict[str, Any]) -> tuple[Any, Any]:
+    return (s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None, None)
+
+
+def _figures(summary: EvalSummary, methods: dict[str, Method], stats: ReportStats, out: Path) -> dict[str, Path]:
+    """``metrics.png`` (every metric and support with intervals) and ``chunk_lengths.png``."""
+    from memreader.eval import plots
+
+    panels: dict[str, list[plots.Bar]] = {}
+    for k in stats.metrics:
+        cells = {n: m.record.scores.metrics.get(k) for n, m in methods.items()}
+        panels[_display(methods, k)] = [plots.Bar(n, c.value, c.ci_low, c.ci_high) if c else plots.Bar(n, None)
+                                        for n, c in cells.items()]
+    panels["Support (NLL, lower is better)"] = [plots.Bar(n, s["mean"], *_support_bounds(s)) if s
+                                                else plots.Bar(n, None) for n, s in stats.support.items()]
+    title = f"{summary.dataset.name}: 95% bootstrap intervals"
+    return {"metrics.png": plots.metric_bars(panels, out / "metrics.png", title),
+            "chunk_lengths.png": plots.chunk_histograms({n: m.chunk_lengths for n, m in methods.items()},
+                                                        out / "chunk_lengths.png", _bands(methods))}
+
+
+# -- Markdown --------------------------------------------------------------------------------------------
+
+
+def _display(methods: dict[str, Method], metric: str) -> str:
+    return next((m.record.scores.metrics[metric].metric for m in methods.values()
+                 if metric in m.record.scores.metrics), None) or metric
+
+
+def _header(folder: Path, summary: EvalSummary, n_resamples: int, seed: int) -> list[str]:
+    ds = summary.dataset
+    settings = " · ".join(str(v) if k == "line" else f"{k}={v}" for k, v in summary.settings.to_dict().items())
+    return [f"# Evaluation report: {folder.parent.name}", "",
+            f"Data set **{ds.name}** ({ds.n_questions} questions, `{ds.path}`) · answer model "
+            f"`{summary.answer_model}` · embedder `{summary.embedder}` · top_k {summary.top_k} · {settings}", "",
+            f"Intervals: 95% percentile bootstrap over questions ({n_resamples} resamples, seed {seed} for the ones "
+            "computed here; metric intervals as recorded in summary.json). Signatures: last section.", ""]
+
+
+def _qa_section(methods: dict[str, Method], metrics: list[str]) -> list[str]:
+    rows = []
+    for n, m in methods.items():
+        r, p = m.record.scores.metrics, m.record.provenance
+        rows.append([n, m.record.scores.n, *(value_ci(r[k].value, r[k].ci_low, r[k].ci_high) if k in r else "n/a"
+                                            for k in metrics), p.memories, p.fallback, p.truncated])
+    return ["## QA scores", "",
+            *table(["method", "n", *(_display(methods, k) for k in metrics), "memories", "fallbacks", "truncated"],
+                   rows),
+            "Fallbacks: memories that are the whole document as one chunk because the model's reply was unusable; "
+            "truncated: replies cut off by their budget and kept flagged.", "", "![metrics](metrics.png)", ""]
+
+
+def _support_section(methods: dict[str, Method], support: dict[str, dict[str, Any] | None]) -> list[str]:
+    return ["## Informational support", "",
+            "S = -1/m sum log P(a_i | a_<i, prompt with the retrieved chunks) of the reference answer under the "
+            "answering model (lower is better; eval/support.py).", "",
+            *table(["method", "scored", "S [95% CI]", "truncated"], [
+                [n, s["n"], value_ci(s["mean"], *_support_bounds(s), 3), methods[n].record.support.n_truncated]
+                if s else [n, 0, "not measured", ""] for n, s in support.items()])]
+
+
+def _calibration_section(methods: dict[str, Method]) -> list[str]:
+    rows = []
+    for n, m in methods.items():
+        c, lengths = m.record.calibration, m.chunk_lengths
+        achieved = f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f}" if lengths else "n/a"
+        rows.append([n, len(lengths), achieved, *((c.target_chars, f"±{c.tolerance:.0%}", c.within,
+                    f"{c.param}={c.value}", c.note) if c else ("", "", "", "", "not calibrated"))])
+    return ["## Chunk lengths and calibration", "", "![chunk lengths](chunk_lengths.png)", "",
+            *table(["method", "chunks", "chars mean ± std", "target", "tolerance", "within", "setting", "note"], rows)]
+
+
+def _cost_section(methods: dict[str, Method]) -> list[str]:
+    """Wall time per phase and peak memory of every method, over all sessions that worked on it."""
+    costs = {n: m.record.cost for n, m in methods.items()}
+    if not any(costs.values()):
+        return []
+    order = {p: i for i, p in enumerate(("memories", "index", "answers", "clarity", "stickiness"))}
+    phases = sorted({p for c in costs.values() if c for p in c.phases}, key=lambda p: (order.get(p, len(order)), p))
+    rows = [[n, *(f"{c.phases.get(p, 0.0):.0f}" for p in phases), f"{c.seconds:.0f}", c.sessions,
+             f"{c.peak_rss_mib:.0f}", c.rss_source] if c else [n, *([""] * len(phases)), "not recorded", "", "", ""]
+            for n, c in costs.items()]
+    return ["## Cost per method", "",
+            "Wall seconds per phase, summed over every session that worked on the method (a resumed run adds up); "
+            "peak memory: the largest resident memory of the eval's process tree (engine workers included) while "
+            "the method ran.", "",
+            *table(["method", *(f"{p} s" for p in phases), "total s", "sessions", "peak MiB", "measured by"], rows)]
+
+
+def _paired_section(methods: dict[str, Method], paired: list[dict[str, Any]]) -> list[str]:
+    md = [f"## Paired comparisons against {REFERENCE}", ""]
+    if not paired:
+        return [*md, f"No method named {REFERENCE!r} in this run, or no other method: nothing to compare.", ""]
+    cells = lambda r: ((fmt(r["delta"]), interval(r["interval"]["low"], r["interval"]["high"]),  # noqa: E731
+                        fmt(r["p_bootstrap"]), fmt(r["p_permutation"]), r["n"]) if "delta" in r
+                       else (r["note"], "", "", "", ""))
+    return [*md, "Δ = method − memreader on the items both scored (higher is better except support); paired "
+            "bootstrap interval and p-value, sign-flip permutation p-value.", "",
+            *table(["method", "metric", "Δ", "95% CI", "p_bootstrap", "p_permutation", "n"],
+                   [[r["method"], _display(methods, r["metric"]), *cells(r)] for r in paired])]
 
 
 def _retrieved_example(methods: dict[str, Method], per_method: int = 3, chars: int = 120) -> list[str]:
@@ -204,103 +316,20 @@ def _retrieved_example(methods: dict[str, Method], per_method: int = 3, chars: i
             text = " ".join(str(hit.get("text", "")).split())
             rows.append([n, rank, hit.get("doc_id"), describe_where(hit) or "-",
                          (text[:chars] + " ...") if len(text) > chars else text])
-    return md + _table(["method", "rank", "document", "source, pages, headings", "chunk"], rows)
+    return md + table(["method", "rank", "document", "source, pages, headings", "chunk"], rows)
 
 
-def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
-                 seed: int = DEFAULT_SEED) -> tuple[Path, list[Path]]:
-    """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out``;
-    returns the Markdown path and the figure paths."""
-    from memreader.eval import plots
-
-    summary, methods = load_run(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    metrics = _metric_names(methods)
-    support = {n: support_interval(m.record.support, n_resamples, seed) for n, m in methods.items()}
-    paired = paired_comparisons(methods, REFERENCE, n_resamples, seed)
-    corr, why = correlation(methods, n_resamples, seed)
-    ds = summary.dataset
-    panels: dict[str, list[plots.Bar]] = {}
-    for k in metrics:
-        cells = {n: m.record.scores.metrics.get(k) for n, m in methods.items()}
-        panels[_display(methods, k)] = [plots.Bar(n, c.value, c.ci_low, c.ci_high) if c else plots.Bar(n, None)
-                                        for n, c in cells.items()]
-    panels["Support (NLL, lower is better)"] = [
-        plots.Bar(n, s["mean"], *((s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None, None)))
-        if s else plots.Bar(n, None) for n, s in support.items()]
-    figures = {"metrics.png": plots.metric_bars(panels, out / "metrics.png", f"{ds.name}: 95% bootstrap intervals"),
-               "chunk_lengths.png": plots.chunk_histograms({n: m.chunk_lengths for n, m in methods.items()},
-                                                           out / "chunk_lengths.png", _bands(methods))}
-    (out / "clarity_rouge.png").unlink(missing_ok=True)  # never leave a stale scatter from an earlier report
-    if corr is not None:
-        figures["clarity_rouge.png"] = plots.clarity_scatter(
-            dict(zip(corr.methods, zip(corr.clarity_means, corr.rouge_means, strict=True), strict=True)),
-            out / "clarity_rouge.png", corr.pearson, corr.spearman)
-
-    settings = " · ".join(str(v) if k == "line" else f"{k}={v}" for k, v in summary.settings.to_dict().items())
-    md = [f"# Evaluation report: {folder.parent.name}", "",
-          f"Data set **{ds.name}** ({ds.n_questions} questions, `{ds.path}`) · answer model "
-          f"`{summary.answer_model}` · embedder `{summary.embedder}` · top_k {summary.top_k} · {settings}", "",
-          f"Intervals: 95% percentile bootstrap over questions ({n_resamples} resamples, seed {seed} for the ones "
-          "computed here; metric intervals as recorded in summary.json). Signatures: last section.", "",
-          "## QA scores", ""]
-    rows = []
-    for n, m in methods.items():
-        r, p = m.record.scores.metrics, m.record.provenance
-        rows.append([n, m.record.scores.n, *(_ci(r[k].value, r[k].ci_low, r[k].ci_high) if k in r else "n/a"
-                                            for k in metrics), p.memories, p.fallback, p.truncated])
-    md += _table(["method", "n", *(_display(methods, k) for k in metrics), "memories", "fallbacks", "truncated"], rows)
-    md += ["Fallbacks: memories that are the whole document as one chunk because the model's reply was unusable; "
-           "truncated: replies cut off by their budget and kept flagged.", "", "![metrics](metrics.png)", "",
-           "## Informational support", "",
-           "S = -1/m sum log P(a_i | a_<i, prompt with the retrieved chunks) of the reference answer under the "
-           "answering model (lower is better; eval/support.py).", ""]
-    md += _table(["method", "scored", "S [95% CI]", "truncated"], [
-        [n, s["n"], _ci(s["mean"], *((s["interval"]["low"], s["interval"]["high"]) if s["interval"] else (None,) * 2),
-                        3), methods[n].record.support.n_truncated] if s else [n, 0, "not measured", ""]
-        for n, s in support.items()])
-    md += ["## Chunk lengths and calibration", "", "![chunk lengths](chunk_lengths.png)", ""]
-    cal_rows = []
-    for n, m in methods.items():
-        c, lengths = m.record.calibration, m.chunk_lengths
-        achieved = f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f}" if lengths else "n/a"
-        cal_rows.append([n, len(lengths), achieved, *((c.target_chars, f"±{c.tolerance:.0%}", c.within,
-                        f"{c.param}={c.value}", c.note) if c else ("", "", "", "", "not calibrated"))])
-    md += _table(["method", "chunks", "chars mean ± std", "target", "tolerance", "within", "setting", "note"], cal_rows)
-    md += ["## Atomic-chunk clarity vs ROUGE-L", ""]
-    md += _table(["method", "mean clarity", "memories", "no boundary (single chunk)"], [
-        [n, _f(c.mean), len(c.per_memory), sum(v is None for v in c.per_memory)] if (c := m.record.clarity)
-        else [n, "not measured", "", ""] for n, m in methods.items()])
-    if corr is None:
-        md += [f"Correlation not computed: {why}.", ""]
-    else:
-        pi, si = corr.pearson_interval, corr.spearman_interval
-        md += _table(["", "value", "95% CI", "undefined draws"], [
-            ["Pearson r", _f(corr.pearson), f"[{_f(pi.low)}, {_f(pi.high)}]" if pi else "n/a", corr.n_undefined["pearson"]],
-            ["Spearman rho", _f(corr.spearman), f"[{_f(si.low)}, {_f(si.high)}]" if si else "n/a",
-             corr.n_undefined["spearman"]]])
-        md += [f"Resampled: {corr.resampled}.", "", "![clarity vs ROUGE-L](clarity_rouge.png)", ""]
-    intrinsic_md, intrinsic_corr, intrinsic_fig = intrinsic_section(methods, out, n_resamples, seed)
-    md += intrinsic_md
-    if intrinsic_fig is not None:
-        figures["intrinsic_rouge.png"] = intrinsic_fig
-    md += _cost_section(methods)
-    md += [f"## Paired comparisons against {REFERENCE}", ""]
-    if not paired:
-        md += [f"No method named {REFERENCE!r} in this run, or no other method: nothing to compare.", ""]
-    else:
-        md += ["Δ = method − memreader on the items both scored (higher is better except support); paired bootstrap "
-               "interval and p-value, sign-flip permutation p-value.", ""]
-        md += _table(["method", "metric", "Δ", "95% CI", "p_bootstrap", "p_permutation", "n"], [
-            [r["method"], _display(methods, r["metric"]), *((_f(r["delta"]), f"[{_f(r['interval']['low'])}, {_f(r['interval']['high'])}]",
-                                          _f(r["p_bootstrap"]), _f(r["p_permutation"]), r["n"]) if "delta" in r
-                                         else (r["note"], "", "", "", ""))] for r in paired])
-    md += _retrieved_example(methods)
-    md += paper.side_by_side(
-        ds.name, ds.path, {n: {k: v.value for k, v in m.record.scores.metrics.items()} for n, m in methods.items()},
-        {n: s["mean"] if s else None for n, s in support.items()},
+def _paper_section(summary: EvalSummary, methods: dict[str, Method], stats: ReportStats) -> list[str]:
+    """The paper's tables beside this run's numbers (:func:`memreader.eval.paper_tables.side_by_side`)."""
+    corr = clarity_row(stats.correlations).correlation
+    return paper.side_by_side(
+        summary.dataset.name, summary.dataset.path,
+        {n: {k: v.value for k, v in m.record.scores.metrics.items()} for n, m in methods.items()},
+        {n: s["mean"] if s else None for n, s in stats.support.items()},
         (corr.pearson, corr.spearman, len(corr.methods)) if corr else None)
-    md += ["## Signatures", "", "Two numbers are comparable when their signatures are equal.", ""]
+
+
+def _signatures_section(summary: EvalSummary, methods: dict[str, Method], metrics: list[str]) -> list[str]:
     sigs: dict[tuple[str, str], list[str]] = {}
     for n, m in methods.items():
         for k in metrics:
@@ -310,32 +339,34 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
                               ("stickiness", m.record.stickiness)):
             if measured:
                 sigs.setdefault((key, measured.signature), []).append(n)
-    md += [f"- {q} ({', '.join(ns)}): `{s}`" for (q, s), ns in sigs.items()] + [""]
-    md += [f"Run profile: forward share {_f(summary.profile.forward_share, 3)}; seconds "
-           + ", ".join(f"{k} {v}" for k, v in summary.profile.seconds.items()), ""]
+    return ["## Signatures", "", "Two numbers are comparable when their signatures are equal.", "",
+            *(f"- {q} ({', '.join(ns)}): `{s}`" for (q, s), ns in sigs.items()), "",
+            f"Run profile: forward share {fmt(summary.profile.forward_share, 3)}; seconds "
+            + ", ".join(f"{k} {v}" for k, v in summary.profile.seconds.items()), ""]
+
+
+# -- the report --------------------------------------------------------------------------------------------
+
+
+def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
+                 seed: int = DEFAULT_SEED) -> tuple[Path, list[Path]]:
+    """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out``;
+    returns the Markdown path and the figure paths."""
+    summary, methods = load_run(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    stats = statistics(methods, n_resamples, seed)
+    figures = _figures(summary, methods, stats, out)
+    clarity_md, clarity_fig = clarity_section(methods, stats.correlations, out)
+    intrinsic_md, intrinsic_fig = intrinsic_section(methods, stats.correlations, out, n_resamples, seed)
+    figures.update({name: fig for name, fig in (("clarity_rouge.png", clarity_fig),
+                                                ("intrinsic_rouge.png", intrinsic_fig)) if fig is not None})
+    md = [*_header(folder, summary, n_resamples, seed), *_qa_section(methods, stats.metrics),
+          *_support_section(methods, stats.support), *_calibration_section(methods), *clarity_md, *intrinsic_md,
+          *_cost_section(methods), *_paired_section(methods, stats.paired), *_retrieved_example(methods),
+          *_paper_section(summary, methods, stats), *_signatures_section(summary, methods, stats.metrics)]
     path = write_atomic(out / "report.md", "\n".join(md) + "\n")
-    write_json(out / "report.json", {"eval_dir": str(folder), "support": support, "paired": paired,
-                                     "correlation": corr.to_dict() if corr else {"note": why},
-                                     "intrinsic_correlations": intrinsic_corr,
-                                     "figures": sorted(figures)})
+    write_json(out / "report.json", stats.to_json(folder, figures))
     return path, list(figures.values())
-
-
-def _cost_section(methods: dict[str, Any]) -> list[str]:
-    """Wall time per phase and peak memory of every method, over all sessions that worked on it."""
-    costs = {n: m.record.cost for n, m in methods.items()}
-    if not any(costs.values()):
-        return []
-    order = {p: i for i, p in enumerate(("memories", "index", "answers", "clarity", "stickiness"))}
-    phases = sorted({p for c in costs.values() if c for p in c.phases}, key=lambda p: (order.get(p, len(order)), p))
-    rows = [[n, *(f"{c.phases.get(p, 0.0):.0f}" for p in phases), f"{c.seconds:.0f}", c.sessions,
-             f"{c.peak_rss_mib:.0f}", c.rss_source] if c else [n, *([""] * len(phases)), "not recorded", "", "", ""]
-            for n, c in costs.items()]
-    return ["## Cost per method", "",
-            "Wall seconds per phase, summed over every session that worked on the method (a resumed run adds up); "
-            "peak memory: the largest resident memory of the eval's process tree (engine workers included) while "
-            "the method ran.", "",
-            *_table(["method", *(f"{p} s" for p in phases), "total s", "sessions", "peak MiB", "measured by"], rows)]
 
 
 def write_report(folder: str | Path, out: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
@@ -358,7 +389,7 @@ class ReportConfig:
     bootstrap: int = config_field(DEFAULT_RESAMPLES, ge=1, help="bootstrap resamples")
     seed: int = config_field(DEFAULT_SEED, help="bootstrap seed")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         return [] if self.eval_run else ["eval_run: name the evaluation run (memreader report RUN)"]
 
 

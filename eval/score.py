@@ -13,7 +13,7 @@ From the shell (``memreader score``, :mod:`memreader.eval.score_cli`)::
     python -m memreader.eval.score --set pred=preds.jsonl --set ref=refs.jsonl --set profile=crud --set meteor_wordnet=false
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom     # shortcut flags for the same keys
 
-The keys are those of :class:`eval.score_cli.ScoreConfig`; a ``--set`` of a metric setting (``meteor_wordnet=false``)
+The keys are those of :class:`memreader.eval.score_cli.ScoreConfig`; a ``--set`` of a metric setting (``meteor_wordnet=false``)
 is shorthand for that key of its ``metrics`` mapping. ``preds.jsonl`` holds ``{"id": ..., "prediction":
 "..."}`` per line, ``refs.jsonl`` holds ``{"id": ..., "answer": "..."}`` or ``{"id": ..., "answers":
 [...]}``; they are joined by id (compared as strings) and every id must appear in both files. The JSON
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -57,8 +56,8 @@ from memreader.eval.stats import (
     bootstrap_cis,
     bootstrap_distribution,
     corpus_bleu_from_counts,
-    paired_bootstrap,
     paired_bootstrap_statistic,
+    paired_test,
     percentile_interval,
     permutation_p,
 )
@@ -134,8 +133,10 @@ def _init_worker(config: MetricConfig) -> None:
 
 
 def default_workers() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPUs this process may run on (:func:`memreader.core.hardware.cpu_cores`)."""
+    from memreader.core.hardware import cpu_cores
+
+    return cpu_cores()
 
 
 def score_examples(
@@ -246,7 +247,8 @@ def _corpus(counts: np.ndarray, config: MetricConfig) -> tuple[np.ndarray, np.nd
 
 def compare(a: ScoreReport, b: ScoreReport, n_resamples: int = DEFAULT_RESAMPLES,
             confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> dict[str, PairedTest]:
-    """Paired tests of system ``a`` minus system ``b``, scored on the same ids with the same settings.
+    """Paired tests of system ``a`` minus system ``b``, scored on the same ids with the same settings
+    (:func:`memreader.eval.stats.paired_test`; corpus-level BLEU on resampled pooled counts).
 
     Items excluded from either report are left out of both."""
     if a.ids != b.ids:
@@ -256,23 +258,28 @@ def compare(a: ScoreReport, b: ScoreReport, n_resamples: int = DEFAULT_RESAMPLES
     keep = _included(a.examples, a.config) & _included(b.examples, b.config)
     if not keep.any():
         raise ValueError("no example is scored in both reports")
-    out: dict[str, PairedTest] = {}
-    for name in METRICS:
-        va = np.asarray(a.metrics[name].per_example)[keep]
-        vb = np.asarray(b.metrics[name].per_example)[keep]
-        if a.metrics[name].aggregation == "corpus":
-            column = 0 if name == "bleu_1" else 1
-            ea = [e for e, k in zip(a.examples, keep, strict=True) if k]
-            eb = [e for e, k in zip(b.examples, keep, strict=True) if k]
-            ca, cb = _counts(ea), _counts(eb)
-            delta = corpus_bleu(ea, a.config)[column] - corpus_bleu(eb, a.config)[column]
-            interval, p_boot = paired_bootstrap_statistic(
-                len(va), lambda w, c=column, m=ca: _corpus(w @ m, a.config)[c],
-                lambda w, c=column, m=cb: _corpus(w @ m, a.config)[c], delta, n_resamples, confidence, seed)
-            out[name] = PairedTest(delta, interval, p_boot, permutation_p(va - vb, n_resamples, seed), len(va))
-        else:
-            out[name] = paired_bootstrap(va, vb, n_resamples, confidence, seed)
-    return out
+    drop = [*a.excluded, *b.excluded]
+    return {name: _corpus_paired(a, b, name, keep, n_resamples, confidence, seed)
+            if a.metrics[name].aggregation == "corpus" else
+            paired_test(a.ids, a.metrics[name].per_example, b.ids, b.metrics[name].per_example, drop, n_resamples,
+                        confidence, seed)
+            for name in METRICS}
+
+
+def _corpus_paired(a: ScoreReport, b: ScoreReport, name: str, keep: np.ndarray, n_resamples: int,
+                   confidence: float, seed: int) -> PairedTest:
+    """The paired test of a corpus-level BLEU column: its difference on the kept items, interval and bootstrap
+    p-value from resampled pooled counts, permutation p-value from the per-item scores."""
+    column = 0 if name == "bleu_1" else 1
+    ea = [e for e, k in zip(a.examples, keep, strict=True) if k]
+    eb = [e for e, k in zip(b.examples, keep, strict=True) if k]
+    ca, cb = _counts(ea), _counts(eb)
+    diffs = np.asarray(a.metrics[name].per_example)[keep] - np.asarray(b.metrics[name].per_example)[keep]
+    delta = corpus_bleu(ea, a.config)[column] - corpus_bleu(eb, a.config)[column]
+    interval, p_boot = paired_bootstrap_statistic(
+        len(diffs), lambda w: _corpus(w @ ca, a.config)[column], lambda w: _corpus(w @ cb, a.config)[column],
+        delta, n_resamples, confidence, seed)
+    return PairedTest(delta, interval, p_boot, permutation_p(diffs, n_resamples, seed), len(diffs))
 
 
 def format_table(reports: ScoreReport | Mapping[str, ScoreReport], digits: int = 4) -> str:

@@ -41,7 +41,7 @@ class ScoreConfig:
     seed: int = config_field(DEFAULT_SEED, ge=0, help="bootstrap seed")
     per_example: bool = config_field(True, help="keep per-example scores in the JSON report")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Every problem with the values, for :func:`memreader.core.config.load_config`."""
         if self.profile not in PROFILES:
             return [f"profile={self.profile!r}: use one of {', '.join(sorted(PROFILES))}"]

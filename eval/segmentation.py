@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from memreader.core.config import validate as validate_config
 from memreader.core.schema import DocumentMemory
 from memreader.eval.tokenize import postprocess, tokenize, tokenizer_signature
 
@@ -210,8 +211,7 @@ def score_document(memory: DocumentMemory, gold: Sequence[int], titles: Sequence
                    settings: SegmentationSettings | None = None) -> DocumentScores:
     """Scores of ``memory``'s chunk boundaries against ``gold`` boundaries of the same text."""
     settings = settings or SegmentationSettings()
-    if settings.problems():
-        raise ValueError("segmentation settings: " + "; ".join(settings.problems()))
+    validate_config(settings)
     n, predicted, gold = len(memory.document), memory_boundaries(memory), list(gold)
     _check(gold, n, f"{memory.doc_id!r}: gold")
     matched = len(match_boundaries(predicted, gold, settings.tolerance))

@@ -4,7 +4,7 @@ against the gold boundaries (:mod:`memreader.eval.segmentation`) instead of answ
     memreader eval --config configs/eval/segmentation_demo.yaml
     memreader eval --config configs/eval/segmentation_demo.yaml --set qa=my_gold.jsonl --set target_chars=400
 
-Each method makes memories of the gold texts as in the QA comparison (:func:`eval.chunkers.method_memories`,
+Each method makes memories of the gold texts as in the QA comparison (:func:`memreader.eval.chunkers.method_memories`,
 size calibrated to ``target_chars``; ``memreader`` with ``memories=`` takes that file as it is). Outputs in
 ``$MEMREADER_HOME/runs/<run>/segmentation/``: ``summary.json`` (``task: segmentation``; per method the
 aggregate scores, their signature and the calibration), ``report.txt`` (the table) and
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memreader.core.config import validate as validate_config
 from memreader.core.paths import run_dir, sha256_file, write_json, write_resolved_config
 from memreader.core.schema import DocumentMemory, read_memories, write_memories
 from memreader.eval.chunkers import ChunkerSettings, method_memories
@@ -34,8 +35,7 @@ def run_segmentation(gold_path: str | Path, methods: list[str], chunker: Chunker
     """
     t_run = time.perf_counter()
     settings = settings or SegmentationSettings()
-    if settings.problems():
-        raise ValueError("segmentation settings: " + "; ".join(settings.problems()))
+    validate_config(settings)
     gold = load_gold_segments(gold_path, limit)
     documents = {g.id: g.text for g in gold}
     segments = [e - s for g in gold for s, e in g.segments]

@@ -6,9 +6,13 @@ needs resampled *sums of counts*, not resampled means. Each draw is a vector of 
 (how often each example is picked), so a resampled mean is ``weights @ values / n`` and a resampled
 corpus statistic is ``weights @ counts``.
 
-    from memreader.eval.stats import bootstrap_ci, paired_bootstrap
+    from memreader.eval.stats import bootstrap_ci, paired_bootstrap, paired_test
     ci = bootstrap_ci(per_example_scores, seed=12345)        # Interval(low=..., high=..., ...)
     test = paired_bootstrap(scores_a, scores_b, seed=12345)   # delta, its interval, p-value
+    test = paired_test(ids_a, scores_a, ids_b, scores_b, drop=excluded_ids)   # the same, on the items both scored
+
+:func:`paired_test` is the one paired comparison of two systems' per-item scores: ``memreader score --baseline``
+(:func:`memreader.eval.score.compare`) and ``memreader report`` (every method against memreader) both call it.
 """
 
 from __future__ import annotations
@@ -176,6 +180,42 @@ def paired_bootstrap(
     )
 
 
+class NotComparable(ValueError):
+    """Two systems' scores a paired test cannot be run on; the message says why."""
+
+
+def by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any] = ()) -> dict[str, Any]:
+    """``values`` keyed by their ids (as strings), those in ``drop`` left out."""
+    skip = {str(i) for i in drop}
+    return {str(i): v for i, v in zip(ids, values, strict=True) if str(i) not in skip}
+
+
+def _unique_by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any]) -> dict[str, Any]:
+    if len({str(i) for i in ids}) != len(ids):
+        raise NotComparable("an id appears twice among the scored items; a paired test needs one score per item")
+    return by_id(ids, values, drop)
+
+
+def paired_test(
+    a_ids: Sequence[Any],
+    a: Sequence[float | None],
+    b_ids: Sequence[Any],
+    b: Sequence[float | None],
+    drop: Sequence[Any] = (),
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = DEFAULT_SEED,
+) -> PairedTest:
+    """System ``a`` minus system ``b`` (:func:`paired_bootstrap`) on the items both scored: ids (compared as
+    strings) in both lists, neither score None, none in ``drop`` (e.g. the items either system excluded); in
+    ``a``'s order. :class:`NotComparable` when no item is left or an id repeats."""
+    va, vb = _unique_by_id(a_ids, a, drop), _unique_by_id(b_ids, b, drop)
+    common = [i for i, v in va.items() if v is not None and vb.get(i) is not None]
+    if not common:
+        raise NotComparable("no item scored for both")
+    return paired_bootstrap([va[i] for i in common], [vb[i] for i in common], n_resamples, confidence, seed)
+
+
 def paired_bootstrap_statistic(
     n: int,
     statistic_a: Callable[[np.ndarray], np.ndarray],
@@ -198,7 +238,7 @@ def corpus_bleu_from_counts(
     """Vectorised corpus ``(BLEU-1, BLEU-Avg)`` for rows of summed counts.
 
     ``counts`` columns: matches[1..N], possible[1..N], hyp_len, ref_len (as in
-    :class:`eval.metrics.BleuStats`). Mirrors :func:`eval.metrics.bleu_from_stats` for bootstrap
+    :class:`memreader.eval.metrics.BleuStats`). Mirrors :func:`memreader.eval.metrics.bleu_from_stats` for bootstrap
     draws; the headline number itself always comes from the exact scalar function.
     """
     counts = np.atleast_2d(np.asarray(counts, dtype=float))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memreader.core.errors import MissingInput
+from memreader.core.errors import ConfigError, MissingInput
 from memreader.eval.datasets import (
     DatasetError,
     QARecord,
@@ -106,7 +106,8 @@ def load_eval_set(name: str, path: str | Path, *, limit: int = 0, sample: int = 
                   crud_split: str = "1doc", memories: str | Path = "") -> EvalSet:
     """Load benchmark ``name`` (a key of :data:`SETS`) from ``path`` and pool its corpus."""
     if name not in SETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of: " + "; ".join(f"{k} ({v})" for k, v in SETS.items()))
+        raise ConfigError(f"unknown dataset {name!r}",
+                          "set dataset to one of: " + "; ".join(f"{k} ({v})" for k, v in SETS.items()))
     if not Path(path).is_file():
         raise MissingInput(f"dataset file {path} does not exist ({SETS[name]}); give dataset_path=...")
     if name == "jsonl":

@@ -11,7 +11,7 @@ the answering model), the support score is
 Exactly what is computed:
 
 * ``prompt(q, C)`` is the prompt the QA stage gives the answerer, from the same function
-  (:func:`eval.answering.answer_messages`: the ``qa_answer`` template in the question's language with
+  (:func:`memreader.eval.answering.answer_messages`: the ``qa_answer`` template in the question's language with
   the context ``"\\n\\n".join(f"[{i+1}] {chunk}")``), through the model's chat template with the
   assistant turn opened (``add_generation_prompt=True``), tokenized without special tokens, as
   :func:`memreader.core.generation.local.generate_chat_batch` does.
@@ -84,7 +84,7 @@ class SupportScore:
 
 
 def prompt_ids(tokenizer: Any, question: str, chunks: Sequence[str]) -> list[int]:
-    """Token ids of the answering prompt (:func:`eval.answering.answer_messages`, the QA stage's own
+    """Token ids of the answering prompt (:func:`memreader.eval.answering.answer_messages`, the QA stage's own
     prompt) with the assistant turn opened, as :func:`memreader.core.generation.local.generate_chat_batch`
     tokenizes it."""
     text = tokenizer.apply_chat_template(answer_messages(question, chunks), add_generation_prompt=True, tokenize=False)
@@ -233,7 +233,7 @@ def support_signature(model_name: str, multi_ref: str = "first", max_context_tok
 
 
 def support_summary(scores: Sequence[SupportScore], ids: Sequence[str], signature: str) -> dict[str, Any]:
-    """The ``support`` entry of an evaluation summary (:class:`eval.records.SupportRecord`): per-example S, ids,
+    """The ``support`` entry of an evaluation summary (:class:`memreader.eval.records.SupportRecord`): per-example S, ids,
     mean over scored items."""
     if len(scores) != len(ids):
         raise SupportError(f"{len(scores)} support scores for {len(ids)} ids")

@@ -7,7 +7,7 @@
 ``13a``         sacrebleu's mteval-v13a tokenizer (the WMT standard for English), then ``split()``.
 
 Whether whitespace tokens survive and whether tokens are case-folded are separate, recorded options
-(see :class:`eval.metrics.MetricConfig`); they are applied by :func:`postprocess`.
+(see :class:`memreader.eval.metrics.MetricConfig`); they are applied by :func:`postprocess`.
 """
 
 from __future__ import annotations

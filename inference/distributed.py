@@ -28,7 +28,7 @@ read the file).
   Qwen2.5 replicas need no lockstep, and independent engines let one die and be redone alone).
   Shards are dealt round-robin; a process that dies has its unfinished shards redone by a new one.
 
-Every shard is read by :func:`inference.reader.read_documents`, the plain reader's code, so its
+Every shard is read by :func:`memreader.inference.reader.read_documents`, the plain reader's code, so its
 memories are the ones ``memreader read`` writes (same prompts, grammars, windows, ``read_key``).
 Shard files, markers and the merge: :mod:`memreader.inference.shards`; guide: ``docs/DISTRIBUTED_READING.md``.
 """
@@ -92,9 +92,9 @@ class DistributedReadConfig(ReadConfig):
         remote = self.ray_address.strip() not in ("", "local") and self.engine == "ray"
         return float(self.backend == "vllm" and (remote or on_gpu()))
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Problems beyond types."""
-        problems = super().check()
+        problems = super().problems()
         if self.engine not in ENGINES:
             problems.append(f"engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.backend == "openai":

@@ -4,7 +4,7 @@
 with its own GPU(s) through ``CUDA_VISIBLE_DEVICES`` and its own engine (vLLM with the adapter as a
 ``LoRARequest``; transformers works the same way, which is how the CPU tests run this engine). The
 shards to read are dealt round-robin; each process reads its shards one after another with
-:func:`inference.shards.read_shard` and appends one result line per shard to its results file. A
+:func:`memreader.inference.shards.read_shard` and appends one result line per shard to its results file. A
 process that dies (exit code other than 0, no result for some of its shards) is started again on the
 same GPUs for its unfinished shards, which are read from scratch; after ``max_retries`` deaths of a
 shard the run stops naming it. An exception inside a process is a result (raised by the driver with

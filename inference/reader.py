@@ -4,9 +4,10 @@
     python -m memreader.inference.reader --config configs/inference/qwen2_5_7b_vllm.yaml
 
 Backends share one interface (``generate_many(messages_list, params, progress_desc)``):
-``transformers`` (in process, batched; CPU or GPU), ``vllm`` (GPU, LoRA through ``LoRARequest``;
-imported lazily) and ``openai`` (any OpenAI-compatible server, e.g. ``vllm serve --enable-lora``
-or ``memreader serve``). Finished ``doc_id``s already in the output file are skipped, so an
+``transformers`` (in process, batched; CPU or GPU), ``vllm`` (in process, CPU build or GPU; LoRA merged or through
+``LoRARequest``) and ``openai`` (any OpenAI-compatible server, e.g. ``vllm serve --enable-lora`` or ``memreader
+serve``); which one, in which dtype, is :func:`memreader.core.engines.resolve_engine`'s choice for the stage
+``read``. Finished ``doc_id``s already in the output file are skipped, so an
 interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
 repetition_penalty 1.05.
 
@@ -29,15 +30,16 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
 from memreader.core.assemble import memory_from_output
-from memreader.core.backends import backend_problem, dtype_problem, resolve_backend, resolve_dtype_for
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, batched, iter_corpus
+from memreader.core.engines import EngineChoice, engine_problems, make_engine, resolve_engine
 from memreader.core.errors import RunFailed
-from memreader.core.generation import GenerationParams, GenerationRequestError, make_chat
+from memreader.core.generation import GenerationParams, GenerationRequestError
 from memreader.core.guidance import (
     GuidedConfig,
     MemoryGrammars,
@@ -75,10 +77,12 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     text_field: str = field("text", help="name of the text field in the corpus")
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
-    backend: str = field("transformers", help="transformers | vllm | openai (HTTP server) | auto (the fastest on this "
-                         "machine: core/backends.py; the shipped configs use it)")
-    dtype: str = field("auto", help="transformers/vllm weights: auto (bf16 on CUDA; on a CPU the faster of fp32 and "
-                       "bf16 by a cached matmul probe), float32 or bfloat16")
+    backend: str = field("auto", help="transformers (alias local) | vllm | openai (HTTP server) | auto (the fastest "
+                         "measured on this machine, else vllm: docs/ENGINES.md)")
+    dtype: str = field("auto", help="transformers/vllm weights: auto (the measured fastest, else bf16 on a GPU with "
+                       "bf16 and on a CPU the faster of fp32 and bf16 by a cached matmul probe), float32, bfloat16, "
+                       "float16")
+    device: str = field("auto", help="backend=transformers: auto (CUDA when available), cpu, cuda or cuda:N")
     lora_mode: str = field("auto", help="backend=vllm with an adapter: merge (fold it in once; auto on CPU) or request "
                            "(LoRARequest per request; auto on GPU)")
     kv_cache_gib: float = field(1.0, gt=0, help="backend=vllm on a CPU: GiB of KV cache")
@@ -110,7 +114,7 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
         return {"head_chars": self.head_chars, "tail_chars": self.tail_chars, "max_scenarios": self.max_scenarios,
                 "think_tokens": self.think_tokens if self.think else 0}
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Problems beyond types."""
         problems = self.guided_problems(**self.marker())
         problems += self.windows().problems() + self.prompt_problems()
@@ -119,8 +123,7 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
         if not self.input:
             problems.append("input: give a corpus JSONL path (input=...)")
-        for problem in (backend_problem(self.backend),
-                        dtype_problem(self.dtype),
+        for problem in (*engine_problems("read", self.backend, self.dtype, self.device),
                         None if self.lora_mode in LORA_MODES else
                         f"lora_mode: {self.lora_mode!r} is not one of {', '.join(LORA_MODES)}",
                         None if self.compile_mode in COMPILE_MODES else
@@ -188,28 +191,31 @@ def _drop_torn_tail(path: Path) -> None:
             fh.truncate(start)
 
 
+def engine_choice(cfg: ReadConfig) -> EngineChoice:
+    """What reads (:func:`memreader.core.engines.resolve_engine`, stage ``read``)."""
+    return resolve_engine("read", cfg.backend, cfg.dtype, cfg.device)
+
+
 def resolved(cfg: ReadConfig) -> ReadConfig:
-    """``cfg`` with ``backend`` and ``dtype`` decided (``auto`` → what this machine runs fastest, see
-    :mod:`memreader.core.backends`), so the read key and every memory record what produced it."""
-    backend, why = resolve_backend(cfg.backend, "read")
-    dtype = cfg.dtype if backend == "openai" else resolve_dtype_for("read", cfg.dtype, backend)
-    if (backend, dtype) != (cfg.backend, cfg.dtype):
-        log.info("read: backend %s, dtype %s (%s)", backend, dtype, why)
-    return replace(cfg, backend=backend, dtype=dtype)
+    """``cfg`` with ``backend`` and ``dtype`` decided (``auto`` → :func:`engine_choice`), so the read key and every
+    memory record what produced it (an HTTP server's dtype setting is kept as given: it names nothing). ``device``
+    is decided where the engine is built (a read-dist worker's GPU is not the driver's)."""
+    choice = engine_choice(cfg)
+    out = replace(cfg, backend=choice.backend, dtype=cfg.dtype if choice.backend == "openai" else choice.dtype)
+    if (out.backend, out.dtype) != (cfg.backend, cfg.dtype):
+        log.info("read: backend %s, dtype %s, device %s (%s)", out.backend, out.dtype, choice.device, choice.why)
+    return out
 
 
-def make_backend(cfg: ReadConfig) -> Any:
-    """The generation backend named by ``cfg.backend`` (after :func:`resolved`)."""
+def make_backend(cfg: ReadConfig, **settings: Any) -> Any:
+    """The generation engine :func:`engine_choice` names (``settings``: more engine settings, e.g. a worker's
+    ``tensor_parallel_size``)."""
     cfg = resolved(cfg)
-    if cfg.backend == "transformers":
-        return make_chat("local", model_name=cfg.model, batch_size=cfg.batch_size, adapter=cfg.adapter or None,
-                         dtype=cfg.dtype)
-    if cfg.backend == "openai":
-        return make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, max_concurrency=cfg.batch_size,
-                         guided=cfg.guided, env_prefix="MEMREADER_READER", timeout_s=cfg.request_timeout_s)
-    return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
-                     dtype=cfg.dtype, lora_mode=cfg.lora_mode, kv_cache_gib=cfg.kv_cache_gib,
-                     max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)
+    return make_engine(engine_choice(cfg), cfg.model, adapter=cfg.adapter, batch_size=cfg.batch_size,
+                       max_model_len=cfg.max_model_len, lora_mode=cfg.lora_mode, kv_cache_gib=cfg.kv_cache_gib,
+                       max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode, base_url=cfg.base_url,
+                       max_concurrency=cfg.batch_size, guided=cfg.guided, env_prefix="MEMREADER_READER",
+                       timeout_s=cfg.request_timeout_s, **settings)
 
 
 def read_corpus_memories(cfg: ReadConfig, backend: Any | None = None) -> dict[str, Any]:
@@ -237,151 +243,236 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
                                                                  cfg.limit or None)
 
     if backend is not None and callable(getattr(backend, "describe", None)):
-        cfg = replace(cfg, dtype=backend.describe()["dtype"])  # a given backend's weights are what the memories record
+        engine = backend.describe()  # a given backend is what the memories record
+        cfg = replace(cfg, backend=engine.get("backend", cfg.backend), dtype=engine["dtype"])
     key = read_key(cfg)
     done = _done(out_path)
-    # Pass 1: counts, empty documents, stale ones and the languages to size windows for; no text is kept.
-    n_docs, n_todo, empty, stale, langs = 0, 0, [], [], set()
-    for d in corpus():
-        n_docs += 1
-        if not d.text.strip():
-            empty.append(d.doc_id)
-        elif d.doc_id in done:
-            if done[d.doc_id] != (d.sha256, key):
-                stale.append(d.doc_id)
-        else:
-            n_todo += 1
-            langs.add(detect_language(d.text))
-    if len(empty) == n_docs:
-        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
-                          "give documents with text")
-    if stale:
-        raise MemoryValidationError(
-            f"{out_path} already holds {len(stale)} of these documents read from other text or with other "
-            f"settings (model, adapter weights, prompt, decoding, windows), e.g. {stale[:3]}; resuming would mix them. "
-            "Use a new run name, or delete the file to read everything again."
-        )
+    survey = _survey(corpus(), done, key)
+    _check_resumable(cfg, survey, out_path)
     write_resolved_config(out_dir, cfg)  # only now: a refused run leaves the earlier record as it was
-    n_done = n_docs - len(empty) - n_todo
     if done:
-        print(f"read: resumed: {n_done} of {n_docs - len(empty)} documents already done in {out_path}")
-    if empty:
-        log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
+        print(f"read: resumed: {survey.n_done} of {survey.n_docs - len(survey.empty)} documents already done in "
+              f"{out_path}")
+    if survey.empty:
+        log.warning("skipping %d document(s) with empty text: %s", len(survey.empty), survey.empty[:5])
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
     prompt = cfg.reader_prompt(cfg.think)
-    failed: dict[str, str] = {}
-    stats = {"fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0, "guided": 0,
-             "unguided": 0, "windowed": 0, "windows": 0}
-    single_chunk: list[str] = []
-    fates: list[str] = []  # one per document asked
+    tally = _Tally()
     t0 = time.perf_counter()
     grammars, sizing = None, {}
-    if n_todo:
-        backend = backend or make_backend(cfg)
-        if callable(getattr(backend, "check_reachable", None)):
-            backend.check_reachable()  # an unreachable server is a configuration error, before any document
-        count = count_tokens_for(backend)
-        if wants_grammar(cfg.guided, cfg.backend):
-            grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
-                                      may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
-        sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
-                  "prompt_tokens": max(prompt_tokens_of(prompt.render(lang, "")[0], backend, count)
-                                       for lang in sorted(langs)),
-                  "model_window": cfg.max_model_len if cfg.backend == "vllm" else model_window_of(backend),
-                  "grammar": grammars.settings if grammars else None}
-    bar = tqdm(total=n_todo, desc="read", unit="doc")
+    if survey.n_todo:
+        backend, grammars, sizing = _open_backend(cfg, backend, prompt, survey.langs)
+    bar = tqdm(total=survey.n_todo, desc="read", unit="doc")
     # Pass 2: the documents still to read, a batch at a time.
     for batch in batched((d for d in corpus() if d.text.strip() and d.doc_id not in done), cfg.batch_size):
-        texts = [d.text for d in batch]
-        # long documents: one item per window, merged back below
-        breaks = [structural_breaks(d.meta) for d in batch]  # heading and page starts: preferred chunk ends
-        wplan, plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens,
-                                                        breaks if any(breaks) else None, **sizing)
-        flat, window_texts = wplan.flat(), wplan.texts(texts)
-        refused = dict(wplan.errors)
-        for j, error in plan_errors.items():
-            d, w = flat[j]
-            refused.setdefault(d, error if len(wplan.windows[d]) == 1 else f"window {w.index} [{w.start}, "
-                               f"{w.end}): {error}")
-        for d, error in refused.items():  # not written: named in the summary with the fix
-            failed[batch[d].doc_id] = error
-            log.warning("doc %s: no guided memory possible: %s", batch[d].doc_id, error)
-        live = [j for j, (d, _) in enumerate(flat) if d not in refused]
-        langs_of = [detect_language(t) for t in texts]
-        rendered = [prompt.render(langs_of[flat[j][0]], window_texts[j]) for j in live]
-
-        def call(idx: list[int], p: GenerationParams, live: list[int] = live, rendered: list = rendered,
-                 plans: list = plans) -> list[Any]:
-            return backend.generate_many([rendered[k][0] for k in idx], p, return_exceptions=True,
-                                         grammars=[plans[live[k]].lark if plans[live[k]] else None for k in idx])
-
-        outputs, window_fates = generate_with_policy(call, len(live), params, cfg.on_truncated) if live else ([], [])
-        per_doc: dict[int, list[int]] = {}  # document → its entries in `live`, in window order
-        for k, j in enumerate(live):
-            per_doc.setdefault(flat[j][0], []).append(k)
-        memories = []
-        for d, ks in per_doc.items():
-            doc, doc_windows = batch[d], wplan.windows[d]
-            errors = [(flat[live[k]][1], outputs[k]) for k in ks if isinstance(outputs[k], GenerationRequestError)]
-            if errors:  # not written: the next run asks again
-                w, error = errors[0]
-                failed[doc.doc_id] = str(error) if len(doc_windows) == 1 else f"window {w.index}: {error}"
-                log.warning("doc %s: request failed for good (%s)", doc.doc_id, failed[doc.doc_id])
-                fates.append("error")
-                continue
-            doc_fates = [window_fates[k] for k in ks]
-            fate = next((f for f in ("truncated-skipped", "truncated-kept", "retried") if f in doc_fates), "ok")
-            fates.append(fate)
-            if fate == "truncated-skipped":  # not written: the next run asks again
-                log.warning("doc %s: reply cut off at the token budget; skipped (on_truncated=%s)", doc.doc_id,
-                            cfg.on_truncated)
-                continue
-            meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": rendered[ks[0]][1].id,
-                    "backend": cfg.backend, "dtype": cfg.dtype, "source_sha256": doc.sha256, "read_key": key}
-            parts = []
-            for k in ks:
-                out, plan, w = outputs[k], plans[live[k]], flat[live[k]][1]
-                part = {"generation": {**out.info(), "fate": window_fates[k], "grammar": plan.meta() if plan else None}}
-                if window_fates[k] == "truncated-kept":
-                    part["truncated"] = True
-                one = len(doc_windows) == 1
-                parts.append(memory_from_output(doc.doc_id if one else f"{doc.doc_id}#w{w.index}",
-                                                window_texts[live[k]], out, {**meta, **part} if one else part,
-                                                "whole", cfg.fuzzy_threshold,
-                                                plan.graph if plan is not None and out.guided else None))
-            if len(doc_windows) == 1:
-                mem = parts[0]
-            else:
-                mem = merge_window_memories(doc.doc_id, doc.text, doc_windows, parts, {
-                    **meta, "windowing": {"budget_tokens": wplan.budget, "overlap_tokens": cfg.overlap_tokens}})
-                stats["windowed"] += 1
-                stats["windows"] += len(doc_windows)
-            annotate(mem, doc.meta)  # pages and headings of each scenario, when memreader ingest mapped them
-            stats["fallbacks"] += "fallback" in mem.meta
-            stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
-            stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)
-            stats["coverage_exact_sum"] += mem.meta.get("alignment", {}).get("coverage_exact", 0.0)
-            stats["guided" if mem.meta["generation"]["guided"] else "unguided"] += 1
-            if all(plans[live[k]] is not None and plans[live[k]].single_chunk for k in ks):
-                single_chunk.append(doc.doc_id)
-            memories.append(mem)
+        reading = _Batch(cfg, batch, key, prompt, grammars, sizing)
+        memories = reading.read(backend, params, tally)
         write_memories(out_path, memories, append=True)  # written per batch: a crash loses one batch
         bar.update(len(batch))
     bar.close()
     seconds = time.perf_counter() - t0
-    truncated = count_fates(fates)
-    n = n_todo - len(failed) - truncated.get("truncated-skipped", 0)
-    summary = {
-        "documents": n_docs - len(empty),
+    summary = _summary(cfg, survey, tally, seconds, out_path, backend)
+    write_json(out_dir / "summary.json", summary)
+    _report(cfg, summary, tally, survey, out_path, seconds)
+    if strict and survey.n_todo and summary["read"] == 0:
+        raise RunFailed(f"every one of the {survey.n_todo} documents to read failed or was cut off; nothing was "
+                        f"written", f"see the warnings above and {out_dir / 'summary.json'}")
+    return summary
+
+
+@dataclass
+class _Survey:
+    """Pass 1 over the corpus: counts, empty documents, stale ones and the languages to size windows for (no text
+    is kept)."""
+
+    n_docs: int = 0
+    n_todo: int = 0
+    empty: list[str] = dc_field(default_factory=list)
+    stale: list[str] = dc_field(default_factory=list)
+    langs: set[str] = dc_field(default_factory=set)
+
+    @property
+    def n_done(self) -> int:
+        return self.n_docs - len(self.empty) - self.n_todo
+
+
+def _survey(docs: Iterator[Document], done: dict[str, tuple[str | None, str | None]], key: str) -> _Survey:
+    survey = _Survey()
+    for d in docs:
+        survey.n_docs += 1
+        if not d.text.strip():
+            survey.empty.append(d.doc_id)
+        elif d.doc_id in done:
+            if done[d.doc_id] != (d.sha256, key):
+                survey.stale.append(d.doc_id)
+        else:
+            survey.n_todo += 1
+            survey.langs.add(detect_language(d.text))
+    return survey
+
+
+def _check_resumable(cfg: ReadConfig, survey: _Survey, out_path: Path) -> None:
+    """Refuse a corpus with no text at all, and a resume that would mix memories of other texts or settings."""
+    if len(survey.empty) == survey.n_docs:
+        raise CorpusError(f"every document of {cfg.input} has empty text ({len(survey.empty)}: {survey.empty[:5]})",
+                          "give documents with text")
+    if survey.stale:
+        raise MemoryValidationError(
+            f"{out_path} already holds {len(survey.stale)} of these documents read from other text or with other "
+            f"settings (model, adapter weights, prompt, decoding, windows), e.g. {survey.stale[:3]}; resuming would "
+            "mix them. Use a new run name, or delete the file to read everything again."
+        )
+
+
+def _open_backend(cfg: ReadConfig, backend: Any | None, prompt: Any, langs: set[str]) -> tuple[Any, Any, dict]:
+    """The engine (built now unless given, checked reachable), the memory grammars and the window sizing."""
+    backend = backend or make_backend(cfg)
+    if callable(getattr(backend, "check_reachable", None)):
+        backend.check_reachable()  # an unreachable server is a configuration error, before any document
+    count = count_tokens_for(backend)
+    grammars = None
+    if wants_grammar(cfg.guided, cfg.backend):
+        grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
+                                  may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
+    sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
+              "prompt_tokens": max(prompt_tokens_of(prompt.render(lang, "")[0], backend, count)
+                                   for lang in sorted(langs)),
+              "model_window": model_window_of(backend),  # a vLLM engine's is its max_model_len
+              "grammar": grammars.settings if grammars else None}
+    return backend, grammars, sizing
+
+
+@dataclass
+class _Tally:
+    """What a run counts across its batches."""
+
+    failed: dict[str, str] = dc_field(default_factory=dict)
+    stats: dict[str, Any] = dc_field(default_factory=lambda: {
+        "fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0, "guided": 0,
+        "unguided": 0, "windowed": 0, "windows": 0})
+    single_chunk: list[str] = dc_field(default_factory=list)
+    fates: list[str] = dc_field(default_factory=list)  # one per document asked
+
+    def count(self, doc_id: str, mem: Any, n_windows: int, single_chunk: bool) -> None:
+        stats = self.stats
+        if n_windows > 1:
+            stats["windowed"] += 1
+            stats["windows"] += n_windows
+        stats["fallbacks"] += "fallback" in mem.meta
+        stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
+        stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)
+        stats["coverage_exact_sum"] += mem.meta.get("alignment", {}).get("coverage_exact", 0.0)
+        stats["guided" if mem.meta["generation"]["guided"] else "unguided"] += 1
+        if single_chunk:
+            self.single_chunk.append(doc_id)
+
+
+class _Batch:
+    """One batch of documents: windows and grammars planned, every window generated, each document's memory
+    assembled (merged from its windows when it has several)."""
+
+    def __init__(self, cfg: ReadConfig, batch: list[Document], key: str, prompt: Any, grammars: Any,
+                 sizing: dict[str, Any]) -> None:
+        self.cfg, self.batch, self.key = cfg, batch, key
+        texts = [d.text for d in batch]
+        # long documents: one item per window, merged back below
+        breaks = [structural_breaks(d.meta) for d in batch]  # heading and page starts: preferred chunk ends
+        self.wplan, self.plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens,
+                                                                  breaks if any(breaks) else None, **sizing)
+        self.flat, self.window_texts = self.wplan.flat(), self.wplan.texts(texts)
+        self.refused = dict(self.wplan.errors)
+        for j, error in plan_errors.items():
+            d, w = self.flat[j]
+            self.refused.setdefault(d, error if len(self.wplan.windows[d]) == 1 else f"window {w.index} "
+                                    f"[{w.start}, {w.end}): {error}")
+        self.live = [j for j, (d, _) in enumerate(self.flat) if d not in self.refused]
+        langs_of = [detect_language(t) for t in texts]
+        self.rendered = [prompt.render(langs_of[self.flat[j][0]], self.window_texts[j]) for j in self.live]
+        self.outputs: list[Any] = []
+        self.window_fates: list[str] = []
+
+    def read(self, backend: Any, params: GenerationParams, tally: _Tally) -> list[Any]:
+        """Generate every live window, then the memory of each document (refused and failed ones in ``tally``)."""
+        for d, error in self.refused.items():  # not written: named in the summary with the fix
+            tally.failed[self.batch[d].doc_id] = error
+            log.warning("doc %s: no guided memory possible: %s", self.batch[d].doc_id, error)
+
+        def call(idx: list[int], p: GenerationParams) -> list[Any]:
+            return backend.generate_many([self.rendered[k][0] for k in idx], p, return_exceptions=True,
+                                         grammars=[self._plan(k).lark if self._plan(k) else None for k in idx])
+
+        self.outputs, self.window_fates = (generate_with_policy(call, len(self.live), params, self.cfg.on_truncated)
+                                           if self.live else ([], []))
+        per_doc: dict[int, list[int]] = {}  # document → its entries in `live`, in window order
+        for k, j in enumerate(self.live):
+            per_doc.setdefault(self.flat[j][0], []).append(k)
+        memories = [self._memory(d, ks, tally) for d, ks in per_doc.items()]
+        return [m for m in memories if m is not None]
+
+    def _plan(self, k: int) -> Any:
+        return self.plans[self.live[k]]
+
+    def _memory(self, d: int, ks: list[int], tally: _Tally) -> Any:
+        """Document ``d``'s memory from its windows ``ks``, or None when it is not written (failed or cut off)."""
+        doc, doc_windows = self.batch[d], self.wplan.windows[d]
+        errors = [(self.flat[self.live[k]][1], self.outputs[k]) for k in ks
+                  if isinstance(self.outputs[k], GenerationRequestError)]
+        if errors:  # not written: the next run asks again
+            w, error = errors[0]
+            tally.failed[doc.doc_id] = str(error) if len(doc_windows) == 1 else f"window {w.index}: {error}"
+            log.warning("doc %s: request failed for good (%s)", doc.doc_id, tally.failed[doc.doc_id])
+            tally.fates.append("error")
+            return None
+        doc_fates = [self.window_fates[k] for k in ks]
+        fate = next((f for f in ("truncated-skipped", "truncated-kept", "retried") if f in doc_fates), "ok")
+        tally.fates.append(fate)
+        if fate == "truncated-skipped":  # not written: the next run asks again
+            log.warning("doc %s: reply cut off at the token budget; skipped (on_truncated=%s)", doc.doc_id,
+                        self.cfg.on_truncated)
+            return None
+        cfg = self.cfg
+        meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": self.rendered[ks[0]][1].id,
+                "backend": cfg.backend, "dtype": cfg.dtype, "source_sha256": doc.sha256, "read_key": self.key}
+        parts = [self._part(doc, k, meta, len(doc_windows) == 1) for k in ks]
+        if len(doc_windows) == 1:
+            mem = parts[0]
+        else:
+            mem = merge_window_memories(doc.doc_id, doc.text, doc_windows, parts, {
+                **meta, "windowing": {"budget_tokens": self.wplan.budget, "overlap_tokens": cfg.overlap_tokens}})
+        annotate(mem, doc.meta)  # pages and headings of each scenario, when memreader ingest mapped them
+        tally.count(doc.doc_id, mem, len(doc_windows),
+                    all(self._plan(k) is not None and self._plan(k).single_chunk for k in ks))
+        return mem
+
+    def _part(self, doc: Document, k: int, meta: dict[str, Any], one: bool) -> Any:
+        """The memory of window ``k`` (the document's own memory when it is read whole)."""
+        out, plan, w = self.outputs[k], self._plan(k), self.flat[self.live[k]][1]
+        part: dict[str, Any] = {"generation": {**out.info(), "fate": self.window_fates[k],
+                                               "grammar": plan.meta() if plan else None}}
+        if self.window_fates[k] == "truncated-kept":
+            part["truncated"] = True
+        return memory_from_output(doc.doc_id if one else f"{doc.doc_id}#w{w.index}", self.window_texts[self.live[k]],
+                                  out, {**meta, **part} if one else part, "whole", self.cfg.fuzzy_threshold,
+                                  plan.graph if plan is not None and out.guided else None)
+
+
+def _summary(cfg: ReadConfig, survey: _Survey, tally: _Tally, seconds: float, out_path: Path,
+             backend: Any) -> dict[str, Any]:
+    """The run's ``summary.json``."""
+    truncated = count_fates(tally.fates)
+    n = survey.n_todo - len(tally.failed) - truncated.get("truncated-skipped", 0)
+    stats = tally.stats
+    return {
+        "documents": survey.n_docs - len(survey.empty),
         "read": n,
-        "skipped_done": n_done,
-        "skipped_empty": empty,
-        "failed": failed,
+        "skipped_done": survey.n_done,
+        "skipped_empty": survey.empty,
+        "failed": tally.failed,
         "guided": stats["guided"],
         "unguided": stats["unguided"],
         "fates": truncated,
         "truncated_skipped": truncated.get("truncated-skipped", 0),
-        "single_chunk_no_boundary": single_chunk,
+        "single_chunk_no_boundary": tally.single_chunk,
         "windowed": stats["windowed"],
         "windows": stats["windows"],
         "fallback_whole_document": stats["fallbacks"],
@@ -394,9 +485,15 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         "engine": (backend.describe() if callable(getattr(backend, "describe", None)) else
                    {"backend": cfg.backend, "dtype": cfg.dtype}),
     }
-    write_json(out_dir / "summary.json", summary)
+
+
+def _report(cfg: ReadConfig, summary: dict[str, Any], tally: _Tally, survey: _Survey, out_path: Path,
+            seconds: float) -> None:
+    """The run's lines on stdout: what was read, then every warning and note."""
+    stats, failed, single_chunk, empty = tally.stats, tally.failed, tally.single_chunk, survey.empty
     print(
-        f"read: {n} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), {n_done} already done, "
+        f"read: {summary['read']} docs in {seconds:.1f}s ({summary['docs_per_s']} docs/s), "
+        f"{survey.n_done} already done, "
         f"{stats['guided']} guided / {stats['unguided']} unguided, {len(failed)} failed, "
         f"{summary['truncated_skipped']} cut off and skipped, {stats['repaired']} repaired, "
         f"{stats['fallbacks']} whole-document fallbacks → {out_path}"
@@ -417,10 +514,6 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         print(f"WARNING: {stats['fallbacks']} document(s) had no usable memory output and were kept as ONE chunk")
     if empty:
         print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
-    if strict and n_todo and n == 0:
-        raise RunFailed(f"every one of the {n_todo} documents to read failed or was cut off; nothing was written",
-                        f"see the warnings above and {out_dir / 'summary.json'}")
-    return summary
 
 
 STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=read_corpus_memories, config=ReadConfig,

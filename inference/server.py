@@ -69,7 +69,7 @@ class ServeConfig:
     run: str | None = field(None, help="run name: the resolved config goes to $MEMREADER_HOME/runs/<run>/serve/ "
                             "(default: a timestamp)")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Every problem with the values, for :func:`memreader.core.config.load_config`."""
         problems = []
         if self.adapter and not (Path(self.adapter) / "adapter_config.json").is_file():

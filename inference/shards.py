@@ -11,7 +11,7 @@ Layout under ``$MEMREADER_HOME/runs/<run>/read/``::
     memories.jsonl                   every shard merged in corpus order, each doc_id once
 
 A worker reads a shard into its own attempt folder with the plain reader's per-document code
-(:func:`inference.reader.read_documents`: prompts, guided decoding, windows, truncation policy),
+(:func:`memreader.inference.reader.read_documents`: prompts, guided decoding, windows, truncation policy),
 then renames the finished file into place and writes the marker. A worker that dies mid-shard
 leaves only its attempt folder, so the retry (or the next run) reads the shard again from scratch;
 two attempts of one shard never append to one file, and the rename makes the later one win whole.
@@ -276,7 +276,7 @@ class ShardStore:
 
 def read_shard(cfg: Any, shard: Shard, out_dir: Path, backend: Any, key: str) -> dict[str, Any]:
     """Read one shard into its file and marker (see the module docstring); returns the marker.
-    ``cfg`` is a :class:`inference.reader.ReadConfig`, ``key`` its :func:`inference.reader.read_key`."""
+    ``cfg`` is a :class:`memreader.inference.reader.ReadConfig`, ``key`` its :func:`memreader.inference.reader.read_key`."""
     from memreader.inference.reader import read_documents
 
     store = ShardStore(out_dir)

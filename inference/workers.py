@@ -26,20 +26,17 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
 
 
 def worker_backend(cfg: Any) -> Any:
-    """The backend of one worker, loaded now (a worker that cannot load fails before its first shard)."""
-    if cfg.backend == "vllm":
-        from memreader.core.generation import make_chat
+    """The backend of one worker, loaded now (a worker that cannot load fails before its first shard): the engine
+    :func:`memreader.inference.reader.make_backend` builds, on this worker's GPUs, or on the CPU with its share of
+    the cores."""
+    backend = make_backend(cfg, tensor_parallel_size=max(1, int(cfg.worker_gpus())),
+                           gpu_memory_utilization=cfg.gpu_memory_utilization)
+    if callable(getattr(backend, "model", None)):  # transformers: load the weights now
+        model = backend.model()
+        if next(model.parameters()).device.type == "cpu":  # a worker runs on its share of the cores
+            from memreader.core.hardware import use_cpu_threads
 
-        return make_chat("vllm", model=cfg.model, adapter=cfg.adapter or None, max_model_len=cfg.max_model_len,
-                         tensor_parallel_size=max(1, int(cfg.worker_gpus())),
-                         gpu_memory_utilization=cfg.gpu_memory_utilization, dtype=cfg.dtype, lora_mode=cfg.lora_mode,
-                         kv_cache_gib=cfg.kv_cache_gib, max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode)
-    backend = make_backend(cfg)
-    model = backend.model()
-    if next(model.parameters()).device.type == "cpu":  # runtime() took every core; a worker has its share
-        import torch
-
-        torch.set_num_threads(max(1, int(cfg.cpus_per_worker)))
+            use_cpu_threads(max(1, int(cfg.cpus_per_worker)))
     return backend
 
 

@@ -28,7 +28,8 @@ from typing import Any
 
 from memreader.core.errors import MemReaderError
 
-__all__ = ["FORMATS", "FURNITURE", "NON_TEXT", "Extracted", "FileProblem", "extract", "format_of", "html_text"]
+__all__ = ["FORMATS", "FURNITURE", "NON_TEXT", "Extracted", "FileProblem", "clean_text", "extract", "format_of",
+           "from_blocks", "html_text"]
 
 FORMATS = {".pdf": "pdf", ".docx": "docx", ".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown",
            ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -91,8 +92,11 @@ def extract(path: Path) -> Extracted:
     return readers[kind](path)
 
 
-def _joined(blocks: list[tuple[int, str]]) -> Extracted:
-    """Paragraph blocks ``(heading level or 0, text)`` → text joined by blank lines, with the heading map."""
+def from_blocks(blocks: list[tuple[int, str]]) -> Extracted:
+    """Paragraph blocks ``(heading level or 0, text)`` → text joined by blank lines, with the heading map (a
+    heading of level ``n`` ends the path at depth ``n``; empty blocks are skipped). Every block-structured
+    extractor (HTML, DOCX) ends here, so another one (``scripts/bench_html.py``: trafilatura) builds the same
+    text and map from its blocks."""
     parts, headings, path = [], [], []
     offset = 0
     for level, text in blocks:
@@ -106,7 +110,8 @@ def _joined(blocks: list[tuple[int, str]]) -> Extracted:
     return Extracted("\n\n".join(parts), headings=headings)
 
 
-def _clean(text: str) -> str:
+def clean_text(text: str) -> str:
+    """Runs of blanks (spaces, tabs, no-break spaces) as one space, each line stripped, empty lines dropped."""
     lines = [_SPACES.sub(" ", line).strip() for line in text.splitlines()]
     return "\n".join(line for line in lines if line)
 
@@ -171,7 +176,7 @@ def html_text(data: bytes, drop: str = f"{NON_TEXT}|{FURNITURE}", link_blocks: b
         root = outer[0] if len(outer) == 1 else root
     blocks: list[tuple[int, str]] = []
     _walk(root, blocks)
-    return _joined(blocks)
+    return from_blocks(blocks)
 
 
 def _link_blocks(root: Any) -> list[Any]:
@@ -194,16 +199,16 @@ def _walk(el: Any, out: list[tuple[int, str]]) -> None:
     a block that holds others gives its own loose text and its children's."""
     tag = el.tag if isinstance(el.tag, str) else ""
     if tag in _HEADINGS:
-        out.append((_HEADINGS[tag], _clean(el.text_content()).replace("\n", " ")))
+        out.append((_HEADINGS[tag], clean_text(el.text_content()).replace("\n", " ")))
         return
     if not any(isinstance(d.tag, str) and d.tag in _BLOCKS for d in el.iterdescendants()):
-        out.append((0, _clean(el.text_content())))
+        out.append((0, clean_text(el.text_content())))
         return
-    out.append((0, _clean(el.text or "")))
+    out.append((0, clean_text(el.text or "")))
     for child in el:
         if isinstance(child.tag, str):  # not a comment or processing instruction
             _walk(child, out)
-        out.append((0, _clean(child.tail or "")))
+        out.append((0, clean_text(child.tail or "")))
 
 
 def _docx(path: Path) -> Extracted:
@@ -219,14 +224,14 @@ def _docx(path: Path) -> Extracted:
     blocks: list[tuple[int, str]] = []
     for item in document.iter_inner_content():
         if isinstance(item, docx.table.Table):
-            rows = [" | ".join(_clean(c.text) for c in row.cells) for row in item.rows]
+            rows = [" | ".join(clean_text(c.text) for c in row.cells) for row in item.rows]
             blocks.append((0, "\n".join(r for r in rows if r.strip(" |"))))
             continue
         style = (item.style.name if item.style is not None else "") or ""
         # the Title sits above Heading 1 (a document without one starts its paths at Heading 1 all the same)
         level = 1 if style == "Title" else int(style.split()[-1]) + 1 if re.fullmatch(r"Heading [1-9]", style) else 0
-        blocks.append((level, _clean(item.text)))
-    return _joined(blocks)
+        blocks.append((level, clean_text(item.text)))
+    return from_blocks(blocks)
 
 
 def _pdf(path: Path) -> Extracted:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import glob
 import json
 import logging
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.errors import ConfigError, RunFailed
+from memreader.core.hardware import cpu_cores
 from memreader.core.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.stage import Flag, Stage
 from memreader.ingest.formats import FORMATS, FileProblem, extract, format_of
@@ -56,7 +56,7 @@ class IngestConfig:
     id_field: str = field("id", help="id field of JSONL / Parquet corpora passed through")
     text_field: str = field("text", help="text field of JSONL / Parquet corpora passed through")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         if not self.inputs:
             return ["inputs: name at least one file, folder or glob (memreader ingest docs/ notes.md)"]
         missing = [i for i in self.inputs if not glob.has_magic(i) and not Path(i).exists()]
@@ -208,7 +208,7 @@ def _previous_records(corpus_path: Path) -> dict[str, list[dict[str, Any]]]:
 def _extract_files(files: list[tuple[Source, str]], workers: int, progress: bool) -> dict[str, Any]:
     """Each file's records (or its error record), extracted in ``workers`` processes (0: one per core)."""
     results: dict[str, Any] = {}
-    workers = workers or os.cpu_count() or 1
+    workers = workers or cpu_cores()
     bar = tqdm(total=len(files), desc="ingest", unit="file", disable=not progress)
     if files and workers > 1 and len(files) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:

@@ -13,8 +13,8 @@
 Every function takes the same settings as its command (``memreader ingest`` / ``read`` / ``index`` / ``ask``), as
 keyword arguments, and an optional ``config=`` YAML file under them; they are checked by the same code, so a bad
 value raises :class:`~memreader.core.errors.ConfigError` naming the key and its fix. The commands call the same
-functions (``ingest.ingest.ingest``, ``inference.reader.read_corpus_memories``, ``retrieval.search.run_index``,
-``retrieval.search.Searcher``), and outputs land in the same run folders under ``$MEMREADER_HOME``.
+functions (``memreader.ingest.ingest.ingest``, ``memreader.inference.reader.read_corpus_memories``, ``memreader.retrieval.search.run_index``,
+``memreader.retrieval.search.Searcher``), and outputs land in the same run folders under ``$MEMREADER_HOME``.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class DemoConfig:
     train_steps: int = field(8, ge=1, help="LoRA optimizer steps")
     question: str = field("How many compost bays stand behind the tool shed?", help="sample question for 'ask'")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Problems beyond types."""
         teachers = ("auto", "local", "transformers", "vllm", "openai")
         return [] if self.teacher in teachers else [f"teacher: {self.teacher!r} is not one of {', '.join(teachers)}"]

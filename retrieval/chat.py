@@ -27,15 +27,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from memreader.core.backends import (
-    backend_problem,
-    describe_choice,
-    dtype_problem,
-    resolve_backend,
-    resolve_dtype_for,
-)
 from memreader.core.config import field
+from memreader.core.engines import engine_problems, make_engine, resolve_engine
 from memreader.core.errors import MemReaderError
+from memreader.core.fusion import rrf_k_field
 from memreader.core.paths import run_dir, write_json, write_resolved_config
 from memreader.core.registry import SMOLLM2, canonical_name
 from memreader.core.stage import Stage
@@ -55,7 +50,6 @@ from memreader.retrieval.momentary import (
     format_context,
 )
 
-BACKENDS = ("transformers", "vllm", "openai", "auto")
 ENV_PREFIX = "MEMREADER_CHAT"
 """An OpenAI-compatible endpoint reads MEMREADER_CHAT_BASE_URL and MEMREADER_CHAT_API_KEY."""
 HELP = "commands: /context (the last context with its scores), /help, /quit; any other line is a question"
@@ -82,7 +76,7 @@ class ChatConfig:
                                "English split on spaces) or en (standard tokenizer, English only)")
     fusion: str = field("weighted", help="weighted (sum of weight x min-max normalised score) or rrf (reciprocal "
                         "rank fusion over the signals with weight > 0)")
-    rrf_k: float = field(60.0, ge=0, help="RRF constant: score = sum 1/(rrf_k + rank)")
+    rrf_k: float = rrf_k_field("the past turns' signals (BM25, embeddings)")
     top_k: int = field(8, ge=1, help="earlier turns retrieved per question, besides the most recent turn")
     candidates: int = field(50, ge=1, help="turns each signal proposes before fusion (>= top_k)")
     max_tokens: int = field(1024, ge=1, help="L_max: tokens of question + context turns (answering model's tokenizer)")
@@ -90,13 +84,15 @@ class ChatConfig:
     backend: str = field("auto", help="transformers (local: in process), vllm (in process), openai (any "
                          "OpenAI-compatible endpoint: base_url or $MEMREADER_CHAT_BASE_URL, key in "
                          "$MEMREADER_CHAT_API_KEY) or auto (the measured fastest on this machine: docs/ENGINES.md)")
-    dtype: str = field("auto", help="dtype of a local answering model: auto (the machine's faster), float32, bfloat16")
+    dtype: str = field("auto", help="dtype of a local answering model: auto (the measured fastest, else the machine's "
+                       "faster: docs/ENGINES.md), float32, bfloat16 or float16")
     max_model_len: int = field(4096, ge=64, help="for backend=vllm: the engine's context length (prompt + answer)")
     model: str = field(SMOLLM2, help="answering model: registry name or folder (local), served model name (openai)")
     base_url: str = field("", help="for backend=openai: the endpoint, e.g. http://localhost:8000/v1")
     tokenizer: str = field("", help="tokenizer that counts max_tokens; empty = the local model's own (required for "
                            "backend=openai: a registry name or folder of the served model's tokenizer)")
-    device: str = field("auto", help="device of the local model and the embedders: auto, cpu or cuda")
+    device: str = field("auto", help="device of the local model and the embedders: auto (CUDA when available), cpu, "
+                        "cuda or cuda:N")
     max_new_tokens: int = field(256, ge=1, help="answer length budget")
     temperature: float = field(0.0, ge=0, help="sampling temperature; 0 = greedy")
     top_p: float = field(1.0, gt=0, le=1, help="nucleus sampling mass")
@@ -114,7 +110,7 @@ class ChatConfig:
         return MomentarySettings(self.weights(), top_k=self.top_k, candidates=self.candidates, fusion=self.fusion,
                                  rrf_k=self.rrf_k, max_tokens=self.max_tokens)
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Every problem with the values (empty when fine)."""
         problems = []
         names = [canonical_name(n) for n in self.embedders]
@@ -127,7 +123,7 @@ class ChatConfig:
         if self.bm25_language not in LANGUAGES:
             problems.append(f"bm25_language: {self.bm25_language!r} is not one of {', '.join(LANGUAGES)} (the store "
                             "is created before any text exists, so there is no auto)")
-        problems += [p for p in (backend_problem(self.backend, BACKENDS), dtype_problem(self.dtype)) if p]
+        problems += engine_problems("chat", self.backend, self.dtype, self.device)
         if self.backend == "openai" and not self.tokenizer:
             problems.append("tokenizer: required for backend=openai, to count max_tokens (e.g. tokenizer="
                             "smollm2-135m-instruct, or the folder of the served model's tokenizer)")
@@ -151,7 +147,7 @@ class ChatSession:
                  engine: dict[str, Any] | None = None) -> None:
         self.cfg, self.store, self.backend, self.counter = cfg, store, backend, counter
         self.engine = engine or {"stage": "chat", "backend": cfg.backend}
-        """Which backend and dtype answer (:func:`memreader.core.backends.describe_choice`)."""
+        """Which backend, dtype and device answer (:meth:`memreader.core.engines.EngineChoice.record`)."""
         self.settings = cfg.settings()
         self.last: MomentaryContext | None = None
         self.log = run_dir(cfg.run, "chat") / "contexts.jsonl"
@@ -159,24 +155,17 @@ class ChatSession:
     @classmethod
     def open(cls, cfg: ChatConfig) -> ChatSession:
         """Load the embedders and the answering model, open (or create) the store."""
-        from memreader.core.generation import make_chat
         from memreader.core.runtime import load_embedder
 
-        chosen, why = resolve_backend(cfg.backend, "chat")
-        if chosen == "openai":
-            backend = make_chat("openai", model=cfg.model, base_url=cfg.base_url or None, env_prefix=ENV_PREFIX)
+        choice = resolve_engine("chat", cfg.backend, cfg.dtype, cfg.device)
+        backend = make_engine(choice, cfg.model, batch_size=1, max_model_len=cfg.max_model_len, base_url=cfg.base_url,
+                              env_prefix=ENV_PREFIX)
+        if choice.backend == "openai":
             backend.check_reachable()
             counter = TokenCounter.load(cfg.tokenizer)
-            engine = describe_choice("chat", chosen, "remote", why)
         else:
-            dtype = resolve_dtype_for("chat", cfg.dtype, chosen)
-            if chosen == "vllm":
-                backend = make_chat("vllm", model=cfg.model, dtype=dtype, max_model_len=cfg.max_model_len)
-                dtype = backend.engine.dtype
-            else:
-                backend = make_chat("local", model_name=cfg.model, device=cfg.device, batch_size=1, dtype=dtype)
             counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
-            engine = describe_choice("chat", chosen, dtype, why)
+        engine = choice.record()
         embedders = {canonical_name(n): load_embedder(canonical_name(n), device=cfg.device) for n in cfg.embedders}
         db = cfg.db()
         store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,

@@ -1,7 +1,7 @@
 """Conversation memory: every turn kept verbatim in one Milvus collection, searchable by BM25 and embeddings.
 
 Storage is Milvus Lite (a local ``.db`` path) or a Milvus server URI (+ token), through the store
-base :class:`~retrieval.milvus.MilvusCollection`, like the memory index. One row per turn:
+base :class:`~memreader.retrieval.milvus.MilvusCollection`, like the memory index. One row per turn:
 
 ==============  ===================  ====================================================
 field           type                 what

@@ -142,6 +142,10 @@ class MemoryIndex(MilvusCollection):
     MISSING_FIX = "run `memreader index` first to build it"
     REBUILD_FIX = "rebuild it with `memreader index`"
     error = MemoryIndexError
+    union_depth: int = _UNION_DEPTH
+    """Rows a batched search (``batch_layers``) asks for, per layer searched and per result wanted; a layer the
+    answer holds too few rows of gets its own search. Set on an instance to measure another depth
+    (``scripts/bench_layer_latency.py --union-depth``)."""
 
     def __init__(
         self,
@@ -413,7 +417,7 @@ class MemoryIndex(MilvusCollection):
         """Each layer's exact top ``limit`` from ``search_all(n)``, one search for the best ``n`` rows
         of all ``layers`` (:func:`memreader.core.fusion.split_by_layer`); a layer that answer is too
         shallow for gets ``search_one(layer)``."""
-        n = min(MAX_LIMIT, _UNION_DEPTH * limit * len(layers))
+        n = min(MAX_LIMIT, self.union_depth * limit * len(layers))
         split = split_by_layer(search_all(n), layers, limit, asked=n)
         return {layer: hits if hits is not None else search_one(layer) for layer, hits in split.items()}
 

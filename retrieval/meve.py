@@ -5,8 +5,8 @@
     result.context        # the passages that survived, joined by SEPARATOR, <= t_max tokens
     result.audit          # every candidate of every phase, with its score and why it was dropped
 
-``source`` is a :class:`~retrieval.passages.PassageStore` or a :class:`MemoryChunkSource` over the
-chunk layer of a :class:`~retrieval.index.MemoryIndex`; ``verifier`` one of :mod:`memreader.retrieval.verifier`;
+``source`` is a :class:`~memreader.retrieval.passages.PassageStore` or a :class:`MemoryChunkSource` over the
+chunk layer of a :class:`~memreader.retrieval.index.MemoryIndex`; ``verifier`` one of :mod:`memreader.retrieval.verifier`;
 ``tokenizer`` the answering model's (the budget is in its tokens). The phases:
 
 1. **kNN**: the ``k`` passages nearest the question's embedding (cosine).
@@ -68,7 +68,7 @@ _BOUNDARY_SLACK = 8
 
 @dataclass
 class MeVeSettings:
-    """The MeVe keys (a base of :class:`retrieval.search.RetrievalConfig`; paper values as defaults)."""
+    """The MeVe keys (a base of :class:`memreader.retrieval.search.RetrievalConfig`; paper values as defaults)."""
 
     k: int = field(20, ge=1, help="MeVe phase 1: passages from the kNN search (paper: 20)")
     tau: float = field(0.5, ge=0, le=1, help="MeVe phase 2: keep passages whose verifier score is >= tau (paper: 0.5)")
@@ -96,8 +96,10 @@ class MeVeSettings:
     operating_point: str = field("", help="where tau (and the other phase-2 keys) came from, e.g. the calibration "
                                  "that chose them (scripts/calibrate_meve.py); recorded in every audit")
     verifier_backend: str = field("auto", help="MeVe phase 2, verifier_kind=lm or lm_likelihood: transformers, vllm "
-                                  "or auto (the measured fastest on this machine: docs/ENGINES.md)")
-    verifier_dtype: str = field("auto", help="MeVe phase 2: the LM verifier's dtype, auto, float32 or bfloat16")
+                                  "or auto (the measured fastest on this machine, else vllm: docs/ENGINES.md); its "
+                                  "device is the config's device")
+    verifier_dtype: str = field("auto", help="MeVe phase 2: the LM verifier's dtype, auto, float32, bfloat16 or "
+                                "float16")
     verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")
     verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
                                      "tokens shown to the verifier (longer passages are cut for the judgement only; "
@@ -119,10 +121,9 @@ class MeVeSettings:
         elif self.verifier_kind == "embedding" and self.verifier_calibration == "content_free":
             out.append("verifier_calibration: content_free needs a verifier that reads the passage; use query or "
                        "none with verifier_kind=embedding")
-        from memreader.core.backends import backend_problem, dtype_problem
+        from memreader.core.engines import backend_problem, dtype_problem
 
-        out += [p for p in (backend_problem(self.verifier_backend, ("transformers", "vllm", "auto"),
-                                            key="verifier_backend"),
+        out += [p for p in (backend_problem(self.verifier_backend, "verifier", key="verifier_backend"),
                             dtype_problem(self.verifier_dtype, key="verifier_dtype")) if p]
         if self.verify and self.verifier_kind != "embedding" and not str(self.verifier).strip():
             out.append("verifier: empty; name an instruct LM or a CrossEncoder folder (or set verify=false)")
@@ -224,7 +225,7 @@ class MeVePipeline:
         self.settings = settings or MeVeSettings()
         problems = range_problems(self.settings) + self.settings.meve_problems()
         if self.settings.verify and verifier is None:
-            problems.append("verify=true needs a verifier (see retrieval.verifier.build_verifier), or set verify=false")
+            problems.append("verify=true needs a verifier (see memreader.retrieval.verifier.build_verifier), or set verify=false")
         if problems:
             raise MeVeError("MeVe settings cannot be used:\n  - " + "\n  - ".join(problems))
         self.source, self.embedder, self.verifier, self.tokenizer = source, embedder, verifier, tokenizer

@@ -6,7 +6,7 @@ context tokens, on questions whose supporting passages are known.
     points = cal.sweep("lm/content_free", taus=tau_grid(scores), t_maxes=(512, 1024))
     best = choose(points, recall_target=top5_recalls)         # CalibrationError: no point meets it (closest named)
 
-Phase 1 runs once per question (:meth:`retrieval.meve.MeVePipeline.candidates`); every point then replays phases
+Phase 1 runs once per question (:meth:`memreader.retrieval.meve.MeVePipeline.candidates`); every point then replays phases
 2-5 over fresh copies of the same candidates with the cached verifier scores (:meth:`MeVePipeline.finish`), so a
 sweep of hundreds of points costs milliseconds per point and no model call. Recall is the share of a question's
 supporting doc_ids among the doc_ids of its final context (HotpotQA's supporting-paragraph recall).

@@ -1,6 +1,6 @@
 """Where MeVe retrieves from: the :class:`PassageSource` protocol and the chunk layer of a memory index as one.
 
-    source = MemoryChunkSource(index)          # or a retrieval.passages.PassageStore
+    source = MemoryChunkSource(index)          # or a memreader.retrieval.passages.PassageStore
     pipeline = MeVePipeline(source, embedder, verifier, tokenizer, settings)
 """
 
@@ -35,7 +35,7 @@ class PassageSource(Protocol):
 
 
 class MemoryChunkSource:
-    """The chunk layer of a :class:`~retrieval.index.MemoryIndex` as a MeVe passage source.
+    """The chunk layer of a :class:`~memreader.retrieval.index.MemoryIndex` as a MeVe passage source.
 
     Passage ids are the chunk rows' primary keys (``chunk/<scenario>/<version>/<doc_id>``); vectors for the
     redundancy check are the stored chunk vectors, read by primary key (no re-embedding).

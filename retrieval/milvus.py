@@ -212,6 +212,16 @@ class MilvusCollection:
         _ = self.meta
         self._client.load_collection(self.collection)
 
+    def iter_rows(self, output_fields: Sequence[str], batch_size: int = 4096) -> Iterator[dict[str, Any]]:
+        """Every stored row with ``output_fields`` (e.g. ``["pk", "vector"]``), fetched ``batch_size`` at a time
+        through Milvus's query iterator: a full scan, for checks and benchmarks that compare whole stores."""
+        it = self._client.query_iterator(self.collection, batch_size=batch_size, output_fields=list(output_fields))
+        try:
+            while rows := it.next():
+                yield from rows
+        finally:
+            it.close()
+
     def _where(self) -> str:
         return f"{self.KIND} {self.uri} (collection {self.collection!r})"
 

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 from memreader.core.fusion import reciprocal_rank_fusion
 from memreader.retrieval.conversation_store import BM25, ConversationStore, Turn, check_conversation_id
@@ -87,11 +88,9 @@ class MomentarySettings:
             out.append(f"weights {self.weights} switch every signal off: give bm25 or an embedder a weight > 0")
         return out
 
-    def check(self) -> None:
-        """Raise :class:`MomentaryError` listing every problem."""
-        problems = self.problems()
-        if problems:
-            raise MomentaryError("bad momentary context settings: " + "; ".join(problems))
+    def validate(self) -> None:
+        """Raise one :class:`MomentaryError` naming every problem (:func:`memreader.core.config.validate`)."""
+        validate_config(self, MomentaryError, "momentary context")
 
     @property
     def active(self) -> list[str]:
@@ -281,7 +280,7 @@ def build_context(store: ConversationStore, conversation: str, question: str, se
                   counter: TokenCounter) -> MomentaryContext:
     """Rebuild the context of ``question`` from the turns of ``conversation`` (nothing is stored here)."""
     started = time.perf_counter()
-    settings.check()
+    settings.validate()
     check_conversation_id(conversation)
     if not isinstance(question, str) or not question.strip():
         raise MomentaryError("the question is empty", "type a question")

@@ -6,7 +6,7 @@
         hits = store.knn(store.embed_query("How hot for green tea?"), k=20)
         more = store.bm25("green tea temperature", k=5)
 
-Where :class:`~retrieval.index.MemoryIndex` holds document memories in layers, this holds flat
+Where :class:`~memreader.retrieval.index.MemoryIndex` holds document memories in layers, this holds flat
 passages (a paragraph, a sentence, a chunk of a baseline) for pipelines that retrieve passages
 directly, like MeVe (:mod:`memreader.retrieval.meve`) on HotpotQA. Each row: ``pk`` (the passage id),
 ``doc_id`` (its document or title), ``text`` (with Milvus' BM25 analyzer, :mod:`memreader.retrieval.lexical`)
@@ -14,7 +14,7 @@ and a unit ``vector`` searched with the COSINE metric. The build records the emb
 dimension and the BM25 language in a collection property; opening with another embedder is refused.
 
 Storage: a Milvus Lite ``.db`` file or a Milvus server URI (with ``token``), through the store
-base :class:`~retrieval.milvus.MilvusCollection`, the same as the index.
+base :class:`~memreader.retrieval.milvus.MilvusCollection`, the same as the index.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class PassageStore(MilvusCollection):
         """Drop and rebuild the collection from ``passages``; returns how many were stored.
 
         ``passages``: ``(id, doc_id, text)`` triples or objects with ``id``, ``title`` (stored as
-        ``doc_id``) and ``text`` such as :class:`eval.datasets.Passage`. The whole input is checked
+        ``doc_id``) and ``text`` such as :class:`memreader.eval.datasets.Passage`. The whole input is checked
         before the collection is touched; a build that stops half-way leaves the store marked
         unfinished, and opening it then says so.
         """

@@ -87,7 +87,7 @@ class BuildSummary:
     """Rows not written, by reason (``empty outline``, ``empty core``, ``blank chunk``)."""
     seconds: float = 0.0
     plan: Any = None
-    """The :class:`~retrieval.updates.UpdatePlan`: documents added, replaced, unchanged, removed, stale."""
+    """The :class:`~memreader.retrieval.updates.UpdatePlan`: documents added, replaced, unchanged, removed, stale."""
     update: bool = False
     """An update in place (``replace=False`` over an existing index), not a full build."""
     deleted_rows: int = 0

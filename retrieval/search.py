@@ -19,7 +19,7 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.errors import MissingInput
-from memreader.core.fusion import BM25, CORE, OUTLINE, Hit
+from memreader.core.fusion import BM25, CORE, OUTLINE, Hit, rrf_k_field
 from memreader.core.paths import memreader_home, run_dir, write_json, write_resolved_config
 from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
 from memreader.core.runtime import load_embedder
@@ -70,11 +70,11 @@ class RetrievalConfig(MeVeSettings):
     mode: str = field("three_layer", help="three_layer (per-layer search + RRF), single (one averaged vector per "
                       "scenario), chunk_only (raw chunks only), hybrid (three_layer + BM25 per layer, RRF) or "
                       "chunk_hybrid (chunk vectors + chunk BM25, RRF)")
-    rrf_k: float = field(60.0, ge=0, help="reciprocal rank fusion constant: score = sum 1/(rrf_k + rank)")
+    rrf_k: float = rrf_k_field("the layers' hit lists")
     pipeline: str = field("layers", help="what `memreader ask` runs: layers (search by mode, fuse, top_k chunks) or "
                           "meve (kNN k chunks, verify, BM25 fallback, prioritise, pack under t_max tokens)")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Every problem with the values (empty when fine)."""
         problems = []
         if self.mode not in MODES:

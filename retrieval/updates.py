@@ -4,7 +4,7 @@
     plan = UpdatePlan.between(existing, {doc_id: memory_hash(m) for m in memories}, prune=True)
 
 An update (``memreader index`` with ``replace: false``, the default) compares each memory's content hash
-(:func:`retrieval.rows.memory_hash`) with the hashes the index holds for that document id:
+(:func:`memreader.retrieval.rows.memory_hash`) with the hashes the index holds for that document id:
 
 - **unchanged** (the same hash): nothing is embedded or written;
 - **added** (an id the index lacks) and **replaced** (another hash): the new rows are embedded and written under

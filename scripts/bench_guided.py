@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/bench_guided.py                 # 8 demo docs + first 50 CRUD docs
     .venv/bin/python scripts/bench_guided.py --crud 10 --speed-tokens 64
+    .venv/bin/python scripts/bench_guided.py --demo-docs 1 --crud 0 --max-new-tokens 256 --speed-tokens 4 \\
+        --skip-unguided                                      # one document: a smoke run
 
 Prints, for the same model, prompts (the MemReader prompt, base model) and decoding (paper:
 temperature 0.1, top_p 0.1, repetition_penalty 1.05):
@@ -35,13 +37,18 @@ DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
 CRUD = ROOT.parent / "shared" / "datasets" / "crud_event_summary.jsonl"
 
 
-def load_docs(n_crud: int) -> list[tuple[str, str, str]]:
-    """(set, id, text) for the demo corpus and the first ``n_crud`` CRUD news texts."""
-    docs = [("demo", d["id"], d["text"]) for d in map(json.loads, DEMO.read_text(encoding="utf-8").splitlines())]
+def demo_docs() -> list[tuple[str, str, str]]:
+    """(``demo``, id, text) for every document of the bundled demo corpus."""
+    return [("demo", d["id"], d["text"]) for d in map(json.loads, DEMO.read_text(encoding="utf-8").splitlines())]
+
+
+def load_docs(n_demo: int, n_crud: int, crud: Path = CRUD) -> list[tuple[str, str, str]]:
+    """(set, id, text) for the first ``n_demo`` demo documents and the first ``n_crud`` CRUD news texts."""
+    docs = demo_docs()[:n_demo]
     if n_crud:
-        if not CRUD.is_file():
-            raise SystemExit(f"{CRUD} is missing: run with --crud 0, or put shared/ beside the checkout")
-        with CRUD.open(encoding="utf-8") as fh:
+        if not crud.is_file():
+            raise SystemExit(f"{crud} is missing: run with --crud 0, or put shared/ beside the checkout")
+        with crud.open(encoding="utf-8") as fh:
             for i, line in enumerate(fh):
                 if i >= n_crud:
                     break
@@ -73,28 +80,31 @@ def quantiles(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--crud", type=int, default=50, help="CRUD documents after the 8 demo ones")
+    ap.add_argument("--demo-docs", type=int, default=8, help="first N of the 8 demo documents")
+    ap.add_argument("--crud", type=int, default=50, help="CRUD documents after the demo ones")
+    ap.add_argument("--data", type=Path, default=CRUD, help="the CRUD event-summary JSONL (default: %(default)s)")
     ap.add_argument("--max-new-tokens", type=int, default=640, help="budget per memory (grammar limits sized to it)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--speed-tokens", type=int, default=128, help="tokens per row in the speed comparison")
     ap.add_argument("--skip-unguided", action="store_true", help="usable rate for guided only (faster)")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model folder")
     args = ap.parse_args()
 
     settings = GrammarSettings(max_scenarios=6)
-    chat = LocalChat(batch_size=args.batch_size)
+    chat = LocalChat(args.model, batch_size=args.batch_size)
     tok = chat.tokenizer()
     ll_tok = ll_tokenizer(tok)
 
     def count(s: str) -> int:
         return len(tok.encode(s, add_special_tokens=False))
 
-    docs = load_docs(args.crud)
+    docs = load_docs(args.demo_docs, args.crud, args.data)
     msgs = [render("memreader", detect_language(t), document=t)[0] for _, _, t in docs]
     graphs = [BoundaryGraph.build(t, settings) for _, _, t in docs]
     plans = [memory_grammar(g, settings, args.max_new_tokens, count) for g in graphs]
     params = GenerationParams(temperature=0.1, top_p=0.1, max_new_tokens=args.max_new_tokens,
                               repetition_penalty=1.05, seed=0)
-    print(f"settings: model=smollm2-135m-instruct docs={len(docs)} (8 demo + {args.crud} CRUD) "
+    print(f"settings: model={args.model} docs={len(docs)} ({args.demo_docs} demo + {args.crud} CRUD) "
           f"max_new_tokens={args.max_new_tokens} batch={args.batch_size} {settings}")
 
     # 1. usable-memory rate
@@ -148,8 +158,10 @@ def main() -> None:
           f"guided / plain {per['guided'] / plain:.3f}x")
 
     # 3. grammar build + compile for 20,000-character documents
-    for lang, pool in (("zh", [t for s, _, t in docs if s == "crud"] or [docs[4][2]]),
-                       ("en", [t for s, _, t in docs if s == "demo" and detect_language(t) == "en"])):
+    demo = demo_docs()  # the whole demo corpus: the long documents do not depend on --demo-docs
+    for lang, pool in (("zh", [t for s, _, t in docs if s == "crud"]
+                        or [t for _, _, t in demo if detect_language(t) == "zh"][:1]),
+                       ("en", [t for _, _, t in demo if detect_language(t) == "en"])):
         text = ""
         while len(text) < 20_000:
             text += "\n\n".join(pool) + "\n\n"

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_html.py                  # the real pages found on this machine, one run
     .venv/bin/python scripts/bench_html.py --repeat 5       # time per page: the best of 5
+    .venv/bin/python scripts/bench_html.py --page page.html //main  # another page and its content's XPath
 
 Real HTML pages that ship with the machine's software (Node.js and npm manuals, the Rust book, Debian's Python
 policy, libxslt, libffi and Valgrind manuals: eight page generators, from hand-written table layouts to mdBook
@@ -16,7 +17,7 @@ side in one run:
   holds that heading;
 - ``ms/page``: extraction time, the best of ``--repeat`` runs.
 
-Extractors, each adding one rule of ``ingest.formats.html_text`` to the one before: ``lxml`` (scripts, styles and
+Extractors, each adding one rule of ``memreader.ingest.formats.html_text`` to the one before: ``lxml`` (scripts, styles and
 the head dropped only: what ingest did before), ``tags+roles`` (page furniture by tag and ARIA role: nav, top-level
 header and footer, aside, form, role=navigation/banner/contentinfo, ...), ``+names`` (blocks whose class or id
 names navigation and whose text is mostly links), ``+main`` (a page with one main element gives only its text:
@@ -33,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from memreader.ingest.formats import FURNITURE, NON_TEXT, Extracted, html_text
+from memreader.ingest.formats import FURNITURE, NON_TEXT, Extracted, clean_text, from_blocks, html_text
 
 RUST = Path.home() / ".rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html/book"
 NODE, NPM = Path("/usr/share/doc/nodejs/api"), Path("/usr/lib/node_modules/npm/docs/output")
@@ -78,7 +79,6 @@ def reference(data: bytes, content: str, inner_nav: str) -> tuple[Counter[str], 
 def trafilatura_text(data: bytes) -> Extracted:
     """trafilatura's main content, its XML body (head rend=hN, p, list/item, code, table/row/cell) as paragraphs."""
     import trafilatura
-    from memreader.ingest.formats import _clean, _joined
 
     doc = trafilatura.bare_extraction(data.decode("utf-8", "replace"), include_formatting=True,
                                       include_tables=True, include_comments=False, with_metadata=False)
@@ -90,18 +90,18 @@ def trafilatura_text(data: bytes) -> Extracted:
             level = int((el.get("rend") or "h2")[1:] or 2) if (el.get("rend") or "").startswith("h") else 2
             blocks.append((level, " ".join("".join(el.itertext()).split())))
         elif el.tag in leaves and not any(d.tag in leaves for d in el.iterdescendants()):
-            blocks.append((0, _clean("".join(el.itertext()))))
+            blocks.append((0, clean_text("".join(el.itertext()))))
         else:
             if el.text and el.text.strip():
-                blocks.append((0, _clean(el.text)))
+                blocks.append((0, clean_text(el.text)))
             for child in el:
                 walk(child)
                 if child.tail and child.tail.strip():
-                    blocks.append((0, _clean(child.tail)))
+                    blocks.append((0, clean_text(child.tail)))
 
     if doc is not None and doc.body is not None:
         walk(doc.body)
-    return _joined(blocks)
+    return from_blocks(blocks)
 
 
 EXTRACTORS: dict[str, Any] = {
@@ -133,15 +133,23 @@ def _cell(row: dict[str, float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="time each extraction this many times, keep the best")
+    ap.add_argument("--page", action="append", default=[], nargs="+", metavar="FILE CONTENT_XPATH [NAV_XPATH]",
+                    help="measure this page instead of the machine's (repeat): the XPath of its content and, "
+                         "optionally, of the navigation inside the content")
     args = ap.parse_args()
+    if any(len(spec) not in (2, 3) for spec in args.page):
+        ap.error("--page takes FILE CONTENT_XPATH [NAV_XPATH]")
     try:
         import trafilatura  # noqa: F401
     except ImportError:
         print("trafilatura is not installed (pip install -e '.[dev]'): its column is left out")
         EXTRACTORS.pop("trafilatura")
-    pages = {p: spec for p, spec in PAGES.items() if p.is_file()}
-    for p in sorted(set(PAGES) - set(pages)):
+    wanted = {Path(spec[0]): (spec[1], spec[2] if len(spec) == 3 else "") for spec in args.page} or PAGES
+    pages = {p: spec for p, spec in wanted.items() if p.is_file()}
+    for p in sorted(set(wanted) - set(pages)):
         print(f"skipped (not on this machine): {p}")
+    if not pages:
+        raise SystemExit("no page to measure: none of the pages is on this machine; name one with --page")
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in EXTRACTORS}
     print(f"{'':40} {'':>4} " + " ".join(f"{n:^23}" for n in EXTRACTORS))
     print(f"{'page':40} {'KB':>4} " + " ".join(f"{'text furn. head   ms':>23}" for _ in EXTRACTORS))

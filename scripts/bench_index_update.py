@@ -27,17 +27,15 @@ import argparse
 import copy
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from memreader.core.runtime import load_embedder
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.retrieval.index import MODES, MemoryIndex
 
-from memreader.core.runtime import load_embedder  # noqa: E402
-from memreader.core.schema import DocumentMemory, Scenario  # noqa: E402
-from memreader.retrieval.index import MODES, MemoryIndex  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
 
@@ -91,12 +89,7 @@ def vector_drift(a: MemoryIndex, b: MemoryIndex) -> tuple[bool, float]:
     import numpy as np
 
     def vectors(index: MemoryIndex) -> dict[str, np.ndarray]:
-        it = index._client.query_iterator(index.collection, batch_size=4096, output_fields=["pk", "vector"])
-        out = {}
-        while rows := it.next():
-            out.update((r["pk"], np.asarray(r["vector"], dtype=np.float32)) for r in rows)
-        it.close()
-        return out
+        return {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in index.iter_rows(["pk", "vector"])}
 
     va, vb = vectors(a), vectors(b)
     return va.keys() == vb.keys(), max((float(np.abs(va[k] - vb[k]).max()) for k in va.keys() & vb.keys()),

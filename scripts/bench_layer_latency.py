@@ -3,7 +3,7 @@
     .venv/bin/python scripts/bench_layer_latency.py                        # 100k scenarios x 4 rows, dim 384
     .venv/bin/python scripts/bench_layer_latency.py --scenarios 20000 --queries 100
 
-Builds a real memory index (:class:`retrieval.index.MemoryIndex`, the same schema, analyzer and
+Builds a real memory index (:class:`memreader.retrieval.index.MemoryIndex`, the same schema, analyzer and
 vector index as ``memreader index``) holding ``--scenarios`` scenarios of four rows each (outline,
 core, chunk, single), then times whole ``MemoryIndex.search`` calls, each strategy on the same
 queries in turn:
@@ -36,9 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 SCENARIOS_PER_DOC = 4
 
@@ -159,13 +156,9 @@ def main() -> int:
     ap.add_argument("--out", default="", help="also write the markdown table here")
     args = ap.parse_args()
 
-    import memreader.retrieval.index
     from memreader.core.fusion import LAYERS
     from memreader.core.paths import memreader_home
     from memreader.retrieval.index import MODES, MemoryIndex
-
-    if args.union_depth:
-        memreader.retrieval.index._UNION_DEPTH = args.union_depth
 
     # -------- index --------
     db = Path(args.db) if args.db else (
@@ -192,6 +185,9 @@ def main() -> int:
     times: dict[str, list[float]] = {name: [] for name in strategies}
     with MemoryIndex.open(db, embedder=RandomUnitEmbedder(args.dim, args.seed + 2)) as index, \
             ThreadPoolExecutor(max_workers=len(LAYERS)) as pool:
+        if args.union_depth:
+            index.union_depth = args.union_depth
+        depth = index.union_depth
         counts = index.counts()
         for i, query in enumerate(queries):
             for name, (_, run) in strategies.items():  # interleaved: every strategy sees the same load
@@ -224,7 +220,7 @@ def main() -> int:
         f"Three-layer query latency, Milvus Lite, {args.scenarios:,} scenarios x 4 rows "
         f"({sum(counts.values()):,} rows), dim {args.dim}, top_k {args.top_k}, {args.queries} queries "
         f"(+{args.warmup} warm-up), random unit vectors (seed {args.seed}), batched search depth "
-        f"{memreader.retrieval.index._UNION_DEPTH} x k per layer",
+        f"{depth} x k per layer",
         "",
         "| strategy | Milvus searches | p50 ms | p95 ms | mean ms | p50 / flat p50 |",
         "|---|---|---|---|---|---|",

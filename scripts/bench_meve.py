@@ -4,7 +4,7 @@
         --qa ../shared/datasets/hotpotqa_100_qa.json --corpus ../shared/datasets/hotpotqa_100_corpus.json
 
 The corpus (994 paragraphs of the 100 questions' distractor contexts) goes into one
-:class:`~retrieval.passages.PassageStore` (Milvus Lite), one passage per paragraph: text = title, a
+:class:`~memreader.retrieval.passages.PassageStore` (Milvus Lite), one passage per paragraph: text = title, a
 newline, the sentences joined as stored; doc_id = the title. Every question then runs through
 
 - ``top-5`` and ``top-20``: plain kNN, all k passages joined by MeVe's separator (no budget);
@@ -38,13 +38,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _common import hotpot_passages, support_recall, top_k_run
 from memreader.core.config import load_config
-from memreader.core.embedders import encode
 from memreader.core.paths import memreader_home, write_json
 from memreader.core.registry import canonical_name
 from memreader.core.runtime import load_embedder
-from memreader.eval.datasets import load_hotpotqa, load_hotpotqa_corpus
-from memreader.retrieval.meve import PHASES, SEPARATOR, MeVePipeline, MeVeSettings, load_tokenizer
+from memreader.eval.datasets import load_hotpotqa
+from memreader.retrieval.meve import PHASES, MeVePipeline, MeVeSettings, load_tokenizer
 from memreader.retrieval.passages import PassageStore
 from memreader.retrieval.search import RetrievalConfig
 from memreader.retrieval.verifier_calibration import build_meve_verifier
@@ -68,6 +68,10 @@ class CachedVerifier:
         self.wants_similarities = bool(getattr(inner, "wants_similarities", False))
         self._cache: dict[tuple[str, tuple[str, ...]], list[float]] = {}
 
+    def clear(self) -> None:
+        """Forget every kept score (the warm-up's must not serve the measured runs)."""
+        self._cache.clear()
+
     def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
               ) -> list[float]:
         key = (question, tuple(passages))
@@ -75,28 +79,6 @@ class CachedVerifier:
             self._cache[key] = (self.inner.score(question, passages, similarities) if self.wants_similarities
                                 else self.inner.score(question, passages))
         return list(self._cache[key])
-
-
-def passages_of(corpus_path: str) -> list[tuple[str, str, str]]:
-    """``(id, doc_id, text)`` per paragraph: the title is the id and the doc_id, text = title + paragraph."""
-    return [(p.title, p.title, f"{p.title}\n{p.text}") for p in load_hotpotqa_corpus(corpus_path)]
-
-
-def recall(titles: set[str], found: Sequence[str]) -> float:
-    """Share of the supporting titles among the doc_ids of the final context."""
-    return len(titles & set(found)) / len(titles)
-
-
-def top_k_run(store: PassageStore, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
-    """Plain top-k: embed, search, join every passage (timed like MeVe's phases, tokens counted after)."""
-    started = time.perf_counter()
-    vector = encode(embedder, [question], batch_size=1, kind="query")[0]
-    hits = store.knn(vector.tolist(), k, with_vectors=False)
-    context = SEPARATOR.join(h.text for h in hits)
-    ms = (time.perf_counter() - started) * 1000.0
-    return {"doc_ids": [h.doc_id for h in hits], "ids": [h.id for h in hits],
-            "tokens": len(tokenizer(context, add_special_tokens=False)["input_ids"]),
-            "ms": {"knn": ms, "total_without_verifier": ms, "verifier": 0.0, "total": ms}, "fallback": False}
 
 
 def meve_run(pipeline: MeVePipeline, question: str) -> dict[str, Any]:
@@ -113,7 +95,7 @@ def summarise(runs: list[dict[str, Any]], titles: list[set[str]]) -> dict[str, A
     phases = {p: mean(r["ms"].get(p, 0.0) for r in runs) for p in PHASES}
     phases["verify"] -= mean(r["ms"]["verifier"] for r in runs)  # the model's time has its own column
     return {"tokens": mean(r["tokens"] for r in runs),
-            "recall": mean(recall(t, r["doc_ids"]) for r, t in zip(runs, titles, strict=True)),
+            "recall": mean(support_recall(t, r["doc_ids"]) for r, t in zip(runs, titles, strict=True)),
             "passages": mean(len(r["ids"]) for r in runs), "fallback_share": mean(bool(r["fallback"]) for r in runs),
             "phase_ms": phases, "ms_without_verifier": mean(r["ms"]["total_without_verifier"] for r in runs),
             "median_ms_without_verifier": statistics.median(r["ms"]["total_without_verifier"] for r in runs)}
@@ -183,7 +165,7 @@ def main() -> int:
             ap.error(f"--questions must be LO:HI (e.g. 50:100), got {args.questions!r}")
         records = records[lo:hi]
     records = records[: args.limit or None]
-    passages = passages_of(args.corpus)
+    passages = hotpot_passages(args.corpus)
     known = {pid for pid, _, _ in passages}
     titles = [{f[0] for f in r.meta["supporting_facts"]} for r in records]
     missing = sorted({t for ts in titles for t in ts} - known)
@@ -222,7 +204,7 @@ def main() -> int:
             top_k_run(store, embedder, tokenizer, warm, k)
         for pipeline in pipelines.values():
             pipeline.run(warm)
-        verifier._cache.clear()
+        verifier.clear()
 
         runs: dict[str, list[dict[str, Any]]] = {f"top-{k}": [] for k in TOP_K} | {n: [] for n in ABLATIONS}
         started = time.perf_counter()

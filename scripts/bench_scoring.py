@@ -269,6 +269,8 @@ def main() -> None:
     ap.add_argument("--slice-tokens", type=int, default=256)
     ap.add_argument("--datasets", default="../shared/datasets")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--matmul-n", type=int, default=None,
+                    help="largest n of the n x n matmul probe of part 2 (default 2048 on CPU, 8192 on CUDA)")
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     ap.add_argument("--out", help="also write the results as JSON here")
     args = ap.parse_args()
@@ -367,7 +369,7 @@ def main() -> None:
     # 2. FLOP/s --------------------------------------------------------------------------------
     rates = {}
     for dt in (torch.float32, torch.bfloat16):
-        rate, n = matmul_rate(device, dt, 8192 if device.startswith("cuda") else 2048)
+        rate, n = matmul_rate(device, dt, args.matmul_n or (8192 if device.startswith("cuda") else 2048))
         rates[str(dt).replace("torch.", "")] = {"flops": rate, "n": n}
     peak_name = max(rates, key=lambda k: rates[k]["flops"])
     peak = rates[peak_name]["flops"]

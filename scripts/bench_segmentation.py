@@ -16,16 +16,12 @@ records) as JSON. Definitions: ``eval/segmentation.py`` and docs/EVALUATION.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from memreader.core.paths import sha256_file, write_json  # noqa: E402
-from memreader.eval.gold_segments import load_gold_segments, method_file, score_memories  # noqa: E402
-from memreader.eval.segmentation import SegmentationSettings, format_table, ratios  # noqa: E402
+from memreader.core.paths import sha256_file, write_json
+from memreader.eval.gold_segments import load_gold_segments, method_file, score_memories
+from memreader.eval.segmentation import SegmentationSettings, format_table, ratios
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,20 +17,18 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 CRUD = ROOT.parent / "shared" / "datasets" / "crud_event_summary.jsonl"
 
 
-def write_corpus(path: Path, n: int) -> None:
-    if not CRUD.is_file():
-        raise SystemExit(f"{CRUD} is missing: put shared/ beside the checkout")
-    with CRUD.open(encoding="utf-8") as src, path.open("w", encoding="utf-8") as out:
+def write_corpus(path: Path, n: int, crud: Path = CRUD) -> None:
+    if not crud.is_file():
+        raise SystemExit(f"{crud} is missing: put shared/ beside the checkout, or name the file with --data")
+    with crud.open(encoding="utf-8") as src, path.open("w", encoding="utf-8") as out:
         for i, line in enumerate(src):
             if i >= n:
                 break
@@ -49,17 +47,21 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--home", default="", help="MEMREADER_HOME (default: a folder under /tmp, kept)")
+    ap.add_argument("--data", type=Path, default=CRUD, help="the CRUD event-summary JSONL (default: %(default)s)")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="teacher and evaluator (registry name or folder)")
+    ap.add_argument("--teacher", default="local", help="gen's teacher backend: local (transformers), vllm or auto")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     os.environ["MEMREADER_HOME"] = args.home or os.environ.get("MEMREADER_HOME") or tempfile.mkdtemp(prefix="sel_")
     home = Path(os.environ["MEMREADER_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     corpus = home / f"crud{args.docs}.jsonl"
-    write_corpus(corpus, args.docs)
+    write_corpus(corpus, args.docs, args.data)
 
     from memreader.data_gen.pipeline import GenConfig, generate
 
     cfg = GenConfig(input=str(corpus), run=f"selection-n{args.candidates}", num_candidates=args.candidates,
+                    teacher=args.teacher, model=args.model, evaluator=args.model,
                     max_new_tokens=args.max_new_tokens, outline_max_new_tokens=96, batch_size=args.batch_size,
                     reverse_com=False, val_fraction=0, on_unusable="skip")
     t0 = time.perf_counter()

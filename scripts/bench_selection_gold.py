@@ -5,7 +5,7 @@
         --out artifacts/bench/selection_gold.json
 
 For each document of ``--gold`` (JSONL records with ``text`` and ``sections`` / ``boundaries`` + ``titles``, read by
-``data_gen.structure_teacher.sections_of``) the candidates are the gold memory (one scenario per section) and up
+``memreader.data_gen.structure_teacher.sections_of``) the candidates are the gold memory (one scenario per section) and up
 to three perturbations of its segmentation, each built by the same rule, so only the cuts differ: outline = the
 title of the gold section where the scenario starts, core = the scenario's lead sentence(s) within
 ``--core-tokens`` evaluator tokens (``structure_teacher.lead_sentences``). Perturbations (every cut is a sentence
@@ -19,7 +19,7 @@ A perturbation that a document cannot take (no sentence end to move to, one segm
 segments) is skipped and counted. The candidates of a document are shuffled (ties in a ranking go to the
 earlier candidate, so a fixed order would favour one of them), scored in one batched evaluator call
 (``memreader.core.scoring.EvaluatorScorer``, as ``memreader gen`` builds it) and ranked and fused by
-``data_gen.selection.select_candidates`` (RRF, k = ``--rrf-k``). Reported: how often the gold memory is
+``memreader.data_gen.selection.select_candidates`` (RRF, k = ``--rrf-k``). Reported: how often the gold memory is
 ranked first by clarity alone, by completeness alone and by RRF; the random pick (mean of 1/candidates); and,
 per perturbation, how often gold scores higher than it (a tie counts one half). Intervals: 95% percentile
 bootstrap over documents (``--resamples``, seeded).
@@ -37,20 +37,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from memreader.core.corpus import Document
+from memreader.core.guidance import approx_tokens
+from memreader.core.memory_grammar import sentence_ends
+from memreader.core.schema import DocumentMemory, Scenario
+from memreader.data_gen.selection import METRICS, select_candidates
+from memreader.data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap
+from memreader.eval.stats import bootstrap_ci
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from memreader.core.corpus import Document  # noqa: E402
-from memreader.core.guidance import approx_tokens  # noqa: E402
-from memreader.core.memory_grammar import sentence_ends  # noqa: E402
-from memreader.core.schema import DocumentMemory, Scenario  # noqa: E402
-from memreader.data_gen.selection import METRICS, select_candidates  # noqa: E402
-from memreader.data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap  # noqa: E402
-from memreader.eval.stats import bootstrap_ci  # noqa: E402
-
-from memreader import __version__  # noqa: E402
+from memreader import __version__
 
 PERTURBATIONS = ("move", "merge", "split")
 

@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=1_000)
     ap.add_argument("--large", type=int, default=1_000_000)
     ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="the reader's model (registry name or folder)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -64,7 +65,7 @@ def main() -> int:
             corpus = Path(tmp) / f"corpus-{n}.jsonl"
             write_corpus(corpus, n)
             cmd = [str(BIN / "memreader"), "read", "--set", f"input={corpus}", "--set", f"run=stream-{n}",
-                   "--set", f"limit={args.limit}", "--set", "backend=transformers", "--set", "guided=off",
+                   "--set", f"limit={args.limit}", "--set", f"model={args.model}", "--set", "backend=transformers", "--set", "guided=off",
                    "--set", "max_new_tokens=24", "--set", "on_truncated=keep_flagged", "--set", "batch_size=32"]
             mb, seconds, rc = peak(cmd, env)
             if rc:
@@ -75,7 +76,7 @@ def main() -> int:
         probe = (f"from memreader.core.corpus import iter_corpus; import itertools; "
                  f"list(itertools.islice(iter_corpus({str(Path(tmp) / f'corpus-{args.large}.jsonl')!r}), {args.limit}))")
         corpus_only, _, _ = peak([sys.executable, "-c", probe], env)
-    print(f"memreader read --set limit={args.limit} (SmolLM2-135M, transformers, 24-token replies, batch 32), one "
+    print(f"memreader read --set limit={args.limit} ({args.model}, transformers, 24-token replies, batch 32), one "
           "process each:")
     for n, size, mb, seconds, read in rows:
         print(f"  {n:>9,} documents  {size:8.1f} MB file  peak RSS {mb:7.1f} MB  {seconds:6.1f} s  ({read} read)")

@@ -35,18 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from memreader.core.embedders import encode  # noqa: E402
-from memreader.core.errors import MemReaderError  # noqa: E402
-from memreader.core.paths import sha256_file, write_json  # noqa: E402
-from memreader.core.registry import MINILM  # noqa: E402
-from memreader.core.schema import read_memories  # noqa: E402
-from memreader.eval.datasets import load_hotpotqa  # noqa: E402
-from memreader.eval.gold_segments import method_file  # noqa: E402
-from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis  # noqa: E402
+from memreader.core.embedders import encode
+from memreader.core.errors import MemReaderError
+from memreader.core.paths import sha256_file, write_json
+from memreader.core.registry import MINILM
+from memreader.core.schema import read_memories
+from memreader.eval.datasets import load_hotpotqa
+from memreader.eval.gold_segments import method_file
+from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis
 
 VERSION = "1.0"  # bump when a definition below changes; part of the signature
 

@@ -1,5 +1,5 @@
 """Answers plus informational support on vLLM: the two passes apart (each prompt prefilled twice) against
-:func:`eval.answering.answer_and_support`'s order (support first, in groups that fit the prefix cache, so the
+:func:`memreader.eval.answering.answer_and_support`'s order (support first, in groups that fit the prefix cache, so the
 answer requests read the prompts' KV blocks the scoring requests wrote).
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_support_reuse.py [--questions 16] [--rounds 2]

@@ -6,7 +6,7 @@
 Starts a fake OpenAI-compatible server on 127.0.0.1 (plain asyncio HTTP/1.1, keep-alive) whose
 every chat completion takes an exponential time (mean 0.5 s, capped at 3 s) and answers like a
 well-behaved teacher (an outline, a valid memory, a reasoning path), then runs the real
-`data_gen.pipeline.generate` against it. Efficiency = (requests × mean latency / max_concurrency) /
+`memreader.data_gen.pipeline.generate` against it. Efficiency = (requests × mean latency / max_concurrency) /
 wall time: 1.0 means ``max_concurrency`` requests were in flight the whole time. With
 ``--candidates`` > 1 the evaluator is replaced by a span-length score (no LM, said in the output),
 so the figure measures the teacher flow and not the scorer.
@@ -19,15 +19,12 @@ import asyncio
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from memreader.core.markup import render_memory  # noqa: E402
+from memreader.core.markup import render_memory
 
 
 def fake_reply(prompt: str) -> str:
@@ -127,12 +124,10 @@ def run_once(endpoint: FakeEndpoint, base_url: str, corpus_path: Path, concurren
     import memreader.data_gen.pipeline as pipeline
 
     endpoint.service_s.clear()
-    if candidates > 1:
-        pipeline._scorer = lambda cfg, backend: SpanScorer()  # the teacher flow alone (see module doc)
     cfg = pipeline.GenConfig(input=str(corpus_path), run=run, teacher="openai", model="fake", base_url=base_url,
                              max_concurrency=concurrency, num_candidates=candidates, guided="off", val_fraction=0)
     t0 = time.perf_counter()
-    manifest = pipeline.generate(cfg)
+    manifest = pipeline.generate(cfg, scorer=SpanScorer() if candidates > 1 else None)  # the flow alone (module doc)
     wall = time.perf_counter() - t0
     flow = manifest["teacher"]["flow"]
     service = sum(endpoint.service_s) / max(len(endpoint.service_s), 1)

@@ -169,14 +169,16 @@ def section_docs(files: list[Path], prefix: str) -> list[dict[str, Any]]:
     return docs
 
 
-def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_train: int = 260, zh_dev: int = 40) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """(train, dev, facts) as described in the module docstring."""
+def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_train: int = 260, zh_dev: int = 40,
+          dev_questions: int = 40) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """(train, dev, facts) as described in the module docstring: ``en_train``, ``zh_train`` and ``zh_dev`` joined
+    documents, the English dev documents from the contexts of ``dev_questions`` HotpotQA questions."""
     rng = random.Random(seed)
     en, groups = hotpot_passages(shared)
     order = list(range(len(groups)))
     rng.shuffle(order)
-    dev_questions = sorted(order[:40])
-    dev_titles = {t for q in dev_questions for t in groups[q]}
+    dev_picked = sorted(order[:dev_questions])
+    dev_titles = {t for q in dev_picked for t in groups[q]}
     en_dev_pool = sorted(t for t in en if t in dev_titles)
     en_train_pool = sorted(t for t in en if t not in dev_titles)
     zh = cmrc_passages(shared)
@@ -196,7 +198,7 @@ def build(shared: Path, docs_dir: Path, seed: int = 7, en_train: int = 400, zh_t
     shared_titles = {t for d in train for t in d["titles"]} & {t for d in dev for t in d["titles"]}
     if shared_titles:
         raise SystemExit(f"train and dev share source titles: {sorted(shared_titles)[:5]}")
-    facts = {"seed": seed, "dev_questions": dev_questions, "passages": {
+    facts = {"seed": seed, "dev_questions": dev_picked, "passages": {
         "en_train": len(en_train_pool), "en_dev": len(en_dev_pool), "zh_train": len(zh_train_pool),
         "zh_dev": len(zh_dev_pool)}, "markdown": {"train": [p.name for p in md_train], "dev": [p.name for p in md_dev]},
         "ranges": {"en": EN_RANGE, "zh": ZH_RANGE},
@@ -226,13 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", default="docs", help="folder of Markdown documents for the multi-section documents")
     ap.add_argument("--out", default="artifacts/datasets/structure", help="output folder")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--en-train", type=int, default=400, help="English joined training documents")
+    ap.add_argument("--zh-train", type=int, default=260, help="Chinese joined training documents")
+    ap.add_argument("--zh-dev", type=int, default=40, help="Chinese joined dev documents")
+    ap.add_argument("--dev-questions", type=int, default=40,
+                    help="HotpotQA questions whose context paragraphs are dev-only (the English dev documents)")
     args = ap.parse_args(argv)
     shared, out = Path(args.shared), Path(args.out)
     missing = [f for f in ("hotpotqa_100_corpus.json", "hotpotqa_100_qa.json", "cmrc2018_dev.json")
                if not (shared / f).is_file()]
     if missing:
         raise SystemExit(f"{shared}: missing {', '.join(missing)} (give --shared the folder of the benchmark files)")
-    train, dev, facts = build(shared, Path(args.docs), args.seed)
+    train, dev, facts = build(shared, Path(args.docs), args.seed, args.en_train, args.zh_train, args.zh_dev,
+                              args.dev_questions)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {**facts, "train": _summary(train), "dev": _summary(dev),
                 "sha256": {"train": _write(out / "train.jsonl", train), "dev": _write(out / "dev.jsonl", dev)}}

@@ -36,21 +36,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import hotpot_passages, support_recall, top_k_run
+from memreader.core.config import load_config
+from memreader.core.paths import memreader_home, sha256_file, write_json
+from memreader.core.registry import canonical_name
+from memreader.core.runtime import load_embedder
+from memreader.eval.datasets import load_hotpotqa
+from memreader.retrieval.meve import MeVePipeline, MeVeSettings, load_tokenizer
+from memreader.retrieval.meve_calibration import CalibrationError, Calibrator, as_rows, choose, tau_grid
+from memreader.retrieval.passages import PassageStore
+from memreader.retrieval.search import RetrievalConfig
+from memreader.retrieval.verifier import build_verifier, sigmoid
+from memreader.retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins
 from tqdm import tqdm
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_meve import passages_of, recall, top_k_run  # noqa: E402
-from memreader.core.config import load_config  # noqa: E402
-from memreader.core.paths import memreader_home, sha256_file, write_json  # noqa: E402
-from memreader.core.registry import canonical_name  # noqa: E402
-from memreader.core.runtime import load_embedder  # noqa: E402
-from memreader.eval.datasets import load_hotpotqa  # noqa: E402
-from memreader.retrieval.meve import MeVePipeline, MeVeSettings, load_tokenizer  # noqa: E402
-from memreader.retrieval.meve_calibration import CalibrationError, Calibrator, as_rows, choose, tau_grid  # noqa: E402
-from memreader.retrieval.passages import PassageStore  # noqa: E402
-from memreader.retrieval.search import RetrievalConfig  # noqa: E402
-from memreader.retrieval.verifier import _sigmoid, build_verifier  # noqa: E402
-from memreader.retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 LM_KINDS = ("lm", "lm_likelihood")
@@ -62,7 +60,7 @@ GOAL_REDUCTION = 0.57
 
 def derive(kind: str, raw: list[float], base: float | None) -> dict[str, list[float]]:
     """The scores of every calibration of ``kind`` from its raw scores (and the content-free one)."""
-    scores = {mode: [_sigmoid(x) for x in calibrated_margins(mode, raw, base)] for mode in CALIBRATIONS[kind]}
+    scores = {mode: [sigmoid(x) for x in calibrated_margins(mode, raw, base)] for mode in CALIBRATIONS[kind]}
     if kind == "embedding":  # the embedding verifier's own score is the clipped cosine, not its sigmoid
         scores["none"] = EmbeddingVerifier().score("-", ["-"] * len(raw), similarities=raw)
     return scores
@@ -107,7 +105,7 @@ def main() -> int:
     tokenizer = load_tokenizer(base.budget_tokenizer)
     out_dir = memreader_home() / "runs" / "calibrate-meve"
     db = Path(args.db) if args.db else out_dir / "passages.db"
-    passages = passages_of(args.corpus)
+    passages = hotpot_passages(args.corpus)
     stamp = db.with_name(db.name + ".source.json")  # the corpus and embedder the store was built from
     source = {"corpus_sha256": sha256_file(args.corpus), "embedder": embedder_name, "passages": len(passages)}
     if db.exists() and stamp.is_file() and json.loads(stamp.read_text()) == source:
@@ -130,7 +128,7 @@ def main() -> int:
             calibrators[split] = Calibrator(pipeline_for, qs, gold)
             top5, top5_tokens = top_k(store, embedder, tokenizer, qs, 5)
             _, top20_tokens = top_k(store, embedder, tokenizer, qs, 20)
-            per_q = [recall(g, d) for g, d in zip(gold, top5, strict=True)]
+            per_q = [support_recall(g, d) for g, d in zip(gold, top5, strict=True)]
             baselines[split] = {"top5_recall": statistics.fmean(per_q), "top5_per_question": per_q,
                                 "top5_tokens": top5_tokens, "top20_tokens": top20_tokens}
         cost: dict[str, float] = {"embedding": 0.0}

@@ -26,7 +26,7 @@ from memreader.eval.qa import QAConfig, chunk_cache_dir
 def _places(args: argparse.Namespace) -> tuple[Path, Path | None]:
     cfg = load_config(QAConfig, args.config, args.set)
     eval_dir = memreader_home() / "runs" / cfg.run / "eval"
-    cache = chunk_cache_dir(cfg, cfg.dataset, str(cfg.qa))  # as `memreader eval` names it (eval.qa.run_qa)
+    cache = chunk_cache_dir(cfg, cfg.dataset, str(cfg.qa))  # as `memreader eval` names it (memreader.eval.qa.run_qa)
     return eval_dir, (Path(cache) if cache else None)
 
 

@@ -46,8 +46,13 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 else
   step "1. no .whl/ folder: using the installed packages"
 fi
-# the repo is not pip-installed: put its root on the path so `import memreader` works
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# the repo is not pip-installed: build the installed layout (pyproject.toml's package-dir: memreader/ is `memreader`,
+# core/ is `memreader.core`, each stage folder `memreader.<stage>`) from symlinks, and put it on the path
+NS=${TMPDIR:-/tmp}/memreader-ns
+rm -rf "$NS" && mkdir -p "$NS/memreader"
+ln -s "$PWD"/memreader/* "$NS/memreader/"
+for layer in core ingest data_gen training inference retrieval eval; do ln -s "$PWD/$layer" "$NS/memreader/$layer"; done
+export PYTHONPATH="$NS${PYTHONPATH:+:$PYTHONPATH}"
 
 # 2. the card as we find it
 step "2. nvidia-smi"

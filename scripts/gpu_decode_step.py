@@ -21,7 +21,7 @@ import statistics
 import time
 
 import torch
-from gpu_sft_mfu import SHAPES, SMOKE, versions  # the same Qwen2.5 config values as the training MFU check
+from _common import SHAPES, SMOKE, versions  # the same Qwen2.5 config values as the training MFU check
 
 
 def copy_bandwidth(device: str, gib: float = 2.0, reps: int = 10) -> float:

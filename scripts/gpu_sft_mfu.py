@@ -53,51 +53,13 @@ import time
 from pathlib import Path
 
 import torch
+from _common import SHAPES, SMOKE, versions  # scripts/_common.py: the Qwen2.5 config values
 
-# the Qwen2.5-1.5B config.json values (Qwen/Qwen2.5-1.5B), written out so no hub access is needed
-QWEN25_1P5B = dict(
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    vocab_size=151936,
-    max_position_embeddings=32768,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    hidden_act="silu",
-    bos_token_id=151643,
-    eos_token_id=151643,
-)
-# Qwen2.5-3B and Qwen2.5-7B differ in size only (config.json values of Qwen/Qwen2.5-3B and Qwen/Qwen2.5-7B-Instruct);
-# the 7B model does not tie its LM head to the embedding
-QWEN25_3B = {**QWEN25_1P5B, **dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                                   num_attention_heads=16, num_key_value_heads=2)}
-QWEN25_7B = {**QWEN25_1P5B, **dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                                   num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
-                                   tie_word_embeddings=False)}
-SHAPES = {"1.5b": ("Qwen2.5-1.5B", QWEN25_1P5B), "3b": ("Qwen2.5-3B", QWEN25_3B), "7b": ("Qwen2.5-7B", QWEN25_7B)}
-# --smoke: same architecture, toy sizes
-SMOKE = {**QWEN25_1P5B, **dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                               vocab_size=512, max_position_embeddings=512, bos_token_id=1, eos_token_id=1)}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def log(msg: str) -> None:
     print(msg, flush=True)
-
-
-def versions() -> dict:
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("transformers", "trl", "peft", "accelerate", "datasets", "pyarrow", "flash_attn"):
-        try:
-            mod = __import__(name)
-            out[name] = getattr(mod, "__version__", "?")
-        except Exception:  # noqa: BLE001 - any import failure just means "not available"
-            out[name] = None
-    out["cuda"] = torch.version.cuda
-    return out
 
 
 def measure_matmul_peak(device: str, n: int, reps: int, iters: int) -> dict:

@@ -18,15 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from memreader.core.corpus import read_corpus  # noqa: E402
-from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings  # noqa: E402
-from memreader.core.schema import DocumentMemory, Scenario, write_memories  # noqa: E402
-from memreader.core.structure import structural_breaks  # noqa: E402
+from memreader.core.corpus import read_corpus
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings
+from memreader.core.schema import DocumentMemory, Scenario, write_memories
+from memreader.core.structure import structural_breaks
 
 
 def random_path(graph: BoundaryGraph, rng: random.Random) -> list[int]:

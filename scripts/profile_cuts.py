@@ -20,14 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, past_space  # noqa: E402
-from memreader.core.schema import read_memories  # noqa: E402
-from memreader.eval.gold_segments import method_file  # noqa: E402
+from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, past_space
+from memreader.core.schema import read_memories
+from memreader.eval.gold_segments import method_file
 
 
 def profile(gold: dict[str, dict], memories: list, settings: GrammarSettings) -> dict:

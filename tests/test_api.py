@@ -50,8 +50,8 @@ def test_files_to_answers_in_a_few_lines(tmp_path: Path, tiny_model: str, smollm
     word.add_paragraph("Each member waters the beds one week in turn, starting with the chair.")
     word.save(str(docs / "rota.docx"))
     corpus = api.ingest(docs, run="api")
-    memories = api.read(corpus, run="api", model=tiny_model, max_new_tokens=256, min_chunk_chars=20,
-                        max_chunk_chars=200)
+    memories = api.read(corpus, run="api", model=tiny_model, backend="transformers", max_new_tokens=256,
+                        min_chunk_chars=20, max_chunk_chars=200)
     assert sorted(m.doc_id for m in memories) == ["club.md", "minutes.pdf", "rota.docx", "trip.html"]
     minutes = next(m for m in memories if m.doc_id == "minutes.pdf")
     assert {p for entry in minutes.meta["structure"] for p in entry["pages"]} == {1, 2}

@@ -261,15 +261,16 @@ def test_stale_lock_is_taken_over(home: Path) -> None:
 
 
 def test_all_failed_run_exits_1(home: Path, capsys, monkeypatch) -> None:
-    import memreader.data_gen.pipeline as pipeline
+    from tests.engine_fakes import fake_engines
 
     class Refuser(_Backend):
         def generate_many(self, list_of_messages, *a, **kw):
             return ["I cannot do that."] * len(list_of_messages)
 
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Refuser())
+    fake_engines(monkeypatch, Refuser())
     corpus = _files(home)["corpus"]
-    assert main(["gen", "--set", f"input={corpus}", "--set", "guided=off", "--set", "reverse_com=false"]) == 1
+    assert main(["gen", "--set", f"input={corpus}", "--set", "guided=off", "--set", "reverse_com=false",
+                 "--set", "teacher=transformers"]) == 1
     err = capsys.readouterr().err
     assert "every one of the 1 documents failed" in err and "Traceback" not in err
 

@@ -18,8 +18,10 @@ key                          here                                 library defaul
                              (always)                             pick ``run``)
 ``run_name``                 the run folder name                  ``output_dir``
 ``bf16``                     on where a CUDA GPU supports bf16    TRL: on unless ``fp16`` (also on CPU)
-                             (``auto``)
+                             (``auto``: :func:`training_engine`,
+                             the engine rule's stage ``train``)
 ``use_cpu``                  true when no CUDA GPU is visible     false
+                             (:func:`training_engine`)
 ``model_init_kwargs.dtype``  ``bfloat16`` with bf16, else         TRL: ``float32``
                              ``float32``
 ``completion_only_loss``     true (a dataset that is not          ``None`` (true for prompt-completion
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import ConfigError, coerce_value, field, read_config_data, unknown_key_problem
+from memreader.core.engines import EngineChoice, resolve_engine
 from memreader.core.paths import memreader_home, run_name_problem
 from memreader.training.preflight import POLICIES
 
@@ -136,13 +139,6 @@ def key_sets() -> dict[str, set[str]]:
             "sft": init_fields(sft_cls) - {"output_dir"}}
 
 
-def bf16_supported() -> bool:
-    """Whether a CUDA GPU with bf16 is visible (what ``bf16: auto`` resolves to)."""
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
 def _range_problems(values: dict[str, Any]) -> list[str]:
     checks = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b}
     out = []
@@ -167,12 +163,25 @@ def _file_problems(project: dict[str, Any], sft: dict[str, Any]) -> list[str]:
 def make_train_config(values: dict[str, Any], where: str = "values") -> TrainConfig:
     """Build the :class:`TrainConfig` from one flat mapping of keys of the three parts (a recipe with its
     overrides applied, or a dict from Python), applying the project defaults and reporting every problem."""
-    from trl import TrlParser
-
-    sft_cls, lora_cls = _classes()
     data = dict(values)
     if str(data.get("bf16")).lower() == "auto":  # the project's word for "not given": derived below
         data.pop("bf16")
+    parts, typed, problems = _split_keys(data)
+    project, lora, sft = parts["memreader"], parts["lora"], parts["sft"]
+    run = project.get("run")
+    bad_run = run_name_problem(run) if isinstance(run, str) else None
+    problems += _value_problems(project, lora, sft, bad_run)
+    folder = _apply_defaults(lora, sft, run)
+    built_sft, built_lora = _build_parts(lora, sft, folder, typed, problems, skip_sft=bool(bad_run))
+    if problems:
+        raise ConfigError(f"config {where} for memreader train:\n  - " + "\n  - ".join(problems))
+    return TrainConfig(MemReaderArguments(**project), built_sft, built_lora, folder, dict(values))
+
+
+def _split_keys(data: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], list[str]]:
+    """The flat mapping split by field name into the three parts, each value typed by its field's annotation;
+    the values of the wrong type (per part) and the unknown keys (with their nearest valid key)."""
+    sft_cls, lora_cls = _classes()
     keys = key_sets()
     everything = set().union(*keys.values())
     problems: list[str] = []
@@ -190,15 +199,19 @@ def make_train_config(values: dict[str, Any], where: str = "values") -> TrainCon
             problems.append(f"unknown key {key!r}: it is now {RENAMED[key]}")
         else:
             problems.append(unknown_key_problem(key, everything, _LISTING))
-    problems += typed["memreader"] + typed["lora"] + typed["sft"]
-    project, lora, sft = parts["memreader"], parts["lora"], parts["sft"]
+    return parts, typed, problems + typed["memreader"] + typed["lora"] + typed["sft"]
+
+
+def _value_problems(project: dict[str, Any], lora: dict[str, Any], sft: dict[str, Any],
+                    bad_run: str | None) -> list[str]:
+    """Problems of the values themselves: required keys, policies, the run name, ranges, files, LoRA targets and
+    an evaluation without a validation file."""
+    problems = []
     if "train_file" not in project:
         problems.append("missing required key 'train_file': " + MemReaderArguments.__dataclass_fields__[
             "train_file"].metadata["help"])
     if project.get("truncation_policy", "refuse") not in POLICIES:
         problems.append(f"truncation_policy={project['truncation_policy']!r}: use one of {', '.join(POLICIES)}")
-    run = project.get("run")
-    bad_run = run_name_problem(run) if isinstance(run, str) else None
     if bad_run:
         problems.append(bad_run)
     problems += _range_problems({**lora, **sft})
@@ -212,17 +225,26 @@ def make_train_config(values: dict[str, Any], where: str = "values") -> TrainCon
             and not project.get("val_file"):
         problems.append(f"eval_strategy={sft['eval_strategy']!r} evaluates on val_file, which is not set: set "
                         "val_file or eval_strategy: \"no\"")
+    return problems
 
+
+def training_engine(use_cpu: bool = False) -> EngineChoice:
+    """Training's precision and device (:func:`memreader.core.engines.resolve_engine`, stage ``train``): bf16 on a
+    CUDA GPU that has it, else fp32; the CPU when no CUDA GPU is visible or ``use_cpu`` is set."""
+    return resolve_engine("train", "transformers", "auto", "cpu" if use_cpu else "auto")
+
+
+def _apply_defaults(lora: dict[str, Any], sft: dict[str, Any], run: Any) -> str:
+    """The project defaults for the keys not given (the module docstring's table); returns the run folder name."""
     for key, value in LORA_DEFAULTS.items():
         lora.setdefault(key, value)
     for key, value in SFT_DEFAULTS.items():
         sft.setdefault(key, value)
+    engine = training_engine(bool(sft.get("use_cpu")))
     if "bf16" not in sft and not sft.get("fp16"):
-        sft["bf16"] = bf16_supported()
+        sft["bf16"] = engine.dtype == "bfloat16"
     if "use_cpu" not in sft:
-        import torch
-
-        sft["use_cpu"] = not torch.cuda.is_available()
+        sft["use_cpu"] = engine.device == "cpu"
     init_kwargs = sft.get("model_init_kwargs")
     if init_kwargs is None or isinstance(init_kwargs, dict):
         init_kwargs = dict(init_kwargs or {})
@@ -230,10 +252,18 @@ def make_train_config(values: dict[str, Any], where: str = "values") -> TrainCon
         sft["model_init_kwargs"] = init_kwargs
     folder = run or time.strftime("%Y%m%d-%H%M%S")
     sft.setdefault("run_name", folder)
+    return folder
 
-    # Each library validates its own part (a value already reported above would only be reported twice).
+
+def _build_parts(lora: dict[str, Any], sft: dict[str, Any], folder: str, typed: dict[str, list[str]],
+                 problems: list[str], skip_sft: bool) -> tuple[Any, Any]:
+    """``trl.SFTConfig`` and ``peft.LoraConfig`` from their parts; each library validates its own part (a value
+    already reported is not reported twice), and what it refuses is added to ``problems``."""
+    from trl import TrlParser
+
+    sft_cls, lora_cls = _classes()
     built_sft = built_lora = None
-    if not bad_run and not typed["sft"]:
+    if not skip_sft and not typed["sft"]:
         sft["output_dir"] = str(memreader_home() / "runs" / folder / "train")
         try:
             (built_sft,) = TrlParser([sft_cls]).parse_dict(sft)
@@ -244,9 +274,7 @@ def make_train_config(values: dict[str, Any], where: str = "values") -> TrainCon
             built_lora = lora_cls(**lora)
         except (TypeError, ValueError) as exc:
             problems.append(f"peft.LoraConfig refused the values: {exc}")
-    if problems:
-        raise ConfigError(f"config {where} for memreader train:\n  - " + "\n  - ".join(problems))
-    return TrainConfig(MemReaderArguments(**project), built_sft, built_lora, folder, dict(values))
+    return built_sft, built_lora
 
 
 def load_train_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 
 from memreader.core.config import field
-from memreader.core.lora import DTYPES, MergeError, adapter_base, merge_adapter
+from memreader.core.lora import MERGE_DTYPES, MergeError, adapter_base, merge_adapter
 from memreader.core.paths import write_resolved_config
 from memreader.core.stage import Flag, Stage
 
@@ -40,13 +40,13 @@ class MergeConfig:
     base: str | None = field(None, help="base model (registry name, folder or hub id); default: the one the "
                              "adapter was trained on (the run's summary.json, else adapter_config.json)")
     output: str | None = field(None, help="output folder (default: <adapter>/merged)")
-    dtype: str = field("auto", help="dtype to load the base in and save: auto (the base checkpoint's own), "
-                       "float32, bfloat16, float16")
+    dtype: str = field("checkpoint", help="dtype to load the base in and save: checkpoint (the base checkpoint's "
+                       "own), auto (the machine's, as every stage: docs/ENGINES.md), float32, bfloat16, float16")
     overwrite: bool = field(False, help="write into a non-empty output folder")
 
-    def check(self) -> list[str]:
+    def problems(self) -> list[str]:
         """Every problem with the values, for :func:`memreader.core.config.load_config`."""
-        return [] if self.dtype in DTYPES else [f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}"]
+        return [] if self.dtype in MERGE_DTYPES else [f"dtype={self.dtype!r}: use one of {', '.join(MERGE_DTYPES)}"]
 
 
 def _run_stage(cfg: MergeConfig) -> int:

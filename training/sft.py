@@ -2,7 +2,7 @@
 
 Data: ``sft_train.jsonl`` / ``sft_val.jsonl`` from data_gen (``$MEMREADER_HOME/runs/<run>/gen/``) in
 TRL's conversational prompt-completion format (see :mod:`memreader.training.preflight`). Config: one flat YAML of
-TRL ``SFTConfig`` + PEFT ``LoraConfig`` + :class:`training.config.MemReaderArguments` keys (see
+TRL ``SFTConfig`` + PEFT ``LoraConfig`` + :class:`memreader.training.config.MemReaderArguments` keys (see
 :mod:`memreader.training.config`; ``--list-keys`` prints them all). Outputs, all in ``$MEMREADER_HOME/runs/<run>/train/``:
 the LoRA adapter + tokenizer (``PeftModel.from_pretrained``), ``config.yaml`` (the resolved config, all three
 parts), ``trainer_args.json`` (the exact TRL ``SFTConfig``), ``preflight.json`` (token lengths),
@@ -251,7 +251,7 @@ def _run_stage(cfg: Any, args: argparse.Namespace) -> int:
 STAGE = Stage("train", "LoRA fine-tuning with TRL SFTTrainer", run=_run_stage, load=load_train_config,
               example_dir="configs/training/", arguments=_arguments, needs_args=True,
               epilog="Config keys: every key of trl.SFTConfig (transformers.TrainingArguments), of peft.LoraConfig "
-                     "and of training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "
+                     "and of memreader.training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "
                      "prints them with their defaults.")
 
 if __name__ == "__main__":  # also `accelerate launch -m memreader.training.sft --config ...`

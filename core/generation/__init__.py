@@ -4,6 +4,9 @@
 - :class:`OpenAIChat` — any OpenAI-compatible server; grammars go to servers that take them;
 - :class:`VLLMChat` — vLLM offline on GPU (imported lazily), guided with the ``guidance`` backend.
 
+Which one a stage runs, in which dtype and on which device, is decided by
+:func:`memreader.core.engines.resolve_engine` and built by :func:`memreader.core.engines.make_engine`.
+
 Every backend's ``generate_many(messages_list, params, ..., grammars=...)`` returns :class:`Reply`
 objects carrying ``finish_reason``, token counts and whether a grammar guided them.
 """
@@ -26,15 +29,11 @@ __all__ = ["ChatBackend", "GenerationParams", "GenerationRequestError", "LocalCh
            "Reply", "generate_chat_batch", "make_chat"]
 
 
-def make_chat(kind: str, **kw: Any) -> OpenAIChat | LocalChat:
-    """``"openai"`` → :class:`OpenAIChat` (any OpenAI-compatible URL), ``"local"`` → :class:`LocalChat`,
-    ``"vllm"`` → :class:`memreader.core.generation.vllm_chat.VLLMChat` (GPU extra)."""
-    if kind == "vllm":
-        from memreader.core.generation.vllm_chat import VLLMChat
+def make_chat(kind: str, model: str = "smollm2-135m-instruct", dtype: str = "auto", device: str = "auto",
+              **settings: Any) -> Any:
+    """A chat engine on backend ``kind`` (``transformers``/``local``, ``vllm``, ``openai`` or ``auto``), for scripts
+    and examples: :func:`memreader.core.engines.make_engine` of the stage ``chat``'s
+    :func:`~memreader.core.engines.resolve_engine`. Stages resolve their own stage and call ``make_engine``."""
+    from memreader.core.engines import make_engine, resolve_engine
 
-        return VLLMChat(**kw)  # type: ignore[return-value]
-    kinds: dict[str, Any] = {"openai": OpenAIChat, "local": LocalChat}
-    if kind not in kinds:
-        raise ValueError(f"backend kind {kind!r} is not one of {sorted([*kinds, 'vllm'])}; use 'openai' for any "
-                         "HTTP endpoint")
-    return kinds[kind](**kw)
+    return make_engine(resolve_engine("chat", kind, dtype, device), model, **settings)

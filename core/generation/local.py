@@ -107,20 +107,22 @@ def generate_chat_batch(model: Any, tokenizer: Any, batch: Sequence[Messages], p
 
 
 class LocalChat:
-    """In-process transformers generation (the embedded SmolLM2 by default); loads on first use."""
+    """In-process transformers generation (the embedded SmolLM2 by default); loads on first use. The weights are
+    the process's shared copy (:func:`memreader.core.runtime.shared_causal_lm`): another stage naming the same
+    model, adapter, dtype and device uses the same ones."""
 
-    def __init__(self, model_name: str = "smollm2-135m-instruct", device: str = "auto", batch_size: int = 4,
+    def __init__(self, model: str = "smollm2-135m-instruct", device: str = "auto", batch_size: int = 4,
                  adapter: str | None = None, dtype: str = "auto") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
-        self.model_name, self.device, self.batch_size, self.adapter = model_name, device, batch_size, adapter
-        self.dtype = dtype  # auto: bf16 on CUDA, the faster of fp32/bf16 on a CPU (memreader.core.hardware)
+        self.model_name, self.device, self.batch_size, self.adapter = model, device, batch_size, adapter
+        self.dtype = dtype  # auto: the device's rule (memreader.core.engines.device_dtype)
         self._model: Any = None
         self._tokenizer: Any = None
-        self._lock = threading.Lock()  # one generate() at a time: the model is not thread-safe
+        self._lock = threading.Lock()  # one generate() at a time (the shared model's lock once loaded)
 
     def __repr__(self) -> str:
-        return f"LocalChat(model_name={self.model_name!r}, device={self.device!r}, batch_size={self.batch_size})"
+        return f"LocalChat(model={self.model_name!r}, device={self.device!r}, batch_size={self.batch_size})"
 
     def tokenizer(self) -> Any:
         """The model's tokenizer (loads the model on first use)."""
@@ -143,12 +145,12 @@ class LocalChat:
         return getattr(self.model().config, "max_position_embeddings", None) or None
 
     def _load(self) -> None:
-        with self._lock:
-            if self._model is None:
-                from memreader.core.runtime import load_causal_lm, runtime
+        if self._model is not None:
+            return
+        from memreader.core.runtime import runtime, shared_causal_lm
 
-                rt = runtime(self.device, self.dtype)
-                self._model, self._tokenizer = load_causal_lm(self.model_name, adapter=self.adapter, rt=rt)
+        shared = shared_causal_lm(self.model_name, adapter=self.adapter, rt=runtime(self.device, self.dtype))
+        self._model, self._tokenizer, self._lock = shared.model, shared.tokenizer, shared.lock
 
     def _generate(self, batch: Sequence[Messages], params: GenerationParams,
                   grammars: Sequence[str | None] | None = None,

@@ -88,7 +88,7 @@ class OpenAIChat:
     :class:`GenerationRequestError`. The API key never appears in logs, ``repr`` or error messages.
     """
 
-    concurrent_requests = True  # agenerate may be awaited many times at once (data_gen.flow.Dispatcher)
+    concurrent_requests = True  # agenerate may be awaited many times at once (memreader.data_gen.flow.Dispatcher)
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, max_concurrency: int = 8,
                  max_retries: int = 5, timeout_s: float = 60, backoff_base_s: float = 1.0,

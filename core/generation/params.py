@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from memreader.core.config import field
+from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,10 @@ class GenerationParams:
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "repetition_penalty"):  # 0 and 0.0 must give the same key()
             object.__setattr__(self, name, float(getattr(self, name)))
+        validate_config(self)
+
+    def problems(self) -> list[str]:
+        """Every value out of range, with the rule (:func:`memreader.core.config.validate`)."""
         problems = []
         if self.temperature < 0:
             problems.append(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
@@ -42,8 +47,7 @@ class GenerationParams:
             problems.append(f"max_new_tokens={self.max_new_tokens} must be an integer >= 1")
         if self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty={self.repetition_penalty} must be > 0 (1.0 = off)")
-        if problems:
-            raise ValueError("bad GenerationParams: " + "; ".join(problems))
+        return problems
 
     def key(self) -> str:
         """A canonical, process-independent string for cache keys."""

@@ -46,25 +46,24 @@ class ChunkerSettings:
     max_scenarios: int = 8  # llm-direct / memreader: chunks per reading window (longer texts are windowed)
     max_trials: int = 30  # calibration values tried for rule/embedding methods (cheap)
     model_max_trials: int = 6  # calibration values tried for model methods (each one reads the docs)
-    device: str = "auto"
-    backend: str = "transformers"  # lumber, llm-direct, memreader: transformers, vllm or auto (memreader.core.backends)
-    dtype: str = "auto"  # their model's dtype: auto, float32 or bfloat16
+    device: str = "auto"  # lumber, llm-direct, memreader: their model's engine (memreader.core.engines.resolve_engine)
+    backend: str = "auto"  # transformers, vllm or auto
+    dtype: str = "auto"  # auto, float32, bfloat16 or float16
     cache_dir: str = ""  # lumber's LM answers and the readers' memories, content-addressed ("" = the run's work_dir)
 
     def chat(self, stage: str, adapter: str = "") -> tuple[Any, str, str]:
-        """``(chat backend, backend name, dtype)`` for the model-based methods: ``stage`` is ``read``
+        """``(chat engine, backend name, dtype)`` for the model-based methods: ``stage`` is ``read``
         (llm-direct, memreader: guided memories) or ``answer`` (lumber: short answers), whose measured fastest
-        engine ``backend: auto`` takes. A vLLM engine is the process's one for these settings (shared)."""
-        from memreader.core.backends import resolve_backend, resolve_dtype_for
-        from memreader.core.generation import make_chat
+        engine ``backend: auto`` takes (:func:`memreader.core.engines.resolve_engine`). The weights are the process's
+        shared ones for these settings (a vLLM engine, or a transformers model)."""
+        from memreader.core.engines import EngineError, make_engine, resolve_engine
 
-        backend, _ = resolve_backend(self.backend, stage)
-        dtype = resolve_dtype_for(stage, self.dtype, backend)
-        if backend == "vllm":
-            return (make_chat("vllm", model=self.lm, adapter=adapter or None, dtype=dtype, max_model_len=8192),
-                    backend, dtype)
-        return (make_chat("local", model_name=self.lm, batch_size=self.batch_size, adapter=adapter or None,
-                          device=self.device, dtype=dtype), backend, dtype)
+        choice = resolve_engine(stage, self.backend, self.dtype, self.device)
+        if choice.backend not in ("transformers", "vllm"):
+            raise EngineError(f"chunk_backend={self.backend!r}: the chunkers' LM runs in this process",
+                              "use transformers, vllm or auto")
+        chat = make_engine(choice, self.lm, adapter=adapter, batch_size=self.batch_size, max_model_len=8192)
+        return chat, choice.backend, choice.dtype
 
     def problems(self) -> list[str]:
         """Every out-of-range value, with its range."""
@@ -81,10 +80,10 @@ class ChunkerSettings:
                 out.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.calibration_docs < 0:
             out.append(f"calibration_docs={self.calibration_docs} must be >= 0 (0 = all documents)")
-        from memreader.core.backends import backend_problem, dtype_problem
+        from memreader.core.engines import backend_problem, device_problem, dtype_problem
 
-        out += [p for p in (backend_problem(self.backend, ("transformers", "vllm", "auto"), "chunk_backend"),
-                            dtype_problem(self.dtype)) if p]
+        out += [p for p in (backend_problem(self.backend, "read", "chunk_backend", local=True),
+                            dtype_problem(self.dtype), device_problem(self.device)) if p]
         return out
 
 

@@ -98,9 +98,9 @@ class ReaderChunker:
         corpus = self.own / f"corpus-{len(documents)}.jsonl"
         write_jsonl(corpus, [{"id": d, "text": t} for d, t in documents.items()])
         cfg = self.config(chunk_chars, corpus, 0)
-        if cfg.check():
+        if cfg.problems():
             raise ChunkerError(f"{self.method}: reader settings at chunk_chars={int(chunk_chars)} are invalid: "
-                               + "; ".join(cfg.check()), "fix the chunker settings named")
+                               + "; ".join(cfg.problems()), "fix the chunker settings named")
         out_dir = self.folder / f"c{int(chunk_chars)}-{read_key(cfg)}" / "read"
         try:
             with RunLock(out_dir):

@@ -5,7 +5,7 @@
 - ``sentence``: chonkie's :class:`~chonkie.SentenceChunker` with the character tokenizer packs
   whole sentences greedily up to ``chunk_size`` characters (a sentence longer than that is a chunk
   of its own), with English and CJK sentence ends. chonkie returns exact character offsets (checked
-  on English and Chinese text); :func:`~eval.chunkers.base.anchor_spans` re-checks them anyway.
+  on English and Chinese text); :func:`~memreader.eval.chunkers.base.anchor_spans` re-checks them anyway.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from memreader.data_gen.flow import Batcher, Dispatcher
 from memreader.data_gen.selection import SelectionError, metric_ranks, select_candidates
 
 from tests.data_gen.fakes import DOCS, SeededTeacher
+from tests.engine_fakes import fake_engines
 
 
 @dataclass
@@ -48,8 +49,9 @@ class SpanScorer:
 def setup(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher, scorer = SeededTeacher(), SpanScorer()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
-    monkeypatch.setattr(pipeline, "_scorer", lambda cfg, backend: scorer)
+    fake_engines(monkeypatch, teacher)
+    # the evaluator is scripted beneath gen's own construction of it (its settings are still built and checked)
+    monkeypatch.setattr("memreader.core.scoring.EvaluatorScorer", lambda settings, **kw: scorer)
     return teacher, scorer
 
 

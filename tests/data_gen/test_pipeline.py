@@ -14,19 +14,22 @@ from memreader.data_gen.cache import ReplyCache, cache_key
 
 from memreader.demo import _reasoning_line
 from tests.data_gen.fakes import ScriptedTeacher, stage
+from tests.engine_fakes import fake_engines
 
 
 def Cfg(**kw):  # noqa: N802 - reads like the config class it builds
     """A GenConfig with one candidate per document unless a test asks for more."""
-    return pipeline.GenConfig(**{"num_candidates": 1, **kw})
+    return pipeline.GenConfig(**{"num_candidates": 1, "teacher": "transformers", **kw})
 
 
 def test_generate_writes_memories_sft_and_manifest_and_caches(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = ScriptedTeacher()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    built = fake_engines(monkeypatch, teacher)
     cfg = Cfg(input=str(corpus), run="t", val_fraction=0.34)
     manifest = pipeline.generate(cfg)
+    # the teacher setting went through the engine rule and the factory: transformers, the model, its batch size
+    assert [(b.backend, b.model, b.kwargs["batch_size"]) for b in built] == [("transformers", cfg.model, 4)]
     assert teacher.calls == 9  # outline + extraction + reverse CoM for 3 documents
     mems = read_memories(manifest["files"]["memories"])
     assert [m.doc_id for m in mems] == ["a", "b", "c"]
@@ -54,7 +57,7 @@ def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -
         def _reply(prompt: str) -> str:
             return "I cannot do that."
 
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Refuser())
+    fake_engines(monkeypatch, Refuser())
     with pytest.raises(RunFailed, match="every one of the 3 documents failed"):  # exit code 1, not a silent 0
         pipeline.generate(Cfg(input=str(corpus), run="t2", reverse_com=False))
     manifest = json.loads((tmp_path / "home" / "runs" / "t2" / "gen" / "manifest.json").read_text())
@@ -78,7 +81,7 @@ def test_whole_document_fallback_is_flagged_and_counted(tmp_path, corpus, monkey
         def _reply(prompt: str) -> str:
             return "A long ramble without any structure."
 
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: Rambler())
+    fake_engines(monkeypatch, Rambler())
     cfg = Cfg(input=str(corpus), run="t3", reverse_com=False, on_unusable="whole")
     manifest = pipeline.generate(cfg)
     assert manifest["memories"] == 3 and manifest["whole_document_fallbacks"] == ["a", "b", "c"]
@@ -101,7 +104,7 @@ def test_failed_request_loses_nothing_already_paid_for(tmp_path, corpus, monkeyp
             return ScriptedTeacher._reply(prompt)
 
     teacher = OneBad()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    fake_engines(monkeypatch, teacher)
     cfg = Cfg(input=str(corpus), run="t4", reverse_com=False, val_fraction=0)
     manifest = pipeline.generate(cfg)
     assert [f["doc_id"] for f in manifest["failures"]] == ["a"]
@@ -124,7 +127,7 @@ def test_validation_split_never_empty_when_asked(tmp_path) -> None:
 def test_extraction_is_guided_for_the_local_teacher_only_where_asked(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = ScriptedTeacher()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    fake_engines(monkeypatch, teacher)
     pipeline.generate(Cfg(input=str(corpus), run="g1", reverse_com=False))
     assert {(d, g) for d, _, g in teacher.seen} == {("outline", False), ("extraction", True)}
     teacher.seen.clear()
@@ -151,7 +154,7 @@ class CutOff(ScriptedTeacher):
 def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = CutOff()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    fake_engines(monkeypatch, teacher)
     cfg = Cfg(input=str(corpus), run="c1", reverse_com=False, max_new_tokens=500, guided="off")
     with pytest.raises(RunFailed):
         pipeline.generate(cfg)
@@ -169,7 +172,7 @@ def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -
 
 def test_cut_off_replies_kept_flagged_are_never_sft_targets(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: CutOff())
+    fake_engines(monkeypatch, CutOff())
     cfg = Cfg(input=str(corpus), run="c3", reverse_com=False, guided="off", on_truncated="keep_flagged",
                              on_unusable="whole", val_fraction=0)
     manifest = pipeline.generate(cfg)
@@ -196,7 +199,7 @@ class RamblingReasoner(ScriptedTeacher):
 def test_cut_off_reasoning_is_counted_and_the_demo_says_why(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = RamblingReasoner()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    fake_engines(monkeypatch, teacher)
     manifest = pipeline.generate(Cfg(input=str(corpus), run="com1", com_max_new_tokens=96, guided="off"))
     assert [b for d, b, _ in teacher.seen if d == "reverse CoM"] == [96] * 3 + [192] * 3
     assert manifest["without_reasoning"] == ["a", "b", "c"]
@@ -209,7 +212,7 @@ def test_cut_off_reasoning_is_counted_and_the_demo_says_why(tmp_path, corpus, mo
     assert line.startswith("0/3 (3 cut off at 192 tokens; left out of the SFT targets)")
     assert "did not end one reasoning within 192 tokens" in line
     # a teacher that ends its reasoning: every path kept, nothing to explain
-    teacher = ScriptedTeacher()
+    fake_engines(monkeypatch, ScriptedTeacher())
     manifest = pipeline.generate(Cfg(input=str(corpus), run="com2", com_max_new_tokens=96, guided="off"))
     assert manifest["reasoning"]["fates"] == {"ok": 3} and _reasoning_line(manifest) == "3/3"
 
@@ -224,7 +227,7 @@ def test_empty_reasoning_is_not_a_reasoning_path(tmp_path, corpus, monkeypatch) 
                 return "<think>hidden</think>  "
             return ScriptedTeacher._reply(prompt)
 
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: ThinksOnly())
+    fake_engines(monkeypatch, ThinksOnly())
     manifest = pipeline.generate(Cfg(input=str(corpus), run="com3", guided="off"))
     assert manifest["reasoning"]["fates"] == {"empty": 3} and len(manifest["without_reasoning"]) == 3
 
@@ -238,7 +241,7 @@ def test_retry_unusable_asks_the_teacher_again(tmp_path, corpus, monkeypatch) ->
             return "A long ramble without any structure."
 
     teacher = Rambler()
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: teacher)
+    fake_engines(monkeypatch, teacher)
     cfg = Cfg(input=str(corpus), run="r1", reverse_com=False, on_unusable="whole", guided="off")
     pipeline.generate(cfg)
     teacher.calls = 0

@@ -11,6 +11,7 @@ from memreader.core.corpus import CorpusError
 from memreader.data_gen.sft_export import balance, stratum, write_sft_splits
 
 from tests.data_gen.fakes import SeededTeacher
+from tests.engine_fakes import fake_engines
 
 
 def _rec(i: int, lang: str, domain: str, chars: int) -> dict:
@@ -40,7 +41,7 @@ def test_split_is_stratified_and_checksummed(tmp_path) -> None:
 
 def test_manifest_checksums_match_the_files_and_domains_balance(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(pipeline, "make_chat", lambda kind, **kw: SeededTeacher())
+    fake_engines(monkeypatch, SeededTeacher())
     text = "First part about apples and orchards. Second part about cider presses and bottles."
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": text + f" Number {i}.", "domain": d}) + "\n"

@@ -14,6 +14,8 @@ from memreader.core.markup import render_memory
 from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
 from memreader.core.schema import read_memories
 
+from tests.engine_fakes import fake_engines
+
 PASSAGES = [
     ("Harbour town", "Kelvport is a small harbour town on a rocky northern coast. Its fishing fleet lands cod and "
      "herring every morning. The old lighthouse was rebuilt after a storm in 1911 and now houses a museum."),
@@ -122,7 +124,7 @@ def test_lead_sentences_fit_the_budget_and_the_grammar_alphabet() -> None:
 def test_gen_with_the_structure_teacher_writes_gold_memories_and_sft(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(st, "_Tokens", _FakeTokens)
-    monkeypatch.setattr(pipeline, "make_chat", lambda *a, **k: pytest.fail("the structure teacher calls no model"))
+    built = fake_engines(monkeypatch, lambda b: pytest.fail(f"the structure teacher builds no engine ({b})"))
     good = [_record("a"), _record("b", PASSAGES[::-1])]
     corpus = _write(tmp_path / "c.jsonl", [*good, {"id": "plain", "text": "No structure at all here. " * 10}])
     manifest = pipeline.generate(_cfg(corpus))
@@ -137,7 +139,7 @@ def test_gen_with_the_structure_teacher_writes_gold_memories_and_sft(tmp_path, m
     assert manifest["failures"] == [{"doc_id": "plain", "stage": "structure", "error": manifest["failures"][0]["error"]}]
     assert "has no structure" in manifest["failures"][0]["error"]
     assert manifest["structure"] == {"section_starts": 4, "chunk_ends_at_section_starts": 4}
-    assert manifest["teacher"]["calls"] == 0 and manifest["selection"]["num_candidates"] == 1
+    assert manifest["teacher"]["calls"] == 0 and manifest["selection"]["num_candidates"] == 1 and built == []
     train = [json.loads(x) for x in open(manifest["files"]["sft_train"], encoding="utf-8")]
     assert len(train) == 2 and good[0]["text"] in train[0]["prompt"][1]["content"]
     assert train[0]["completion"][0]["content"].startswith("<outline>\nHarbour town\n")

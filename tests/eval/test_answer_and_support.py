@@ -1,4 +1,4 @@
-"""Answers and their support in one pass (eval.answering.answer_and_support): where the answerer keeps a prefix
+"""Answers and their support in one pass (memreader.eval.answering.answer_and_support): where the answerer keeps a prefix
 cache, each group that fits it is scored first and answered second; the results keep the prompts' order.
 The real vLLM cache hits are tested in tests/inference/test_vllm.py."""
 

@@ -16,6 +16,7 @@ import memreader.eval.qa as qa
 import pytest
 from memreader.eval.checkpoint import MANIFEST, CheckpointError, restore, save
 
+from tests.engine_fakes import fake_engines
 from tests.eval.test_qa_harness import EchoFirstPassage, _cfg, demo_files  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ def _fake_run(root: Path) -> tuple[Path, Path]:
 
 @pytest.mark.integration
 def test_a_restored_run_on_a_wiped_machine_answers_nothing_again(demo_files, monkeypatch, tmp_path) -> None:  # noqa: F811
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
+    fake_engines(monkeypatch, EchoFirstPassage())
     first = qa.run_qa(_cfg(demo_files))
     home = Path(demo_files["home"])
     report = save(home / "runs/q/eval", tmp_path / "ckpt")
@@ -53,7 +54,7 @@ def test_a_restored_run_on_a_wiped_machine_answers_nothing_again(demo_files, mon
     shutil.rmtree(home)  # a new machine: the artifact root is gone
     got = restore(tmp_path / "ckpt", home / "runs/q/eval", home / "cache/chunkers")
     assert sorted(got.copied) == sorted(names) and not got.kept
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: NeverAsked())
+    fake_engines(monkeypatch, NeverAsked())
 
     def no_index(*a, **kw):
         raise AssertionError("the index was rebuilt although every question is answered")

@@ -23,6 +23,8 @@ from memreader.eval.chunkers.calibrate import SizeParam, search
 from memreader.eval.chunkers.lumber import PROMPT, AnswerCache, LumberChunker, valid_answers, window_end
 from memreader.eval.chunkers.semantic import embedder_name
 
+from tests.engine_fakes import fake_engines
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -231,33 +233,29 @@ def test_lumber_cuts_long_passages_in_the_prompt_and_asks_only_where_there_is_a_
 
 
 def test_lumber_calibrates_tiles_and_resumes_from_its_cache(corpus, tmp_path, monkeypatch) -> None:
-    import memreader.core.generation as generation
-
     fake = FakeLM()
-    monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: fake)
+    fake_engines(monkeypatch, fake)
     settings = ChunkerSettings()
     memories, cal = method_memories("lumber", corpus, settings, tmp_path, progress=False)
     _check(memories, corpus, "lumber", cal, settings)
     assert cal.param == "window_chars" and fake.calls > 0 and f"{fake.calls} LM calls" in cal.note
     lines = (tmp_path / "lumber" / "answers.jsonl").read_text().splitlines()
     assert len(lines) == fake.calls and all(json.loads(x)["reply"].startswith("Answer: ID ") for x in lines)
-    monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: NoCalls())
+    fake_engines(monkeypatch, NoCalls())
     again, cal2 = method_memories("lumber", corpus, settings, tmp_path, progress=False)
     assert [m.chunks for m in again] == [m.chunks for m in memories] and cal2.to_dict()["tried"] == cal.to_dict()[
         "tried"]
 
 
 def test_lumber_runs_that_share_a_cache_dir_ask_the_lm_once(corpus, tmp_path, monkeypatch) -> None:
-    import memreader.core.generation as generation
-
     fake = FakeLM()
-    monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: fake)
+    fake_engines(monkeypatch, fake)
     shared = ChunkerSettings(cache_dir=str(tmp_path / "cache"))
     memories, _ = method_memories("lumber", corpus, shared, tmp_path / "run-a", progress=False)
     assert (tmp_path / "cache" / "lumber" / "answers.jsonl").is_file()
     assert not (tmp_path / "run-a" / "lumber" / "answers.jsonl").exists()  # the run keeps its calibration only
     # another run with its own work folder: every answer comes from the shared cache, the memories are the same
-    monkeypatch.setattr(generation, "make_chat", lambda kind, **kw: NoCalls())
+    fake_engines(monkeypatch, NoCalls())
     again, _ = method_memories("lumber", corpus, shared, tmp_path / "run-b", progress=False)
     assert [m.chunks for m in again] == [m.chunks for m in memories]
     # the same model in another dtype is another engine: its answers are not taken from the cache
@@ -327,15 +325,13 @@ def test_teacher_names_the_missing_key_and_documents(tmp_path) -> None:
 def test_lumber_with_smollm2_on_a_short_document(tmp_path) -> None:
     """The real LM, guided: every answer is a valid ID; a rerun asks nothing."""
     docs = {d: t for d, t in _demo().items() if d in ("zh-bike", "en-ferry")}
-    settings = ChunkerSettings()
+    settings = ChunkerSettings(backend="transformers")
     memories, cal = method_memories("lumber", docs, settings, tmp_path, progress=False)
     _check(memories, docs, "lumber", cal, settings)
     replies = [json.loads(x)["reply"] for x in (tmp_path / "lumber" / "answers.jsonl").read_text().splitlines()]
     assert replies and all(re.fullmatch(r"Answer: ID \d{4}", r) for r in replies)
-    import memreader.core.generation as generation
-
     mp = pytest.MonkeyPatch()
-    mp.setattr(generation, "make_chat", lambda kind, **kw: NoCalls())
+    fake_engines(mp, NoCalls())
     try:
         again, _ = method_memories("lumber", docs, settings, tmp_path, progress=False)
     finally:
@@ -374,7 +370,8 @@ def test_llm_direct_on_a_tiny_model_calibrates_on_the_first_documents(tiny_long_
     """The reader path, guided on a random model: memories tile and calibrate; the final read
     reuses the calibration documents already read at the chosen value."""
     docs = _short_docs()
-    settings = ChunkerSettings(lm=tiny_long_model, max_new_tokens=320, calibration_docs=2, tolerance=0.25)
+    settings = ChunkerSettings(lm=tiny_long_model, max_new_tokens=320, calibration_docs=2, tolerance=0.25,
+                               backend="transformers")
     memories, cal = method_memories("llm-direct", docs, settings, tmp_path, progress=False)
     _check(memories, docs, "llm-direct", cal, settings)
     assert cal.calibration_docs == 2 and cal.n_docs == 3 and "calibrated on the first 2 of 3" in cal.note
@@ -396,7 +393,7 @@ def test_memreader_on_a_tiny_model_uses_its_adapter(tiny_long_model, tmp_path) -
     model.save_pretrained(tmp_path / "adapter")
     docs = _short_docs()
     settings = ChunkerSettings(lm=tiny_long_model, max_new_tokens=320, adapter=str(tmp_path / "adapter"),
-                               tolerance=0.25)
+                               tolerance=0.25, backend="transformers")
     memories, cal = method_memories("memreader", docs, settings, tmp_path, progress=False)
     _check(memories, docs, "memreader", cal, settings)
     assert all(m.meta["adapter"] == str(tmp_path / "adapter") for m in memories)

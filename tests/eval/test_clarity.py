@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from memreader.core.schema import DocumentMemory, Scenario
-from memreader.eval.clarity import CorrelationError, MethodRow, chunk_clarity, clarity_summary, correlate
+from memreader.eval.intrinsic import CorrelationError, MethodRow, chunk_clarity, clarity_summary, correlate
 from scipy import stats as sps
 
 # Hand-made table: 4 methods, 6 questions, 4 documents (one method has a single-chunk document).

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 from memreader.eval.metrics import BleuStats, bleu_from_stats, resolve_config
 from memreader.eval.stats import (
+    NotComparable,
     bootstrap_ci,
     bootstrap_cis,
     corpus_bleu_from_counts,
     paired_bootstrap,
+    paired_test,
     permutation_p,
     resample_weights,
 )
@@ -55,6 +57,24 @@ def test_paired_tests_on_identical_and_separated_systems() -> None:
     better = paired_bootstrap(base + 0.1 + rng.normal(0, 0.01, 300), base, n_resamples=500)
     assert better.delta == pytest.approx(0.1, abs=0.005)
     assert better.interval.low > 0 and better.p_bootstrap == better.p_permutation == 1 / 501
+
+
+def test_paired_test_pairs_the_items_both_scored_by_id() -> None:
+    rng = np.random.default_rng(4)
+    a, b = rng.uniform(size=40), rng.uniform(size=40)
+    ids = [f"q{i}" for i in range(40)]
+    order = rng.permutation(40)
+    a_scores: list[float | None] = [float(v) for v in a]
+    a_scores[3] = None  # not scored by a
+    test = paired_test(ids, a_scores, [ids[i] for i in order], [float(b[i]) for i in order], drop=["q7"],
+                       n_resamples=300, seed=2)
+    keep = [i for i in range(40) if i not in (3, 7)]
+    assert test == paired_bootstrap(a[keep], b[keep], n_resamples=300, seed=2) and test.n == 38
+    assert paired_test(range(3), [1.0, 2.0, 3.0], ["0", "1", "2"], [1.0, 2.0, 3.0]).delta == 0  # ids as strings
+    with pytest.raises(NotComparable, match="no item scored for both"):
+        paired_test(["x", "y"], [1.0, None], ["y", "z"], [1.0, 2.0])
+    with pytest.raises(NotComparable, match="twice"):
+        paired_test(["x", "x"], [1.0, 2.0], ["x"], [1.0])
 
 
 def test_permutation_p_against_full_enumeration() -> None:

@@ -1,4 +1,4 @@
-"""Boundary clarity and chunk stickiness (eval/intrinsic.py) on hand-made inputs and real MiniLM embeddings."""
+"""Boundary clarity and chunk stickiness (eval/intrinsic/measures.py) on hand-made inputs and real MiniLM embeddings."""
 
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ from memreader.core.config import ConfigError, load_config
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval.method_run import StaleRunError
 
+from tests.engine_fakes import fake_engines
+
 DOC_A = ("Lighthouses guide ships at night with a rotating lamp. " * 3
          + "The keeper lived in a small cottage beside the tower and logged every passing vessel.")
 DOC_B = "Bees collect nectar and turn it into honey inside wax cells. " * 4
@@ -54,15 +56,20 @@ def demo_files(tmp_path: Path, monkeypatch) -> dict[str, str]:
 
 def _cfg(files: dict[str, str], **kw) -> qa.QAConfig:
     base = dict(dataset="jsonl", memories=files["memories"], qa=files["qa"], run="q", top_k=2, methods=["memreader",
-                "fixed"], target_chars=60, embedder="minilm-l6", support=False, clarity=False, report=False)
+                "fixed"], target_chars=60, embedder="minilm-l6", support=False, clarity=False, report=False,
+                answer_backend="transformers")
     base.update(kw)
     return qa.QAConfig(**base)
 
 
 @pytest.mark.integration
 def test_run_qa_scores_memreader_and_a_calibrated_chunker(demo_files, monkeypatch) -> None:
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
+    built = fake_engines(monkeypatch, EchoFirstPassage())
     summary = qa.run_qa(_cfg(demo_files))
+    # answering went through the engine rule and the factory
+    assert [(b.backend, b.model, b.kwargs["batch_size"]) for b in built] == [("transformers", "smollm2-135m-instruct",
+                                                                              8)]
+    assert summary["engine"]["backend"] == "transformers" and summary["engine"]["device"] in ("cpu", "cuda")
     methods = summary["methods"]
     assert set(methods) == {"memreader", "fixed"}
     assert methods["memreader"]["mode"] == "three_layer" and methods["fixed"]["mode"] == "chunk_only"
@@ -83,7 +90,7 @@ def test_run_qa_scores_memreader_and_a_calibrated_chunker(demo_files, monkeypatc
 @pytest.mark.integration
 def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
     crashing = EchoFirstPassage(fail_after=1)
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: crashing)
+    fake_engines(monkeypatch, crashing)
     with pytest.raises(RuntimeError, match="crashed"):
         qa.run_qa(_cfg(demo_files, answer_batch=1, methods=["memreader"]))
     answers = Path(demo_files["home"]) / "runs/q/eval/methods/memreader/answers.jsonl"
@@ -91,7 +98,7 @@ def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
     with answers.open("a") as fh:  # a line torn by the crash is dropped and redone
         fh.write('{"id": "q2", "quest')
     resumed = EchoFirstPassage()
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: resumed)
+    fake_engines(monkeypatch, resumed)
     summary = qa.run_qa(_cfg(demo_files, answer_batch=1, methods=["memreader"]))
     assert len(resumed.asked) == 2, "only q2 and q3 are answered again"
     assert [json.loads(x)["id"] for x in answers.read_text().splitlines()] == ["q1", "q2", "q3"]
@@ -105,7 +112,7 @@ def test_a_crash_repeats_no_finished_answer(demo_files, monkeypatch) -> None:
 
 @pytest.mark.integration
 def test_other_settings_in_the_same_run_are_refused(demo_files, monkeypatch) -> None:
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
+    fake_engines(monkeypatch, EchoFirstPassage())
     qa.run_qa(_cfg(demo_files, methods=["memreader"]))
     with pytest.raises(StaleRunError, match="top_k changed"):
         qa.run_qa(_cfg(demo_files, methods=["memreader"], top_k=1))
@@ -125,7 +132,7 @@ def test_questions_without_answers_are_named(demo_files, monkeypatch) -> None:
 
     path = Path(demo_files["qa"])
     path.write_text(json.dumps({"id": "q9", "question": "Why?", "answers": [" "], "doc_id": "a"}) + "\n")
-    monkeypatch.setattr(qa, "make_chat", lambda kind, **kw: EchoFirstPassage())
+    fake_engines(monkeypatch, EchoFirstPassage())
     with pytest.raises(DatasetError, match=r"no reference answer \(ids q9\)"):
         qa.run_qa(_cfg(demo_files))
 
@@ -172,5 +179,5 @@ def test_the_chunk_cache_is_one_folder_per_dataset_file(tmp_path, monkeypatch) -
     assert chunk_cache_dir(shared, "multifieldqa_zh", str(b)) != first  # another file: its document ids may clash
     assert chunk_cache_dir(QAConfig(qa=str(a), chunk_cache="run"), "x", str(a)) == ""
     assert chunk_cache_dir(QAConfig(qa=str(a), chunk_cache=str(tmp_path / "mine")), "x", str(a)) == str(tmp_path / "mine")
-    assert any("chunk_cache: empty" in p for p in QAConfig(qa=str(a), chunk_cache=" ").check())
-    assert any("is a file" in p for p in QAConfig(qa=str(a), chunk_cache=str(b)).check())
+    assert any("chunk_cache: empty" in p for p in QAConfig(qa=str(a), chunk_cache=" ").problems())
+    assert any("is a file" in p for p in QAConfig(qa=str(a), chunk_cache=str(b)).problems())

@@ -1,9 +1,11 @@
 """``memreader report``: renders the output of a real tiny ``memreader eval`` (a random 2-layer model answers,
 scores support and clarity) and of a synthetic run folder written through memreader.eval.records (Markdown + decodable
-PNGs); its paired tests equal eval.score.compare; broken inputs give errors naming the file."""
+PNGs); its paired tests pair items by id and say what cannot be tested; its one correlation table filters methods
+one way; broken inputs give errors naming the file."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -17,7 +19,7 @@ from memreader.core.paths import memreader_home
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval import paper_tables
 from memreader.eval.chunkers.base import Calibration
-from memreader.eval.clarity import MethodRow, correlate
+from memreader.eval.intrinsic import MethodRow, correlate, correlation_row
 from memreader.eval.records import (
     ClarityRecord,
     DatasetRecord,
@@ -29,8 +31,8 @@ from memreader.eval.records import (
     ScoresRecord,
     SupportRecord,
 )
-from memreader.eval.report import ReportError, build_report, correlation, load_run, paired_comparisons
-from memreader.eval.score import compare, score_pairs
+from memreader.eval.report import Method, ReportError, build_report, load_run, paired_comparisons
+from memreader.eval.score import score_pairs
 
 from memreader.cli import main as cli
 
@@ -68,7 +70,7 @@ def _scores(method: str) -> dict:
 
 
 def provenance(memories: list[DocumentMemory]) -> dict[str, int]:
-    """The counts the evaluation stage records (eval.records.ProvenanceRecord.of), by hand."""
+    """The counts the evaluation stage records (memreader.eval.records.ProvenanceRecord.of), by hand."""
     guided = sum(bool(m.meta.get("generation")) for m in memories)
     fallback = sum("fallback" in m.meta for m in memories)
     return {"memories": len(memories), "guided": guided, "unguided": fallback, "fallback": fallback,
@@ -196,11 +198,14 @@ def test_report_of_a_real_tiny_eval(tiny_eval: Path, capsys) -> None:
         assert f"| {name} | 4 | {m.support.mean:.3f} [" in md and f"| {name} | {m.clarity.mean:.4f} | 3 | 0 |" in md
         assert m.support.signature in md and m.clarity.signature in md
     assert "chunk_chars=" in md and "chunk_size=" in md and "given memories" in md
-    assert "| Pearson r |" in md and "## Paired comparisons against memreader" in md
+    assert "| clarity | rouge_l | 3 | " in md and "## Paired comparisons against memreader" in md
     saved = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert {(r["method"], r["metric"]) for r in saved["paired"]} == {
         (n, k) for n in ("fixed", "sentence") for k in [*summary.methods[n].scores.metrics, "support"]}
-    assert saved["correlation"]["methods"] == ["memreader", "fixed", "sentence"]
+    assert "correlation" not in saved  # the clarity / ROUGE-L correlation is a row of the one table
+    clarity_rouge = next(r for r in saved["intrinsic_correlations"] if (r["intrinsic"], r["qa"]) == ("clarity",
+                                                                                                      "rouge_l"))
+    assert clarity_rouge["methods"] == ["memreader", "fixed", "sentence"] and "pearson_interval" in clarity_rouge
     pairs = {(r["intrinsic"], r["qa"]) for r in saved["intrinsic_correlations"]}
     assert pairs == {(i, q) for i in ("clarity", "boundary clarity", "stickiness") for q in ("bleu_1", "rouge_l",
                                                                                            "meteor")}
@@ -231,31 +236,63 @@ def test_report_renders(run_folder: Path, tmp_path: Path):
     assert {r["method"] for r in saved["paired"]} == {"fixed-180", "semantic", "llm"}
 
 
-def test_paired_comparisons_equal_score_compare(run_folder: Path):
+def _with(methods: dict[str, Method], name: str, **record: object) -> dict[str, Method]:
+    """``methods`` with ``name``'s record fields replaced."""
+    m = methods[name]
+    return {**methods, name: dataclasses.replace(m, record=dataclasses.replace(m.record, **record))}
+
+
+def test_paired_comparisons_pair_items_by_id_and_note_what_cannot_be_tested(run_folder: Path):
     _, methods = load_run(run_folder)
     rows = paired_comparisons(methods, n_resamples=200, seed=12345)
-    ids = [f"q{i}" for i in range(len(REFS))]
-    ref = score_pairs(PREDICTIONS["memreader"], REFS, "mom", ids=ids, **SCORE_OPTIONS)
-    other = score_pairs(PREDICTIONS["semantic"], REFS, "mom", ids=ids, **SCORE_OPTIONS)
-    expected = compare(other, ref, n_resamples=200, seed=12345)
-    for metric, test in expected.items():
-        row = next(r for r in rows if r["method"] == "semantic" and r["metric"] == metric)
-        assert row["delta"] == pytest.approx(test.delta) and row["p_bootstrap"] == pytest.approx(test.p_bootstrap)
-        assert row["p_permutation"] == pytest.approx(test.p_permutation)
-        assert row["interval"]["low"] == pytest.approx(test.interval.low)
+    metrics = list(methods["memreader"].record.scores.metrics)
+    assert [(r["method"], r["metric"]) for r in rows] == [
+        (n, k) for n in ("fixed-180", "semantic", "llm") for k in [*metrics, "support"]]
+    scores = {n: methods[n].record.scores.metrics["rouge_l"].per_example for n in ("semantic", "memreader")}
+    row = next(r for r in rows if r["method"] == "semantic" and r["metric"] == "rouge_l")
+    assert row["delta"] == pytest.approx(np.mean(scores["semantic"]) - np.mean(scores["memreader"]))
+    assert row["n"] == len(REFS) and row["interval"]["low"] <= row["delta"] <= row["interval"]["high"]
+    assert 0 < row["p_bootstrap"] <= 1 and 0 < row["p_permutation"] <= 1
     support = next(r for r in rows if r["method"] == "llm" and r["metric"] == "support")
+    llm, ref = methods["llm"].record.support.per_example, methods["memreader"].record.support.per_example
+    both = [(a, b) for a, b in zip(llm, ref, strict=True) if a is not None]
     assert support["n"] == len(REFS) - 1  # the item without a support score is left out of both
+    assert support["delta"] == pytest.approx(np.mean([a - b for a, b in both]))
+    # in another order the same items pair up by id: the same test
+    ref_support = methods["memreader"].record.support
+    shuffled = dataclasses.replace(ref_support, ids=ref_support.ids[::-1], per_example=ref_support.per_example[::-1])
+    again = paired_comparisons(_with(methods, "memreader", support=shuffled), n_resamples=200, seed=12345)
+    assert next(r for r in again if r["method"] == "llm" and r["metric"] == "support") == support
+    semantic = methods["semantic"].record
+    changed = {**semantic.scores.metrics, "meteor": dataclasses.replace(semantic.scores.metrics["meteor"],
+                                                                        signature="METEOR|other")}
+    notes = paired_comparisons(_with(methods, "semantic", support=None,
+                                     scores=dataclasses.replace(semantic.scores, metrics=changed)), n_resamples=50)
+    notes = {r["metric"]: r.get("note") for r in notes if r["method"] == "semantic"}
+    assert notes["meteor"] == "signatures differ: not comparable" and notes["support"] == "not measured for both"
+    assert notes["rouge_l"] is None
 
 
 def test_report_correlation_uses_per_item_arrays(run_folder: Path):
     _, methods = load_run(run_folder)
-    got, why = correlation(methods, 100, seed=5)
+    got = correlation_row(methods, "clarity", "rouge_l", 100, seed=5)
     rows = [MethodRow(n, m.record.scores.metrics["rouge_l"].per_example, m.record.clarity.per_memory)
             for n, m in methods.items()]
-    assert why == "" and got == correlate(rows, 100, seed=5)
+    assert got.note == "" and got.correlation == correlate(rows, 100, seed=5)
     two = {n: methods[n] for n in ("memreader", "llm")}
-    assert correlation(two, 100, 5) == (None, "needs at least 3 methods with clarity and ROUGE-L; this run has 2 "
-                                              "(memreader, llm)")
+    assert correlation_row(two, "clarity", "rouge_l", 100, 5).note == (
+        "needs at least 3 methods with clarity and rouge_l; this run has 2 (memreader, llm)")
+
+
+def test_the_correlation_filter_leaves_out_methods_without_a_defined_value(run_folder: Path):
+    _, methods = load_run(run_folder)
+    clarity = methods["llm"].record.clarity
+    none = dataclasses.replace(clarity, per_memory=[None] * len(clarity.per_memory), mean=None)
+    row = correlation_row(_with(methods, "llm", clarity=none), "clarity", "rouge_l", 100, seed=5)
+    assert row.methods == ["memreader", "fixed-180", "semantic"] and row.correlation is not None
+    assert row.correlation.methods == row.methods
+    assert row.to_dict()["methods"] == row.methods  # the computed correlation's order, as in report.json
+    assert correlation_row(_with(methods, "llm", clarity=None), "clarity", "meteor", 100, 5).methods == row.methods
 
 
 def test_cli_by_run_name_and_no_paper_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):

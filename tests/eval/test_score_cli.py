@@ -66,6 +66,15 @@ def test_corpus_level_report_and_comparison() -> None:
         compare(a, score_pairs(PREDS, REFS, meteor_wordnet=False, n_resamples=50))
 
 
+def test_comparison_leaves_out_items_either_report_excluded() -> None:
+    a = score_pairs(PREDS, REFS, "crud", n_resamples=100)  # excludes "2", its blank prediction
+    b = score_pairs(["厦门", "", "北京", "两座城市"], REFS, "crud", n_resamples=100)  # excludes "1"
+    assert (a.excluded, b.excluded) == (["2"], ["1"])
+    tests = compare(a, b, n_resamples=100)
+    ra, rb = a.metrics["rouge_l"].per_example, b.metrics["rouge_l"].per_example
+    assert tests["rouge_l"].n == 2 and tests["rouge_l"].delta == pytest.approx((ra[0] - rb[0] + ra[3] - rb[3]) / 2)
+
+
 def test_format_table() -> None:
     a = score_pairs(PREDS, REFS, n_resamples=100)
     b = score_pairs(PREDS, REFS, "crud", n_resamples=100)

@@ -1,6 +1,6 @@
 """Informational support: batched, padded, head-sliced scores equal a one-at-a-time direct computation.
 
-The reference computation takes the messages the QA stage itself sends (``eval.answering.answer_messages``,
+The reference computation takes the messages the QA stage itself sends (``memreader.eval.answering.answer_messages``,
 which ``memreader.eval.method_run`` calls), applies the chat template, appends the answer's tokens, runs one
 unpadded full forward and averages ``-log_softmax`` over the answer tokens.
 """

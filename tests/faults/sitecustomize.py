@@ -4,7 +4,7 @@ forwards it with every ``MEMREADER_*`` variable), so Python imports this file wh
 
 ``MEMREADER_TEST_DIE_IN_SHARD=<shard index>:<flag file>``: the first worker to read that shard (while the flag file
 does not exist) creates the flag and kills its own process right after the shard's first batch is written, as a
-crash, OOM kill or lost node would. It wraps ``inference.shards.read_shard`` as soon as that module is imported.
+crash, OOM kill or lost node would. It wraps ``memreader.inference.shards.read_shard`` as soon as that module is imported.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from memreader.inference.shards import ShardError, ShardStore, merge_shards, pla
 
 TOPICS = ["compost", "bees", "rain", "bridges", "trains", "tea", "maps", "clocks"]
 # the grammar and budget of test_reader's guided tiny-model test: three chunks, real (random) outline and cores
-READING = {"batch_size": 2, "max_new_tokens": 200, "min_chunk_chars": 60, "core_tokens": 12, "topic_tokens": 8}
+READING = {"backend": "transformers", "batch_size": 2, "max_new_tokens": 200, "min_chunk_chars": 60, "core_tokens": 12, "topic_tokens": 8}
 TIMING = ("seconds", "elapsed_s", "latency_s")  # none of these is in a memory today; dropped if one appears
 
 

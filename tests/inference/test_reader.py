@@ -76,8 +76,8 @@ def test_transformers_backend_on_tiny_random_model(tmp_path, corpus, tiny_model,
     """The real transformers path (chat template, batched generation, parse, align, write) on a
     random 2-layer model: its output is noise, so every memory must be a loud, valid fallback."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    cfg = ReadConfig(input=str(corpus), run="tiny", model=tiny_model, batch_size=3, max_new_tokens=6, limit=3,
-                     guided="off", on_truncated="keep_flagged")
+    cfg = ReadConfig(input=str(corpus), run="tiny", model=tiny_model, backend="transformers", batch_size=3,
+                     max_new_tokens=6, limit=3, guided="off", on_truncated="keep_flagged")
     summary = read_corpus_memories(cfg)
     assert summary["read"] == 3
     mems = read_memories(summary["memories"])
@@ -297,8 +297,8 @@ def test_guided_reading_on_tiny_random_model_gives_exact_memories(tmp_path, tiny
             "In spring the finished compost goes onto the vegetable beds. The school class visits on Fridays. "
             "Last year the garden produced four hundred kilograms of vegetables for the food bank.")
     path.write_text(json.dumps({"id": "g", "text": text}) + "\n")
-    cfg = ReadConfig(input=str(path), run="tg", model=tiny_model, max_new_tokens=400, min_chunk_chars=60,
-                     core_tokens=12, topic_tokens=8)
+    cfg = ReadConfig(input=str(path), run="tg", model=tiny_model, backend="transformers", max_new_tokens=400,
+                     min_chunk_chars=60, core_tokens=12, topic_tokens=8)
     summary = read_corpus_memories(cfg)
     assert summary["guided"] == 1 and summary["fallback_whole_document"] == 0 and summary["read"] == 1
     mem = read_memories(summary["memories"])[0]
@@ -312,8 +312,8 @@ def test_long_document_on_tiny_random_model_is_windowed_to_its_window(tmp_path, 
     tokenizer size the windows; no window prompt overflows it, and the merged memory tiles the text."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     path, text = _long_corpus(tmp_path, n_sentences=260)
-    cfg = ReadConfig(input=str(path), run="tw", model=tiny_model, max_new_tokens=8, guided="off",
-                     on_truncated="keep_flagged", overlap_tokens=64)
+    cfg = ReadConfig(input=str(path), run="tw", model=tiny_model, backend="transformers", max_new_tokens=8,
+                     guided="off", on_truncated="keep_flagged", overlap_tokens=64)
     summary = read_corpus_memories(cfg)
     assert summary["read"] == 2 and summary["failed"] == {} and summary["windowed"] == 1
     mem = read_memories(summary["memories"])[1]

@@ -115,8 +115,8 @@ def test_a_guided_read_ends_chunks_at_the_headings(corpus: Path, tmp_path, tiny_
     """The real guided path on a random 2-layer model: whatever it picks, its chunks end at the section starts (one
     document, the Word file: the test above covers every format's breaks)."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    cfg = ReadConfig(input=str(corpus), run="heads-tiny", model=tiny_model, max_new_tokens=300, core_tokens=8,
-                     topic_tokens=6, limit=1)
+    cfg = ReadConfig(input=str(corpus), run="heads-tiny", model=tiny_model, backend="transformers",
+                     max_new_tokens=300, core_tokens=8, topic_tokens=6, limit=1)
     summary = read_corpus_memories(cfg)
     assert summary["guided"] == 1 and summary["fallback_whole_document"] == 0
     docs = {d.doc_id: d for d in read_corpus(corpus)}

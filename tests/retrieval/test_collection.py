@@ -1,4 +1,4 @@
-"""The store base (:class:`retrieval.milvus.MilvusCollection`) checked once for all three stores —
+"""The store base (:class:`memreader.retrieval.milvus.MilvusCollection`) checked once for all three stores —
 the memory index, the passage store and the conversation store: metadata round trip, schema-version
 and foreign-collection refusals, the same error for the same bad request, close and reopen."""
 

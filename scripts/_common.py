@@ -1,0 +1,153 @@
+"""Code that several scripts share and that is no product code: the one module a script may import from another
+(``from _common import ...``; a script run as ``python scripts/x.py`` has ``scripts/`` on its path).
+
+- **Evidence in a context** (:func:`evidence_chunks`): where a question's answer lies among the chunks of its
+  context, the definition ``bench_embedders.py`` and ``bench_layers.py`` both score against.
+- **HotpotQA for MeVe** (:func:`hotpot_passages`, :func:`support_recall`, :func:`top_k_run`): the passage store's
+  rows, the supporting-paragraph recall and the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``.
+- **Qwen2.5 shapes** (:data:`SHAPES`, :data:`SMOKE`, :func:`versions`): the config values the GPU checks
+  ``gpu_sft_mfu.py`` and ``gpu_decode_step.py`` build their random-weight models from.
+
+Only the standard library is imported here at import time: the GPU scripts run where the project is not installed,
+and a script that uses one helper does not pay for the others' imports.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+# -------- evidence chunks (bench_embedders, bench_layers) --------
+
+_PUNCT_EDGES = re.compile(r"^[\s\W_]+|[\s\W_]+$", re.UNICODE)
+
+
+def _strip(text: str) -> str:
+    return _PUNCT_EDGES.sub("", text)
+
+
+def _words(text: str) -> set[str]:
+    import jieba
+
+    return {w.lower() for w in jieba.lcut(text)
+            if w.strip() and not all(unicodedata.category(c)[0] in "PSZ" for c in w)}
+
+
+def evidence_chunks(question: str, context: str, spans: list[tuple[int, int]], answers: list[str],
+                    min_overlap: float) -> tuple[set[int], str]:
+    """Indices of the chunks (``spans`` of ``context``) that hold a question's answer, and how they were found.
+
+    Answers and context are compared after stripping whitespace and punctuation at the answer's ends. If a
+    reference answer occurs verbatim in the context, every chunk overlapping an occurrence is evidence
+    (``exact``). Otherwise the answer is cut into jieba words (punctuation dropped; words the question also holds
+    are dropped too, unless nothing else is left, since answers often restate the question) and each chunk scores
+    the share of those distinct words it contains; the chunk(s) with the highest share are evidence
+    (``overlap``), provided that share is at least ``min_overlap``; else there is none (``none``)."""
+    exact: set[int] = set()
+    for answer in answers:
+        needle = _strip(answer)
+        if not needle:
+            continue
+        start = context.find(needle)
+        while start != -1:
+            end = start + len(needle)
+            exact |= {i for i, (s, e) in enumerate(spans) if s < end and start < e}
+            start = context.find(needle, start + 1)
+    if exact:
+        return exact, "exact"
+    words = set().union(*(_words(a) for a in answers))
+    # Answers often restate the question ("2012年，铜仁市的财政总收入增长了25.89%"): only the words
+    # the question lacks say where the answer is, unless the answer has no others.
+    words = (words - _words(question)) or words
+    if not words:
+        return set(), "none"
+    shares = [len(words & _words(context[s:e])) / len(words) for s, e in spans]
+    best = max(shares)
+    if best < min_overlap:
+        return set(), "none"
+    return {i for i, share in enumerate(shares) if share == best}, "overlap"
+
+
+# -------- HotpotQA passages for MeVe (bench_meve, calibrate_meve) --------
+
+def hotpot_passages(corpus_path: str) -> list[tuple[str, str, str]]:
+    """``(id, doc_id, text)`` per HotpotQA paragraph: the title is the id and the doc_id, text = title, a newline,
+    the sentences joined as stored (the rows of a :class:`memreader.retrieval.passages.PassageStore`)."""
+    from memreader.eval.datasets import load_hotpotqa_corpus
+
+    return [(p.title, p.title, f"{p.title}\n{p.text}") for p in load_hotpotqa_corpus(corpus_path)]
+
+
+def support_recall(titles: set[str], found: Sequence[str]) -> float:
+    """Share of the supporting titles among the doc_ids of the final context."""
+    return len(titles & set(found)) / len(titles)
+
+
+def top_k_run(store: Any, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
+    """Plain top-k: embed, search, join every passage by MeVe's separator (timed like MeVe's phases, tokens
+    counted after): ``doc_ids``, ``ids``, ``tokens``, ``ms`` (``knn``, ``total_without_verifier``, ``verifier``,
+    ``total``) and ``fallback`` (always False)."""
+    from memreader.core.embedders import encode
+    from memreader.retrieval.meve import SEPARATOR
+
+    started = time.perf_counter()
+    vector = encode(embedder, [question], batch_size=1, kind="query")[0]
+    hits = store.knn(vector.tolist(), k, with_vectors=False)
+    context = SEPARATOR.join(h.text for h in hits)
+    ms = (time.perf_counter() - started) * 1000.0
+    return {"doc_ids": [h.doc_id for h in hits], "ids": [h.id for h in hits],
+            "tokens": len(tokenizer(context, add_special_tokens=False)["input_ids"]),
+            "ms": {"knn": ms, "total_without_verifier": ms, "verifier": 0.0, "total": ms}, "fallback": False}
+
+
+# -------- Qwen2.5 shapes for the GPU checks (gpu_sft_mfu, gpu_decode_step) --------
+
+# the Qwen2.5-1.5B config.json values (Qwen/Qwen2.5-1.5B), written out so no hub access is needed
+QWEN25_1P5B = dict(
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    hidden_act="silu",
+    bos_token_id=151643,
+    eos_token_id=151643,
+)
+# Qwen2.5-3B and Qwen2.5-7B differ in size only (config.json values of Qwen/Qwen2.5-3B and Qwen/Qwen2.5-7B-Instruct);
+# the 7B model does not tie its LM head to the embedding
+QWEN25_3B = {**QWEN25_1P5B, **dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                                   num_attention_heads=16, num_key_value_heads=2)}
+QWEN25_7B = {**QWEN25_1P5B, **dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                                   num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                                   tie_word_embeddings=False)}
+SHAPES = {"1.5b": ("Qwen2.5-1.5B", QWEN25_1P5B), "3b": ("Qwen2.5-3B", QWEN25_3B), "7b": ("Qwen2.5-7B", QWEN25_7B)}
+"""``--shape`` → (model name, Qwen2Config keyword arguments)."""
+# --smoke: same architecture, toy sizes
+SMOKE = {**QWEN25_1P5B, **dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                               vocab_size=512, max_position_embeddings=512, bos_token_id=1, eos_token_id=1)}
+"""The Qwen2.5 layout at toy size, for the CPU ``--smoke`` runs."""
+
+
+def versions() -> dict[str, Any]:
+    """Python, torch, CUDA and the training libraries' versions (None where a library does not import)."""
+    import platform
+
+    import torch
+
+    out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("transformers", "trl", "peft", "accelerate", "datasets", "pyarrow", "flash_attn"):
+        try:
+            mod = __import__(name)
+            out[name] = getattr(mod, "__version__", "?")
+        except Exception:  # noqa: BLE001 - any import failure just means "not available"
+            out[name] = None
+    out["cuda"] = torch.version.cuda
+    return out
