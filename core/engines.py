@@ -175,6 +175,30 @@ def engine_problems(stage: str, backend: str = "auto", dtype: str = "auto", devi
 # The machine: its default device, its dtype rule, and the key of its measurements.
 
 
+def backend_field(stage: str, what: str) -> Any:
+    """A config's backend key for ``stage``: default ``auto`` and one help text everywhere (the engines the stage
+    takes, what ``auto`` means, the aliases); ``what`` says which model it runs."""
+    from memreader.core.config import field
+
+    return field("auto", help=f"{what}: {' | '.join(STAGE_BACKENDS[stage])} | auto (the fastest measured on this "
+                 f"machine, else {DEFAULTS[stage]}; local and hf are transformers; docs/ENGINES.md)")
+
+
+def dtype_field(what: str) -> Any:
+    """A config's dtype key: default ``auto``, one help text everywhere."""
+    from memreader.core.config import field
+
+    return field("auto", help=f"{what}: auto (the measured fastest, else bf16 on a GPU with bf16, on a CPU the faster "
+                 "of fp32 and bf16 by a cached matmul probe), float32, bfloat16 or float16")
+
+
+def device_field(what: str) -> Any:
+    """A config's device key: default ``auto``, one help text everywhere."""
+    from memreader.core.config import field
+
+    return field("auto", help=f"{what}: auto (CUDA when available), cpu, cuda or cuda:N")
+
+
 def machine_device() -> str:
     """``cuda`` when a CUDA GPU is visible, else ``cpu`` (what ``device: auto`` means)."""
     import torch

@@ -193,13 +193,18 @@ def _fit_end(text: str, start: int, limit: int, count: CountTokens, tokens: int 
         if p == limit:
             return limit
         step *= 2
+    return _bisect(lo, hi, lambda mid: count(text[start:mid]) <= tokens)[0]
+
+
+def _bisect(lo: int, hi: int, below: Callable[[int], bool]) -> tuple[int, int]:
+    """Narrow ``lo < hi`` (``below(lo)`` true, ``below(hi)`` false) to neighbours ``(lo, lo + 1)``."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if count(text[start:mid]) <= tokens:
+        if below(mid):
             lo = mid
         else:
             hi = mid
-    return lo
+    return lo, hi
 
 
 def _pick(candidates: list[int], lo: int, hi: int, want: str) -> int | None:
@@ -261,14 +266,8 @@ def _first_fit_start(text: str, lowest: int, end: int, count: CountTokens, token
     """Smallest ``q`` in ``[lowest, end]`` with ``count(text[q:end]) <= tokens``."""
     if count(text[lowest:end]) <= tokens:
         return lowest
-    lo, hi = lowest, end  # count(text[lo:end]) > tokens >= count(text[hi:end])
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if count(text[mid:end]) <= tokens:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    # count(text[lowest:end]) > tokens >= count(text[end:end])
+    return _bisect(lowest, end, lambda mid: count(text[mid:end]) > tokens)[1]
 
 
 # ---------------------------------------------------------------------------------------------------

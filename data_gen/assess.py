@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import ConfigError, field
-from memreader.core.engines import engine_problems
+from memreader.core.engines import backend_field, device_field, dtype_field, engine_problems
 from memreader.core.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.schema import read_memories
 from memreader.core.scoring import VARIANTS
@@ -36,11 +36,9 @@ class AssessConfig:
     input: str = field("", help="memories JSONL (from gen, read, or a chunking baseline)")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM (registry name or folder)")
     clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see memreader.core.scoring)")
-    backend: str = field("auto", help="transformers (alias hf) | vllm (prompt_logprobs) | auto (the fastest scorer "
-                         "measured on this machine, else transformers: docs/ENGINES.md)")
-    dtype: str = field("auto", help="auto (the measured fastest, else bf16 on a GPU with bf16, on a CPU the faster of "
-                       "fp32 and bf16 by a cached probe), float32, bfloat16 or float16")
-    device: str = field("auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    backend: str = backend_field("scorer", "the evaluator scorer")
+    dtype: str = dtype_field("the evaluator's weights")
+    device: str = device_field("the evaluator's device")
     max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     block: int = field(32, ge=1, help="memories per scorer call (one progress step)")
 

@@ -29,7 +29,14 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, read_corpus, split_empty
-from memreader.core.engines import engine_problems, make_engine, resolve_engine
+from memreader.core.engines import (
+    backend_field,
+    device_field,
+    dtype_field,
+    engine_problems,
+    make_engine,
+    resolve_engine,
+)
 from memreader.core.errors import RunFailed
 from memreader.core.fusion import rrf_k_field
 from memreader.core.guidance import GuidedConfig, count_fates
@@ -67,9 +74,8 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
                          "vLLM engine), openai (any OpenAI-compatible endpoint), auto (the fastest measured on this "
                          "machine, else vllm: docs/ENGINES.md), or structure (no model: the memory each document's "
                          "known sections imply, data_gen/structure_teacher.py; model = the reader's)")
-    dtype: str = field("auto", help="in-process teacher weights: auto (the measured fastest, else bf16 on a GPU with "
-                       "bf16 and on a CPU the faster of fp32 and bf16 by a cached probe), float32, bfloat16, float16")
-    device: str = field("auto", help="teacher=transformers: auto (CUDA when available), cpu, cuda or cuda:N")
+    dtype: str = dtype_field("in-process teacher weights")
+    device: str = device_field("teacher=transformers")
     model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
     base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL)")
     max_concurrency: int = field(8, ge=1, help="parallel requests to an OpenAI-compatible teacher")
@@ -98,14 +104,9 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
                            "name or folder; paper: Qwen2.5-7B-Instruct)")
     clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl (conditional perplexity; the default, "
                                  "measured best on small evaluators), prob or margin (the paper's yes/no question)")
-    evaluator_backend: str = field("auto", help="evaluator scorer: transformers (alias hf), vllm (prompt_logprobs), "
-                                   "auto (the fastest scorer measured here, else transformers; the same in gen, "
-                                   "assess and eval: docs/ENGINES.md). It shares the teacher's weights or engine "
-                                   "when it names the same model, dtype and device")
-    evaluator_dtype: str = field("auto", help="evaluator dtype: auto (the measured fastest, else bf16 on a GPU with "
-                                 "bf16, on a CPU the faster of fp32 and bf16 by a cached probe), float32, bfloat16, "
-                                 "float16")
-    evaluator_device: str = field("auto", help="evaluator device: auto (CUDA when available), cpu, cuda or cuda:N")
+    evaluator_backend: str = backend_field("scorer", "the evaluator scorer (it shares the teacher's weights or engine when it names the same model, dtype and device)")
+    evaluator_dtype: str = dtype_field("the evaluator's weights")
+    evaluator_device: str = device_field("the evaluator's device")
     score_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     score_batch_memories: int = field(64, ge=1, help="most candidate memories scored in one scorer call")
     domain_field: str = field("", help="corpus field naming each document's domain, for balancing and the "

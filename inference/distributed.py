@@ -48,7 +48,7 @@ from memreader.core.paths import run_dir, write_json, write_resolved_config
 from memreader.core.registry import resolve_model
 from memreader.core.runlock import RunLock
 from memreader.core.stage import Stage
-from memreader.inference.reader import ReadConfig, read_key, resolved
+from memreader.inference.reader import ReadConfig, read_key, resolved, warn_unwritten
 from memreader.inference.shards import ShardError, ShardStore, merge_shards, plan_file_shards
 
 log = logging.getLogger(__name__)
@@ -173,12 +173,7 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     print(f"read-dist: {n_read} docs in {len(fresh)} shard(s) in {seconds:.1f}s ({summary['docs_per_s']} docs/s) on "
           f"{len(summary['workers'])} worker(s); {summary['shards_skipped']} shard(s) already done; {merged} memories "
           f"merged → {summary['memories']}")
-    if failed:
-        named = "; ".join(f"{d}: {e}" for d, e in list(failed.items())[:3])
-        print(f"WARNING: {len(failed)} document(s) failed and were not written ({named}); rerun to ask them again")
-    if summary["truncated_skipped"]:
-        print(f"WARNING: {summary['truncated_skipped']} reply(ies) were cut off by max_new_tokens={cfg.max_new_tokens} "
-              "and not written; raise max_new_tokens and rerun (finished documents are kept)")
+    warn_unwritten(failed, summary["truncated_skipped"], cfg.max_new_tokens, "; rerun to ask them again")
     if empty:
         print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
     if fresh and n_read == 0:

@@ -37,7 +37,15 @@ from typing import Any
 from memreader.core.assemble import memory_from_output
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, batched, iter_corpus
-from memreader.core.engines import EngineChoice, engine_problems, make_engine, resolve_engine
+from memreader.core.engines import (
+    EngineChoice,
+    backend_field,
+    device_field,
+    dtype_field,
+    engine_problems,
+    make_engine,
+    resolve_engine,
+)
 from memreader.core.errors import RunFailed
 from memreader.core.generation import GenerationParams, GenerationRequestError
 from memreader.core.guidance import (
@@ -77,12 +85,9 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     text_field: str = field("text", help="name of the text field in the corpus")
     limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
-    backend: str = field("auto", help="transformers (alias local) | vllm | openai (HTTP server) | auto (the fastest "
-                         "measured on this machine, else vllm: docs/ENGINES.md)")
-    dtype: str = field("auto", help="transformers/vllm weights: auto (the measured fastest, else bf16 on a GPU with "
-                       "bf16 and on a CPU the faster of fp32 and bf16 by a cached matmul probe), float32, bfloat16, "
-                       "float16")
-    device: str = field("auto", help="backend=transformers: auto (CUDA when available), cpu, cuda or cuda:N")
+    backend: str = backend_field("read", "the reading model")
+    dtype: str = dtype_field("transformers/vllm weights")
+    device: str = device_field("backend=transformers")
     lora_mode: str = field("auto", help="backend=vllm with an adapter: merge (fold it in once; auto on CPU) or request "
                            "(LoRARequest per request; auto on GPU)")
     kv_cache_gib: float = field(1.0, gt=0, help="backend=vllm on a CPU: GiB of KV cache")
@@ -487,6 +492,17 @@ def _summary(cfg: ReadConfig, survey: _Survey, tally: _Tally, seconds: float, ou
     }
 
 
+def warn_unwritten(failed: dict[str, str], truncated: int, max_new_tokens: int, rerun: str = "") -> None:
+    """The warnings on stdout for documents that failed (the first three named; ``rerun``: what to add) and replies
+    cut off by ``max_new_tokens``: neither was written."""
+    if failed:
+        named = "; ".join(f"{d}: {e}" for d, e in list(failed.items())[:3])
+        print(f"WARNING: {len(failed)} document(s) failed and were not written ({named}){rerun}")
+    if truncated:
+        print(f"WARNING: {truncated} reply(ies) were cut off by max_new_tokens={max_new_tokens} "
+              "and not written; raise max_new_tokens and rerun (finished documents are kept)")
+
+
 def _report(cfg: ReadConfig, summary: dict[str, Any], tally: _Tally, survey: _Survey, out_path: Path,
             seconds: float) -> None:
     """The run's lines on stdout: what was read, then every warning and note."""
@@ -498,12 +514,7 @@ def _report(cfg: ReadConfig, summary: dict[str, Any], tally: _Tally, survey: _Su
         f"{summary['truncated_skipped']} cut off and skipped, {stats['repaired']} repaired, "
         f"{stats['fallbacks']} whole-document fallbacks → {out_path}"
     )
-    if failed:
-        named = "; ".join(f"{d}: {e}" for d, e in list(failed.items())[:3])
-        print(f"WARNING: {len(failed)} document(s) failed and were not written ({named})")
-    if summary["truncated_skipped"]:
-        print(f"WARNING: {summary['truncated_skipped']} reply(ies) were cut off by max_new_tokens={cfg.max_new_tokens} "
-              "and not written; raise max_new_tokens and rerun (finished documents are kept)")
+    warn_unwritten(failed, summary["truncated_skipped"], cfg.max_new_tokens)
     if stats["windowed"]:
         print(f"NOTE: {stats['windowed']} long document(s) were read in {stats['windows']} windows and merged "
               f"(window_tokens={cfg.window_tokens or 'auto'}, overlap_tokens={cfg.overlap_tokens}; meta.windows)")

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memreader.core.config import field
-from memreader.core.engines import engine_problems, make_engine, resolve_engine
+from memreader.core.engines import (
+    backend_field,
+    device_field,
+    dtype_field,
+    engine_problems,
+    make_engine,
+    resolve_engine,
+)
 from memreader.core.errors import MemReaderError
 from memreader.core.fusion import rrf_k_field
 from memreader.core.paths import run_dir, write_json, write_resolved_config
@@ -81,18 +88,14 @@ class ChatConfig:
     candidates: int = field(50, ge=1, help="turns each signal proposes before fusion (>= top_k)")
     max_tokens: int = field(1024, ge=1, help="L_max: tokens of question + context turns (answering model's tokenizer)")
     # the answering model
-    backend: str = field("auto", help="transformers (local: in process), vllm (in process), openai (any "
-                         "OpenAI-compatible endpoint: base_url or $MEMREADER_CHAT_BASE_URL, key in "
-                         "$MEMREADER_CHAT_API_KEY) or auto (the measured fastest on this machine: docs/ENGINES.md)")
-    dtype: str = field("auto", help="dtype of a local answering model: auto (the measured fastest, else the machine's "
-                       "faster: docs/ENGINES.md), float32, bfloat16 or float16")
+    backend: str = backend_field("chat", "the answering model (openai: any OpenAI-compatible endpoint, base_url or $MEMREADER_CHAT_BASE_URL, key in $MEMREADER_CHAT_API_KEY)")
+    dtype: str = dtype_field("a local answering model's weights")
     max_model_len: int = field(4096, ge=64, help="for backend=vllm: the engine's context length (prompt + answer)")
     model: str = field(SMOLLM2, help="answering model: registry name or folder (local), served model name (openai)")
     base_url: str = field("", help="for backend=openai: the endpoint, e.g. http://localhost:8000/v1")
     tokenizer: str = field("", help="tokenizer that counts max_tokens; empty = the local model's own (required for "
                            "backend=openai: a registry name or folder of the served model's tokenizer)")
-    device: str = field("auto", help="device of the local model and the embedders: auto (CUDA when available), cpu, "
-                        "cuda or cuda:N")
+    device: str = device_field("the local model and the embedders")
     max_new_tokens: int = field(256, ge=1, help="answer length budget")
     temperature: float = field(0.0, ge=0, help="sampling temperature; 0 = greedy")
     top_p: float = field(1.0, gt=0, le=1, help="nucleus sampling mass")

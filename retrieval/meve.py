@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 from memreader.core.config import field, range_problems
 from memreader.core.embedders import encode
+from memreader.core.engines import backend_field, dtype_field
 from memreader.retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
 from memreader.retrieval.token_counter import TokenCounter, load_tokenizer
 from memreader.retrieval.verifier import KINDS, Verifier
@@ -95,11 +96,8 @@ class MeVeSettings:
                                       "retrieval/verifier_calibration.py")
     operating_point: str = field("", help="where tau (and the other phase-2 keys) came from, e.g. the calibration "
                                  "that chose them (scripts/calibrate_meve.py); recorded in every audit")
-    verifier_backend: str = field("auto", help="MeVe phase 2, verifier_kind=lm or lm_likelihood: transformers, vllm "
-                                  "or auto (the measured fastest on this machine, else vllm: docs/ENGINES.md); its "
-                                  "device is the config's device")
-    verifier_dtype: str = field("auto", help="MeVe phase 2: the LM verifier's dtype, auto, float32, bfloat16 or "
-                                "float16")
+    verifier_backend: str = backend_field("verifier", "MeVe phase 2, verifier_kind=lm or lm_likelihood (its device is the config's device)")
+    verifier_dtype: str = dtype_field("MeVe phase 2: the LM verifier's weights")
     verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")
     verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
                                      "tokens shown to the verifier (longer passages are cut for the judgement only; "

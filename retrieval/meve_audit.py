@@ -24,30 +24,22 @@ def format_audit(result: MeVeResult, max_chars: int = 200) -> str:
             parts.append(f"{c['tokens']} tok")
         return "  ".join(parts) + (f"  -- {c['reason']}" if "reason" in c else "")
 
+    def phase(n: int, name: str, summary: str, label: str = "", listed: list[dict[str, Any]] | None = None) -> None:
+        out.append(f"{n} {name:<11}{ms[name]:8.1f} ms  {summary}")
+        out.extend(f"    {label} {line(c)}" for c in listed or [])
+
     out = [f"MeVe  {a['signature']}", f"question: {a['question']}", ""]
-    out.append(f"1 knn        {ms['knn']:8.1f} ms  {len(a['knn']['candidates'])} candidates (k={a['knn']['k']})")
-    v = a["verify"]
-    if v["enabled"]:
-        out.append(f"2 verify     {ms['verify']:8.1f} ms  kept {len(v['kept'])}, dropped {len(v['dropped'])} "
-                   f"(tau={v['tau']}; verifier {a['verifier']}: {v['verifier_ms']:.1f} ms)")
-        out += [f"    dropped {line(c)}" for c in v["dropped"]]
-    else:
-        out.append(f"2 verify     {ms['verify']:8.1f} ms  off: every kNN candidate kept (score = cosine)")
-    f = a["fallback"]
-    out.append(f"3 fallback   {ms['fallback']:8.1f} ms  {'fired' if f['fired'] else 'not fired'} ({f['reason']})"
-               + (f", added {len(f['added'])}" if f["fired"] else ""))
-    out += [f"    added   {line(c)}" for c in f["added"]]
-    p = a["prioritize"]
-    if p["enabled"]:
-        out.append(f"4 prioritize {ms['prioritize']:8.1f} ms  {len(p['order'])} ordered, {len(p['dropped'])} redundant "
-                   f"(cos > {p['redundancy']})")
-        out += [f"    dropped {line(c)}" for c in p["dropped"]]
-    else:
-        out.append(f"4 prioritize {ms['prioritize']:8.1f} ms  off: phase order kept")
-    k = a["pack"]
+    phase(1, "knn", f"{len(a['knn']['candidates'])} candidates (k={a['knn']['k']})")
+    v, f, p, k = a["verify"], a["fallback"], a["prioritize"], a["pack"]  # a phase that is off lists nothing
+    phase(2, "verify", f"kept {len(v['kept'])}, dropped {len(v['dropped'])} (tau={v['tau']}; verifier "
+          f"{a['verifier']}: {v['verifier_ms']:.1f} ms)" if v["enabled"] else
+          "off: every kNN candidate kept (score = cosine)", "dropped", v["dropped"])
+    phase(3, "fallback", f"{'fired' if f['fired'] else 'not fired'} ({f['reason']})"
+          + (f", added {len(f['added'])}" if f["fired"] else ""), "added  ", f["added"])
+    phase(4, "prioritize", f"{len(p['order'])} ordered, {len(p['dropped'])} redundant (cos > {p['redundancy']})"
+          if p["enabled"] else "off: phase order kept", "dropped", p["dropped"])
     budget = f"t_max={k['t_max']}" if k["enabled"] else "off: no budget"
-    out.append(f"5 pack       {ms['pack']:8.1f} ms  {len(k['packed'])} packed, {k['tokens']} tokens ({budget})")
-    out += [f"    dropped {line(c)}" for c in k["dropped"]]
+    phase(5, "pack", f"{len(k['packed'])} packed, {k['tokens']} tokens ({budget})", "dropped", k["dropped"])
     out.append(f"total {ms['total']:.1f} ms (verifier {ms['verifier']:.1f} ms, without it "
                f"{ms['total_without_verifier']:.1f} ms), context {a['tokens']} tokens")
     out.append("")

@@ -118,7 +118,31 @@ def _is_engine(model: Any) -> bool:
     return hasattr(model, "llm") and hasattr(model, "max_model_len")
 
 
-class _CausalLMVerifier:
+class _MarginVerifier:
+    """What every model verifier shares: :meth:`score` is the sigmoid of :meth:`margins`, which checks the input and
+    times the subclass's ``_margins`` into ``seconds``."""
+
+    seconds: float
+
+    def _margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        raise NotImplementedError
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        """sigmoid of :meth:`margins` per passage, in [0, 1]."""
+        return [sigmoid(m) for m in self.margins(question, passages)]
+
+    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """The subclass's margin (a log-odds, see :meth:`_margins`) per passage, timed into ``seconds``."""
+        _check_input(question, passages)
+        if not passages:
+            return []
+        started = time.perf_counter()
+        margins = self._margins(question, passages)
+        self.seconds += time.perf_counter() - started
+        return margins
+
+
+class _CausalLMVerifier(_MarginVerifier):
     """What both LM verifiers share: the model (a transformers model or a vLLM
     :class:`~memreader.core.vllm_engine.Engine`), batching limits, padding and the ``load`` by name."""
 
@@ -202,23 +226,13 @@ class LMVerifier(_CausalLMVerifier):
                                                       tokenize=False, add_generation_prompt=True)
         return f"{self.system}\n\n{user}\nAnswer:" if self.system else f"{user}\nAnswer:"
 
-    def score(self, question: str, passages: Sequence[str]) -> list[float]:
-        """P(yes) / (P(yes) + P(no)) per passage, in [0, 1]."""
-        return [sigmoid(m) for m in self.margins(question, passages)]
-
-    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
-        """log P(yes) - log P(no) per passage (the logit whose sigmoid :meth:`score` returns)."""
+    def _margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """log P(yes) - log P(no) per passage (so :meth:`score` is P(yes) / (P(yes) + P(no)))."""
         import torch
 
-        _check_input(question, passages)
-        if not passages:
-            return []
-        started = time.perf_counter()
         prompts = [self._prompt(question, p) for p in passages]
         if self.engine is not None:
-            margins = self._engine_margins(prompts)
-            self.seconds += time.perf_counter() - started
-            return margins
+            return self._engine_margins(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         margins = [0.0] * len(prompts)
         device = next(self.model.parameters()).device
@@ -237,7 +251,6 @@ class LMVerifier(_CausalLMVerifier):
                     margins[i] = float(value)
         finally:
             self.tokenizer.padding_side = side
-        self.seconds += time.perf_counter() - started
         return margins
 
     def _engine_margins(self, prompts: list[str]) -> list[float]:
@@ -316,16 +329,8 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
                 out[i] = float(value)
         return out
 
-    def score(self, question: str, passages: Sequence[str]) -> list[float]:
-        """sigmoid(mean log P(question | passage) - mean log P(question)) per passage, in [0, 1]."""
-        return [sigmoid(m) for m in self.margins(question, passages)]
-
-    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
+    def _margins(self, question: str, passages: Sequence[str]) -> list[float]:
         """mean log P(question | passage) - mean log P(question) per passage (the logit of :meth:`score`)."""
-        _check_input(question, passages)
-        if not passages:
-            return []
-        started = time.perf_counter()
         encode = self.tokenizer.encode
         q = encode(" " + question.strip(), add_special_tokens=False)
         prefixes = [encode("Passage: " + self.tokenizer.decode(encode(p.strip(), add_special_tokens=False)
@@ -333,11 +338,10 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
                            add_special_tokens=False) for p in passages]
         with_passage = self._mean_logprobs(prefixes, q)
         (alone,) = self._mean_logprobs([encode("Question:", add_special_tokens=False)], q)
-        self.seconds += time.perf_counter() - started
         return [x - alone for x in with_passage]
 
 
-class CrossEncoderVerifier:
+class CrossEncoderVerifier(_MarginVerifier):
     """A sentence-transformers CrossEncoder; score = sigmoid of its single logit (see the module)."""
 
     def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
@@ -357,22 +361,13 @@ class CrossEncoderVerifier:
         self.choice = {"stage": "verifier", "backend": "sentence-transformers",
                        "dtype": str(self.model.model.dtype).removeprefix("torch.")}
 
-    def score(self, question: str, passages: Sequence[str]) -> list[float]:
-        """sigmoid(logit) per (question, passage) pair, in [0, 1]."""
-        return [sigmoid(m) for m in self.margins(question, passages)]
-
-    def margins(self, question: str, passages: Sequence[str]) -> list[float]:
-        """The model's raw relevance logit per (question, passage) pair."""
+    def _margins(self, question: str, passages: Sequence[str]) -> list[float]:
+        """The model's raw relevance logit per (question, passage) pair (so :meth:`score` is sigmoid(logit))."""
         import torch
 
-        _check_input(question, passages)
-        if not passages:
-            return []
-        started = time.perf_counter()
         logits = self.model.predict([(question, p) for p in passages], batch_size=self.batch_size,
                                     activation_fn=torch.nn.Identity(), convert_to_tensor=True,
                                     show_progress_bar=False)
-        self.seconds += time.perf_counter() - started
         return [float(x) for x in logits.float().reshape(len(passages)).tolist()]
 
 

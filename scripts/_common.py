@@ -5,6 +5,8 @@
   context, the definition ``bench_embedders.py`` and ``bench_layers.py`` both score against.
 - **HotpotQA for MeVe** (:func:`hotpot_passages`, :func:`support_recall`, :func:`top_k_run`): the passage store's
   rows, the supporting-paragraph recall and the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``.
+- **Report tables** (:func:`mean_cell`, :func:`delta_cell`, :func:`settings_line`, :func:`emit_table`): a mean's and a
+  paired difference's cell with their bootstrap intervals, the settings line and the print-and-save of a table, for ``bench_embedders.py``, ``bench_layers.py`` and ``bench_layer_latency.py``.
 - **Qwen2.5 shapes** (:data:`SHAPES`, :data:`SMOKE`, :func:`versions`): the config values the GPU checks
   ``gpu_sft_mfu.py`` and ``gpu_decode_step.py`` build their random-weight models from.
 
@@ -14,11 +16,50 @@ and a script that uses one helper does not pay for the others' imports.
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 import time
 import unicodedata
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+# -------- report tables (bench_embedders, bench_layers, bench_layer_latency) --------
+
+
+def mean_cell(values: Any) -> str:
+    """The mean of ``values`` with its bootstrap 95% interval (:func:`memreader.eval.stats.bootstrap_ci`)."""
+    from memreader.eval.stats import bootstrap_ci
+
+    ci = bootstrap_ci(values)
+    return f"{values.mean():.3f} [{ci.low:.3f}, {ci.high:.3f}]"
+
+
+def delta_cell(a: Any, b: Any) -> str:
+    """``mean(a - b)`` with its paired bootstrap 95% interval (:func:`memreader.eval.stats.paired_bootstrap`)."""
+    from memreader.eval.stats import paired_bootstrap
+
+    test = paired_bootstrap(a, b)
+    return f"{test.delta:+.3f} [{test.interval.low:+.3f}, {test.interval.high:+.3f}]"
+
+
+def settings_line(what: str, seconds: float, machine: bool = False) -> str:
+    """The table's closing ``settings:`` line: ``what`` was run, the bootstrap of :func:`mean_cell` and
+    :func:`delta_cell` (the defaults of memreader.eval.stats), Python (``machine``: and the CPU) and the time."""
+    cpu = f", {platform.machine()} CPU x{len(os.sched_getaffinity(0))}" if machine else ""
+    return (f"settings: {what}; bootstrap 1000 draws, seed 12345; Python {platform.python_version()}{cpu}; "
+            f"{seconds:.0f} s.")
+
+
+def emit_table(lines: Sequence[str], out: str | None) -> int:
+    """Print the table ``lines``, write them to ``out`` too when given; the script's exit status 0."""
+    table = "\n".join(lines)
+    print(table)
+    if out:
+        Path(out).write_text(table + "\n", encoding="utf-8")
+    return 0
+
 
 # -------- evidence chunks (bench_embedders, bench_layers) --------
 
@@ -138,8 +179,6 @@ SMOKE = {**QWEN25_1P5B, **dict(hidden_size=64, intermediate_size=128, num_hidden
 
 def versions() -> dict[str, Any]:
     """Python, torch, CUDA and the training libraries' versions (None where a library does not import)."""
-    import platform
-
     import torch
 
     out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}

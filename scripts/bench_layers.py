@@ -32,7 +32,6 @@ no memories itself.
 from __future__ import annotations
 
 import argparse
-import platform
 import tempfile
 import time
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import evidence_chunks
+from _common import delta_cell, emit_table, evidence_chunks, mean_cell, settings_line
 
 LAYOUTS = ("jsonl", "longbench", "hotpotqa")
 
@@ -115,7 +114,6 @@ def main() -> int:
     from memreader.core.registry import canonical_name
     from memreader.core.runtime import load_embedder
     from memreader.core.schema import read_memories
-    from memreader.eval.stats import bootstrap_ci, paired_bootstrap
     from memreader.retrieval.index import MODES, MemoryIndex
 
     # -------- data --------
@@ -157,25 +155,15 @@ def main() -> int:
     ]
     for mode, labels in MODES.items():
         v = values[mode]
-        ci = bootstrap_ci(v)
-        if mode == "chunk_only":
-            delta = "-"
-        else:
-            test = paired_bootstrap(v, values["chunk_only"])
-            delta = f"{test.delta:+.3f} [{test.interval.low:+.3f}, {test.interval.high:+.3f}]"
-        lines.append(f"| {mode} | {', '.join(labels)} | {v.mean():.3f} [{ci.low:.3f}, {ci.high:.3f}] | {delta} |")
+        delta = "-" if mode == "chunk_only" else delta_cell(v, values["chunk_only"])
+        lines.append(f"| {mode} | {', '.join(labels)} | {mean_cell(v)} | {delta} |")
     lines += [
         "",
-        f"settings: layout {args.layout}, {skipped}; embedder {name}, BM25 analyzer {language}, top_k "
-        f"{args.top_k}, RRF k 60, Milvus Lite; rows {summary.rows}, skipped rows {summary.skipped or 'none'}; "
-        f"memories made by {', '.join(made_by)}; bootstrap 1000 draws, seed 12345; Python "
-        f"{platform.python_version()}; {seconds:.0f} s.",
+        settings_line(f"layout {args.layout}, {skipped}; embedder {name}, BM25 analyzer {language}, top_k "
+                      f"{args.top_k}, RRF k 60, Milvus Lite; rows {summary.rows}, skipped rows "
+                      f"{summary.skipped or 'none'}; memories made by {', '.join(made_by)}", seconds),
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table + "\n", encoding="utf-8")
-    return 0
+    return emit_table(lines, args.out)
 
 
 if __name__ == "__main__":

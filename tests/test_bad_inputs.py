@@ -103,7 +103,7 @@ CASES += [
      "meteor_alpha=-3 is out of range"),
     ("gen-zero-candidates", ["gen", "--set", "input={corpus}", "--set", "num_candidates=0"], 2,
      "num_candidates=0 is out of range"),
-    ("gen-rrf-k-zero", ["gen", "--set", "input={corpus}", "--set", "rrf_k=0"], 2, "rrf_k=0.0 is out of range"),
+    ("gen-rrf-k-negative", ["gen", "--set", "input={corpus}", "--set", "rrf_k=-1"], 2, "rrf_k=-1.0 is out of range"),
     ("gen-bad-clarity-variant", ["gen", "--set", "input={corpus}", "--set", "clarity_variant=vibes"], 2,
      "clarity_variant: 'vibes' is not one of prob, margin, ppl"),
     ("gen-overlap-half-window", ["gen", "--set", "input={corpus}", "--set", "window_tokens=100", "--set",

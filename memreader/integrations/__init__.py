@@ -4,7 +4,7 @@
     pip install 'memreader[llamaindex]'     from memreader.integrations.llamaindex import MemReaderRetriever
 
 Both wrap a :class:`memreader.api.Index` and return each retrieved chunk (an exact span of its document) with the
-same metadata: :func:`hit_metadata`.
+same metadata: :func:`hit_metadata`, as :func:`retrieve` finds them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from memreader.core.fusion import CORE, OUTLINE, Hit
 
-__all__ = ["hit_metadata", "hit_id"]
+__all__ = ["hit_metadata", "hit_id", "retrieve"]
 
 
 def hit_id(hit: Hit) -> str:
@@ -32,3 +32,12 @@ def hit_metadata(hit: Hit, layers: dict[str, str] | None = None) -> dict[str, An
             "score": hit.score, "layers": hit.layers, "outline": texts.get(OUTLINE), "core": texts.get(CORE),
             "source": where.get("source"), "pages": list(where.get("pages") or []),
             "headings": list(where.get("headings") or [])}
+
+
+def retrieve(index: Any, query: str, top_k: int, mode: str) -> list[tuple[Hit, str, dict[str, Any]]]:
+    """``(hit, hit_id(hit), hit_metadata(hit, its layers))`` for the ``top_k`` chunks an open
+    :class:`memreader.api.Index` finds for ``query``; ``mode`` is any search mode of the index (``three_layer``,
+    ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``)."""
+    hits = index.search(query, top_k=top_k, mode=mode)
+    layers = index.layer_texts(hits)
+    return [(h, hit_id(h), hit_metadata(h, layers[(h.doc_id, h.scenario)])) for h in hits]

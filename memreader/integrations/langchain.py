@@ -22,14 +22,13 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("the LangChain retriever needs langchain-core: pip install 'memreader[langchain]'") from exc
 
-from memreader.integrations import hit_id, hit_metadata
+from memreader.integrations import retrieve
 
 __all__ = ["MemReaderRetriever"]
 
 
 class MemReaderRetriever(BaseRetriever):
-    """Retrieves MemReader chunks for a query: ``mode`` is any search mode of the index (``three_layer``,
-    ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``), ``top_k`` the number of chunks."""
+    """LangChain ``Document`` s of the ``top_k`` MemReader chunks for a query in search ``mode`` (:func:`retrieve`)."""
 
     index: Any
     """An open :class:`memreader.api.Index`."""
@@ -37,7 +36,5 @@ class MemReaderRetriever(BaseRetriever):
     mode: str = "three_layer"
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        hits = self.index.search(query, top_k=self.top_k, mode=self.mode)
-        layers = self.index.layer_texts(hits)
-        return [Document(page_content=h.text, id=hit_id(h), metadata=hit_metadata(h, layers[(h.doc_id, h.scenario)]))
-                for h in hits]
+        return [Document(page_content=h.text, id=id_, metadata=meta)
+                for h, id_, meta in retrieve(self.index, query, self.top_k, self.mode)]

@@ -22,22 +22,18 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("the LlamaIndex retriever needs llama-index-core: pip install 'memreader[llamaindex]'") from exc
 
-from memreader.integrations import hit_id, hit_metadata
+from memreader.integrations import retrieve
 
 __all__ = ["MemReaderRetriever"]
 
 
 class MemReaderRetriever(BaseRetriever):
-    """Retrieves MemReader chunks for a query: ``mode`` is any search mode of the index (``three_layer``,
-    ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``), ``top_k`` the number of chunks."""
+    """LlamaIndex nodes of the ``top_k`` MemReader chunks for a query in search ``mode`` (:func:`retrieve`)."""
 
     def __init__(self, index: Any, top_k: int = 8, mode: str = "three_layer", **kwargs: Any) -> None:
         self.index, self.top_k, self.mode = index, top_k, mode
         super().__init__(**kwargs)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self.index.search(query_bundle.query_str, top_k=self.top_k, mode=self.mode)
-        layers = self.index.layer_texts(hits)
-        return [NodeWithScore(node=TextNode(text=h.text, id_=hit_id(h),
-                                            metadata=hit_metadata(h, layers[(h.doc_id, h.scenario)])),
-                              score=h.score) for h in hits]
+        return [NodeWithScore(node=TextNode(text=h.text, id_=id_, metadata=meta), score=h.score)
+                for h, id_, meta in retrieve(self.index, query_bundle.query_str, self.top_k, self.mode)]

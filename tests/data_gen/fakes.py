@@ -41,10 +41,16 @@ class ScriptedTeacher:
             if isinstance(out, GenerationRequestError):
                 if not return_exceptions:
                     raise out
-            elif on_reply is not None:
-                on_reply(i, out)
+            else:
+                out = self._finish(m[-1]["content"], params, out)
+                if on_reply is not None:
+                    on_reply(i, out)
             outs.append(out)
         return outs
+
+    def _finish(self, prompt, params, out):
+        """A subclass's change to a finished reply (a cut-off one, say): as it is here."""
+        return out
 
     @staticmethod
     def _reply(prompt: str) -> str:
@@ -55,6 +61,17 @@ class ScriptedTeacher:
         if "outline" in prompt.lower() and "<scenario>" not in prompt:
             return "<outline>\nPart one\nPart two\n</outline>"
         return render_memory(["Part one", "Part two"], [doc[:cut], doc[cut:]], ["core one", "core two"])
+
+
+class FixedTeacher(ScriptedTeacher):
+    """Gives the one reply ``text`` to every prompt (a refusal, a ramble without structure)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def _reply(self, prompt: str) -> str:
+        return self.text
 
 
 class SeededTeacher(ScriptedTeacher):

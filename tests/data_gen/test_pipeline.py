@@ -13,7 +13,7 @@ from memreader.core.schema import read_memories
 from memreader.data_gen.cache import ReplyCache, cache_key
 
 from memreader.demo import _reasoning_line
-from tests.data_gen.fakes import ScriptedTeacher, stage
+from tests.data_gen.fakes import FixedTeacher, ScriptedTeacher, stage
 from tests.engine_fakes import fake_engines
 
 
@@ -52,12 +52,7 @@ def test_generate_writes_memories_sft_and_manifest_and_caches(tmp_path, corpus, 
 def test_unusable_reply_is_reported_not_written(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
 
-    class Refuser(ScriptedTeacher):
-        @staticmethod
-        def _reply(prompt: str) -> str:
-            return "I cannot do that."
-
-    fake_engines(monkeypatch, Refuser())
+    fake_engines(monkeypatch, FixedTeacher("I cannot do that."))
     with pytest.raises(RunFailed, match="every one of the 3 documents failed"):  # exit code 1, not a silent 0
         pipeline.generate(Cfg(input=str(corpus), run="t2", reverse_com=False))
     manifest = json.loads((tmp_path / "home" / "runs" / "t2" / "gen" / "manifest.json").read_text())
@@ -76,12 +71,7 @@ def test_config_errors_are_collected() -> None:
 def test_whole_document_fallback_is_flagged_and_counted(tmp_path, corpus, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
 
-    class Rambler(ScriptedTeacher):
-        @staticmethod
-        def _reply(prompt: str) -> str:
-            return "A long ramble without any structure."
-
-    fake_engines(monkeypatch, Rambler())
+    fake_engines(monkeypatch, FixedTeacher("A long ramble without any structure."))
     cfg = Cfg(input=str(corpus), run="t3", reverse_com=False, on_unusable="whole")
     manifest = pipeline.generate(cfg)
     assert manifest["memories"] == 3 and manifest["whole_document_fallbacks"] == ["a", "b", "c"]
@@ -140,15 +130,10 @@ class CutOff(ScriptedTeacher):
 
     enough = 10**9
 
-    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
-                      grammars=None, seeds=None):
-        outs = super().generate_many(list_of_messages, params, progress_desc, None, return_exceptions, grammars, seeds)
-        if stage(list_of_messages[0][-1]["content"]) == "extraction" and params.max_new_tokens < self.enough:
-            outs = [Reply(o[: len(o) // 2], finish_reason="length") for o in outs]
-        for i, o in enumerate(outs):
-            if on_reply is not None:
-                on_reply(i, o)
-        return outs
+    def _finish(self, prompt, params, out):
+        if stage(prompt) == "extraction" and params.max_new_tokens < self.enough:
+            return Reply(out[: len(out) // 2], finish_reason="length")
+        return out
 
 
 def test_cut_off_replies_retry_longer_then_skip(tmp_path, corpus, monkeypatch) -> None:
@@ -184,16 +169,11 @@ def test_cut_off_replies_kept_flagged_are_never_sft_targets(tmp_path, corpus, mo
 class RamblingReasoner(ScriptedTeacher):
     """Reverse-CoM replies are cut off at every budget (SmolLM2-135M loops past 192 tokens on the demo corpus)."""
 
-    def generate_many(self, list_of_messages, params, progress_desc=None, on_reply=None, return_exceptions=False,
-                      grammars=None, seeds=None):
-        outs = super().generate_many(list_of_messages, params, progress_desc, None, return_exceptions, grammars, seeds)
-        outs = [Reply("The document is about the document is about", finish_reason="length",
-                      completion_tokens=params.max_new_tokens) if stage(m[-1]["content"]) == "reverse CoM" else o
-                for m, o in zip(list_of_messages, outs, strict=True)]
-        for i, o in enumerate(outs):
-            if on_reply is not None:
-                on_reply(i, o)
-        return outs
+    def _finish(self, prompt, params, out):
+        if stage(prompt) == "reverse CoM":
+            return Reply("The document is about the document is about", finish_reason="length",
+                         completion_tokens=params.max_new_tokens)
+        return out
 
 
 def test_cut_off_reasoning_is_counted_and_the_demo_says_why(tmp_path, corpus, monkeypatch) -> None:
@@ -235,12 +215,7 @@ def test_empty_reasoning_is_not_a_reasoning_path(tmp_path, corpus, monkeypatch) 
 def test_retry_unusable_asks_the_teacher_again(tmp_path, corpus, monkeypatch) -> None:
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
 
-    class Rambler(ScriptedTeacher):
-        @staticmethod
-        def _reply(prompt: str) -> str:
-            return "A long ramble without any structure."
-
-    teacher = Rambler()
+    teacher = FixedTeacher("A long ramble without any structure.")
     fake_engines(monkeypatch, teacher)
     cfg = Cfg(input=str(corpus), run="r1", reverse_com=False, on_unusable="whole", guided="off")
     pipeline.generate(cfg)

@@ -7,6 +7,7 @@ import copy
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from memreader.core.schema import DocumentMemory, Scenario
@@ -30,30 +31,45 @@ from memreader.eval.score import score_pairs
 IDS = ["q1", "q2", "q3"]
 
 
+def method_record(scores: dict, support: tuple, clarity: tuple, provenance: dict[str, int],
+                  **rest: Any) -> MethodRecord:
+    """A method's record from ``scores`` (a ScoresRecord dict), the arguments of SupportRecord.of and ClarityRecord.of
+    and the provenance counts, answered in chunk_only mode in 1.5 s (test_report's run is built with it too)."""
+    return MethodRecord(scores=ScoresRecord.from_dict(scores), support=SupportRecord.of(*support),
+                        clarity=ClarityRecord.of(*clarity), provenance=ProvenanceRecord(**provenance),
+                        mode="chunk_only", seconds=1.5, **rest)
+
+
+def eval_summary(dataset: dict[str, Any], profile: dict[str, Any], target_chars: int, max_new_tokens: int,
+                 **rest: Any) -> EvalSummary:
+    """A run's summary over ``dataset`` (DatasetRecord's fields), answered by "tiny" over minilm-l6 in three_layer
+    mode with the mom profile and tolerance 0.1; ``profile``: ProfileRecord's fields."""
+    data = DatasetRecord(**dataset)
+    settings = RunSettings(line=f"dataset={data.name} questions={data.n_questions}", target_chars=target_chars,
+                           tolerance=0.1, mode="three_layer", profile="mom", max_new_tokens=max_new_tokens)
+    return EvalSummary(settings=settings, dataset=data, answer_model="tiny", embedder="minilm-l6",
+                       profile=ProfileRecord(**profile), **rest)
+
+
 def _method(name: str, predictions: list[str]) -> MethodRecord:
     scores = score_pairs(predictions, ["Every hour.", "In the green shed.", "For three weeks."], "mom", ids=IDS,
                          workers=1, n_resamples=50, meteor_wordnet=False)
-    return MethodRecord(
-        scores=ScoresRecord.from_dict(scores.to_dict()),
-        support=SupportRecord.of([2.5, None, 3.25], IDS, "Support|model:tiny", n_truncated=1),
-        clarity=ClarityRecord.of([0.4, None], ["a", "b"], "Clarity|variant:ppl"),
+    return method_record(
+        scores.to_dict(), ([2.5, None, 3.25], IDS, "Support|model:tiny", 1),
+        ([0.4, None], ["a", "b"], "Clarity|variant:ppl"),
+        {"memories": 2, "guided": 0, "unguided": 0, "fallback": 0, "truncated": 0, "baseline": 2},
         calibration=Calibration(name, "chunk_chars", 60, 60, 0.1, 58.5, 3.0, 9, True, [(60, 58.5)], "", 2, 2),
-        provenance=ProvenanceRecord(memories=2, guided=0, unguided=0, fallback=0, truncated=0, baseline=2),
-        question_doc={"q1": "a", "q2": "b", "q3": None}, mode="chunk_only", mean_context_chars=120.5,
-        questions_with_chunks_left_out=0, seconds=1.5)
+        question_doc={"q1": "a", "q2": "b", "q3": None}, mean_context_chars=120.5, questions_with_chunks_left_out=0)
 
 
 @pytest.fixture(scope="module")
 def summary() -> EvalSummary:
-    return EvalSummary(
-        settings=RunSettings(line="dataset=jsonl questions=3", target_chars=60, tolerance=0.1, mode="three_layer",
-                             profile="mom", max_new_tokens=8),
-        dataset=DatasetRecord(name="jsonl", path="qa.jsonl", n_questions=3, n_documents=2, corpus_chars=500,
-                              mean_document_chars=250.0),
-        answer_model="tiny", embedder="minilm-l6", top_k=2,
+    return eval_summary(
+        {"name": "jsonl", "path": "qa.jsonl", "n_questions": 3, "n_documents": 2, "corpus_chars": 500,
+         "mean_document_chars": 250.0},
+        {"forward_share": 0.9, "answers": 6, "forward_calls": 48, "seconds": {"generation": 1.0}}, 60, 8, top_k=2,
         methods={"fixed": _method("fixed", ["Every hour.", "In a shed.", "Three weeks."]),
                  "sentence": _method("sentence", ["Hourly.", "The green shed.", "For three weeks."])},
-        profile=ProfileRecord(forward_share=0.9, answers=6, forward_calls=48, seconds={"generation": 1.0}),
         engine=EngineRecord(stage="answer", backend="transformers", dtype="float32", why="asked for"), seconds=9.5)
 
 

@@ -20,21 +20,12 @@ from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval import paper_tables
 from memreader.eval.chunkers.base import Calibration
 from memreader.eval.intrinsic import MethodRow, correlate, correlation_row
-from memreader.eval.records import (
-    ClarityRecord,
-    DatasetRecord,
-    EvalSummary,
-    MethodRecord,
-    ProfileRecord,
-    ProvenanceRecord,
-    RunSettings,
-    ScoresRecord,
-    SupportRecord,
-)
+from memreader.eval.records import EvalSummary
 from memreader.eval.report import Method, ReportError, build_report, load_run, paired_comparisons
 from memreader.eval.score import score_pairs
 
 from memreader.cli import main as cli
+from tests.eval.test_records import eval_summary, method_record
 
 REFS = ["厦门大学位于福建省厦门市。", "The bridge was built in 1890.", "三个堆肥箱。", "Pepper is the cat.",
         "会议在周一举行。", "It rained all week.", "北京是中国的首都。", "The answer is forty-two."]
@@ -97,21 +88,17 @@ def make_run(root: Path, dataset: str = "longbench", path: str = "shared/longben
                                                     "source": "/data/d0.pdf", "pages": [2, 3],
                                                     "headings": ["Intro"]}], "support_nll": s}, ensure_ascii=False) + "\n")
         clarity = [None if len(m.scenarios) == 1 else 0.3 + 0.1 * k + 0.01 * j for j, m in enumerate(memories)]
-        methods[method] = MethodRecord(
-            scores=ScoresRecord.from_dict(_scores(method)),
-            support=SupportRecord.of(nll, ids, "Support|model:tiny|mr-support:1", n_truncated=0),
-            clarity=ClarityRecord.of(clarity, list(DOCS), "Clarity|variant:ppl|mr-clarity:1"),
+        methods[method] = method_record(
+            _scores(method), (nll, ids, "Support|model:tiny|mr-support:1", 0),
+            (clarity, list(DOCS), "Clarity|variant:ppl|mr-clarity:1"), provenance(memories),
             calibration=None if method == "memreader" else Calibration(
                 method, "size", CHUNK[method], 40, 0.1, 38.0, 4.0, 10, True, [(30, 31.0), (40, 38.0)], ""),
-            provenance=ProvenanceRecord(**provenance(memories)), question_doc=dict.fromkeys(ids, "d0"),
-            mode="chunk_only", mean_context_chars=100.0, seconds=1.5)
-    summary = EvalSummary(
-        settings=RunSettings(line=f"dataset={dataset} questions={len(ids)}", target_chars=40, tolerance=0.1,
-                             mode="three_layer", profile="mom", max_new_tokens=32),
-        dataset=DatasetRecord(name=dataset, path=path, n_questions=len(ids), n_documents=len(DOCS),
-                              corpus_chars=sum(map(len, DOCS.values())), mean_document_chars=97.5),
-        answer_model="tiny", embedder="minilm-l6", top_k=8, methods=methods,
-        profile=ProfileRecord(forward_share=0.8, answers=32, forward_calls=64, seconds={"answer": 3.0}), seconds=9.0)
+            question_doc=dict.fromkeys(ids, "d0"), mean_context_chars=100.0)
+    summary = eval_summary(
+        {"name": dataset, "path": path, "n_questions": len(ids), "n_documents": len(DOCS),
+         "corpus_chars": sum(map(len, DOCS.values())), "mean_document_chars": 97.5},
+        {"forward_share": 0.8, "answers": 32, "forward_calls": 64, "seconds": {"answer": 3.0}}, 40, 32, top_k=8,
+        methods=methods, seconds=9.0)
     (folder / "summary.json").write_text(json.dumps(summary.to_dict(), ensure_ascii=False), encoding="utf-8")
     (folder / "config.yaml").write_text("run: demo-run\n", encoding="utf-8")
     return folder

@@ -116,5 +116,5 @@ def test_type_and_check_problems_are_reported_together() -> None:
                                         "methods=fixed,sentence"]).methods == ["fixed", "sentence"]
     from memreader.eval.qa import run_qa
 
-    with pytest.raises(FileNotFoundError, match="memories: nope.jsonl does not exist .run `memreader read` first"):
+    with pytest.raises(FileNotFoundError, match="memories: nope.jsonl does not exist — fix: run `memreader read` first"):
         run_qa(load_config(QAConfig, None, ["memories=nope.jsonl", f"qa={__file__}"]))

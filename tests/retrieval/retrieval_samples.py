@@ -63,3 +63,19 @@ MEMORIES = [VOLCANO, BREAD, TEA]
 # Rows a build must write: 9 scenarios; BREAD lacks one core and one outline.
 EXPECTED_ROWS = {"outline": 8, "core": 8, "chunk": 9, "single": 9}
 EXPECTED_SKIPPED = {"empty core": 1, "empty outline": 1}
+
+# The MeVe tests' question and passages ``(id, title, text)``: two near-copies answer it, the rest do not.
+QUESTION = "At what water temperature should green tea be brewed?"
+CORPUS = [
+    ("tea-temp", "Green tea", "Green tea is brewed with water at about 80 degrees Celsius; boiling water makes it "
+     "bitter."),
+    ("tea-temp-copy", "Green tea (copy)", "Green tea is brewed with water at about 80 degrees Celsius, because "
+     "boiling water makes it bitter."),
+    ("tea-time", "Steeping", "Steep green tea for two to three minutes, then lift the leaves out of the pot."),
+    ("tea-history", "Tea history", "Tea reached Europe in the seventeenth century on Dutch ships; in England it "
+     "became a fashionable drink at court, then spread to coffee houses, and by the nineteenth century the "
+     "afternoon tea with cakes and sandwiches had become a fixed custom in middle-class homes."),
+    ("kettle", "Kettles", "An electric kettle with a thermostat holds water at a chosen temperature."),
+    ("volcano", "Volcanoes", "Magma rises through the crust and erupts as lava from a volcano."),
+    ("bread", "Sourdough", "Sourdough bread bakes in a hot oven at 230 degrees Celsius for a brown crust."),
+]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +31,10 @@ from memreader.retrieval.verifier import (
 )
 
 from memreader.cli import main
-from tests.retrieval.retrieval_samples import TEA, VOLCANO
+from tests.retrieval.retrieval_samples import CORPUS, QUESTION, TEA, VOLCANO
 
 pytestmark = pytest.mark.integration
 
-QUESTION = "At what water temperature should green tea be brewed?"
-CORPUS = [
-    ("tea-temp", "Green tea", "Green tea is brewed with water at about 80 degrees Celsius; boiling water makes it "
-     "bitter."),
-    ("tea-temp-copy", "Green tea (copy)", "Green tea is brewed with water at about 80 degrees Celsius, because "
-     "boiling water makes it bitter."),
-    ("tea-time", "Steeping", "Steep green tea for two to three minutes, then lift the leaves out of the pot."),
-    ("tea-history", "Tea history", "Tea reached Europe in the seventeenth century on Dutch ships; in England it "
-     "became a fashionable drink at court, then spread to coffee houses, and by the nineteenth century the "
-     "afternoon tea with cakes and sandwiches had become a fixed custom in middle-class homes."),
-    ("kettle", "Kettles", "An electric kettle with a thermostat holds water at a chosen temperature."),
-    ("volcano", "Volcanoes", "Magma rises through the crust and erupts as lava from a volcano."),
-    ("bread", "Sourdough", "Sourdough bread bakes in a hot oven at 230 degrees Celsius for a brown crust."),
-]
 TEXT_ID = {text: pid for pid, _, text in CORPUS}
 
 
@@ -80,22 +66,6 @@ class CountingSource:
 
     def vectors(self, ids: Sequence[str]) -> Any:
         return self.store.vectors(ids)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_path)
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[PassageStore]:
-    db = tmp_path_factory.mktemp("passages") / "passages.db"
-    with PassageStore.create(db, embedder=embedder) as built:
-        assert built.build(CORPUS, embedder, embedder_name="minilm-l6", batch_size=8, progress=False) == len(CORPUS)
-        assert built.count() == len(CORPUS)
-        yield built
 
 
 def _pipeline(store: Any, embedder: Any, tokenizer: Any, verifier: Any = None, **settings: Any) -> MeVePipeline:

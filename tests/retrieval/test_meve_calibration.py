@@ -5,7 +5,7 @@ once gives the exact walk's result, and a calibration that cannot meet its targe
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -18,7 +18,6 @@ from memreader.retrieval.meve_calibration import (
     margin,
     tau_grid,
 )
-from memreader.retrieval.passages import PassageStore
 from memreader.retrieval.verifier import VerifierError
 from memreader.retrieval.verifier_calibration import (
     CONTENT_FREE,
@@ -28,7 +27,7 @@ from memreader.retrieval.verifier_calibration import (
     calibrate,
 )
 
-from tests.retrieval.test_meve import CORPUS, QUESTION
+from tests.retrieval.retrieval_samples import QUESTION
 
 
 def _sig(z: float) -> float:
@@ -80,21 +79,6 @@ def test_embedding_verifier_and_bad_calibrations() -> None:
     with pytest.raises(VerifierError, match="is not one of"):
         calibrate(RawVerifier({}), "platt")
     assert calibrate(RawVerifier({}), "none").name == "raw"  # none leaves an LM verifier as it is
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_path)
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[PassageStore]:
-    db = tmp_path_factory.mktemp("calibration") / "passages.db"
-    with PassageStore.create(db, embedder=embedder) as built:
-        built.build(CORPUS, embedder, embedder_name="minilm-l6", batch_size=8, progress=False)
-        yield built
 
 
 @pytest.mark.integration
