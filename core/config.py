@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
 from memreader.core.errors import ConfigError
 
 T = TypeVar("T")

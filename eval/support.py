@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
 from memreader.core.errors import MemReaderError
 from memreader.core.prompts import load_template
 from memreader.eval.answering import answer_messages

@@ -38,6 +38,7 @@ class ShardWorker:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
+
         from memreader.inference.shards import read_shard
 
         out = []

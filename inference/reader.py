@@ -34,6 +34,8 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from memreader.core.assemble import memory_from_output
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, batched, iter_corpus
@@ -71,7 +73,6 @@ from memreader.core.windowing import (
     model_window_of,
     prompt_tokens_of,
 )
-from tqdm import tqdm
 
 log = logging.getLogger(__name__)
 

@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from memreader.core.config import field
 from memreader.core.errors import ConfigError, RunFailed
 from memreader.core.hardware import cpu_cores
 from memreader.core.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.stage import Flag, Stage
 from memreader.ingest.formats import FORMATS, FileProblem, extract, format_of
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 

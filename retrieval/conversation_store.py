@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pymilvus import DataType
+
 from memreader.core.embedders import embedding_dim, encode
 from memreader.retrieval.lexical import LANGUAGES, bm25_search
 from memreader.retrieval.milvus import MAX_LIMIT, MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
-from pymilvus import DataType
 
 __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "ConversationStore",
            "ConversationStoreError", "Turn", "vector_field"]

@@ -47,6 +47,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pymilvus import DataType
+from tqdm import tqdm
+
 from memreader.core.fusion import (
     ALL_LAYERS,
     BM25,
@@ -87,8 +90,6 @@ from memreader.retrieval.updates import (
     indexed_versions,
     newest_only,
 )
-from pymilvus import DataType
-from tqdm import tqdm
 
 __all__ = ["DEFAULT_COLLECTION", "MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError"]
 

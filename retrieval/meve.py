@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
+
 from memreader.core.config import field, range_problems
 from memreader.core.embedders import encode
 from memreader.core.engines import backend_field, dtype_field

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
+
 from memreader.core.errors import MemReaderError
 from memreader.retrieval.passages import PassageHit
 

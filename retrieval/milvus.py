@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+from pymilvus import DataType, MilvusClient
+from pymilvus.exceptions import ConnectionConfigException, MilvusException
+
 from memreader.core.embedders import encode
 from memreader.core.errors import MemReaderError
 from memreader.retrieval.lexical import add_bm25, text_field_params
-from pymilvus import DataType, MilvusClient
-from pymilvus.exceptions import ConnectionConfigException, MilvusException
 
 __all__ = ["CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError", "connect",
            "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal"]

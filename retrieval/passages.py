@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pymilvus import DataType
+from tqdm import tqdm
+
 from memreader.core.embedders import embedding_dim, encode
 from memreader.retrieval.lexical import bm25_search, resolve_language
 from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, get_rows
 from memreader.retrieval.rows import MAX_DOC_ID_BYTES
-from pymilvus import DataType
-from tqdm import tqdm
 
 __all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
 

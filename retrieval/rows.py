@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
 from memreader.core.embedders import embedding_dim, encode  # noqa: F401  (re-exported for the index)
 from memreader.core.fusion import ALL_LAYERS, CHUNK, CORE, OUTLINE, SINGLE
 from memreader.core.schema import DocumentMemory

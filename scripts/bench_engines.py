@@ -221,8 +221,9 @@ def bench_answering(chat: Any, dtype: str, prompts: list[Any], questions: list[s
     scores = support_for_answers(chat, questions, contexts, answers)
     dt = time.perf_counter() - t0
     seq_tokens = sum(prompt_tokens) + sum(s.n_tokens for s in scores)
-    from memreader.core.registry import resolve_model
     from transformers import AutoConfig
+
+    from memreader.core.registry import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model("smollm2-135m-instruct"))
     mean_len = seq_tokens / len(scores)
@@ -270,6 +271,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
+
     from memreader.core.engines import machine_key, record_choices, resolve_engine
     from memreader.core.hardware import cpu_model, matmul_rate
 

@@ -15,11 +15,11 @@ import argparse
 import time
 
 import torch
+
 from memreader.core.corpus import read_corpus
 from memreader.core.language import detect_language
 from memreader.core.prompts import render
 from memreader.core.runtime import load_causal_lm, runtime
-
 from memreader.demo import DEMO_DATA
 
 

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import hotpot_passages, support_recall, top_k_run
+from tqdm import tqdm
+
 from memreader.core.config import load_config
 from memreader.core.paths import memreader_home, write_json
 from memreader.core.registry import canonical_name
@@ -48,7 +50,6 @@ from memreader.retrieval.meve import PHASES, MeVePipeline, MeVeSettings, load_to
 from memreader.retrieval.passages import PassageStore
 from memreader.retrieval.search import RetrievalConfig
 from memreader.retrieval.verifier_calibration import build_meve_verifier
-from tqdm import tqdm
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 ABLATIONS = {"meve": {}, "no-verify": {"verify": False}, "no-fallback": {"fallback": False},

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from memreader.core import scoring
 from memreader.core.registry import resolve_model
 from memreader.core.runtime import load_causal_lm, runtime

@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
+
+from memreader import __version__
 from memreader.core.corpus import Document
 from memreader.core.guidance import approx_tokens
 from memreader.core.memory_grammar import sentence_ends
@@ -44,9 +47,6 @@ from memreader.core.schema import DocumentMemory, Scenario
 from memreader.data_gen.selection import METRICS, select_candidates
 from memreader.data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap
 from memreader.eval.stats import bootstrap_ci
-from tqdm import tqdm
-
-from memreader import __version__
 
 PERTURBATIONS = ("move", "merge", "split")
 

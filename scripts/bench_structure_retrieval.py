@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from memreader.core.embedders import encode
 from memreader.core.errors import MemReaderError
 from memreader.core.paths import sha256_file, write_json

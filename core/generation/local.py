@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from memreader.core.generation.params import (
     GenerationParams,
     GenerationRequestError,
@@ -26,7 +28,6 @@ from memreader.core.generation.params import (
     check_messages,
     log_summary,
 )
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 

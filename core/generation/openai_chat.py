@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from memreader.core.config import ConfigError
 from memreader.core.generation.params import (
     GenerationParams,
@@ -35,7 +37,6 @@ from memreader.core.generation.params import (
     check_messages,
     log_summary,
 )
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 

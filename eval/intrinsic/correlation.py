@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from memreader.eval.intrinsic.measures import IntrinsicError
 from memreader.eval.stats import (
     DEFAULT_CONFIDENCE,

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from memreader.core.errors import MemReaderError
 from memreader.eval.records import ClarityRecord
 

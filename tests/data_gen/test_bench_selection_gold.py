@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from memreader.core.guidance import approx_tokens
 from memreader.core.schema import tiling_problems
 

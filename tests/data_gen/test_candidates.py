@@ -7,13 +7,13 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-import memreader.data_gen.pipeline as pipeline
 import pytest
+
+import memreader.data_gen.pipeline as pipeline
 from memreader.core.errors import RunFailed
 from memreader.core.generation import GenerationParams, Reply
 from memreader.data_gen.flow import Batcher, Dispatcher
 from memreader.data_gen.selection import SelectionError, metric_ranks, select_candidates
-
 from tests.data_gen.fakes import DOCS, SeededTeacher
 from tests.engine_fakes import fake_engines
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-import memreader.data_gen.pipeline as pipeline
 import pytest
+
+import memreader.data_gen.pipeline as pipeline
 from memreader.core.errors import RunFailed
 from memreader.core.generation import GenerationRequestError, Reply
 from memreader.core.schema import read_memories
 from memreader.data_gen.cache import ReplyCache, cache_key
-
 from memreader.demo import _reasoning_line
 from tests.data_gen.fakes import FixedTeacher, ScriptedTeacher, stage
 from tests.engine_fakes import fake_engines

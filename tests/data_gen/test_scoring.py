@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import math
 
-import memreader.core.scoring as scoring
 import pytest
 import torch
+
+import memreader.core.scoring as scoring
 from memreader.core.prompts import render
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.core.scoring import (

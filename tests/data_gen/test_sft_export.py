@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 
-import memreader.data_gen.pipeline as pipeline
 import pytest
+
+import memreader.data_gen.pipeline as pipeline
 from memreader.core.corpus import CorpusError
 from memreader.data_gen.sft_export import balance, stratum, write_sft_splits
-
 from tests.data_gen.fakes import SeededTeacher
 from tests.engine_fakes import fake_engines
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import memreader.data_gen.pipeline as pipeline
 import memreader.data_gen.structure_teacher as st
-import pytest
 from memreader.core.corpus import Document
 from memreader.core.errors import RunFailed
 from memreader.core.guidance import approx_tokens
 from memreader.core.markup import render_memory
 from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
 from memreader.core.schema import read_memories
-
 from tests.engine_fakes import fake_engines
 
 PASSAGES = [
@@ -157,8 +157,9 @@ def test_a_corpus_without_structure_fails_naming_the_fix(tmp_path, monkeypatch) 
 
 @pytest.mark.integration
 def test_every_structure_target_is_a_reply_the_guided_reader_can_write(smollm2_path) -> None:
-    from memreader.core.generation.guided import accepts, ll_tokenizer
     from transformers import AutoTokenizer
+
+    from memreader.core.generation.guided import accepts, ll_tokenizer
 
     tok = AutoTokenizer.from_pretrained(smollm2_path)
     count = lambda text: len(tok.encode(text, add_special_tokens=False))  # noqa: E731

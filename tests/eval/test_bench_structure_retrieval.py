@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 
 REPO = Path(__file__).resolve().parents[2]

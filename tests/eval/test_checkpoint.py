@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import memreader.eval.method_run as method_run
 import memreader.eval.qa as qa
-import pytest
 from memreader.eval.checkpoint import MANIFEST, CheckpointError, restore, save
-
 from tests.engine_fakes import fake_engines
 from tests.eval.test_qa_harness import EchoFirstPassage, _cfg, demo_files  # noqa: F401 (fixture)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memreader.core.generation import Reply
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval.chunkers import (
@@ -22,7 +23,6 @@ from memreader.eval.chunkers.base import anchor_spans, sentence_spans
 from memreader.eval.chunkers.calibrate import SizeParam, search
 from memreader.eval.chunkers.lumber import PROMPT, AnswerCache, LumberChunker, valid_answers, window_end
 from memreader.eval.chunkers.semantic import embedder_name
-
 from tests.engine_fakes import fake_engines
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,6 +74,7 @@ def test_rule_methods_tile_and_hit_the_target(method, target, corpus, tmp_path) 
 
 def test_sentence_chunks_end_at_sentence_ends_with_exact_library_offsets(corpus) -> None:
     from chonkie import SentenceChunker
+
     from memreader.eval.chunkers.base import SENTENCE_DELIMITERS
 
     chunker = SentenceChunker(tokenizer="character", chunk_size=200, delim=SENTENCE_DELIMITERS)

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy import stats as sps
+
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.eval.intrinsic import CorrelationError, MethodRow, chunk_clarity, clarity_summary, correlate
-from scipy import stats as sps
 
 # Hand-made table: 4 methods, 6 questions, 4 documents (one method has a single-chunk document).
 # Method means: clarity x = 0.1, 0.2, 0.3, 0.6; ROUGE-L y = 0.2, 0.25, 0.5, 0.55.
@@ -87,8 +88,9 @@ def _memory(doc_id: str, chunks: list[str]) -> DocumentMemory:
 
 @pytest.fixture(scope="module")
 def scorer(smollm2_tokenizer):
-    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     tok = smollm2_tokenizer
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,

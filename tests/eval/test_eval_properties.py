@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memreader.eval.datasets import DatasetError, LocatedJson
-from memreader.eval.metrics import bleu_from_stats, bleu_stats, resolve_config, rouge_l
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU
+
+from memreader.eval.datasets import DatasetError, LocatedJson
+from memreader.eval.metrics import bleu_from_stats, bleu_stats, resolve_config, rouge_l
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),

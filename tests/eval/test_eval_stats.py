@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from memreader.eval.metrics import BleuStats, bleu_from_stats, resolve_config
 from memreader.eval.stats import (
     NotComparable,

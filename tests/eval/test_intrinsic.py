@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.eval.intrinsic import (
     IntrinsicError,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from memreader.eval.metrics import MetricConfig, corpus_bleu, resolve_config, score_example
 from memreader.eval.tokenize import tokenize
 

@@ -10,12 +10,13 @@ from typing import NamedTuple
 
 import jieba
 import pytest
-from memreader.eval.metrics import PROFILES, resolve_config, score_example
-from memreader.eval.score import score_examples
 from nltk.translate.bleu_score import modified_precision
 from nltk.translate.meteor_score import meteor_score
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU
+
+from memreader.eval.metrics import PROFILES, resolve_config, score_example
+from memreader.eval.score import score_examples
 
 
 class JiebaTokenizer:
@@ -134,8 +135,9 @@ def test_parallel_workers_read_their_own_wordnet_files() -> None:
     looked up in data.adj by both workers at the same time; before the fix this failed on every try."""
     import random
 
-    from memreader.eval import metrics
     from nltk.corpus import wordnet
+
+    from memreader.eval import metrics
 
     config = resolve_config("mom")
     metrics.prepare(config)  # opens data.adj in this process (WordNet's version), as `memreader eval` does
@@ -151,8 +153,9 @@ def test_parallel_workers_read_their_own_wordnet_files() -> None:
 
 
 def test_reopen_wordnet_files_closes_this_process_copies() -> None:
-    from memreader.eval import metrics
     from nltk.corpus import wordnet
+
+    from memreader.eval import metrics
 
     metrics.prepare(resolve_config("mom"))
     wordnet.synsets("two")  # a satellite adjective: reads data.adj and data.noun

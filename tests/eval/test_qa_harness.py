@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import memreader.eval.qa as qa
 import pytest
+
+import memreader.eval.qa as qa
 from memreader.core.config import ConfigError, load_config
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval.method_run import StaleRunError
-
 from tests.engine_fakes import fake_engines
 
 DOC_A = ("Lighthouses guide ships at night with a rotating lamp. " * 3

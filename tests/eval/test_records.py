@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.eval.chunkers.base import Calibration
 from memreader.eval.records import (

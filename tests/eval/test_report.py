@@ -15,6 +15,8 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
+
+from memreader.cli import main as cli
 from memreader.core.paths import memreader_home
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval import paper_tables
@@ -23,8 +25,6 @@ from memreader.eval.intrinsic import MethodRow, correlate, correlation_row
 from memreader.eval.records import EvalSummary
 from memreader.eval.report import Method, ReportError, build_report, load_run, paired_comparisons
 from memreader.eval.score import score_pairs
-
-from memreader.cli import main as cli
 from tests.eval.test_records import eval_summary, method_record
 
 REFS = ["厦门大学位于福建省厦门市。", "The bridge was built in 1890.", "三个堆肥箱。", "Pepper is the cat.",

@@ -7,15 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import memreader.eval.metrics as metrics
 import nltk
 import numpy as np
 import pytest
+
+import memreader.eval.metrics as metrics
+from memreader.cli import main as memreader_main
 from memreader.core.config import ConfigError
 from memreader.eval.metrics import MetricSetupError, find_wordnet, resolve_config
 from memreader.eval.score import compare, format_table, score_pairs
-
-from memreader.cli import main as memreader_main
 
 REPO = Path(__file__).resolve().parents[2]
 PREDS = ["厦门大学。", "上海和杭州两地", "", "报告比较了两座城市"]

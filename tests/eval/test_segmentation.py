@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval.chunkers import chunks_as_memory
 from memreader.eval.datasets import DatasetError

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memreader.eval.answering import answer_messages
 from memreader.eval.support import (
     SupportError,

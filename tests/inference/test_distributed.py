@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from memreader.core.config import ConfigError, load_config
 from memreader.core.corpus import CorpusError, read_corpus
 from memreader.core.generation import GenerationRequestError

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memreader.core.corpus import CorpusError, read_corpus
 from memreader.inference.shards import Shard, ShardError, plan_file_shards, plan_shards
 

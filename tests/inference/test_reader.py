@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+
 from memreader.core.config import ConfigError, load_config
 from memreader.core.generation import GenerationRequestError, Reply
 from memreader.core.guidance import approx_tokens

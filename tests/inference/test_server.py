@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from memreader.core.generation import GenerationParams, GenerationRequestError, OpenAIChat
-from memreader.inference.server import STAGE, ChatServer, build_server
 
 from memreader.cli import main
+from memreader.core.generation import GenerationParams, GenerationRequestError, OpenAIChat
+from memreader.inference.server import STAGE, ChatServer, build_server
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
@@ -117,8 +117,9 @@ def test_teacher_does_not_retry_a_wrong_model_name(server: ChatServer) -> None:
 
 
 def test_serves_a_lora_adapter(memreader_home: Path, tmp_path: Path) -> None:
-    from memreader.core.runtime import load_causal_lm, runtime
     from peft import LoraConfig, get_peft_model
+
+    from memreader.core.runtime import load_causal_lm, runtime
 
     base, _ = load_causal_lm(MODEL, rt=runtime("cpu"))
     lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))

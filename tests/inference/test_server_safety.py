@@ -11,6 +11,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+
 from memreader.core.generation import GenerationParams, generate_chat_batch
 from memreader.inference.server import build_server
 

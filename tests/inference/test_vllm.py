@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memreader.core.config import ConfigError
 from memreader.core.generation import GenerationParams, GenerationRequestError, LocalChat
 from memreader.core.generation.vllm_chat import VLLMChat
@@ -268,9 +269,10 @@ def test_the_model_chunkers_read_through_vllm(tmp_path, chat: VLLMChat) -> None:
 
 def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: VLLMChat) -> None:
     import torch
-    from memreader.core.registry import resolve_model
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
+
+    from memreader.core.registry import resolve_model
 
     tok = chat.tokenizer()
     ids = list(tok(TEXT)["input_ids"])

@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+
+from memreader.cli import main
 from memreader.core.corpus import read_corpus
 from memreader.core.markup import render_memory
 from memreader.core.memory_grammar import BoundaryGraph
 from memreader.core.schema import read_memories
 from memreader.core.structure import structural_breaks
 from memreader.inference.reader import ReadConfig, read_corpus_memories
-
-from memreader.cli import main
 
 TITLE = "Horn of Africa"
 SECTIONS = {

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+
+from memreader.cli import main
 from memreader.core.corpus import CorpusError, read_corpus
 from memreader.core.structure import headings_at, page_at
 from memreader.ingest.formats import extract
-
-from memreader.cli import main
 
 PAGES = ["Compost bays hold garden waste for a season.", "The club meets every week in the old hall.",
          "Members bring notes and share them after the meeting."]

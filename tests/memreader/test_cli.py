@@ -27,9 +27,8 @@ def test_unknown_command_fails_clearly(capsys) -> None:
 
 
 def test_every_command_is_one_stage_of_its_module() -> None:
-    from memreader.core.stage import Stage
-
     from memreader.cli import stage
+    from memreader.core.stage import Stage
 
     for name, module in COMMANDS.items():
         described = stage(name)
@@ -75,9 +74,9 @@ def test_a_bug_keeps_its_traceback_even_from_the_project_s_own_code(monkeypatch,
     import dataclasses
 
     import pytest
-    from memreader.core.errors import MissingInput
 
     import memreader.cli
+    from memreader.core.errors import MissingInput
 
     score = memreader.cli.stage("score")
 

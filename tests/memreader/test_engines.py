@@ -9,10 +9,10 @@ import os
 
 import pytest
 import torch
+
 from memreader.core import engines, hardware
 from memreader.core.engines import EngineError, make_engine, record_choices, resolve_engine
 from memreader.core.runtime import runtime
-
 from tests.engine_fakes import fake_engines
 
 # The rule, written out: stage -> (backends it runs on, what backend: auto is without a measurement).

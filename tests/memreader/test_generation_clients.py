@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memreader.core.generation import (
     GenerationParams,
     GenerationRequestError,

@@ -4,6 +4,7 @@ the truncation policy, and the small guards around them."""
 from __future__ import annotations
 
 import pytest
+
 from memreader.core.assemble import memory_from_output
 from memreader.core.generation.params import GenerationParams, GenerationRequestError, Reply
 from memreader.core.guidance import MemoryGrammars, count_fates, generate_with_policy

@@ -6,6 +6,7 @@ import builtins
 import sys
 
 import pytest
+
 from memreader.core.generation import guided
 
 

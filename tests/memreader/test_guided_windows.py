@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memreader.core import guidance
 from memreader.core.guidance import MemoryGrammars, plan_guided_windows
 from memreader.core.memory_grammar import GrammarSettings

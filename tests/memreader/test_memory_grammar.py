@@ -8,6 +8,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from memreader.core.assemble import memory_from_output
 from memreader.core.generation.guided import accepts
 from memreader.core.markup import render_memory

@@ -7,6 +7,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from memreader.core.aligner import align_markers
 from memreader.core.assemble import memory_from_output
 from memreader.core.markup import escape_markup, render_memory, unescape_markup

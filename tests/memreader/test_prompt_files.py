@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memreader.core.config import ConfigError, load_config
 from memreader.core.markup import render_memory
 from memreader.core.prompts import PromptTemplateError, ReaderPrompt, load_template_file

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from memreader.core.config import ConfigError, field, load_config
 from memreader.core.language import detect_language
 from memreader.core.parser import parse_output

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from memreader.core.config import load_config
 from memreader.data_gen.pipeline import GenConfig
 from memreader.eval.qa import QAConfig
@@ -63,13 +64,12 @@ def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
     import dataclasses
 
     from memreader.data_gen.pipeline import GenConfig
+    from memreader.demo import DemoConfig
     from memreader.eval.qa import QAConfig
     from memreader.inference.reader import ReadConfig
     from memreader.retrieval.search import RetrievalConfig
     from memreader.training.config import MemReaderArguments
     from memreader.training.merge import MergeConfig
-
-    from memreader.demo import DemoConfig
 
     for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, MemReaderArguments, MergeConfig,
                 ServeConfig, ScoreConfig):

@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+
 from memreader.core.guidance import MemoryGrammars, approx_tokens
 from memreader.core.memory_grammar import GrammarSettings
 from memreader.core.schema import DocumentMemory, MemoryValidationError, Scenario

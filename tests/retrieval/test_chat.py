@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from memreader.core.config import load_config
-from memreader.retrieval.chat import ChatConfig, run_chat
 
 from memreader.cli import main
+from memreader.core.config import load_config
+from memreader.retrieval.chat import ChatConfig, run_chat
 
 CONFIG = Path(__file__).parents[2] / "configs" / "retrieval" / "chat_smollm2.yaml"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memreader.retrieval import conversation_store, index, passages
 from memreader.retrieval.conversation_store import ConversationStore, ConversationStoreError
 from memreader.retrieval.index import MemoryIndex, MemoryIndexError
 from memreader.retrieval.milvus import MilvusCollection, StoreError, connect, disconnect, resolve_uri
 from memreader.retrieval.passages import PassageStore, PassageStoreError
-
 from tests.retrieval.retrieval_samples import VOLCANO
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memreader.core.fusion import Hit, LayerHit, rank_hits, split_by_layer
 from memreader.retrieval.index import MODES, MemoryIndex
 from memreader.retrieval.search import format_hits
-
 from tests.retrieval.retrieval_samples import make_memory
 
 PARTS = [

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memreader.core.embedders import embedding_dim
 from memreader.core.fusion import LayerHit
 from memreader.core.paths import sha256_file
@@ -18,7 +19,6 @@ from memreader.retrieval.index import MemoryIndex, MemoryIndexError
 from memreader.retrieval.rows import memory_hash
 from memreader.retrieval.search import RetrievalConfig, build_index_from_file, format_hits, run_index
 from memreader.retrieval.updates import UpdatePlan, newest_only
-
 from tests.retrieval.retrieval_samples import BREAD, MEMORIES, TEA, VOLCANO, make_memory
 
 NAME = "minilm-l6"

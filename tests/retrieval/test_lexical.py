@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memreader.retrieval.lexical import add_bm25, bm25_search, detect_language, text_field_params
 from pymilvus import DataType, MilvusClient
+
+from memreader.retrieval.lexical import add_bm25, bm25_search, detect_language, text_field_params
 
 
 def _store(path: Path, language: str, texts: list[str]) -> MilvusClient:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from memreader.cli import main
 from memreader.core.config import ConfigError, load_config
 from memreader.core.embedders import encode
 from memreader.core.schema import write_memories
@@ -29,8 +31,6 @@ from memreader.retrieval.verifier import (
     VerifierError,
     build_verifier,
 )
-
-from memreader.cli import main
 from tests.retrieval.retrieval_samples import CORPUS, QUESTION, TEA, VOLCANO
 
 pytestmark = pytest.mark.integration

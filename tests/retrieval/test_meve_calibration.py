@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
 from memreader.retrieval.meve import MeVePipeline, MeVeSettings
 from memreader.retrieval.meve_calibration import (
     CalibrationError,
@@ -26,7 +27,6 @@ from memreader.retrieval.verifier_calibration import (
     build_meve_verifier,
     calibrate,
 )
-
 from tests.retrieval.retrieval_samples import QUESTION
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from memreader.cli import main
 from memreader.core.config import ConfigError, load_config
 from memreader.core.schema import write_memories
 from memreader.retrieval.index import MemoryIndex, MemoryIndexError
 from memreader.retrieval.milvus import CONNECT_TIMEOUT, TOKEN_ENV, StoreError, connect, resolve_token
 from memreader.retrieval.search import RetrievalConfig, ask, build_index_from_file
-
-from memreader.cli import main
 from tests.retrieval.retrieval_samples import TEA, VOLCANO
 
 ROOT = Path(__file__).parents[2]

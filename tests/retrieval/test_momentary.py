@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymilvus import MilvusClient
+
 from memreader.retrieval.conversation_store import ConversationStore, ConversationStoreError
 from memreader.retrieval.momentary import (
     MomentaryError,
@@ -20,7 +22,6 @@ from memreader.retrieval.momentary import (
     fuse,
     render_turn,
 )
-from pymilvus import MilvusClient
 
 pytestmark = pytest.mark.integration
 

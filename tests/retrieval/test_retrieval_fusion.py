@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memreader.core.fusion import LayerHit, fuse_layer_hits, reciprocal_rank_fusion
 
 

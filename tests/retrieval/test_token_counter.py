@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import pytest
+
 from memreader.retrieval.token_counter import TokenCounter
 
 pytestmark = pytest.mark.integration

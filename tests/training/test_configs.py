@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from memreader.core.config import load_config
 from memreader.training.config import key_sets, load_train_config
 from memreader.training.merge import MergeConfig
@@ -98,8 +99,9 @@ def test_deepspeed_json_uses_trainer_auto_values(stage: int):
 def test_the_three_parts_share_no_key_and_parse_with_trl():
     """One flat YAML is only unambiguous while MemReaderArguments, LoraConfig and SFTConfig share no key; and
     the project's dataclass stays one TRL's own parser can read (alignment-handbook style)."""
-    from memreader.training.config import MemReaderArguments
     from trl import SFTConfig, TrlParser
+
+    from memreader.training.config import MemReaderArguments
 
     parts = key_sets()
     assert not parts["memreader"] & parts["lora"] and not parts["memreader"] & parts["sft"]

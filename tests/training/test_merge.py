@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+
+from memreader.cli import main as cli
 from memreader.training.config import make_train_config
 from memreader.training.merge import MergeError, merge_adapter
 from memreader.training.sft import train
-
-from memreader.cli import main as cli
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+
 from memreader.training.preflight import (
     DataFormatError,
     PreflightError,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from memreader.cli import main as cli
 from memreader.core.config import ConfigError
 from memreader.training.config import TrainConfig, load_train_config, make_train_config
 from memreader.training.preflight import PreflightError
 from memreader.training.sft import build_trainer, load_tokenizer, train
-
-from memreader.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_YAML = REPO / "configs/training/smollm2_135m_lora_cpu_smoke.yaml"
@@ -200,6 +200,7 @@ def test_compile_layers_refuses_torch_compile_too(tiny_model, sft_files):
 
 def test_compile_decoder_layers_names_a_model_without_layers():
     import torch
+
     from memreader.training.sft import compile_decoder_layers
 
     with pytest.raises(ConfigError, match="no decoder layer list"):

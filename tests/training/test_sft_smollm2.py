@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memreader.training.config import load_train_config
 from memreader.training.sft import train
 
