@@ -321,10 +321,6 @@ def _warn_once(key: str, message: str, *args: Any) -> None:
 # The rule.
 
 
-def _vllm_problem() -> str | None:
-    return vllm_import_error()
-
-
 def _auto_backend(stage: str, row: dict[str, Any] | None, device: str, home: str) -> tuple[str, str]:
     """``backend: auto``: the recorded row, else the stage's default; vLLM only where it imports and runs."""
     if row and row.get("backend") in STAGE_BACKENDS[stage]:
@@ -335,7 +331,7 @@ def _auto_backend(stage: str, row: dict[str, Any] | None, device: str, home: str
         return backend, why
     if device.split(":")[0] != home:
         return "transformers", f"device={device}, and vLLM runs on {home} here"
-    problem = _vllm_problem()
+    problem = vllm_import_error()
     if problem:
         _warn_once(f"vllm:{stage}", "backend auto for %s: %s is vllm, but vLLM does not import here (%s); using "
                    "transformers (fix: make setup installs vLLM's CPU build)", stage, why, problem)

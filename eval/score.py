@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from memreader.core.hardware import cpu_cores
 from memreader.eval.datasets import DatasetError
 from memreader.eval.metrics import (
     DISPLAY_NAMES,
@@ -133,13 +134,6 @@ def _init_worker(config: MetricConfig) -> None:
     prepare(config)
 
 
-def default_workers() -> int:
-    """The CPUs this process may run on (:func:`memreader.core.hardware.cpu_cores`)."""
-    from memreader.core.hardware import cpu_cores
-
-    return cpu_cores()
-
-
 def score_examples(
     predictions: Sequence[str],
     references: Sequence[str | Sequence[str]],
@@ -157,7 +151,7 @@ def score_examples(
     prepare(config)
     preds = list(predictions)
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
-    workers = default_workers() if workers is None else workers
+    workers = cpu_cores() if workers is None else workers
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers == 1 or len(preds) < 64:

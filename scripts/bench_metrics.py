@@ -26,8 +26,9 @@ import os
 import time
 from pathlib import Path
 
+from memreader.core.hardware import cpu_cores
 from memreader.eval.metrics import prepare, resolve_config, score_example
-from memreader.eval.score import default_workers, score_pairs
+from memreader.eval.score import score_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT / ".." / "shared" / "datasets" / "crud_event_summary.jsonl"
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     records = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
     preds, refs = build_pairs(records, args.n)
-    workers = args.workers or default_workers()
+    workers = args.workers or cpu_cores()
     config = resolve_config(args.profile)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

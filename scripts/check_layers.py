@@ -25,6 +25,7 @@ for it) count for the layer rules. No import cycle between modules, counting imp
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ class Edge:
     line: int
     names: tuple[str, ...]
     lazy_string: bool = False  # a module name given to importlib (loads lazily; not counted for cycles)
+
+
+@functools.cache
+def _parsed(path: Path) -> tuple[str, ast.Module]:
+    """A file's text and syntax tree, read once per run (the rules below each walk it)."""
+    text = path.read_text(encoding="utf-8")
+    return text, ast.parse(text, str(path))
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -122,8 +130,7 @@ def edges(root: Path = ROOT) -> list[Edge]:
         files[f"{SCRIPTS}.{path.stem}"] = (path, False)
     out = []
     for name, (path, is_package) in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for line, target, names, lazy in _raw_imports(tree, name, is_package):
+        for line, target, names, lazy in _raw_imports(_parsed(path)[1], name, is_package):
             if lazy and target not in known:
                 continue  # a string that only looks like a module name (a logger, a format)
             if target.split(".")[0] != NAMESPACE:
@@ -139,8 +146,7 @@ def edges(root: Path = ROOT) -> list[Edge]:
 
 
 def _sys_path_edits(path: Path) -> list[int]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    return [node.lineno for node in ast.walk(tree)
+    return [node.lineno for node in ast.walk(_parsed(path)[1])
             if isinstance(node, ast.Attribute) and node.attr in {"insert", "append"}
             and isinstance(node.value, ast.Attribute) and node.value.attr == "path"
             and isinstance(node.value.value, ast.Name) and node.value.value.id == "sys"]
@@ -154,8 +160,7 @@ def _private_attributes(path: Path) -> list[tuple[int, str]]:
     """``x._name`` in a script: (line, name), unless ``x`` is the script's own ``self``/``cls``, a third-party
     module imported by the script, or the line says ``# third-party private`` (a library's attribute on an
     object of that library)."""
-    text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text, str(path))
+    text, tree = _parsed(path)
     third_party = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                    for alias in node.names if alias.name.split(".")[0] != NAMESPACE}
     lines = text.splitlines()

@@ -5,6 +5,7 @@ stages of scripts/runcpu.sh."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,9 +21,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel, built from a copy of what pyproject.toml packages (setuptools writes its build/ folder beside the
+    sources: the checkout stays untouched)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    from setuptools.config.pyprojecttoml import (
+        read_configuration,  # setuptools' own reader (any Python >= 3.10)
+    )
+
+    project = read_configuration(REPO / "pyproject.toml")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for folder in set(project["tool"]["setuptools"]["package-dir"].values()):
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(REPO)], check=True, cwd=out)
+                    str(src)], check=True, cwd=out)
     (built,) = out.glob("memreader-*.whl")
     return built
 

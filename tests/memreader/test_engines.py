@@ -42,7 +42,7 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMREADER_CPU_DTYPE", PROBE)
     facts = {"device": "cpu", "vllm": None, "bf16_gpu": True}
     monkeypatch.setattr(engines, "machine_device", lambda: facts["device"])
-    monkeypatch.setattr(engines, "_vllm_problem", lambda: facts["vllm"])
+    monkeypatch.setattr(engines, "vllm_import_error", lambda: facts["vllm"])
     monkeypatch.setattr(engines, "_bf16_gpu", lambda: facts["bf16_gpu"])
     engines._warned.clear()
     yield facts
