@@ -106,7 +106,7 @@ def _is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, MemReaderError)
 
 
-_CHATTY = ("httpx", "httpcore", "openai", "urllib3", "grpc", "pymilvus", "milvus_lite", "faiss", "faiss.loader",
+_CHATTY = ("httpx", "httpcore", "openai", "urllib3", "grpc", "milvus_lite", "faiss", "faiss.loader",
            "sentence_transformers", "datasets", "jieba")
 
 
@@ -119,6 +119,9 @@ def _quiet_libraries(verbose: bool) -> None:
 
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # pymilvus logs every failed call at ERROR with its traceback, then raises it: the store turns it into one
+    # message naming the server and the fix (a lost server, a refused token), or the traceback follows anyway
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
     # jieba (Milvus Lite's Chinese BM25 analyzer) sets its logger back to DEBUG on import and logs its
     # dictionary loading through its own handler; a filter on the logger survives that reset.
     logging.getLogger("jieba").addFilter(lambda record: record.levelno >= logging.WARNING)

@@ -43,6 +43,8 @@ from memreader.core.registry import SMOLLM2, canonical_name
 from memreader.core.stage import Stage
 from memreader.retrieval.conversation_store import (
     BM25,
+    BM25_OFF,
+    BM25_SIGNAL,
     DEFAULT_COLLECTION,
     ConversationStore,
     check_conversation_id,
@@ -161,19 +163,22 @@ class ChatSession:
         from memreader.core.runtime import load_embedder
 
         choice = resolve_engine("chat", cfg.backend, cfg.dtype, cfg.device)
-        backend = make_engine(choice, cfg.model, batch_size=1, max_model_len=cfg.max_model_len, base_url=cfg.base_url,
-                              env_prefix=ENV_PREFIX)
-        if choice.backend == "openai":
-            backend.check_reachable()
-            counter = TokenCounter.load(cfg.tokenizer)
-        else:
-            counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
-        engine = choice.record()
         embedders = {canonical_name(n): load_embedder(canonical_name(n), device=cfg.device) for n in cfg.embedders}
-        db = cfg.db()
-        store = ConversationStore(db, embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,
+        # the store first: what it cannot do (BM25 on a Milvus server older than 2.5) is refused before the model loads
+        store = ConversationStore(cfg.db(), embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,
                                   token=cfg.token)
-        return cls(cfg, store, backend, counter, engine)
+        with store._closing_on_error():
+            if cfg.bm25_weight > 0:
+                store.require_bm25(BM25_SIGNAL, BM25_OFF)
+            backend = make_engine(choice, cfg.model, batch_size=1, max_model_len=cfg.max_model_len,
+                                  base_url=cfg.base_url, env_prefix=ENV_PREFIX)
+            if choice.backend == "openai":
+                backend.check_reachable()
+                counter = TokenCounter.load(cfg.tokenizer)
+            else:
+                counter = (TokenCounter.load(cfg.tokenizer) if cfg.tokenizer
+                           else TokenCounter(backend.tokenizer(), cfg.model))
+        return cls(cfg, store, backend, counter, engine=choice.record())
 
     def close(self) -> None:
         """Close the store."""

@@ -48,6 +48,8 @@ __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "C
 SCHEMA_VERSION = 1
 DEFAULT_COLLECTION = "memreader_conversation"
 BM25 = "bm25"
+BM25_SIGNAL = "the chat's BM25 signal (bm25_weight > 0)"
+BM25_OFF = "set bm25_weight=0 (the turns are then scored by their embeddings alone)"
 """The lexical signal's name, beside the embedder names."""
 _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _MAX_SPEAKER_BYTES = 64
@@ -303,6 +305,8 @@ class ConversationStore(MilvusCollection):
         """
         self._check_query(question)
         self._check_limit("candidates", limit)
+        if BM25 in signals:
+            self.require_bm25(BM25_SIGNAL, BM25_OFF)
         unknown = [s for s in signals if s not in self.signals]
         if unknown:
             raise ConversationStoreError(f"signals {unknown} are not in {self._where()}, which holds {self.signals}",

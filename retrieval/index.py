@@ -107,6 +107,7 @@ MODES: dict[str, tuple[str, ...]] = {
 """Search modes and the ranked lists each one fuses: a layer name is that layer's vector search,
 ``<layer>/bm25`` its BM25 search (``hybrid``: all six; ``chunk_hybrid``: chunk vectors + chunk BM25)."""
 _HAS_TERM = re.compile(r"\w", re.UNICODE)  # a BM25 query needs a word character to match on
+_DENSE_FIX = "search with mode three_layer, single or chunk_only (vectors only)"
 _UNION_DEPTH = 4  # a batched search asks for 4x the rows its layers need, so a layer rarely needs its own
 _SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 512}),
            ("layer", DataType.VARCHAR, {"max_length": 16, "is_partition_key": True}),
@@ -234,7 +235,7 @@ class MemoryIndex(MilvusCollection):
             plan = UpdatePlan.between(indexed_versions(self._client, self.collection, generation - 1), hashes, prune)
         else:
             if exists:
-                self._client.drop_collection(self.collection)
+                self._drop()
             self._create(_SCHEMA, {"vector": dim}, language, {**meta, "status": "building"})
             plan = UpdatePlan(added=sorted(texts))
         summary.plan, summary.update = plan, update
@@ -252,12 +253,12 @@ class MemoryIndex(MilvusCollection):
     def _commit_update(self, meta: dict[str, Any], plan: UpdatePlan, generation: int, deleted_before: int,
                        summary: BuildSummary) -> None:
         """Make an update's rows visible (the meta record is the commit), then delete what they replace."""
-        self._client.flush(self.collection)
+        self._flush()
         self._write_meta({**meta, "status": "complete"})  # the commit: the new rows become visible
         deleted = (delete_docs(self._client, self.collection, plan.replaced, f"generation < {generation}")
                    + delete_docs(self._client, self.collection, plan.removed)
                    + delete_other_versions(self._client, self.collection, plan.leftovers))
-        self._client.flush(self.collection)
+        self._flush()
         meta["deleted_rows"] = deleted_before + deleted
         self._write_meta({**meta, "status": "complete"})
         summary.deleted_rows, summary.live_rows = meta["deleted_rows"], self._count()
@@ -337,6 +338,7 @@ class MemoryIndex(MilvusCollection):
         self._check_query(query)
         self._check_limit("limit", limit)
         visible = visible or self._visible()  # also refuses an unfinished or foreign collection before searching
+        self.require_bm25(f"a BM25 search of the {layer} layer", _DENSE_FIX)
         if not _HAS_TERM.search(query):
             return []
         found = bm25_search(self._client, self.collection, query, limit,
@@ -394,6 +396,8 @@ class MemoryIndex(MilvusCollection):
         lexical = [layer for layer, signal in parsed if signal == BM25]
         found: dict[str, list[LayerHit]] = {}
         visible = self._visible()
+        if lexical:  # before the query is embedded
+            self.require_bm25(f"the BM25 lists {', '.join(bm25_label(layer) for layer in lexical)}", _DENSE_FIX)
         if dense:
             vector = self.embed_query(query)
             if self.batch_layers and len(dense) > 1:
@@ -444,6 +448,14 @@ class MemoryIndex(MilvusCollection):
                             output_fields=[*_OUTPUT_FIELDS, "layer"])
         return [_hit(bm25_label(e["layer"]), score, e) for e, score in found]
 
+    def check_mode(self, mode: str) -> None:
+        """Refuse an unknown ``mode``, or a hybrid one on an index without BM25 (a Milvus server older than
+        2.5), naming the server's version and the modes that work: before any work is done."""
+        if mode not in MODES:
+            raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
+        if any(split_label(label)[1] == BM25 for label in MODES[mode]):
+            self.require_bm25(f"search mode {mode!r}", _DENSE_FIX)
+
     def search(self, query: str, top_k: int = 8, mode: str = "three_layer", rrf_k: float = 60) -> list[Hit]:
         """Retrieve the ``top_k`` best chunks for ``query``.
 
@@ -454,8 +466,7 @@ class MemoryIndex(MilvusCollection):
         ``chunk_hybrid`` fuses the chunk layer's vector and BM25 lists. A BM25 list that matches
         nothing simply contributes no votes.
         """
-        if mode not in MODES:
-            raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
+        self.check_mode(mode)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         try:

@@ -17,13 +17,16 @@ store has its own subclass, with messages that name the problem and the fix.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import grpc
 import numpy as np
 from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import ConnectionConfigException, MilvusException
@@ -31,9 +34,16 @@ from pymilvus.exceptions import ConnectionConfigException, MilvusException
 from memreader.core.embedders import encode
 from memreader.core.errors import MemReaderError
 from memreader.retrieval.lexical import add_bm25, text_field_params
+from memreader.retrieval.milvus_server import (
+    ServerClient,
+    drop_record,
+    grpc_status,
+    read_record,
+    write_record,
+)
 
-__all__ = ["CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError", "connect",
-           "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal"]
+__all__ = ["BM25_SINCE", "CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError", "connect",
+           "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal", "version_tuple"]
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Milvus server to answer before failing (pymilvus alone waits 10)."""
@@ -50,9 +60,12 @@ _INSERT_ROWS = 512  # rows per insert call, well under the 64 MB gRPC message li
 # not have, so it is off for Milvus Lite (servers keep pymilvus' setting, which they permit).
 _LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
 _SERVER_PREFIXES = ("http://", "https://", "tcp://", "unix:")
+BM25_SINCE = (2, 5)
+"""The first Milvus release with BM25 functions (full-text search); Milvus Lite 3 has them."""
 _lite_clients: dict[str, list[MilvusClient]] = {}  # the open clients of each Milvus Lite file in this process
 _lite_lock = threading.Lock()
 _C = TypeVar("_C", bound="MilvusCollection")
+log = logging.getLogger(__name__)
 
 
 class StoreError(MemReaderError, RuntimeError, ValueError):
@@ -86,7 +99,7 @@ def resolve_token(uri: str | Path, token: str = "") -> str:
 
 
 def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
-            error: type[StoreError] = StoreError) -> MilvusClient:
+            error: type[StoreError] = StoreError) -> MilvusClient | ServerClient:
     """A ``MilvusClient`` for ``uri`` (resolve it with :func:`resolve_uri` first), failing clearly
     with ``error``.
 
@@ -109,11 +122,24 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
             ) from exc
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    resolved = resolve_token(uri, token)
     try:
-        return MilvusClient(uri=uri, token=resolve_token(uri, token), timeout=timeout)
-    except MilvusException as exc:
+        client = MilvusClient(uri=uri, token=resolved, timeout=timeout)
+        # pymilvus shares one connection per address and token, and a shared one is handed out without a call:
+        # this call checks the token and that the server answers, every time
+        client.get_server_version(timeout=timeout)
+        return ServerClient(client, uri, error)
+    except (MilvusException, grpc.RpcError) as exc:
+        if grpc_status(exc) == "UNAUTHENTICATED":
+            given = ("no token was given (token is empty and $MILVUS_TOKEN is unset)" if not resolved else
+                     "the token from the config's token key" if token else f"the token from ${TOKEN_ENV}")
+            raise error(
+                f"the Milvus server at {uri} refused the connection: authentication failed, {given}",
+                f"set token: user:password (or an API key) in the config (--set token=...), or export {TOKEN_ENV}; "
+                "a new server's root user is root:Milvus until its password is changed") from exc
         raise error(
-            f"cannot reach the Milvus server at {uri} within {timeout:g} s ({exc.message})", "start the server "
+            f"cannot reach the Milvus server at {uri} within {timeout:g} s ({getattr(exc, 'message', exc)})",
+            "start the server "
             "(e.g. Milvus standalone in Docker), check the URI, port and token, or use a local .db file for "
             "Milvus Lite (db_path=path/to/memories.db)"
         ) from exc
@@ -140,6 +166,14 @@ def disconnect(client: MilvusClient, uri: str | Path) -> None:
     from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(uri)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``(2, 3, 5)`` from a server's ``v2.3.5-lite``; a version that does not parse is an error naming it."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if match is None:
+        raise StoreError(f"cannot read the Milvus server version {version!r}", "report it: memreader expects vX.Y.Z")
+    return tuple(int(g) for g in match.groups() if g is not None)
 
 
 def string_literal(value: str) -> str:
@@ -187,6 +221,7 @@ class MilvusCollection:
             Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
         self._client = connect(self.uri, token, timeout, self.error)
         self._meta: dict[str, Any] | None = None
+        self._version: str | None = None
 
     def close(self) -> None:
         """Close the client; the last client of a Milvus Lite file in this process also stops its
@@ -233,11 +268,11 @@ class MilvusCollection:
         if self._meta is None:
             if not self._client.has_collection(self.collection):
                 raise self.error(f"{self.uri} has no collection {self.collection!r}", self.MISSING_FIX)
-            props = self._client.describe_collection(self.collection).get("properties", {})
-            if self.META_KEY not in props:
+            record = self._read_record()
+            if record is None:
                 raise self.error(f"{self._where()} was not made by memreader (no {self.META_KEY} property)",
                                  "pick another collection name or db_path")
-            meta = json.loads(props[self.META_KEY])
+            meta = json.loads(record)
             found = meta.get(self.VERSION_FIELD)
             if found != self.VERSION:
                 raise self.error(f"{self._where()} has schema version {found!r}; this memreader reads version "
@@ -248,27 +283,104 @@ class MilvusCollection:
             self._meta = meta
         return self._meta
 
+    @property
+    def server_version(self) -> str:
+        """The Milvus server's version as it reports it (``v2.3.5``), ``lite`` for a Milvus Lite file."""
+        if self._version is None:
+            self._version = self._client.get_server_version() if is_server_uri(self.uri) else "lite"
+        return self._version
+
+    def server_has_bm25(self) -> bool:
+        """True where new collections can have BM25 functions: Milvus Lite, or a server of 2.5 or later."""
+        return self.server_version == "lite" or version_tuple(self.server_version) >= BM25_SINCE
+
+    @property
+    def has_bm25(self) -> bool:
+        """True if this collection has the BM25 field; for a collection not created yet, whether the server
+        can give it one. Every collection made before ``bm25`` was recorded has the field."""
+        if self._meta is not None:
+            return bool(self._meta.get("bm25", True))
+        if self._client.has_collection(self.collection):
+            return self._stored_bm25()
+        return self.server_has_bm25()
+
+    def require_bm25(self, what: str, fix: str) -> None:
+        """Refuse ``what`` (a search mode, a fallback, a signal) on a store without BM25, naming the server
+        version: called before any work is done."""
+        if not self.has_bm25:
+            since = ".".join(map(str, BM25_SINCE))
+            raise self.error(
+                f"{what} needs BM25 full-text search, which {self._where()} does not have: the Milvus server is "
+                f"version {self.server_version}, and BM25 functions came with Milvus {since}",
+                f"{fix}; or use a Milvus {since}+ server or Milvus Lite (db_path=path/to/store.db) and rebuild")
+
+    def _stored_bm25(self) -> bool:
+        return bool(json.loads(self._read_record() or "{}").get("bm25", True))
+
+    def _read_record(self) -> str | None:
+        """The record's JSON text: on a server its row beside the collection
+        (:mod:`memreader.retrieval.milvus_server`), else (and for stores made before it) the collection property."""
+        if is_server_uri(self.uri):
+            row = read_record(self._client, self.collection)
+            if row is not None:
+                return row
+        return self._client.describe_collection(self.collection).get("properties", {}).get(self.META_KEY)
+
     def _write_meta(self, meta: dict[str, Any]) -> None:
-        self._client.alter_collection_properties(self.collection, properties={self.META_KEY: json.dumps(meta)})
+        if "bm25" not in meta:  # the stores rebuild their record from their own keys: keep what the schema has
+            meta = {**meta, "bm25": self._stored_bm25()}
+        text = json.dumps(meta)
+        self._client.alter_collection_properties(self.collection, properties={self.META_KEY: text})
+        if is_server_uri(self.uri):  # a 2.3 server forgets altered properties when it restarts: the row is durable
+            write_record(self._client, self.collection, text)
         self._meta = None
+
+    def _flush(self) -> None:
+        """Make the written rows durable: Milvus Lite writes its file on a flush. A server needs none (a write is
+        durable once acknowledged: it is in the server's log, and survives a crash, as the tests check); there a
+        flush only seals segments, which the server does itself, and costs about 2.4 s (Milvus 2.3.5)."""
+        if not is_server_uri(self.uri):
+            self._client.flush(self.collection)
+
+    def _drop(self) -> None:
+        """Drop the collection (and on a server its record collection)."""
+        self._client.drop_collection(self.collection)
+        if is_server_uri(self.uri):
+            drop_record(self._client, self.collection)
 
     def _create(self, fields: Sequence[tuple[str, DataType, dict[str, Any]]], vectors: Mapping[str, int],
                 language: str, meta: dict[str, Any]) -> None:
         """Create the collection with ``meta`` as its record: ``fields`` (``(name, type, params)``,
         the primary key first), ``text`` (with BM25 in ``language``'s analyzer), then one COSINE
         vector field per ``vectors`` name → dimension."""
+        bm25 = self.server_has_bm25()
+        if not bm25 and not vectors:
+            raise self.error(f"{self._where()} needs at least one embedder: the server (version "
+                             f"{self.server_version}) has no BM25 functions, so nothing else could be searched",
+                             "name an embedder, or use a Milvus 2.5+ server or Milvus Lite")
+        if not bm25:
+            log.warning("the Milvus server at %s is version %s, without BM25 functions (they came with %s): the %s is "
+                        "built without its BM25 field, so hybrid search modes, MeVe's BM25 fallback and the chat's "
+                        "BM25 signal will be refused on it", self.uri, self.server_version,
+                        ".".join(map(str, BM25_SINCE)), self.KIND)
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         for name, dtype, params in fields:
             schema.add_field(name, dtype, **params)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_field_params(language))
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **(text_field_params(language) if bm25 else {}))
         index_params = self._client.prepare_index_params()
         for name, dim in vectors.items():
             schema.add_field(name, DataType.FLOAT_VECTOR, dim=dim)
             index_params.add_index(field_name=name, index_type="AUTOINDEX", metric_type="COSINE")
-        add_bm25(schema, index_params, text_field="text")
-        # Strong consistency: a search right after a write sees it (matters on a server).
+        if bm25:
+            add_bm25(schema, index_params, text_field="text")
+        # Strong consistency: on a server, a search with the default (Bounded) level may miss rows written
+        # moments before (a 2.3.5 server returned nothing right after an insert); the stores search what they
+        # have just written (an update's commit, a chat turn), so every read waits for all earlier writes.
+        record = json.dumps({**meta, "bm25": bm25})
         self._client.create_collection(self.collection, schema=schema, consistency_level="Strong",
-                                       properties={self.META_KEY: json.dumps(meta)})
+                                       properties={self.META_KEY: record})
+        if is_server_uri(self.uri):
+            write_record(self._client, self.collection, record)
         # Milvus Lite lacks the AllocTimestamp call that a synchronous index wait starts with (its
         # server logs a traceback, then pymilvus sleeps); its index is usable at once anyway.
         self._client.create_index(self.collection, index_params, sync=is_server_uri(self.uri))
@@ -281,7 +393,7 @@ class MilvusCollection:
 
     def _finish(self, meta: dict[str, Any]) -> None:
         """Flush the rows, then record the build as complete."""
-        self._client.flush(self.collection)
+        self._flush()
         self._write_meta({**meta, "status": "complete"})
 
     def _count(self, filter: str = "") -> int:

@@ -171,7 +171,7 @@ class PassageStore(MilvusCollection):
         dim = embedding_dim(embedder)
         self.embedder = embedder
         if self._client.has_collection(self.collection):
-            self._client.drop_collection(self.collection)
+            self._drop()
         meta = {"format": STORE_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
                 "bm25_language": language}
         self._create(_SCHEMA, {"vector": dim}, language, {**meta, "status": "building"})
@@ -224,6 +224,7 @@ class PassageStore(MilvusCollection):
         self._check_query(query)
         self._check_limit("k", k)
         _ = self.meta  # refuse an unfinished or foreign collection before searching it
+        self.require_bm25("a BM25 search of the passages (MeVe's fallback)", "set fallback=false")
         found = bm25_search(self._client, self.collection, query, k,
                             output_fields=[*_FIELDS, "vector"] if with_vectors else _FIELDS)
         ordered = sorted(found, key=lambda item: (-item[1], item[0]["pk"]))

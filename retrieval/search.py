@@ -12,6 +12,7 @@ import json
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -131,13 +132,15 @@ def build_index_from_file(
     bm25_language: str = "auto",
     prune: bool = False,
     check_sources: bool = True,
+    check: Callable[[MemoryIndex], None] | None = None,
 ) -> BuildSummary:
     """Index every memory of a JSONL file (all are read and validated before the index is touched).
 
     ``replace=False`` updates an existing index by content hash (``prune``: removing the documents the
     file lacks; :meth:`MemoryIndex.build`). ``token`` is for a server URI (else ``$MILVUS_TOKEN``);
     ``bm25_language`` picks the BM25 analyzer (``auto``, ``en``, ``zh``). ``check_sources`` refuses
-    memories whose ingested source file changed since (their pages and text would no longer match it)."""
+    memories whose ingested source file changed since (their pages and text would no longer match it).
+    ``check`` is called with the open index before anything is embedded (:func:`check_lexical`)."""
     path = Path(memories_jsonl)
     if not path.is_file():
         raise MissingInput(
@@ -161,6 +164,8 @@ def build_index_from_file(
     if embedder_name == "auto" and progress:
         print(f"index: embedder auto -> {name} (from the memories' language)", file=sys.stderr)
     with MemoryIndex(db_path, collection, token=token) as index:
+        if check is not None:
+            check(index)
         return index.build(memories, _embedder(name, device), batch_size=batch_size, embedder_name=name,
                            replace=replace, progress=progress, bm25_language=bm25_language, prune=prune)
 
@@ -211,7 +216,8 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
     db = cfg.db()
     summary = build_index_from_file(cfg.memories_path(), db, cfg.embedder, cfg.collection, cfg.batch_size,
                                     cfg.replace, cfg.device, progress, token=cfg.token,
-                                    bm25_language=cfg.bm25_language, prune=cfg.prune, check_sources=cfg.check_sources)
+                                    bm25_language=cfg.bm25_language, prune=cfg.prune, check_sources=cfg.check_sources,
+                                    check=lambda index: check_lexical(cfg, index))
     if not is_server_uri(db):  # the record is written only for an index that was built
         out = run_dir(cfg.run, "retrieval") if not cfg.db_path else Path(db).parent
         out.mkdir(parents=True, exist_ok=True)
@@ -234,6 +240,16 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
     return summary
 
 
+def check_lexical(cfg: RetrievalConfig, index: MemoryIndex) -> None:
+    """Refuse what ``cfg`` asks of BM25 (a hybrid mode, MeVe's fallback) where ``index`` has none (a Milvus
+    server older than 2.5), naming the server version and the fix: before any work is done."""
+    if cfg.pipeline == "meve":
+        if cfg.fallback:
+            index.require_bm25("MeVe's BM25 fallback (fallback=true)", "set fallback=false (MeVe without its phase 3)")
+    else:
+        index.check_mode(cfg.mode)
+
+
 class Searcher:
     """An open index with its embedder (and MeVe's verifier once asked for): what ``memreader ask`` and the
     Python API (:mod:`memreader.api`) search with. Use as a context manager, or call :meth:`close`."""
@@ -243,6 +259,7 @@ class Searcher:
         name = canonical_name(cfg.embedder) if cfg.embedder and cfg.embedder != "auto" else None
         self.index = MemoryIndex.open(cfg.db(), cfg.collection, token=cfg.token, embedder_name=name)
         with self.index._closing_on_error():
+            check_lexical(cfg, self.index)
             name = name or self.index.meta["embedder"]
             if name == "unnamed":
                 raise MemoryIndexError(f"{self.index.uri} does not record its embedder; set embedder=")
