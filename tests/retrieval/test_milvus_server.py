@@ -40,8 +40,7 @@ KILN = make_memory("en-kiln", [
     ("Glazes", "A glaze melts into glass on the pot's surface during a second firing.",
      "A second, hotter firing melts the glaze into a thin layer of glass that seals the pot."),
 ])
-QUERIES = ["How do scientists monitor volcanoes to forecast an eruption?", "泡茶的水温应该是多少度？",
-           "How hot is a kiln when pottery is fired?", "What seals a pot?"]
+QUERIES = ["How do scientists monitor volcanoes to forecast an eruption?", "泡茶的水温应该是多少度？", "What seals a pot?"]
 
 if server_command() is None:
     if platform.system() == "Linux" and platform.machine() == "x86_64":
@@ -68,9 +67,23 @@ def _changed_volcano() -> Any:
     return mem
 
 
-def _answers(index: MemoryIndex) -> dict[str, list[list[tuple[str, int, str, float]]]]:
+NEW = [_changed_volcano(), TEA, KILN]  # the update: volcano changed, bread gone (pruned), tea unchanged, kiln new
+
+
+def _answers(index: MemoryIndex, modes: tuple[str, ...] = DENSE) -> dict[str, list[list[tuple[str, int, str, float]]]]:
     return {mode: [[(h.doc_id, h.scenario, h.text, round(h.score, 6)) for h in index.search(q, top_k=5, mode=mode)]
-                   for q in QUERIES] for mode in DENSE}
+                   for q in QUERIES] for mode in modes}
+
+
+@pytest.fixture(scope="module")
+def lite(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> dict[str, Any]:
+    """What Milvus Lite answers before and after the update (volcano changed, bread pruned, kiln added), and its
+    row counts after: every server result must equal these."""
+    with MemoryIndex(tmp_path_factory.mktemp("lite") / "lite.db") as index:
+        index.build(MEMORIES, embedder, embedder_name=NAME, progress=False)
+        before = _answers(index, ("three_layer",))
+        index.build(NEW, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
+        return {"before": before, "after": _answers(index), "counts": index.counts()}
 
 
 def _pks(index: MemoryIndex) -> list[str]:
@@ -78,49 +91,50 @@ def _pks(index: MemoryIndex) -> list[str]:
 
 
 def test_the_memory_index_builds_updates_and_prunes_on_a_server_and_answers_as_milvus_lite(
-        server: MilvusServer, tmp_path: Path, embedder: Any) -> None:
-    new = [_changed_volcano(), TEA, KILN]  # volcano changed, bread gone (pruned), tea unchanged, kiln new
-    with MemoryIndex(tmp_path / "lite.db") as lite:
-        lite.build(new, embedder, embedder_name=NAME, progress=False)
-        expected, expected_counts = _answers(lite), lite.counts()
+        server: MilvusServer, lite: dict[str, Any], embedder: Any) -> None:
     with MemoryIndex(server.uri, "memories_update") as index:
         assert version_tuple(index.server_version)[:2] == (2, 3) and not index.server_has_bm25()
         first = index.build(MEMORIES, embedder, embedder_name=NAME, replace=False, progress=False)
         assert not first.update and index.meta["bm25"] is False  # recorded: this collection has no BM25 field
         assert index._client.describe_collection(index.collection)["consistency_level"] == STRONG
-        kept = index.build(new, embedder, embedder_name=NAME, replace=False, progress=False)
+        kept = index.build(NEW, embedder, embedder_name=NAME, replace=False, progress=False)
         assert kept.plan.added == [KILN.doc_id] and kept.plan.replaced == [VOLCANO.doc_id]
         assert index.meta["generation"] == 2 and index.meta["bm25"] is False  # the update's record keeps it
         # Strong consistency: the search right after the update's commit sees the new version (the default,
         # Bounded, level may miss rows written moments before on a server)
         hit = index.search("What else sees the ground bulge?", top_k=1)[0]
         assert (hit.doc_id, hit.scenario) == (VOLCANO.doc_id, 2)
-        pruned = index.build(new, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
+        pruned = index.build(NEW, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
         assert pruned.plan.removed == ["en-bread"] and pruned.scenarios == 0
-        assert index.counts() == expected_counts
+        assert index.counts() == lite["counts"]
         pks = _pks(index)
-        assert len(pks) == len(set(pks)) == sum(expected_counts.values())
-        assert _answers(index) == expected
+        assert len(pks) == len(set(pks)) == sum(lite["counts"].values())
+        assert _answers(index) == lite["after"]
+
+
+@pytest.fixture(scope="module")
+def cli_index(server: MilvusServer, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The index of :data:`MEMORIES` that `memreader index` builds on the server (collection ``cli``); the
+    ``--set`` arguments that reach it."""
+    memories = tmp_path_factory.mktemp("cli") / "memories.jsonl"
+    write_memories(memories, MEMORIES)
+    base = ["--set", f"db_path={server.uri}", "--set", "embedder=minilm-l6"]
+    assert main(["index", *base, "--set", f"memories={memories}", "--set", "collection=cli"]) == 0
+    return [*base, "--set", f"memories={memories}"]
 
 
 def test_hybrid_modes_and_bm25_are_refused_before_any_work_naming_the_server_version(
-        server: MilvusServer, tmp_path: Path, embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    memories = tmp_path / "memories.jsonl"
-    write_memories(memories, MEMORIES)
-    base = ["--set", f"db_path={server.uri}", "--set", "embedder=minilm-l6"]
-    index = [*base, "--set", f"memories={memories}"]
+        server: MilvusServer, cli_index: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    base = cli_index[:4]
     # `memreader index` with a hybrid mode: refused before anything is embedded or created
-    assert main(["index", *index, "--set", "collection=never_made", "--set", "mode=hybrid"]) == 2
+    assert main(["index", *cli_index, "--set", "collection=never_made", "--set", "mode=hybrid"]) == 2
     err = capsys.readouterr().err
     assert "search mode 'hybrid' needs BM25" in err and "v2.3.5" in err and "Milvus 2.5" in err
     assert "mode three_layer, single or chunk_only" in err and "Traceback" not in err
     client = MilvusClient(uri=server.uri)
     assert not client.has_collection("never_made")
-    assert main(["index", *index, "--set", "collection=cli"]) == 0
-    capsys.readouterr()
-    for mode in DENSE:
-        assert main(["ask", *base, "--set", "collection=cli", "--set", f"mode={mode}", QUERIES[0]]) == 0
-        assert "en-volcano" in capsys.readouterr().out.split("\n\n")[0]
+    assert main(["ask", *base, "--set", "collection=cli", QUERIES[0]]) == 0  # three_layer; all dense modes: above
+    assert "en-volcano" in capsys.readouterr().out.split("\n\n")[0]
     for mode in ("hybrid", "chunk_hybrid"):
         assert main(["ask", *base, "--set", "collection=cli", "--set", f"mode={mode}", QUESTION]) == 2
         err = capsys.readouterr().err
@@ -184,15 +198,9 @@ def test_a_chat_on_a_server_carries_on_after_the_server_restarts(server: MilvusS
 
 
 def test_a_server_killed_mid_update_keeps_the_old_version_and_the_rerun_finishes(
-        server: MilvusServer, tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    new = [_changed_volcano(), TEA, KILN]
-    with MemoryIndex(tmp_path / "lite.db") as lite:
-        lite.build(MEMORIES, embedder, embedder_name=NAME, progress=False)
-        old_answers = _answers(lite)
-        lite.build(new, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
-        new_answers, new_counts = _answers(lite), lite.counts()
-    with MemoryIndex(server.uri, "crash") as index:
-        index.build(MEMORIES, embedder, embedder_name=NAME, progress=False)
+        server: MilvusServer, lite: dict[str, Any], cli_index: list[str], embedder: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with MemoryIndex(server.uri, "cli", embedder=embedder) as index:  # built from MEMORIES by `memreader index`
         inserts = 0
         real_insert = MemoryIndex._insert
 
@@ -205,23 +213,24 @@ def test_a_server_killed_mid_update_keeps_the_old_version_and_the_rerun_finishes
         monkeypatch.setattr(MemoryIndex, "_insert", insert_then_crash)
         started = time.perf_counter()
         with pytest.raises(MemoryIndexError) as err:
-            index.build(new, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
+            index.build(NEW, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
         assert time.perf_counter() - started < 15 and inserts == 1
         assert f"lost the Milvus server at {server.uri}" in str(err.value) and "run the command again" in str(err.value)
         monkeypatch.setattr(MemoryIndex, "_insert", real_insert)
     server.restart()
-    with MemoryIndex.open(server.uri, "crash", embedder=embedder) as index:
-        assert index.meta["generation"] == 1 and _answers(index) == old_answers  # the old version, searchable
-        done = index.build(new, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
+    with MemoryIndex.open(server.uri, "cli", embedder=embedder) as index:
+        # the old version, searchable
+        assert index.meta["generation"] == 1 and _answers(index, ("three_layer",)) == lite["before"]
+        done = index.build(NEW, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
         assert done.plan.replaced == [VOLCANO.doc_id] and done.plan.removed == ["en-bread"]
-        assert index.meta["generation"] == 2 and index.counts() == new_counts
+        assert index.meta["generation"] == 2 and index.counts() == lite["counts"]
         pks = _pks(index)
-        assert len(pks) == len(set(pks)) == sum(new_counts.values())  # nothing twice, nothing lost
-        assert _answers(index) == new_answers
+        assert len(pks) == len(set(pks)) == sum(lite["counts"].values())  # nothing twice, nothing lost
+        assert _answers(index, ("three_layer",)) == {"three_layer": lite["after"]["three_layer"]}
 
 
 def test_an_authorizing_server_takes_the_token_from_the_config_or_the_environment(
-        server: MilvusServer, embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        server: MilvusServer, cli_index: list[str], embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     server.kill()
     server.restart(auth=True)  # the same data, now behind authorization (the last test of the module)
     monkeypatch.delenv(TOKEN_ENV, raising=False)
@@ -237,12 +246,13 @@ def test_an_authorizing_server_takes_the_token_from_the_config_or_the_environmen
         assert f"{server.uri} refused the connection: authentication failed" in message and named in message
         assert "--set token=" in message and TOKEN_ENV in message
     monkeypatch.delenv(TOKEN_ENV)
-    with MemoryIndex(server.uri, "auth", token=ROOT_TOKEN) as index:  # from the config
-        index.build(MEMORIES, embedder, embedder_name=NAME, progress=False)
-    monkeypatch.setenv(TOKEN_ENV, ROOT_TOKEN)  # from the environment, through the CLI
-    assert main(["ask", "--set", f"db_path={server.uri}", "--set", "collection=auth", QUERIES[0]]) == 0
+    ask = ["ask", "--set", f"db_path={server.uri}", "--set", "collection=cli", QUERIES[0]]
+    assert main([*ask, "--set", f"token={ROOT_TOKEN}"]) == 0  # from the config
     assert "en-volcano" in capsys.readouterr().out
+    monkeypatch.setenv(TOKEN_ENV, ROOT_TOKEN)  # from the environment
+    with MemoryIndex.open(server.uri, "cli", embedder=embedder) as index:
+        assert index.search(QUERIES[0], top_k=1)[0].doc_id == VOLCANO.doc_id
     monkeypatch.setenv(TOKEN_ENV, "root:nope")
-    assert main(["ask", "--set", f"db_path={server.uri}", "--set", "collection=auth", QUERIES[0]]) == 2
+    assert main(ask) == 2
     err = capsys.readouterr().err
     assert "authentication failed" in err and TOKEN_ENV in err and "Traceback" not in err
