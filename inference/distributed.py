@@ -20,8 +20,8 @@ read the file).
   Ray 2.60 removed ``ray.init(local_mode=True)``, so "local" is a real one-node Ray with worker
   processes, not an in-process imitation); ``auto`` = the cluster this machine belongs to
   (``RAY_ADDRESS``); ``<head>:6379`` or ``ray://<head>:10001`` = that cluster. An unreachable address
-  fails within ``connect_timeout_s``. A worker that dies is restarted by Ray and its shard redone
-  from scratch, up to ``max_retries`` times.
+  fails within ``connect_timeout_s``. A worker that dies (its process, or its whole node) is restarted by Ray,
+  on any node that can hold it, and its shard redone from scratch, up to ``max_retries`` times per worker.
 * ``vllm_dp``: data parallelism on one node without Ray: ``data_parallel_size`` worker processes,
   each pinned to its own GPU(s) with ``CUDA_VISIBLE_DEVICES`` and running its own vLLM engine (a
   replica: vLLM's coordinated DP mode, ``VLLM_DP_*``, exists for MoE expert parallelism; dense
@@ -49,7 +49,7 @@ from memreader.core.registry import resolve_model
 from memreader.core.runlock import RunLock
 from memreader.core.stage import Stage
 from memreader.inference.reader import ReadConfig, read_key, resolved, warn_unwritten
-from memreader.inference.shards import ShardError, ShardStore, merge_shards, plan_file_shards
+from memreader.inference.shards import FilePlan, Shard, ShardError, ShardStore, merge_shards, plan_file_shards
 
 log = logging.getLogger(__name__)
 ENGINES = ("ray", "vllm_dp")
@@ -66,6 +66,9 @@ class DistributedReadConfig(ReadConfig):
     ray_address: str = field("", help="engine=ray: '' = start a local Ray instance for this run; 'auto' = the "
                              "running cluster (RAY_ADDRESS); '<head>:6379' or 'ray://<head>:10001' = that cluster")
     connect_timeout_s: float = field(10.0, gt=0, help="engine=ray: seconds to wait for ray_address to answer")
+    worker_start_timeout_s: float = field(900.0, gt=0, help="engine=ray: seconds for every worker to be placed on a "
+                                          "node and load its model before the first shard is dealt (then an error "
+                                          "naming the shortfall)")
     ray_num_cpus: int = field(0, ge=0, help="engine=ray, local instance: CPUs it may use (0 = all)")
     num_workers: int = field(0, ge=0, help="engine=ray: workers (actors), each loading the model once; 0 = as many "
                              "as the cluster's GPUs (or, without GPUs, CPUs) allow, at most one per shard")
@@ -76,8 +79,9 @@ class DistributedReadConfig(ReadConfig):
     data_parallel_size: int = field(0, ge=0, help="engine=vllm_dp: engine processes on this node; 0 = one per "
                                     "visible GPU (divided by gpus_per_worker)")
     gpu_memory_utilization: float = field(0.9, gt=0, le=1, help="backend=vllm: share of each GPU vLLM may use")
-    max_retries: int = field(2, ge=0, help="times a shard is redone after its worker died (then the run stops "
-                             "naming it; finished shards are kept)")
+    max_retries: int = field(2, ge=0, help="times a worker that died (process killed, out of memory, Ray node lost) "
+                             "is replaced and its shard redone from scratch (ray: restarts of each worker; vllm_dp: "
+                             "deaths per shard); then the run stops naming the shard (finished shards are kept)")
     send_text: bool = field(False, help="false: each worker reads its shard's byte range of the corpus file itself "
                             "(the driver holds ids and hashes only; the file must be readable on every worker); "
                             "true: the driver sends each shard's text (workers without the file)")
@@ -119,9 +123,8 @@ def read_distributed(cfg: DistributedReadConfig) -> dict[str, Any]:
 
 def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     plan = plan_file_shards(cfg.input, cfg.shard_size, cfg.id_field, cfg.text_field, cfg.limit or None)
-    shards, empty, n_docs = plan.shards, plan.empty, plan.documents
-    if not shards:
-        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
+    if not plan.shards:
+        raise CorpusError(f"every document of {cfg.input} has empty text ({len(plan.empty)}: {plan.empty[:5]})",
                           "give documents with text")
     key = read_key(cfg)
     if cfg.backend == "vllm" and cfg.adapter and (cfg.lora_mode == "merge" or (cfg.lora_mode == "auto" and
@@ -130,56 +133,88 @@ def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
 
         merged_model(cfg.adapter, base=cfg.model, dtype=cfg.dtype)  # once, here, not by every worker at once
     store = ShardStore(out_dir)
-    store.check_plan(shards, {"shard_size": cfg.shard_size, "documents": n_docs})
+    todo = _todo(cfg, store, plan, key)
+    write_resolved_config(out_dir, cfg)
+    print(f"read-dist: {plan.documents} documents in {len(plan.shards)} shard(s) of up to {cfg.shard_size}; "
+          f"{len(plan.shards) - len(todo)} already done, {len(todo)} to read (engine={cfg.engine})")
+    t0 = time.perf_counter()
+    results = _read_shards(cfg, todo, out_dir, key)
+    raise_shard_errors(results)
+    redone = cut_off_shards(store)
+    merged = merge_shards(store, plan.shards, out_dir / "memories.jsonl")
+    summary = _summary(cfg, plan, todo, results, [store.marker(s) or {} for s in plan.shards], merged,
+                       time.perf_counter() - t0)
+    summary["redone"], summary["memories"] = redone, str(out_dir / "memories.jsonl")
+    write_json(out_dir / "summary.json", summary)
+    _report(cfg, summary, out_dir)
+    return summary
+
+
+def _todo(cfg: DistributedReadConfig, store: ShardStore, plan: FilePlan, key: str) -> list[Shard]:
+    """The shards to read (not done), after checking the plan and the markers against earlier runs."""
+    store.check_plan(plan.shards, {"shard_size": cfg.shard_size, "documents": plan.documents})
     for left in store.remove_attempts():
         log.warning("removed %s, left by a worker that died in an earlier run", left.name)
-    states = {s.index: store.state(s, key) for s in shards}  # refuses markers of other documents or settings
-    write_resolved_config(out_dir, cfg)
-    todo = [s for s in shards if states[s.index] != "done"]
-    if cfg.send_text:
-        todo = [s.with_text() for s in todo]
-    print(f"read-dist: {n_docs} documents in {len(shards)} shard(s) of up to {cfg.shard_size}; "
-          f"{len(shards) - len(todo)} already done, {len(todo)} to read (engine={cfg.engine})")
-    t0 = time.perf_counter()
-    results: dict[int, dict[str, Any]] = {}
-    if todo:
-        resolve_model(cfg.model)  # the embedded model is converted here once, not by every worker at the same time
-        if cfg.engine == "ray":
-            from memreader.inference.ray_engine import run_ray
+    states = {s.index: store.state(s, key) for s in plan.shards}  # refuses markers of other documents or settings
+    todo = [s for s in plan.shards if states[s.index] != "done"]
+    return [s.with_text() for s in todo] if cfg.send_text else todo
 
-            results = run_ray(cfg, todo, out_dir, key)
-        else:
-            from memreader.inference.dp_engine import run_data_parallel
 
-            results = run_data_parallel(cfg, todo, out_dir, key)
-    raise_shard_errors(results)
-    merged = merge_shards(store, shards, out_dir / "memories.jsonl")
-    seconds = time.perf_counter() - t0
-    markers = [store.marker(s) or {} for s in shards]
+def _read_shards(cfg: DistributedReadConfig, todo: list[Shard], out_dir: Path, key: str) -> dict[int, dict[str, Any]]:
+    """Every shard of ``todo`` read by the configured engine: shard index → its marker (or ``{"error": ...}``)."""
+    if not todo:
+        return {}
+    resolve_model(cfg.model)  # the embedded model is converted here once, not by every worker at the same time
+    if cfg.engine == "ray":
+        from memreader.inference.ray_engine import run_ray
+
+        return run_ray(cfg, todo, out_dir, key)
+    from memreader.inference.dp_engine import run_data_parallel
+
+    return run_data_parallel(cfg, todo, out_dir, key)
+
+
+def _summary(cfg: DistributedReadConfig, plan: FilePlan, todo: list[Shard], results: dict[int, dict[str, Any]],
+             markers: list[dict[str, Any]], merged: int, seconds: float) -> dict[str, Any]:
     fresh = [r for r in results.values() if not r.get("skipped")]
-    failed = {d: e for m in markers for d, e in m.get("failed", {}).items()}
     n_read = sum(r["read"] for r in fresh)
-    summary = {
-        "documents": n_docs, "shards": len(shards), "shard_size": cfg.shard_size, "engine": cfg.engine,
-        "shards_read": len(fresh), "shards_skipped": len(shards) - len(fresh), "read": n_read,
-        "skipped_done": n_docs - sum(len(s.refs) for s in todo), "memories_written": merged,
-        "skipped_empty": empty, "failed": failed,
+    return {
+        "documents": plan.documents, "shards": len(plan.shards), "shard_size": cfg.shard_size, "engine": cfg.engine,
+        "shards_read": len(fresh), "shards_skipped": len(plan.shards) - len(fresh), "read": n_read,
+        "skipped_done": plan.documents - sum(len(s.refs) for s in todo), "memories_written": merged,
+        "skipped_empty": plan.empty, "failed": {d: e for m in markers for d, e in m.get("failed", {}).items()},
         "truncated_skipped": sum(m.get("truncated_skipped", 0) for m in markers),
         "workers": sorted({f"{r['host']}:{r['pid']}" for r in fresh}),
+        "nodes": sorted({r["node"] for r in fresh if r.get("node")}),  # Ray node ids (engine=ray)
         "seconds": round(seconds, 2), "docs_per_s": round(n_read / seconds, 3) if n_read and seconds else None,
-        "memories": str(out_dir / "memories.jsonl"),
     }
-    write_json(out_dir / "summary.json", summary)
-    print(f"read-dist: {n_read} docs in {len(fresh)} shard(s) in {seconds:.1f}s ({summary['docs_per_s']} docs/s) on "
-          f"{len(summary['workers'])} worker(s); {summary['shards_skipped']} shard(s) already done; {merged} memories "
-          f"merged → {summary['memories']}")
-    warn_unwritten(failed, summary["truncated_skipped"], cfg.max_new_tokens, "; rerun to ask them again")
+
+
+def _report(cfg: DistributedReadConfig, summary: dict[str, Any], out_dir: Path) -> None:
+    """The run's last lines; a run whose every document failed or was cut off is an error."""
+    on_nodes = f" on {len(summary['nodes'])} Ray node(s)" if summary["nodes"] else ""
+    print(f"read-dist: {summary['read']} docs in {summary['shards_read']} shard(s) in {summary['seconds']:.1f}s "
+          f"({summary['docs_per_s']} docs/s) by {len(summary['workers'])} worker(s){on_nodes}; "
+          f"{summary['shards_skipped']} shard(s) already done; {summary['memories_written']} memories merged → "
+          f"{summary['memories']}")
+    warn_unwritten(summary["failed"], summary["truncated_skipped"], cfg.max_new_tokens, "; rerun to ask them again")
+    empty = summary["skipped_empty"]
     if empty:
         print(f"NOTE: {len(empty)} document(s) with empty text were skipped (no model call): {empty[:5]}")
-    if fresh and n_read == 0:
-        raise RunFailed(f"every document of the {len(fresh)} shard(s) read failed or was cut off; nothing was written",
-                        f"see the warnings above and {out_dir / 'summary.json'}")
-    return summary
+    if summary["shards_read"] and summary["read"] == 0:
+        raise RunFailed(f"every document of the {summary['shards_read']} shard(s) read failed or was cut off; nothing "
+                        f"was written", f"see the warnings above and {out_dir / 'summary.json'}")
+
+
+def cut_off_shards(store: ShardStore) -> list[str]:
+    """The shards a worker died in the middle of during this run (its process killed, out of memory, or its Ray
+    node lost), named in a warning: each left an attempt folder (removed now) and, as every shard is finished by
+    the time this is called, was read again from scratch by another worker."""
+    names = sorted({p.name[1:].split(".attempt-")[0] for p in store.remove_attempts()})
+    if names:
+        print(f"read-dist: WARNING: a worker died in the middle of {', '.join(names)} (process killed, out of memory, "
+              "or its Ray node lost); read again from scratch by another worker and merged once")
+    return names
 
 
 def raise_shard_errors(results: dict[int, dict[str, Any]]) -> None:

@@ -84,6 +84,8 @@ def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> d
         env = {**os.environ, **worker_env()}
         if groups[rank]:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(groups[rank])
+        else:  # its share of the cores, as Ray gives an actor: vLLM's CPU engine would take every core in each process
+            env["OMP_NUM_THREADS"] = str(max(1, int(cfg.cpus_per_worker)))
         procs[rank] = (subprocess.Popen([sys.executable, "-m", "memreader.inference.dp_worker", str(job)],
                                         env=env), shards, out)
 

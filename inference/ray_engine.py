@@ -29,8 +29,11 @@ class ShardWorker:
     restart, and its shard is redone from scratch."""
 
     def __init__(self, cfg: Any, out_dir: str, key: str) -> None:
+        import ray
+
         self.cfg, self.out_dir, self.key = cfg, Path(out_dir), key
         self.backend, self.error = None, None
+        self.node = ray.get_runtime_context().get_node_id()  # the Ray node this worker runs on, for the summary
         try:
             self.backend = worker_backend(cfg)
         except Exception as exc:  # reported for each of its shards, then raised by the driver
@@ -48,7 +51,7 @@ class ShardWorker:
                 out.append({"shard": shard.index, "error": self.error})
                 continue
             try:
-                out.append(read_shard(self.cfg, shard, self.out_dir, self.backend, self.key))
+                out.append({**read_shard(self.cfg, shard, self.out_dir, self.backend, self.key), "node": self.node})
             except Exception as exc:  # returned to the driver, which raises it naming the shard
                 out.append({"shard": shard.index, "error": describe_error(exc)})
         return {"shard": np.asarray(batch["shard"]), "result": np.asarray([json.dumps(r) for r in out], dtype=object)}
@@ -71,11 +74,30 @@ def connect_ray(cfg: Any) -> bool:
            "to start a local Ray instance on this machine")
     if address != "auto":
         probe_address(address, cfg.connect_timeout_s, fix)
+    join_ray(ray, address, runtime_env, fix)
+    return True
+
+
+TOKEN_FIX = ("the cluster wants Ray's token authentication (Ray 2.60 turns it on for a cluster that `ray.init()` "
+             "starts, and for `ray start` where ~/.ray/auth_token exists), and Ray sends no token to an address given "
+             "by hand: set RAY_AUTH_MODE=token here and give the cluster's token (~/.ray/auth_token, "
+             "RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN); or start the cluster with RAY_AUTH_MODE=disabled")
+
+
+def join_ray(ray: Any, address: str, runtime_env: dict[str, Any], fix: str) -> None:
+    """``ray.init`` on a running cluster; a failure is :class:`RayUnreachable` with the fix (the token one when the
+    cluster refused this driver's credentials)."""
     try:
         ray.init(address=address, runtime_env=runtime_env)
     except (ConnectionError, TimeoutError, RuntimeError, SystemExit) as exc:  # Ray exits when GCS never answers
-        raise RayUnreachable(f"could not join the Ray cluster at ray_address={address!r}: {exc}", fix) from exc
-    return True
+        chain, cause = [], exc
+        while cause is not None:
+            chain.append(f"{type(cause).__name__}: {cause}")
+            cause = cause.__cause__ or cause.__context__
+        token = any("AuthenticationError" in c or "InvalidAuthToken" in c for c in chain)
+        raise RayUnreachable(f"could not join the Ray cluster at ray_address={address!r}: {exc}"
+                             + (" (the cluster refused this driver's authentication token)" if token else ""),
+                             TOKEN_FIX if token else fix) from exc
 
 
 LOCAL_START_TRIES = 2  # Ray waits a fixed 30 s for its own raylet; a loaded machine can miss that once
@@ -133,7 +155,8 @@ def probe_address(address: str, timeout: float, fix: str) -> None:
     """Fail fast unless a Ray server answers at ``address`` (``ray.init`` alone waits minutes on a dead
     address, then exits the process). One gRPC call that Ray's GCS (``<head>:6379``) or Ray Client server
     (``ray://<head>:10001``) implements; an answer of any kind but "unavailable", "timed out" or "not
-    implemented" (e.g. "unauthenticated": ``ray.init`` sends the token) means Ray is there."""
+    implemented" means Ray is there; "unauthenticated" too where ``ray.init`` will send a token
+    (``RAY_AUTH_MODE=token``), else it would be refused after ~20 s: named now, with the fix."""
     import grpc
 
     client = address.startswith("ray://")
@@ -152,6 +175,9 @@ def probe_address(address: str, timeout: float, fix: str) -> None:
                    + ("Client server" if client else "head node (GCS)")}
         if code in reasons:
             raise RayUnreachable(f"no Ray cluster answers at ray_address={address!r} ({reasons[code]})", fix) from None
+        if code == grpc.StatusCode.UNAUTHENTICATED and os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            raise RayUnreachable(f"the Ray cluster at ray_address={address!r} wants an authentication token "
+                                 f"({exc.details()}) and this driver has none to send", TOKEN_FIX) from None
     finally:
         channel.close()
 
@@ -178,11 +204,27 @@ def run_ray(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> dict[int, d
 
     started = connect_ray(cfg)
     try:
-        import ray.data
-
         workers = pool_size(cfg, ray.cluster_resources(), len(todo))
-        print(f"read-dist: Ray {ray.__version__}, {workers} worker(s) of {cfg.cpus_per_worker:g} CPU(s) and "
-              f"{cfg.worker_gpus():g} GPU(s), {len(todo)} shard(s)")
+        nodes = sum(1 for n in ray.nodes() if n["Alive"])
+        print(f"read-dist: Ray {ray.__version__}, {nodes} node(s), {workers} worker(s) of {cfg.cpus_per_worker:g} "
+              f"CPU(s) and {cfg.worker_gpus():g} GPU(s), {len(todo)} shard(s)")
+        rows = _read_with_pool(cfg, todo, out_dir, key, workers)
+        return {int(r["shard"]): json.loads(r["result"]) for r in rows}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _read_with_pool(cfg: Any, todo: list[Shard], out_dir: Path, key: str, workers: int) -> list[dict[str, Any]]:
+    """The Ray Data pipeline: one block per shard, an actor pool of ``workers`` :class:`ShardWorker` actors, every one
+    loaded before the first shard is dealt (so the shards spread over all of them, and a worker that no node can
+    hold is an error after ``worker_start_timeout_s``, not a run that waits for ever)."""
+    import ray
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    saved, context.wait_for_min_actors_s = context.wait_for_min_actors_s, cfg.worker_start_timeout_s
+    try:
         ds = ray.data.from_items([{"shard": s.index, "docs": s.payload()} for s in todo], override_num_blocks=len(todo))
         with warnings.catch_warnings():  # Ray 2.60 has no named parameter for actor retries yet
             warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
@@ -190,13 +232,22 @@ def run_ray(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> dict[int, d
                 ShardWorker, fn_constructor_kwargs={"cfg": cfg, "out_dir": str(out_dir), "key": key},
                 batch_size=1, batch_format="numpy", num_cpus=cfg.cpus_per_worker, num_gpus=cfg.worker_gpus() or None,
                 compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
-                # a worker that dies is restarted and its shard retried (from scratch: read_shard never appends)
-                max_restarts=cfg.max_retries, max_task_retries=cfg.max_retries)
-        try:
-            rows = ds.take_all()
-        except ray.exceptions.RayActorError as exc:
-            raise workers_died(cfg, todo, out_dir, key, f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
-        return {int(r["shard"]): json.loads(r["result"]) for r in rows}
+                # a worker that dies is restarted (at most max_retries times) and its shard retried, from scratch
+                # (read_shard never appends). Task retries are not counted: one lost node fails a call more than
+                # once (the socket closes, then the dead address refuses it until the head marks the node dead),
+                # and a bounded count ran out on one death (ActorUnavailableError)
+                max_restarts=cfg.max_retries, max_task_retries=-1 if cfg.max_retries else 0)
+        return ds.take_all()
+    except ray.exceptions.GetTimeoutError as exc:
+        have = ray.cluster_resources()
+        raise MemReaderError(
+            f"the Ray cluster did not start {workers} worker(s) of {cfg.cpus_per_worker:g} CPU(s) and "
+            f"{cfg.worker_gpus():g} GPU(s) within worker_start_timeout_s={cfg.worker_start_timeout_s:g}: not all of "
+            f"them found a node with room (the cluster's {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs "
+            "are counted across its nodes; a worker needs its share on one), or a worker loads slowly",
+            "lower cpus_per_worker / gpus_per_worker to what one node has, set num_workers lower, add nodes, or raise "
+            "worker_start_timeout_s") from exc
+    except ray.exceptions.RayActorError as exc:
+        raise workers_died(cfg, todo, out_dir, key, f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
     finally:
-        if started:
-            ray.shutdown()
+        context.wait_for_min_actors_s = saved

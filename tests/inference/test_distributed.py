@@ -4,6 +4,7 @@ The merged memories must equal the plain reader's; shards resume, dead workers a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -20,7 +21,7 @@ from memreader.core.generation import GenerationRequestError
 from memreader.core.markup import render_memory
 from memreader.core.schema import read_memories, write_memories
 from memreader.inference.distributed import DistributedReadConfig, read_distributed
-from memreader.inference.ray_engine import RayUnreachable, start_local_ray
+from memreader.inference.ray_engine import RayUnreachable, join_ray, probe_address, start_local_ray
 from memreader.inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
 from memreader.inference.shards import ShardError, ShardStore, merge_shards, plan_shards, read_shard
 
@@ -56,13 +57,17 @@ def corpus(tmp_path_factory) -> Path:
     return _corpus(tmp_path_factory.mktemp("dist_corpus") / "corpus.jsonl")
 
 
-@pytest.fixture(scope="module")
-def plain(corpus, tiny_model, tmp_path_factory) -> list[dict]:
-    """The plain reader's memories of the corpus: what every distributed run must reproduce."""
+def plain_records(corpus: Path, model: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The plain reader's memories of ``corpus`` with READING: what every distributed run must reproduce. Read once
+    per test session and corpus text (test_ray_cluster.py compares with the same read)."""
     import torch
 
-    home = tmp_path_factory.mktemp("plain_home")
-    cfg = ReadConfig(input=str(corpus), run="plain", model=tiny_model, **READING)
+    cache = tmp_path_factory.getbasetemp() / "plain_reads"
+    cache.mkdir(exist_ok=True)
+    cached = cache / f"{hashlib.sha256(corpus.read_bytes() + model.encode()).hexdigest()[:16]}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    cfg = ReadConfig(input=str(corpus), run="plain", model=model, **READING)
     backend = make_backend(cfg)
     backend.model()
     threads = torch.get_num_threads()
@@ -71,12 +76,20 @@ def plain(corpus, tiny_model, tmp_path_factory) -> list[dict]:
     torch.set_num_threads(1)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("MEMREADER_HOME", str(home))
+            mp.setenv("MEMREADER_HOME", str(cached.with_suffix("")))
             summary = read_corpus_memories(cfg, backend=backend)
     finally:
         torch.set_num_threads(threads)
-    assert summary["read"] == 16 and summary["guided"] == 16 and summary["fallback_whole_document"] == 0
-    return _records(summary["memories"])
+    assert summary["read"] == summary["guided"] and summary["fallback_whole_document"] == 0
+    cached.write_text(json.dumps(_records(summary["memories"])), encoding="utf-8")
+    return json.loads(cached.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def plain(corpus, tiny_model, tmp_path_factory) -> list[dict]:
+    records = plain_records(corpus, tiny_model, tmp_path_factory)
+    assert len(records) == 16
+    return records
 
 
 def _cfg(corpus: Path, model: str, **kw) -> DistributedReadConfig:
@@ -102,7 +115,8 @@ def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resum
     out = Path(summary["memories"]).parent
     marker = ShardStore(out).marker(plan_shards(read_corpus(corpus), 4)[1])
     assert marker["pid"] != int(flag.read_text().split()[1]) and marker["written"] == 4  # redone by a new worker
-    assert len(summary["workers"]) >= 2  # Ray worker processes shared the shards
+    assert len(summary["workers"]) >= 2 and len(summary["nodes"]) == 1  # worker processes of one Ray node
+    assert summary["redone"] == ["shard-00001"]  # named in a warning; its dead attempt's folder removed
     ids = [r["doc_id"] for r in _records(summary["memories"])]
     assert len(ids) == len(set(ids)) == 16
     assert _records(summary["memories"]) == plain  # same records, same order as `memreader read`
@@ -165,6 +179,8 @@ def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, co
     """A Ray cluster started by another process (as `ray start --head` would), joined by its address;
     a worker that dies with no retry left stops the run naming its shard, and a rerun finishes."""
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    # Ray 2.60: a cluster that ray.init() starts wants a token, and a driver given an address sends one only then
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
     cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True)
     try:
@@ -210,6 +226,59 @@ def test_an_unreachable_ray_address_fails_fast_with_the_fix(tmp_path, monkeypatc
     message = str(info.value)
     assert f"no Ray cluster answers at ray_address={address!r} ({reason}" in message
     assert "ray start --head" in message and "leave ray_address empty" in message
+
+
+def test_a_cluster_that_wants_a_token_is_named_at_once_with_the_fix(monkeypatch) -> None:
+    """Ray 2.60 turns token authentication on for the clusters it starts; ray.init with a hand-given address sends
+    no token unless RAY_AUTH_MODE=token, and is refused only after ~20 s of retries."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    class Refuse(grpc.GenericRpcHandler):  # answers every call as a token-auth GCS answers a driver without one
+        def service(self, details):
+            return grpc.unary_unary_rpc_method_handler(lambda request, context: context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken: Authentication token is missing or incorrect"))
+
+    server = grpc.server(ThreadPoolExecutor(2))
+    server.add_generic_rpc_handlers((Refuse(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+            monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+            with pytest.raises(RayUnreachable) as info:
+                probe_address(address, 3, "unused")
+            assert f"ray_address={address!r} wants an authentication token (InvalidAuthToken" in str(info.value)
+            assert "set RAY_AUTH_MODE=token here and give the cluster's token" in str(info.value)
+            monkeypatch.setenv("RAY_AUTH_MODE", "token")
+            probe_address(address, 3, "unused")  # ray.init will send the token: left to it
+    finally:
+        server.stop(None)
+
+
+class _JoiningRay:
+    """Stands in for the ``ray`` module: ``init`` raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def init(self, **kwargs) -> None:
+        raise self.error
+
+
+def test_a_refused_join_names_the_token_fix_only_for_a_token_refusal() -> None:
+    refused = RuntimeError("Failed to connect to GCS. Last connection error: ray.exceptions.AuthenticationError: RPC "
+                           "error: InvalidAuthToken: Authentication token is missing or incorrect.")
+    error = ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
+    error.__cause__ = refused
+    with pytest.raises(RayUnreachable) as info:
+        join_ray(_JoiningRay(error), "10.0.0.1:6379", {}, "the usual fix")
+    assert "(the cluster refused this driver's authentication token)" in str(info.value)
+    assert "RAY_AUTH_MODE=token" in str(info.value) and "the usual fix" not in str(info.value)
+    with pytest.raises(RayUnreachable) as info:
+        join_ray(_JoiningRay(ConnectionError("Failed to connect to Ray cluster")), "10.0.0.1:6379", {}, "the usual fix")
+    assert "the usual fix" in str(info.value) and "RAY_AUTH_MODE" not in str(info.value)
 
 
 class _StartingRay:

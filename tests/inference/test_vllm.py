@@ -2,7 +2,8 @@
 
 Engines run in this process (memreader.core.vllm_engine on a CPU: ``uni`` executor, eager, ~5 s to start) and are
 shared by the tests of this module; they are stopped at its end. Comparisons with the transformers path run both
-in fp32, so differences are numerical noise, not dtype.
+in fp32, so differences are numerical noise, not dtype. read-dist over vLLM engines (Ray workers on a two-node
+cluster, and ``vllm_dp``) is tested in test_ray_cluster.py.
 """
 
 from __future__ import annotations
@@ -403,34 +404,3 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
             server.kill()
         log.close()
 
-
-@pytest.mark.slow
-def test_vllm_workers_under_ray_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path, monkeypatch, chat: VLLMChat, die_in_shard) -> None:
-    """read-dist over vLLM engines (vLLM's CPU build, one in-process engine per worker), greedy: Ray Data with two
-    workers, the one reading shard 1 killed after its first batch, and the data-parallel engine with two CPU
-    processes; both merged files equal the plain vLLM reader's record for record. ~9 min on two cores (opt-in)."""
-    from memreader.core.schema import read_memories
-    from memreader.inference.distributed import DistributedReadConfig, read_distributed
-    from memreader.inference.reader import ReadConfig, read_corpus_memories
-
-    reading = {"model": SMOLLM2, "backend": "vllm", "dtype": "float32", "max_model_len": 8192, "batch_size": 2,
-               "max_new_tokens": 512, "temperature": 0.0}
-    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "plain"))
-    plain = read_corpus_memories(ReadConfig(input=str(DEMO_CORPUS), run="plain", **reading), backend=chat)
-    assert plain["read"] == 8 and plain["guided"] == 8
-
-    def records(path: str) -> list[dict]:
-        return [m.to_dict() for m in read_memories(path)]
-
-    expected = records(plain["memories"])
-    for engine, extra in (("ray", {"num_workers": 2, "ray_num_cpus": 2, "max_retries": 1}),
-                          ("vllm_dp", {"data_parallel_size": 2, "max_retries": 1})):
-        monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / engine))
-        flag = tmp_path / f"{engine}-died"
-        die_in_shard(1, flag)
-        cfg = DistributedReadConfig(input=str(DEMO_CORPUS), run="dist", engine=engine, shard_size=4,
-                                    cpus_per_worker=1, **extra, **reading)
-        summary = read_distributed(cfg)
-        assert flag.is_file(), f"{engine}: the test hook never killed a worker"
-        assert summary["read"] == 8 and summary["shards_read"] == 2
-        assert records(summary["memories"]) == expected, engine
