@@ -12,6 +12,11 @@ Milvus' BM25, one COSINE vector field per embedder), keeps the store's metadata 
 collection property and checks it on reading (ours, this schema version, completely built), opens,
 loads and closes the collection, and raises one error family: :class:`StoreError`, of which each
 store has its own subclass, with messages that name the problem and the fix.
+
+On a server older than Milvus 2.5 (no BM25 functions) a store is created without its BM25 field, says so,
+and refuses what needs BM25 before any work (:meth:`MilvusCollection.require_bm25`, naming the version).
+What else a server needs — errors for a lost server, a record that survives its restart — is in
+:mod:`memreader.retrieval.milvus_server`.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ from memreader.retrieval.milvus_server import (
     write_record,
 )
 
-__all__ = ["BM25_SINCE", "CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError", "connect",
-           "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal", "version_tuple"]
+__all__ = ["BM25_SINCE", "CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError",
+           "connect", "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal",
+           "version_tuple"]
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Milvus server to answer before failing (pymilvus alone waits 10)."""
@@ -366,7 +372,8 @@ class MilvusCollection:
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         for name, dtype, params in fields:
             schema.add_field(name, dtype, **params)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **(text_field_params(language) if bm25 else {}))
+        analyzer = text_field_params(language) if bm25 else {}  # a server without BM25 has no analyzers either
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **analyzer)
         index_params = self._client.prepare_index_params()
         for name, dim in vectors.items():
             schema.add_field(name, DataType.FLOAT_VECTOR, dim=dim)
