@@ -541,6 +541,25 @@ def test_bench_generation(ahead: Ahead) -> None:
     assert [r[0] for r in rows] == ["1", "2"] and rows[0][-1] == "1.00"
 
 
+def cmd_profile_read_step(tiny_llm: str, out: Path) -> tuple:
+    text = ("The river rises in the hills above the town. It runs west through farmland for forty miles. Mills were "
+            "built along it in the last century. Most of them are closed now, and two are museums. ") * 2
+    corpus = out / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "d", "text": text}) + "\n", encoding="utf-8")
+    return ("profile_read_step.py", "--engines", "transformers", "--model", tiny_llm, "--batch-sizes", 1, 2,
+            "--steps", 4, "--corpus", corpus, "--out", out / "rows.json")
+
+
+@pytest.mark.integration
+def test_profile_read_step(ahead: Ahead) -> None:
+    _, out = ahead.result("profile_read_step")
+    rows = json.loads((out / "rows.json").read_text())
+    assert [(r["batch"], r["grammar"]) for r in rows] == [(1, True), (1, False), (2, True), (2, False)]
+    for r in rows:
+        assert r["ms_per_step"] > 0 and r["errors"] == 0 and {"forward", "attention", "rest"} <= set(r["share"])
+        assert ("grammar" in r["share"]) == r["grammar"]
+
+
 def cmd_bench_guided(tiny_llm: str, out: Path) -> tuple:
     return ("bench_guided.py", "--model", tiny_llm, "--demo-docs", 1, "--crud", 0, "--max-new-tokens", 256,
             "--speed-tokens", 4, "--skip-unguided", "--batch-size", 1)
