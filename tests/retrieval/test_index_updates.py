@@ -32,7 +32,7 @@ QUERIES = ["How do scientists monitor volcanoes to forecast an eruption?", "æ³¡è
            "How hot is a kiln when pottery is fired?", "Why does bread dough rise?", "What seals a pot?"]
 
 
-def _changed_volcano() -> Any:
+def changed_volcano() -> Any:
     mem = copy.deepcopy(VOLCANO)
     mem.scenarios[2].core = "Tiltmeters and satellite radar also see the ground bulge before an eruption."
     return mem
@@ -45,7 +45,7 @@ def _answers(index: MemoryIndex, mode: str) -> list[list[tuple[str, int, str, fl
 
 @pytest.mark.integration
 def test_update_skips_unchanged_replaces_changed_and_answers_as_a_fresh_build(tmp_path: Path, embedder: Any) -> None:
-    new = [_changed_volcano(), TEA, KILN]  # volcano changed, bread gone, tea unchanged, kiln new
+    new = [changed_volcano(), TEA, KILN]  # volcano changed, bread gone, tea unchanged, kiln new
     with MemoryIndex(tmp_path / "fresh.db") as fresh:
         fresh.build(new, embedder, embedder_name=NAME, progress=False)
         expected = {mode: _answers(fresh, mode) for mode in ("three_layer", "single", "chunk_only")}
@@ -90,7 +90,7 @@ class _FailingAfter:
 @pytest.mark.integration
 def test_an_update_that_dies_leaves_the_old_versions_searchable_and_the_next_one_cleans_up(
         tmp_path: Path, embedder: Any) -> None:
-    changed = _changed_volcano()
+    changed = changed_volcano()
     with MemoryIndex(tmp_path / "index.db") as index:
         index.build(MEMORIES, embedder, embedder_name=NAME, progress=False)
         before = _answers(index, "three_layer")
@@ -192,7 +192,7 @@ def test_run_index_updates_by_default_and_the_manifest_records_changes(tmp_path:
     cfg = RetrievalConfig(run="upd", memories=str(memories), embedder=NAME, device="cpu")
     assert not cfg.replace
     run_index(cfg, progress=False)
-    write_memories(memories, [_changed_volcano(), TEA])
+    write_memories(memories, [changed_volcano(), TEA])
     summary = run_index(RetrievalConfig(**{**vars(cfg), "prune": True}), progress=False)
     manifest = json.loads(Path(cfg.db()).with_suffix(".manifest.json").read_text())
     assert manifest["kind"] == "update" and summary.update
@@ -206,7 +206,7 @@ def test_an_update_that_dies_between_commit_and_deletions_is_finished_by_the_nex
         tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import memreader.retrieval.index as index_module
 
-    changed = _changed_volcano()
+    changed = changed_volcano()
     with MemoryIndex(tmp_path / "index.db") as index:
         index.build([VOLCANO, TEA], embedder, embedder_name=NAME, progress=False)
 

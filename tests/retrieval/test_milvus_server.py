@@ -5,7 +5,6 @@ functions; the server killed mid-update; authorization with a token from the con
 
 from __future__ import annotations
 
-import copy
 import io
 import platform
 import time
@@ -26,20 +25,15 @@ from memreader.retrieval.meve import MeVePipeline, MeVeSettings
 from memreader.retrieval.milvus import TOKEN_ENV, version_tuple
 from memreader.retrieval.passages import PassageStore, PassageStoreError
 from tests.retrieval.milvus_server import ROOT_TOKEN, MilvusServer, server_command
-from tests.retrieval.retrieval_samples import CORPUS, MEMORIES, QUESTION, TEA, VOLCANO, make_memory
+from tests.retrieval.retrieval_samples import CORPUS, MEMORIES, QUESTION, TEA, VOLCANO
 from tests.retrieval.test_chat import CONFIG as CHAT_CONFIG
 from tests.retrieval.test_chat import overrides as chat_overrides
+from tests.retrieval.test_index_updates import KILN, changed_volcano
 
 pytestmark = pytest.mark.integration
 NAME = "minilm-l6"
 DENSE = ("three_layer", "single", "chunk_only")
 STRONG = 0  # pymilvus' ConsistencyLevel.Strong as describe_collection reports it
-KILN = make_memory("en-kiln", [
-    ("Firing pottery in a kiln", "Clay is fired at about 1000 °C to harden it into ceramic.",
-     "Potters fire dried clay in a kiln at around a thousand degrees, which turns it into hard ceramic. "),
-    ("Glazes", "A glaze melts into glass on the pot's surface during a second firing.",
-     "A second, hotter firing melts the glaze into a thin layer of glass that seals the pot."),
-])
 QUERIES = ["How do scientists monitor volcanoes to forecast an eruption?", "泡茶的水温应该是多少度？", "What seals a pot?"]
 
 if server_command() is None:
@@ -61,13 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
         srv.kill()  # its data is a temporary folder: no graceful stop (~20 s) needed
 
 
-def _changed_volcano() -> Any:
-    mem = copy.deepcopy(VOLCANO)
-    mem.scenarios[2].core = "Tiltmeters and satellite radar also see the ground bulge before an eruption."
-    return mem
-
-
-NEW = [_changed_volcano(), TEA, KILN]  # the update: volcano changed, bread gone (pruned), tea unchanged, kiln new
+NEW = [changed_volcano(), TEA, KILN]  # the update: volcano changed, bread gone (pruned), tea unchanged, kiln new
 
 
 def _answers(index: MemoryIndex, modes: tuple[str, ...] = DENSE) -> dict[str, list[list[tuple[str, int, str, float]]]]:
