@@ -3,7 +3,7 @@
     .venv/bin/python scripts/profile_read_step.py                       # vLLM and transformers, batch 1 8 24 64
     .venv/bin/python scripts/profile_read_step.py --engines vllm --batch-sizes 8 24 --steps 32
 
-Each configuration reads ``batch`` English documents of about 1,400 characters (composed from the HotpotQA-100
+Each configuration reads ``batch`` English documents of at least 1,400 characters (composed from the HotpotQA-100
 passages in ../shared/datasets, or ``--corpus`` JSONL) in one call of the product's engine (the reader's prompt,
 each document's own memory grammar from :mod:`memreader.core.memory_grammar`, greedy), cut at ``--steps`` generated
 tokens: a profile of decoding steps, not a finished read. Timers wrap the engine's own parts:
@@ -83,7 +83,7 @@ class Timers:
 
 
 def compose_documents(n: int, corpus: str) -> list[str]:
-    """``n`` English documents of about 1,400 characters: a JSONL corpus's texts, or HotpotQA passages joined."""
+    """``n`` English documents: a JSONL corpus's texts, or HotpotQA passages joined until each has 1,400 characters or more."""
     if corpus:
         texts = [json.loads(line)["text"] for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line]
     else:
@@ -203,8 +203,15 @@ def main() -> None:
     parser.add_argument("--params", type=float, default=135e6, help="model parameters (for FLOPs per token)")
     parser.add_argument("--matmul-gflops", type=float, default=400.0, help="the machine's matmul rate (GFLOP/s)")
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
+    parser.add_argument("--write-corpus", default="", help="write the largest batch's documents as a JSONL corpus "
+                        "here (for a full `memreader read` of the same set) and exit")
     args = parser.parse_args()
     texts = compose_documents(max(args.batch_sizes), args.corpus)
+    if args.write_corpus:
+        Path(args.write_corpus).write_text("".join(json.dumps({"id": f"en-{i:02d}", "text": t}) + "\n"
+                                                   for i, t in enumerate(texts)), encoding="utf-8")
+        print(f"{len(texts)} documents -> {args.write_corpus}")
+        return
     cfg = ReadConfig(input=args.corpus or str(HOTPOT), model=args.model)
     rows = []
     for engine in args.engines:

@@ -558,6 +558,11 @@ def test_profile_read_step(ahead: Ahead) -> None:
     for r in rows:
         assert r["ms_per_step"] > 0 and r["errors"] == 0 and {"forward", "attention", "rest"} <= set(r["share"])
         assert ("grammar" in r["share"]) == r["grammar"]
+    # the same documents as a corpus for a full `memreader read`: the corpus's one text, repeated to the batch
+    run("profile_read_step.py", "--corpus", out / "corpus.jsonl", "--batch-sizes", 3, "--write-corpus", out / "w.jsonl")
+    written = [json.loads(line) for line in (out / "w.jsonl").read_text().splitlines()]
+    original = json.loads((out / "corpus.jsonl").read_text())["text"]
+    assert [d["id"] for d in written] == ["en-00", "en-01", "en-02"] and {d["text"] for d in written} == {original}
 
 
 def cmd_bench_guided(tiny_llm: str, out: Path) -> tuple:
