@@ -133,8 +133,7 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
         client = MilvusClient(uri=uri, token=resolved, timeout=timeout)
         # pymilvus shares one connection per address and token, and a shared one is handed out without a call:
         # this call checks the token and that the server answers, every time
-        client.get_server_version(timeout=timeout)
-        return ServerClient(client, uri, error)
+        return ServerClient(client, uri, error, version=client.get_server_version(timeout=timeout))
     except (MilvusException, grpc.RpcError) as exc:
         if grpc_status(exc) == "UNAUTHENTICATED":
             given = ("no token was given (token is empty and $MILVUS_TOKEN is unset)" if not resolved else
@@ -227,7 +226,6 @@ class MilvusCollection:
             Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
         self._client = connect(self.uri, token, timeout, self.error)
         self._meta: dict[str, Any] | None = None
-        self._version: str | None = None
 
     def close(self) -> None:
         """Close the client; the last client of a Milvus Lite file in this process also stops its
@@ -292,9 +290,7 @@ class MilvusCollection:
     @property
     def server_version(self) -> str:
         """The Milvus server's version as it reports it (``v2.3.5``), ``lite`` for a Milvus Lite file."""
-        if self._version is None:
-            self._version = self._client.get_server_version() if is_server_uri(self.uri) else "lite"
-        return self._version
+        return self._client.version if isinstance(self._client, ServerClient) else "lite"
 
     def server_has_bm25(self) -> bool:
         """True where new collections can have BM25 functions: Milvus Lite, or a server of 2.5 or later."""

@@ -56,10 +56,11 @@ def _lost(exc: MilvusException) -> bool:
 
 class ServerClient:
     """A ``MilvusClient`` of a Milvus server whose calls, when the server is lost (stopped, crashed,
-    unreachable), raise ``error`` naming the URI and the fix instead of pymilvus' connection error."""
+    unreachable), raise ``error`` naming the URI and the fix instead of pymilvus' connection error. ``version`` is
+    the server's, as it answered the connection's first call."""
 
-    def __init__(self, client: MilvusClient, uri: str, error: type[Exception]) -> None:
-        self._client, self._uri, self._error = client, uri, error
+    def __init__(self, client: MilvusClient, uri: str, error: type[Exception], version: str) -> None:
+        self._client, self._uri, self._error, self.version = client, uri, error, version
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
