@@ -2,7 +2,7 @@
 
     grammars = MemoryGrammars(settings, count_tokens_for(backend))
     plans, errors = grammars.plan([doc.text for doc in docs], max_new_tokens)
-    replies, fate = generate_with_policy(call, len(docs), params, on_truncated="retry_longer")
+    reply, fate = settle_reply(reply, on_truncated="retry_longer")   # "again": ask once more with longer_budget(params)
 
 ``guided: auto|on|off`` is one setting in the teacher, reader and demo configs; ``auto`` means on
 for the local (transformers) and vLLM backends, and for an OpenAI-compatible endpoint it means
@@ -181,58 +181,38 @@ def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, g
     return wplan, plans, errors
 
 
-Call = Callable[[list[int], GenerationParams], list[Any]]
-"""``call(indices, params)`` → one reply (or a request error) per index, in order."""
-
-
-def generate_with_policy(call: Call, n: int, params: GenerationParams,
-                         on_truncated: str = "retry_longer") -> tuple[list[Any], list[str]]:
-    """Replies for items ``0..n-1`` and each one's fate under the truncation policy.
-
-    Fates: ``ok``; ``retried`` (cut off, then complete with twice the budget); ``truncated-skipped``
-    (the caller must not write it); ``truncated-kept`` (keep_flagged: write it flagged). Request
-    errors pass through with fate ``error``.
-    """
+def settle_reply(reply: Any, on_truncated: str, retried: bool = False) -> tuple[Any, str]:
+    """A reply (plain strings become :class:`Reply`) and its fate under the truncation policy: ``ok``; ``retried``
+    (complete on the second ask, ``retried=True``); ``again`` (cut off under ``retry_longer`` the first time: ask once
+    more with :func:`longer_budget`); ``truncated-skipped`` (the caller must not write it); ``truncated-kept``
+    (``keep_flagged``: write it flagged); ``error`` (a request error, passed through)."""
     if on_truncated not in TRUNCATION_POLICIES:
         raise ValueError(f"on_truncated={on_truncated!r} must be one of {', '.join(TRUNCATION_POLICIES)}")
-    replies = _as_replies(call(list(range(n)), params))
-    fates = ["ok" if isinstance(r, Reply) and not r.truncated else ("error" if not isinstance(r, Reply) else "cut")
-             for r in replies]
-    cut = [i for i, f in enumerate(fates) if f == "cut"]
-    if cut and on_truncated == "retry_longer":
-        longer = replace(params, max_new_tokens=params.max_new_tokens * 2)
-        log.warning("%d repl%s hit max_new_tokens=%d; asking again with %d", len(cut), "y" if len(cut) == 1 else "ies",
-                    params.max_new_tokens, longer.max_new_tokens)
-        for i, again in zip(cut, _as_replies(call(cut, longer)), strict=True):
-            replies[i] = again
-            fates[i] = "retried" if isinstance(again, Reply) and not again.truncated else "cut"
-    for i, f in enumerate(fates):
-        if f == "cut":
-            fates[i] = "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
-    return replies, fates
+    reply = _as_replies([reply])[0]
+    if not isinstance(reply, Reply):
+        return reply, "error"
+    if not reply.truncated:
+        return reply, "retried" if retried else "ok"
+    if on_truncated == "retry_longer" and not retried:
+        return reply, "again"
+    return reply, "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
+
+
+def longer_budget(params: GenerationParams) -> GenerationParams:
+    """The settings of the second ask after a cut-off reply: twice the token budget."""
+    return replace(params, max_new_tokens=params.max_new_tokens * 2)
 
 
 async def ask_with_policy(ask: Callable[[GenerationParams], Awaitable[Any]], params: GenerationParams,
                           on_truncated: str = "retry_longer") -> tuple[Any, str]:
-    """One reply and its fate under the truncation policy (the per-request form of
-    :func:`generate_with_policy`, same fates); ``ask(params)`` returns a reply or a request error."""
-    if on_truncated not in TRUNCATION_POLICIES:
-        raise ValueError(f"on_truncated={on_truncated!r} must be one of {', '.join(TRUNCATION_POLICIES)}")
-    reply = _as_replies([await ask(params)])[0]
-    if not isinstance(reply, Reply):
-        return reply, "error"
-    if not reply.truncated:
-        return reply, "ok"
-    if on_truncated == "retry_longer":
-        longer = replace(params, max_new_tokens=params.max_new_tokens * 2)
-        log.info("a reply hit max_new_tokens=%d; asking again with %d", params.max_new_tokens, longer.max_new_tokens)
-        again = _as_replies([await ask(longer)])[0]
-        if not isinstance(again, Reply):
-            return again, "error"
-        if not again.truncated:
-            return again, "retried"
-        reply = again
-    return reply, "truncated-kept" if on_truncated == "keep_flagged" else "truncated-skipped"
+    """One reply and its final fate (:func:`settle_reply`; a cut-off reply under ``retry_longer`` is asked once
+    more with twice the budget); ``ask(params)`` returns a reply or a request error."""
+    reply, fate = settle_reply(await ask(params), on_truncated)
+    if fate == "again":
+        log.info("a reply hit max_new_tokens=%d; asking again with %d", params.max_new_tokens,
+                 longer_budget(params).max_new_tokens)
+        reply, fate = settle_reply(await ask(longer_budget(params)), on_truncated, retried=True)
+    return reply, fate
 
 
 def _as_replies(outputs: Sequence[Any]) -> list[Any]:

@@ -130,6 +130,11 @@ class Engine:
             return 0
         return int(cache.num_gpu_blocks or 0) * int(cache.block_size)
 
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the engine's KV cache holds (its blocks times their size)."""
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        return int(cache.num_gpu_blocks or 0) * int(cache.block_size)
+
     def check_prompt(self, n_tokens: int, what: str = "prompt") -> None:
         """Refuse a prompt that leaves no room to generate under ``max_model_len``."""
         if n_tokens >= self.max_model_len:
@@ -205,6 +210,9 @@ def get_engine(spec: EngineSpec) -> Engine:
     if gpu:
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
     else:
+        from memreader.core.kv_budget import check_kv_cache_gib
+
+        check_kv_cache_gib(spec.kv_cache_gib)  # before the engine allocates it
         kwargs["kv_cache_memory_bytes"] = int(spec.kv_cache_gib * 2**30)
         # no chunked prefill on a CPU: vLLM rewinds a seeded request's generator after a partial prefill, which a
         # CPU generator cannot do ("CPU Generator does not use offset"): every long batch with seeds crashed

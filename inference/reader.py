@@ -36,9 +36,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from memreader.core.assemble import memory_from_output
 from memreader.core.config import field
-from memreader.core.corpus import CorpusError, Document, batched, iter_corpus
+from memreader.core.corpus import CorpusError, Document, iter_corpus
 from memreader.core.engines import (
     EngineChoice,
     backend_field,
@@ -49,30 +48,18 @@ from memreader.core.engines import (
     resolve_engine,
 )
 from memreader.core.errors import RunFailed
-from memreader.core.generation import GenerationParams, GenerationRequestError
-from memreader.core.guidance import (
-    GuidedConfig,
-    MemoryGrammars,
-    count_fates,
-    count_tokens_for,
-    generate_with_policy,
-    plan_guided_windows,
-    wants_grammar,
-)
+from memreader.core.generation import GenerationParams
+from memreader.core.generation.stream import open_stream
+from memreader.core.guidance import GuidedConfig, MemoryGrammars, count_fates, count_tokens_for, wants_grammar
 from memreader.core.language import detect_language
 from memreader.core.paths import run_dir, sha256_file, write_json, write_resolved_config
 from memreader.core.prompts import PromptConfig
 from memreader.core.runlock import RunLock
 from memreader.core.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.core.stage import Stage
-from memreader.core.structure import annotate, structural_breaks
 from memreader.core.vllm_engine import COMPILE_MODES, LORA_MODES
-from memreader.core.windowing import (
-    WindowConfig,
-    merge_window_memories,
-    model_window_of,
-    prompt_tokens_of,
-)
+from memreader.core.windowing import WindowConfig, model_window_of, prompt_tokens_of
+from memreader.inference.reading import Reading, Tally
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +89,9 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     request_timeout_s: float = field(60.0, gt=0, help="backend=openai: seconds one request may take before it is "
                                      "retried (a CPU server generating a long memory can need minutes)")
     think: bool = field(False, help="use the <think> (CoM) prompt variant")
-    batch_size: int = field(4, ge=1, help="documents per generate call")
+    batch_size: int = field(4, ge=1, help="requests decoded together: vLLM keeps this many in the running engine, "
+                            "topped up as each finishes; transformers and servers get this many per call, the "
+                            "shortest of 4 batches' worth first")
     max_new_tokens: int = field(512, ge=1, help="token budget per memory")
     temperature: float = field(0.1, ge=0, help="paper: 0.1")
     top_p: float = field(0.1, gt=0, le=1, help="paper: 0.1")
@@ -263,19 +252,16 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         log.warning("skipping %d document(s) with empty text: %s", len(survey.empty), survey.empty[:5])
     params = GenerationParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.repetition_penalty, cfg.seed)
     prompt = cfg.reader_prompt(cfg.think)
-    tally = _Tally()
+    tally = Tally()
     t0 = time.perf_counter()
-    grammars, sizing = None, {}
     if survey.n_todo:
         backend, grammars, sizing = _open_backend(cfg, backend, prompt, survey.langs)
-    bar = tqdm(total=survey.n_todo, desc="read", unit="doc")
-    # Pass 2: the documents still to read, a batch at a time.
-    for batch in batched((d for d in corpus() if d.text.strip() and d.doc_id not in done), cfg.batch_size):
-        reading = _Batch(cfg, batch, key, prompt, grammars, sizing)
-        memories = reading.read(backend, params, tally)
-        write_memories(out_path, memories, append=True)  # written per batch: a crash loses one batch
-        bar.update(len(batch))
-    bar.close()
+        capacity = backend.kv_capacity_tokens() if callable(getattr(backend, "kv_capacity_tokens", None)) else 0
+        reading = Reading(cfg, key, prompt, grammars, sizing, params, open_stream(backend, cfg.batch_size), tally,
+                          capacity, lambda messages: prompt_tokens_of(messages, backend, sizing["count_tokens"]))
+        _read_stream(cfg, (d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
+                     survey.n_todo)
+        tally.memory_limit = reading.memory_limit
     seconds = time.perf_counter() - t0
     summary = _summary(cfg, survey, tally, seconds, out_path, backend)
     write_json(out_dir / "summary.json", summary)
@@ -284,6 +270,32 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         raise RunFailed(f"every one of the {survey.n_todo} documents to read failed or was cut off; nothing was "
                         f"written", f"see the warnings above and {out_dir / 'summary.json'}")
     return summary
+
+
+def _read_stream(cfg: ReadConfig, todo: Iterator[Document], out_path: Path, reading: Reading, total: int) -> None:
+    """Pass 2: every document still to read goes through ``reading``'s stream, kept full; each memory is appended the
+    moment its document is done (a crash loses only the documents in flight). A failure or an interrupt takes the
+    requests still in the engine back out of it."""
+    bar = tqdm(total=total, desc="read", unit="doc")
+
+    def write(finished: list[tuple[Document, Any]]) -> None:
+        write_memories(out_path, [m for _, m in finished if m is not None], append=True)
+        bar.update(len(finished))
+
+    try:
+        for doc in todo:
+            flight = reading.plan(doc)
+            if flight is None:  # refused before any request
+                bar.update(1)
+                continue
+            while not reading.fits(flight):
+                write(reading.step())
+            reading.add(flight)
+        while reading.pending:
+            write(reading.step())
+    finally:
+        reading.stream.close()
+        bar.close()
 
 
 @dataclass
@@ -348,121 +360,7 @@ def _open_backend(cfg: ReadConfig, backend: Any | None, prompt: Any, langs: set[
     return backend, grammars, sizing
 
 
-@dataclass
-class _Tally:
-    """What a run counts across its batches."""
-
-    failed: dict[str, str] = dc_field(default_factory=dict)
-    stats: dict[str, Any] = dc_field(default_factory=lambda: {
-        "fallbacks": 0, "repaired": 0, "merged_scenarios": 0, "coverage_exact_sum": 0.0, "guided": 0,
-        "unguided": 0, "windowed": 0, "windows": 0})
-    single_chunk: list[str] = dc_field(default_factory=list)
-    fates: list[str] = dc_field(default_factory=list)  # one per document asked
-
-    def count(self, doc_id: str, mem: Any, n_windows: int, single_chunk: bool) -> None:
-        stats = self.stats
-        if n_windows > 1:
-            stats["windowed"] += 1
-            stats["windows"] += n_windows
-        stats["fallbacks"] += "fallback" in mem.meta
-        stats["repaired"] += bool(mem.meta.get("parse_diagnostics"))
-        stats["merged_scenarios"] += mem.meta.get("alignment", {}).get("merged", 0)
-        stats["coverage_exact_sum"] += mem.meta.get("alignment", {}).get("coverage_exact", 0.0)
-        stats["guided" if mem.meta["generation"]["guided"] else "unguided"] += 1
-        if single_chunk:
-            self.single_chunk.append(doc_id)
-
-
-class _Batch:
-    """One batch of documents: windows and grammars planned, every window generated, each document's memory
-    assembled (merged from its windows when it has several)."""
-
-    def __init__(self, cfg: ReadConfig, batch: list[Document], key: str, prompt: Any, grammars: Any,
-                 sizing: dict[str, Any]) -> None:
-        self.cfg, self.batch, self.key = cfg, batch, key
-        texts = [d.text for d in batch]
-        # long documents: one item per window, merged back below
-        breaks = [structural_breaks(d.meta) for d in batch]  # heading and page starts: preferred chunk ends
-        self.wplan, self.plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens,
-                                                                  breaks if any(breaks) else None, **sizing)
-        self.flat, self.window_texts = self.wplan.flat(), self.wplan.texts(texts)
-        self.refused = dict(self.wplan.errors)
-        for j, error in plan_errors.items():
-            d, w = self.flat[j]
-            self.refused.setdefault(d, error if len(self.wplan.windows[d]) == 1 else f"window {w.index} "
-                                    f"[{w.start}, {w.end}): {error}")
-        self.live = [j for j, (d, _) in enumerate(self.flat) if d not in self.refused]
-        langs_of = [detect_language(t) for t in texts]
-        self.rendered = [prompt.render(langs_of[self.flat[j][0]], self.window_texts[j]) for j in self.live]
-        self.outputs: list[Any] = []
-        self.window_fates: list[str] = []
-
-    def read(self, backend: Any, params: GenerationParams, tally: _Tally) -> list[Any]:
-        """Generate every live window, then the memory of each document (refused and failed ones in ``tally``)."""
-        for d, error in self.refused.items():  # not written: named in the summary with the fix
-            tally.failed[self.batch[d].doc_id] = error
-            log.warning("doc %s: no guided memory possible: %s", self.batch[d].doc_id, error)
-
-        def call(idx: list[int], p: GenerationParams) -> list[Any]:
-            return backend.generate_many([self.rendered[k][0] for k in idx], p, return_exceptions=True,
-                                         grammars=[self._plan(k).lark if self._plan(k) else None for k in idx])
-
-        self.outputs, self.window_fates = (generate_with_policy(call, len(self.live), params, self.cfg.on_truncated)
-                                           if self.live else ([], []))
-        per_doc: dict[int, list[int]] = {}  # document → its entries in `live`, in window order
-        for k, j in enumerate(self.live):
-            per_doc.setdefault(self.flat[j][0], []).append(k)
-        memories = [self._memory(d, ks, tally) for d, ks in per_doc.items()]
-        return [m for m in memories if m is not None]
-
-    def _plan(self, k: int) -> Any:
-        return self.plans[self.live[k]]
-
-    def _memory(self, d: int, ks: list[int], tally: _Tally) -> Any:
-        """Document ``d``'s memory from its windows ``ks``, or None when it is not written (failed or cut off)."""
-        doc, doc_windows = self.batch[d], self.wplan.windows[d]
-        errors = [(self.flat[self.live[k]][1], self.outputs[k]) for k in ks
-                  if isinstance(self.outputs[k], GenerationRequestError)]
-        if errors:  # not written: the next run asks again
-            w, error = errors[0]
-            tally.failed[doc.doc_id] = str(error) if len(doc_windows) == 1 else f"window {w.index}: {error}"
-            log.warning("doc %s: request failed for good (%s)", doc.doc_id, tally.failed[doc.doc_id])
-            tally.fates.append("error")
-            return None
-        doc_fates = [self.window_fates[k] for k in ks]
-        fate = next((f for f in ("truncated-skipped", "truncated-kept", "retried") if f in doc_fates), "ok")
-        tally.fates.append(fate)
-        if fate == "truncated-skipped":  # not written: the next run asks again
-            log.warning("doc %s: reply cut off at the token budget; skipped (on_truncated=%s)", doc.doc_id,
-                        self.cfg.on_truncated)
-            return None
-        cfg = self.cfg
-        meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": self.rendered[ks[0]][1].id,
-                "backend": cfg.backend, "dtype": cfg.dtype, "source_sha256": doc.sha256, "read_key": self.key}
-        parts = [self._part(doc, k, meta, len(doc_windows) == 1) for k in ks]
-        if len(doc_windows) == 1:
-            mem = parts[0]
-        else:
-            mem = merge_window_memories(doc.doc_id, doc.text, doc_windows, parts, {
-                **meta, "windowing": {"budget_tokens": self.wplan.budget, "overlap_tokens": cfg.overlap_tokens}})
-        annotate(mem, doc.meta)  # pages and headings of each scenario, when memreader ingest mapped them
-        tally.count(doc.doc_id, mem, len(doc_windows),
-                    all(self._plan(k) is not None and self._plan(k).single_chunk for k in ks))
-        return mem
-
-    def _part(self, doc: Document, k: int, meta: dict[str, Any], one: bool) -> Any:
-        """The memory of window ``k`` (the document's own memory when it is read whole)."""
-        out, plan, w = self.outputs[k], self._plan(k), self.flat[self.live[k]][1]
-        part: dict[str, Any] = {"generation": {**out.info(), "fate": self.window_fates[k],
-                                               "grammar": plan.meta() if plan else None}}
-        if self.window_fates[k] == "truncated-kept":
-            part["truncated"] = True
-        return memory_from_output(doc.doc_id if one else f"{doc.doc_id}#w{w.index}", self.window_texts[self.live[k]],
-                                  out, {**meta, **part} if one else part, "whole", self.cfg.fuzzy_threshold,
-                                  plan.graph if plan is not None and out.guided else None)
-
-
-def _summary(cfg: ReadConfig, survey: _Survey, tally: _Tally, seconds: float, out_path: Path,
+def _summary(cfg: ReadConfig, survey: _Survey, tally: Tally, seconds: float, out_path: Path,
              backend: Any) -> dict[str, Any]:
     """The run's ``summary.json``."""
     truncated = count_fates(tally.fates)
@@ -482,6 +380,7 @@ def _summary(cfg: ReadConfig, survey: _Survey, tally: _Tally, seconds: float, ou
         "windowed": stats["windowed"],
         "windows": stats["windows"],
         "fallback_whole_document": stats["fallbacks"],
+        "memory_limit": tally.memory_limit,  # set when the KV cache, not batch_size, capped the requests in flight
         "repaired_outputs": stats["repaired"],
         "merged_scenarios": stats["merged_scenarios"],
         "mean_coverage_exact": round(stats["coverage_exact_sum"] / n, 4) if n else None,
@@ -504,7 +403,20 @@ def warn_unwritten(failed: dict[str, str], truncated: int, max_new_tokens: int, 
               "and not written; raise max_new_tokens and rerun (finished documents are kept)")
 
 
-def _report(cfg: ReadConfig, summary: dict[str, Any], tally: _Tally, survey: _Survey, out_path: Path,
+def memory_limit_note(cfg: ReadConfig, limit: dict[str, int]) -> str:
+    """The run's line when memory, not ``batch_size``, capped the requests in flight: the setting, the measured
+    limit and the fix."""
+    where = (f"the vLLM engine's KV cache holds {limit['capacity_tokens']:,} tokens (kv_cache_gib={cfg.kv_cache_gib:g})"
+             if cfg.backend == "vllm" else
+             f"half of the free memory holds {limit['capacity_tokens']:,} tokens of this model's KV cache")
+    fix = ("raise kv_cache_gib" if cfg.backend == "vllm" else "free memory") + " or lower max_new_tokens"
+    return (f"NOTE: batch_size={cfg.batch_size} is more than memory holds here: {where}, and a request may reach "
+            f"{limit['tokens_per_request']:,} (prompt + max_new_tokens={cfg.max_new_tokens}), so as few as "
+            f"{max(1, limit['in_flight'])} ran at once; {fix} to run {cfg.batch_size} (finished documents are kept "
+            "either way)")
+
+
+def _report(cfg: ReadConfig, summary: dict[str, Any], tally: Tally, survey: _Survey, out_path: Path,
             seconds: float) -> None:
     """The run's lines on stdout: what was read, then every warning and note."""
     stats, failed, single_chunk, empty = tally.stats, tally.failed, tally.single_chunk, survey.empty
@@ -516,6 +428,8 @@ def _report(cfg: ReadConfig, summary: dict[str, Any], tally: _Tally, survey: _Su
         f"{stats['fallbacks']} whole-document fallbacks → {out_path}"
     )
     warn_unwritten(failed, summary["truncated_skipped"], cfg.max_new_tokens)
+    if tally.memory_limit:
+        print(memory_limit_note(cfg, tally.memory_limit))
     if stats["windowed"]:
         print(f"NOTE: {stats['windowed']} long document(s) were read in {stats['windows']} windows and merged "
               f"(window_tokens={cfg.window_tokens or 'auto'}, overlap_tokens={cfg.overlap_tokens}; meta.windows)")

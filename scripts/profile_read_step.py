@@ -144,6 +144,20 @@ def instrumented(engine: str, chat: Any) -> Iterator[Timers]:
         timers.restore()
 
 
+@contextmanager
+def _operators(top_ops: int) -> Iterator[Any]:
+    """torch.profiler over the run when ``top_ops`` > 0 (its own overhead inflates every operator: read shares, not
+    absolute times), else nothing."""
+    if not top_ops:
+        yield None
+        return
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield prof
+
+
 def decode_profile(steps: list[dict[str, float]], boundary: str) -> tuple[float, dict[str, float]]:
     """Mean ms per decoding step and each part's share of it. Only steps that ran the model count (vLLM compiles
     grammars in the background: its first steps may schedule nothing while requests wait for theirs); the first of
@@ -165,13 +179,18 @@ def decode_profile(steps: list[dict[str, float]], boundary: str) -> tuple[float,
     return 1000 * wall / len(decode), share
 
 
-def profile(engine: str, chat: Any, texts: list[str], grammars: list[str] | None, steps: int) -> dict[str, Any]:
+def profile(engine: str, chat: Any, texts: list[str], grammars: list[str] | None, steps: int,
+            top_ops: int = 0) -> dict[str, Any]:
     messages = [render("memreader", "en", document=t)[0] for t in texts]
-    with instrumented(engine, chat) as timers:
+    with instrumented(engine, chat) as timers, _operators(top_ops) as ops:
         t0 = time.perf_counter()
         replies = chat.generate_many(messages, GenerationParams(temperature=0.0, max_new_tokens=steps),
                                      grammars=grammars, return_exceptions=True)
         total = time.perf_counter() - t0
+    if ops is not None:
+        print(f"\n{engine} batch {len(texts)} grammar {'on' if grammars else 'off'}: the {top_ops} operators with "
+              f"the most own CPU time over {total:.1f} s")
+        print(ops.key_averages().table(sort_by="self_cpu_time_total", row_limit=top_ops, max_name_column_width=60))
     ms, share = decode_profile(timers.steps, timers.boundary)
     first = next((s for s in timers.steps if s.get("forward", 0.0) > 0 and s.get("scheduled", 1) > 0), {})
     return {"engine": engine, "batch": len(texts), "grammar": grammars is not None, "seconds": round(total, 2),
@@ -187,7 +206,9 @@ def token_counter(tokenizer: Any) -> Callable[[str], int]:
 
 def open_engine(engine: str, model: str, dtype: str, batch: int, window: int) -> Any:
     choice = resolve_engine("read", engine, dtype, "cpu")
-    return make_engine(choice, model, batch_size=batch, max_model_len=window)
+    # no prefix caching: a configuration after the first would find the same prompts cached and skip their prefill
+    # (the guided-vs-unguided gap first recorded here was mostly that: whichever ran second was faster)
+    return make_engine(choice, model, batch_size=batch, max_model_len=window, prefix_caching=False)
 
 
 def main() -> None:
@@ -202,6 +223,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4096, help="max_model_len of the vLLM engine")
     parser.add_argument("--params", type=float, default=135e6, help="model parameters (for FLOPs per token)")
     parser.add_argument("--matmul-gflops", type=float, default=400.0, help="the machine's matmul rate (GFLOP/s)")
+    parser.add_argument("--top-ops", type=int, default=0, help="also run torch.profiler and print this many "
+                        "operators with the most own CPU time per configuration")
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
     parser.add_argument("--write-corpus", default="", help="write the largest batch's documents as a JSONL corpus "
                         "here (for a full `memreader read` of the same set) and exit")
@@ -220,7 +243,7 @@ def main() -> None:
         for batch in args.batch_sizes:
             for grammar in args.grammar:
                 lark = grammars_for(texts[:batch], cfg, count) if grammar == "on" else None
-                row = profile(engine, chat, texts[:batch], lark, args.steps)
+                row = profile(engine, chat, texts[:batch], lark, args.steps, args.top_ops)
                 rate = row["tokens_per_s"] or 0.0
                 row["of_matmul_rate"] = round(rate * 2 * args.params / (args.matmul_gflops * 1e9), 3)
                 rows.append(row)

@@ -145,6 +145,13 @@ class LocalChat:
         """The model's context length (``max_position_embeddings``), None when its config has none."""
         return getattr(self.model().config, "max_position_embeddings", None) or None
 
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV cache half of the model device's free memory holds now
+        (:func:`memreader.core.kv_budget.local_kv_capacity_tokens`)."""
+        from memreader.core.kv_budget import local_kv_capacity_tokens
+
+        return local_kv_capacity_tokens(self.model())
+
     def _load(self) -> None:
         if self._model is not None:
             return

@@ -26,6 +26,7 @@ from memreader.core.generation.params import (
     check_messages,
     log_summary,
 )
+from memreader.core.generation.stream import StreamRequest
 from memreader.core.vllm_engine import Engine, EngineSpec, get_engine
 
 
@@ -77,6 +78,10 @@ class VLLMChat:
         """What the engine's prefix cache holds, in tokens (0: no prefix caching)."""
         return self.engine.prefix_cache_tokens()
 
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the engine's KV cache holds."""
+        return self.engine.kv_capacity_tokens()
+
     def prompt_tokens(self, messages: Messages) -> int:
         """Tokens of the prompt ``messages`` become (the chat template with the assistant turn opened)."""
         return len(self._prompt_ids(messages))
@@ -114,9 +119,6 @@ class VLLMChat:
         called for each reply once the batch returns). ``seeds[i]`` (default ``params.seed``) seeds request
         ``i`` on its own (vLLM's per-request generator), so a reply does not depend on its batch. A request
         that cannot run (too long, grammar rejected) is an exception in its slot with ``return_exceptions``."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
-
         for m in messages_list:
             check_messages(m)
         rows = list(grammars) if grammars is not None else [None] * len(messages_list)
@@ -130,20 +132,12 @@ class VLLMChat:
                 out[i] = error
         todo = [i for i, r in enumerate(out) if r is None]
 
-        def sampling(grammar: str | None, seed: int | None) -> Any:
-            return SamplingParams(
-                temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
-                repetition_penalty=params.repetition_penalty, seed=seed,
-                structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar is not None else None)
-
         t0 = time.perf_counter()
-        outs = self.llm.chat([list(messages_list[i]) for i in todo], [sampling(rows[i], row_seeds[i]) for i in todo],
+        outs = self.llm.chat([list(messages_list[i]) for i in todo],
+                             [_sampling(params, rows[i], row_seeds[i]) for i in todo],
                              lora_request=self.lora, use_tqdm=progress_desc is not None) if todo else []
         for i, o in zip(todo, outs, strict=True):
-            c = o.outputs[0]
-            out[i] = Reply(c.text, finish_reason=c.finish_reason, prompt_tokens=len(o.prompt_token_ids or []),
-                           completion_tokens=len(c.token_ids), guided=rows[i] is not None,
-                           cached_tokens=getattr(o, "num_cached_tokens", None))
+            out[i] = _reply(o, rows[i] is not None)
         if on_reply is not None:
             for i in range(len(out)):
                 if isinstance(out[i], Reply):
@@ -152,8 +146,81 @@ class VLLMChat:
         log_summary(f"vllm {self.model_name}", len(todo), time.perf_counter() - t0, n_tok, 0, progress_desc is not None)
         return out
 
+    def stream(self, window: int) -> VLLMStream:
+        """A stream into the running engine (:mod:`memreader.core.generation.stream`): up to ``window`` requests in
+        it at once, each leaving it the step it finishes."""
+        return VLLMStream(self, window)
+
     async def agenerate(self, messages: Messages, params: GenerationParams, grammar: str | None = None) -> Reply:
         """One reply (vLLM's offline engine is synchronous: this runs the batch of one in a worker thread)."""
         import asyncio
 
         return (await asyncio.to_thread(self.generate_many, [messages], params, None, None, False, [grammar]))[0]
+
+
+def _sampling(params: GenerationParams, grammar: str | None, seed: int | None) -> Any:
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return SamplingParams(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_new_tokens,
+                          repetition_penalty=params.repetition_penalty, seed=seed,
+                          structured_outputs=StructuredOutputsParams(grammar=grammar) if grammar is not None else None)
+
+
+def _reply(output: Any, guided: bool) -> Reply:
+    c = output.outputs[0]
+    return Reply(c.text, finish_reason=c.finish_reason, prompt_tokens=len(output.prompt_token_ids or []),
+                 completion_tokens=len(c.token_ids), guided=guided, cached_tokens=getattr(output, "num_cached_tokens",
+                                                                                          None))
+
+
+class VLLMStream:
+    """Requests enter the running vLLM engine as they are submitted and leave it the step they finish, so the
+    engine's batch stays full across a whole corpus (vLLM schedules them; a request whose grammar is still
+    compiling waits in the engine's queue while the others decode). A request that cannot run is refused on
+    submit, as in :meth:`VLLMChat.generate_many`, and handed back as its error by the next :meth:`step`."""
+
+    def __init__(self, chat: VLLMChat, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"window={window} must be >= 1")
+        engine = chat.llm.llm_engine
+        if engine.has_unfinished_requests():
+            raise RuntimeError("the vLLM engine still runs requests of another caller; a stream needs it to itself")
+        self.chat, self.window, self._engine = chat, window, engine
+        self._running: dict[str, tuple[Any, bool, str]] = {}  # request id → (tag, guided, vLLM's internal id)
+        self._refused: list[tuple[Any, Any]] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._running) + len(self._refused)
+
+    def submit(self, request: StreamRequest) -> None:
+        check_messages(request.messages)
+        error = self.chat._request_error(request.messages, request.grammar, request.params)
+        if error is not None:
+            self._refused.append((request.tag, error))
+            return
+        seed = request.seed if request.seed is not None else request.params.seed
+        (rid,) = self.chat.llm.enqueue_chat([list(request.messages)], [_sampling(request.params, request.grammar, seed)],
+                                            lora_request=self.chat.lora, use_tqdm=False)
+        external = rid if rid.isdigit() else rid.rsplit("-", 1)[0]  # vLLM's internal id: "<id>-<8 random chars>"
+        self._running[external] = (request.tag, request.grammar is not None, rid)
+
+    def step(self) -> list[tuple[Any, Any]]:
+        done, self._refused = self._refused, []
+        while self._running and not done:
+            for output in self._engine.step():
+                if not output.finished:
+                    continue
+                if output.request_id not in self._running:
+                    raise RuntimeError(f"the vLLM engine finished request {output.request_id!r}, which this stream did "
+                                       "not submit: another caller shares the engine")
+                tag, guided, _ = self._running.pop(output.request_id)
+                done.append((tag, _reply(output, guided)))
+        return done
+
+    def close(self) -> None:
+        if self._running:
+            self._engine.abort_request([internal for _, _, internal in self._running.values()], internal=True)
+        self._running.clear()
+        self._refused.clear()

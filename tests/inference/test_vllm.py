@@ -331,6 +331,47 @@ def test_a_prompt_too_long_or_a_bad_grammar_fails_only_its_request(chat: VLLMCha
         chat.generate_many([_msgs(long)], GREEDY)
 
 
+def test_the_stream_gives_each_request_its_reply_as_it_finishes(chat: VLLMChat) -> None:
+    """Requests enter the running engine as they come (two at a time here), and each reply equals the one
+    generate_many gives; a request that cannot run comes back as its error; close takes the rest back out."""
+    from memreader.core.generation.stream import StreamRequest, open_stream
+
+    expected = chat.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
+    stream = open_stream(chat, 1, window=2)
+    assert stream.window == 2
+    queue = [StreamRequest(i, _msgs(q), GREEDY) for i, q in enumerate(PROMPTS)]
+    queue.insert(2, StreamRequest("long", _msgs("compost " * 10000), GREEDY))
+    got, most = {}, 0
+    while queue or stream.pending:
+        while queue and stream.pending < stream.window:
+            stream.submit(queue.pop(0))
+        most = max(most, stream.pending)
+        got.update(stream.step())
+    assert most == 2 and isinstance(got.pop("long"), GenerationRequestError)
+    assert [str(got[i]) for i in range(len(PROMPTS))] == [str(r) for r in expected]
+    assert all(got[i].finish_reason == expected[i].finish_reason for i in range(len(PROMPTS)))
+    stream.submit(StreamRequest("left", _msgs(PROMPTS[0]), GREEDY))
+    stream.close()  # an interrupted caller: nothing of it stays in the engine
+    assert not chat.llm.llm_engine.has_unfinished_requests() and stream.pending == 0
+    assert [str(r) for r in chat.generate_many([_msgs(PROMPTS[0])], GREEDY)] == [str(expected[0])]
+
+
+def test_the_cache_capacity_is_what_kv_cache_gib_buys_and_too_much_is_refused_before_the_start(
+        chat: VLLMChat) -> None:
+    from transformers import AutoConfig
+
+    from memreader.core.kv_budget import GiB, free_memory_bytes, kv_bytes_per_token
+    from memreader.core.registry import resolve_model
+
+    per_token = kv_bytes_per_token(AutoConfig.from_pretrained(resolve_model(SMOLLM2)), 4)  # float32, as the engine
+    assert abs(chat.kv_capacity_tokens() - GiB / per_token) < 0.05 * GiB / per_token
+    too_much = round(2 * free_memory_bytes() / GiB) + 1
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"kv_cache_gib: {too_much} GiB of KV cache is more than this machine"):
+        get_engine(EngineSpec(model=SMOLLM2, dtype="float32", kv_cache_gib=too_much))
+    assert time.perf_counter() - t0 < 5  # refused before any engine starts
+
+
 def test_vllm_logs_go_to_stderr_so_json_output_stays_clean(smollm2_path: str) -> None:
     """`memreader ask --pipeline meve --json > file` with the verifier on vLLM: an engine's start-up logs must not
     reach stdout (they broke the demo's meve_answer.json)."""

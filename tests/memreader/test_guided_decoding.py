@@ -7,7 +7,7 @@ import pytest
 
 from memreader.core.assemble import memory_from_output
 from memreader.core.generation.params import GenerationParams, GenerationRequestError, Reply
-from memreader.core.guidance import MemoryGrammars, count_fates, generate_with_policy
+from memreader.core.guidance import MemoryGrammars, ask_with_policy, count_fates, longer_budget, settle_reply
 from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings
 
 SETTINGS = GrammarSettings(min_chunk_chars=30, max_chunk_chars=90, topic_tokens=6, min_topic_tokens=3,
@@ -107,18 +107,6 @@ def test_accepts_and_compile_guards(tiny, plans) -> None:
         ll_tokenizer(Slow())
 
 
-class FakeCall:
-    """``call(indices, params)`` scripted per round: item i's reply in round r is ``script[r][i]``."""
-
-    def __init__(self, *rounds: dict[int, object]) -> None:
-        self.rounds, self.calls = list(rounds), []
-
-    def __call__(self, indices: list[int], params: GenerationParams) -> list[object]:
-        self.calls.append((list(indices), params.max_new_tokens))
-        script = self.rounds[len(self.calls) - 1]
-        return [script[i] for i in indices]
-
-
 def _stop(text: str) -> Reply:
     return Reply(text, finish_reason="stop")
 
@@ -127,31 +115,43 @@ def _cut(text: str) -> Reply:
     return Reply(text, finish_reason="length")
 
 
-def test_retry_longer_asks_again_once_for_the_cut_off_items() -> None:
+def test_retry_longer_asks_again_once_then_settles() -> None:
     error = GenerationRequestError("boom", status=500)
-    call = FakeCall({0: _stop("a"), 1: _cut("b"), 2: error, 3: _cut("d")},
-                    {1: _stop("b-long"), 3: _cut("d-long")})
-    params = GenerationParams(max_new_tokens=100)
-    replies, fates = generate_with_policy(call, 4, params, on_truncated="retry_longer")
-    assert call.calls == [([0, 1, 2, 3], 100), ([1, 3], 200)]
-    assert fates == ["ok", "retried", "error", "truncated-skipped"]
-    assert replies[1] == "b-long" and replies[3] == "d-long" and replies[2] is error
-    assert count_fates(fates) == {"error": 1, "ok": 1, "retried": 1, "truncated-skipped": 1}
+    assert settle_reply(_stop("a"), "retry_longer")[1] == "ok"
+    assert settle_reply(_cut("b"), "retry_longer")[1] == "again"  # the first cut: once more, twice the budget
+    assert settle_reply(_stop("b-long"), "retry_longer", retried=True)[1] == "retried"
+    assert settle_reply(_cut("d-long"), "retry_longer", retried=True)[1] == "truncated-skipped"
+    assert settle_reply(error, "retry_longer") == (error, "error")
+    assert longer_budget(GenerationParams(max_new_tokens=100)).max_new_tokens == 200
+    reply, fate = settle_reply("plain", "retry_longer")  # a backend that reports nothing: a Reply, finish unknown
+    assert isinstance(reply, Reply) and reply == "plain" and fate == "ok"
+    assert count_fates(["ok", "retried", "error", "truncated-skipped", "ok"]) == {
+        "error": 1, "ok": 2, "retried": 1, "truncated-skipped": 1}
 
 
 @pytest.mark.parametrize(("policy", "fate"), [("skip", "truncated-skipped"), ("keep_flagged", "truncated-kept")])
 def test_skip_and_keep_flagged_never_ask_again(policy: str, fate: str) -> None:
-    call = FakeCall({0: _cut("a"), 1: _stop("b")})
-    replies, fates = generate_with_policy(call, 2, GenerationParams(max_new_tokens=50), on_truncated=policy)
-    assert call.calls == [([0, 1], 50)]
-    assert fates == [fate, "ok"] and replies == ["a", "b"] and replies[0].truncated
+    reply, got = settle_reply(_cut("a"), policy)
+    assert got == fate and reply == "a" and reply.truncated
+    assert settle_reply(_stop("b"), policy)[1] == "ok"
 
 
-def test_nothing_cut_off_means_one_call_and_bad_policy_is_refused() -> None:
-    call = FakeCall({0: _stop("a")})
-    assert generate_with_policy(call, 1, GenerationParams())[1] == ["ok"] and len(call.calls) == 1
+def test_bad_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="on_truncated"):
-        generate_with_policy(FakeCall(), 1, GenerationParams(), on_truncated="retry")
+        settle_reply(_stop("a"), "retry")
+
+
+def test_ask_with_policy_asks_again_with_twice_the_budget() -> None:
+    import asyncio
+
+    asked: list[int] = []
+
+    async def ask(params: GenerationParams) -> Reply:
+        asked.append(params.max_new_tokens)
+        return _cut("x") if len(asked) == 1 else _stop("x-long")
+
+    reply, fate = asyncio.run(ask_with_policy(ask, GenerationParams(max_new_tokens=50)))
+    assert asked == [50, 100] and fate == "retried" and reply == "x-long"
 
 
 @pytest.mark.integration
