@@ -75,7 +75,7 @@ class EngineSpec:
     lora_mode: str = "auto"
     max_model_len: int = 8192
     max_lora_rank: int = 64
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: float = 2.0  # GiB on a CPU: room for the reader's 32 requests in flight
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
     seed: int = 0

@@ -78,7 +78,7 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     device: str = device_field("backend=transformers")
     lora_mode: str = field("auto", help="backend=vllm with an adapter: merge (fold it in once; auto on CPU) or request "
                            "(LoRARequest per request; auto on GPU)")
-    kv_cache_gib: float = field(1.0, gt=0, help="backend=vllm on a CPU: GiB of KV cache")
+    kv_cache_gib: float = field(2.0, gt=0, help="backend=vllm on a CPU: GiB of KV cache (2 GiB: 32 requests of about 1,750 tokens with SmolLM2; fewer run at once, with a NOTE, when they do not fit)")
     compile_mode: str = field("auto", help="backend=vllm: eager (no torch.compile / CUDA graphs) or compiled; auto = "
                               "eager on CPU (the 72 s compile pays off only past ~60k generated tokens), compiled on GPU")
     max_lora_rank: int = field(64, ge=1, help="backend=vllm, lora_mode=request: the largest adapter rank the engine takes")
@@ -90,8 +90,7 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
                                      "retried (a CPU server generating a long memory can need minutes)")
     think: bool = field(False, help="use the <think> (CoM) prompt variant")
     batch_size: int = field(4, ge=1, help="requests decoded together: vLLM keeps this many in the running engine, "
-                            "topped up as each finishes; transformers and servers get this many per call, the "
-                            "shortest of 4 batches' worth first")
+                            "topped up as each finishes; transformers and servers get this many per call")
     max_new_tokens: int = field(512, ge=1, help="token budget per memory")
     temperature: float = field(0.1, ge=0, help="paper: 0.1")
     top_p: float = field(0.1, gt=0, le=1, help="paper: 0.1")
@@ -262,6 +261,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         _read_stream(cfg, (d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
                      survey.n_todo)
         tally.memory_limit = reading.memory_limit
+        _corpus_order(out_path, (d.doc_id for d in corpus()))
     seconds = time.perf_counter() - t0
     summary = _summary(cfg, survey, tally, seconds, out_path, backend)
     write_json(out_dir / "summary.json", summary)
@@ -296,6 +296,24 @@ def _read_stream(cfg: ReadConfig, todo: Iterator[Document], out_path: Path, read
     finally:
         reading.stream.close()
         bar.close()
+
+
+def _corpus_order(path: Path, ids: Iterator[str]) -> None:
+    """Rewrite ``path`` (atomically) with its memories in corpus order: they were appended as they finished, and a
+    finished run's file reads like the corpus, whatever the batch (memories of documents no longer in the corpus
+    stay, last)."""
+    if not path.is_file():
+        return
+    rank = {doc_id: i for i, doc_id in enumerate(ids)}
+    with path.open(encoding="utf-8") as fh:
+        lines = [line for line in fh if line.strip()]
+    keyed = [(rank.get(json.loads(line)["doc_id"], len(rank)), i, line) for i, line in enumerate(lines)]
+    if [k[:2] for k in keyed] == sorted(k[:2] for k in keyed):
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.writelines(line for _, _, line in sorted(keyed))
+    os.replace(tmp, path)
 
 
 @dataclass

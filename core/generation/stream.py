@@ -99,15 +99,13 @@ def _prompt_size(messages: Sequence[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content", ""))) for m in messages)
 
 
-LOOKAHEAD = 4
-"""A :class:`BatchStream`'s default window in batches: each batch is the shortest of that many batches' requests."""
-
-
 def open_stream(backend: Any, batch_size: int, window: int | None = None) -> Any:
-    """The backend's own stream when it has one (``backend.stream(window)``, default window ``batch_size``: that
-    many requests in the running engine), else a :class:`BatchStream` of ``batch_size`` (default window
-    :data:`LOOKAHEAD` batches); ``window``: requests the caller keeps submitted."""
+    """The backend's own stream when it has one (``backend.stream(window)``: that many requests in the running
+    engine), else a :class:`BatchStream` of ``batch_size``; ``window`` (default ``batch_size``): requests the caller
+    keeps submitted. A :class:`BatchStream`'s batches are then the documents in corpus order, as a fixed group would
+    hold them (a larger window sorts several batches' worth by length, which changes which rows share a batch, and
+    with it a transformers reply's last bits: a sharded read would no longer equal a plain one)."""
     own = getattr(backend, "stream", None)
     if callable(own):
         return own(window or batch_size)
-    return BatchStream(backend, batch_size, window or LOOKAHEAD * batch_size)
+    return BatchStream(backend, batch_size, window)

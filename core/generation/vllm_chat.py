@@ -45,7 +45,7 @@ class VLLMChat:
         tensor_parallel_size: int = 1,
         dtype: str = "auto",
         lora_mode: str = "auto",
-        kv_cache_gib: float = 1.0,
+        kv_cache_gib: float = 2.0,
         compile_mode: str = "auto",
         prefix_caching: bool = True,
         engine: Engine | None = None,

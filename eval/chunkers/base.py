@@ -39,7 +39,7 @@ class ChunkerSettings:
     adapter: str = ""  # memreader: LoRA adapter folder (required)
     teacher_memories: str = ""  # teacher: memories JSONL written by `memreader gen`
     calibration_docs: int = 0  # model-based methods calibrate on the first N documents (0 = all)
-    batch_size: int = 4
+    batch_size: int = 32  # requests in the engine at once (reading windows stream through it: docs/ENGINES.md)
     max_new_tokens: int = 512  # llm-direct / memreader: token budget of one memory
     llm_spread: float = 0.5  # llm-direct / memreader: guided chunks in [c(1-s), c(1+s)] characters
     lumber_min_share: float = 0.5  # lumber: the LM may only cut where the chunk holds >= this share of the window

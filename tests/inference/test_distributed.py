@@ -388,7 +388,7 @@ def test_a_shard_with_failed_documents_is_resumed_and_merged_in_corpus_order(tmp
     assert len(backend.seen) == 1 and "Document 5 " in backend.seen[0]  # only the failed one is asked again
     assert second["resumed"] and second["written"] == 4 and second["failed"] == {}
     assert store.state(shard, key) == "done" and not list(store.dir.glob(".shard-*"))
-    assert [m.doc_id for m in read_memories(store.path(shard))] == ["doc-04", "doc-06", "doc-07", "doc-05"]
+    assert [m.doc_id for m in read_memories(store.path(shard))] == ["doc-04", "doc-05", "doc-06", "doc-07"]
     assert merge_shards(store, [shard], tmp_path / "m.jsonl") == 4
     assert [m.doc_id for m in read_memories(tmp_path / "m.jsonl")] == ["doc-04", "doc-05", "doc-06", "doc-07"]
     with pytest.raises(ShardError, match="other documents or with other settings"):

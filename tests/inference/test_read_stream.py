@@ -97,14 +97,12 @@ def test_the_engine_is_kept_full_and_documents_are_written_as_they_finish(tmp_pa
     summary = read_corpus_memories(ReadConfig(input=str(corpus), run="s", batch_size=4, guided="off"), backend=engine)
     assert summary["read"] == 12 and summary["failed"] == {}
     mems = read_memories(summary["memories"])
-    assert sorted(m.doc_id for m in mems) == [f"d{i:02d}" for i in range(12)]
     assert all("".join(m.chunks) == m.document for m in mems)
     # topped up after every step: 4 requests run every step until the corpus has no document left to add
     steps_full = [n for n, asked in zip(engine.running_per_step, engine.asked_before_step, strict=True) if asked < 12]
     assert len(steps_full) > 5 and all(n == 4 for n in steps_full)
-    # written in the order they finished: the short d01 before the long d00 that was asked first
-    order = [m.doc_id for m in mems]
-    assert order.index("d01") < order.index("d00")
+    # appended as they finished (the short d01 before the long d00 asked first), then put in corpus order at the end
+    assert [m.doc_id for m in mems] == [f"d{i:02d}" for i in range(12)]
     # fixed groups of 4 would take 14 steps per group (each waits on its 14-word document): 42 steps
     assert len(engine.running_per_step) < 42
 
@@ -153,8 +151,9 @@ class Recorder:
 
 def test_a_batch_stream_runs_the_shortest_prompts_of_one_setting_first() -> None:
     backend = Recorder()
-    stream = open_stream(backend, 2)
+    stream = open_stream(backend, 2, window=8)
     assert isinstance(stream, BatchStream) and stream.window == 8  # four batches to choose each batch from
+    assert open_stream(backend, 2).window == 2  # by default: one batch, in the order submitted
     p, longer = GenerationParams(max_new_tokens=10), GenerationParams(max_new_tokens=20)
     for i, (text, params) in enumerate([("ccc", p), ("a", longer), ("bbbb", p), ("dd", p)]):
         stream.submit(StreamRequest(i, [{"role": "user", "content": text}], params, grammar=None))

@@ -364,7 +364,8 @@ def test_the_cache_capacity_is_what_kv_cache_gib_buys_and_too_much_is_refused_be
     from memreader.core.registry import resolve_model
 
     per_token = kv_bytes_per_token(AutoConfig.from_pretrained(resolve_model(SMOLLM2)), 4)  # float32, as the engine
-    assert abs(chat.kv_capacity_tokens() - GiB / per_token) < 0.05 * GiB / per_token
+    bought = chat.spec.kv_cache_gib * GiB / per_token  # the default 2 GiB
+    assert abs(chat.kv_capacity_tokens() - bought) < 0.05 * bought
     too_much = round(2 * free_memory_bytes() / GiB) + 1
     t0 = time.perf_counter()
     with pytest.raises(ConfigError, match=f"kv_cache_gib: {too_much} GiB of KV cache is more than this machine"):

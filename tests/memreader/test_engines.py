@@ -252,6 +252,7 @@ def test_reading_teacher_answering_and_chunkers_build_what_the_rule_chooses(mach
     ChunkerSettings().chat("read", adapter="")
     assert [(b.backend, b.kwargs["dtype"], b.kwargs["device"]) for b in built] == [("transformers", "float32", "cpu")] * 4
     assert built[0].kwargs["batch_size"] == 3 and built[1].kwargs["batch_size"] == 4
+    assert built[3].kwargs["batch_size"] == 32  # the chunkers' reader: 32 requests in the engine
     # without the measurement: each stage's default, the same settings
     (tmp_path / engines.CHOICE_FILE).unlink()
     built.clear()
