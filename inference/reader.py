@@ -7,8 +7,10 @@ Backends share one interface (``generate_many(messages_list, params, progress_de
 ``transformers`` (in process, batched; CPU or GPU), ``vllm`` (in process, CPU build or GPU; LoRA merged or through
 ``LoRARequest``) and ``openai`` (any OpenAI-compatible server, e.g. ``vllm serve --enable-lora`` or ``memreader
 serve``); which one, in which dtype, is :func:`memreader.core.engines.resolve_engine`'s choice for the stage
-``read``. Finished ``doc_id``s already in the output file are skipped, so an
-interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
+``read``. Documents stream through the engine (:mod:`memreader.inference.reading`): ``batch_size`` requests in it at
+once, topped up as each finishes, within what its KV cache holds; each memory is appended the moment its document
+is done and a finished run's file is put in corpus order. Finished ``doc_id``s already in the output file are
+skipped, so an interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
 repetition_penalty 1.05.
 
 Guided decoding (``guided: auto|on|off``, see :mod:`memreader.core.guidance`): each document's memory
@@ -398,6 +400,7 @@ def _summary(cfg: ReadConfig, survey: _Survey, tally: Tally, seconds: float, out
         "windowed": stats["windowed"],
         "windows": stats["windows"],
         "fallback_whole_document": stats["fallbacks"],
+        "asked_again": stats["asked_again"],  # replies cut off and asked again with twice the budget
         "memory_limit": tally.memory_limit,  # set when the KV cache, not batch_size, capped the requests in flight
         "repaired_outputs": stats["repaired"],
         "merged_scenarios": stats["merged_scenarios"],

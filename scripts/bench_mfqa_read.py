@@ -1,14 +1,15 @@
 """The memreader method's reading of the MultiFieldQA-zh reference run, again, from the committed checkpoint's inputs:
 the same 200 contexts, the same reader settings and adapter, today's reader; timed against the reference.
 
-    .venv/bin/python scripts/bench_mfqa_read.py --set batch_size=64 --set kv_cache_gib=4
-    .venv/bin/python scripts/bench_mfqa_read.py --limit 10          # a first look
+    .venv/bin/python scripts/bench_mfqa_read.py                     # all 200, as the eval's chunkers read today
+    .venv/bin/python scripts/bench_mfqa_read.py --limit 48 --set batch_size=4 kv_cache_gib=1   # the reference's
 
 The contexts and settings come from ``results/eval-multifieldqa-zh/`` (the checkpoint ``scripts/eval_checkpoint.py``
 commits): the documents of the reads in the shared chunk cache (every memory holds its document) and that read's
 ``config.yaml`` (the reader's resolved settings: bf16 vLLM, guided, the demo adapter merged, chunk lengths for 284
-characters), with ``adapter`` pointed at ``results/demo-adapter`` and ``--set`` overrides on top (settings outside
-the read key, such as ``batch_size`` and ``kv_cache_gib``, leave the memories' key unchanged). The reference time is
+characters), with ``adapter`` pointed at ``results/demo-adapter``, the engine settings the eval's chunkers use
+today (``batch_size`` 32 requests in flight, ``kv_cache_gib`` 2: both outside the read key, so the memories' key is
+the committed one) and ``--set`` overrides on top. The reference time is
 that read's own ``summary.json`` (103 contexts in 2,473.6 s in the session that finished it: 24.0 s per context).
 
 Printed: seconds, seconds per context and the ratio to the reference, windows, every memory tiling its context
@@ -25,12 +26,14 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from memreader.core.config import load_config
 from memreader.core.schema import iter_memories
+from memreader.eval.chunkers.base import ChunkerSettings
 from memreader.inference.reader import ReadConfig, read_corpus_memories
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +46,7 @@ def main() -> None:
     ap.add_argument("--read", default=str(READ), help="the committed read folder (memories.jsonl, config.yaml, "
                     "summary.json)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N contexts (0 = all)")
-    ap.add_argument("--set", nargs="*", default=[], help="reader settings on top, key=value")
+    ap.add_argument("--set", nargs="+", action="extend", default=[], help="reader settings on top, key=value")
     ap.add_argument("--out", default="", help="also write the result as JSON here")
     args = ap.parse_args()
 
@@ -56,9 +59,11 @@ def main() -> None:
     docs = list(committed.values())[: args.limit or None]
     corpus.write_text("".join(json.dumps({"id": m.doc_id, "text": m.document}, ensure_ascii=False) + "\n"
                               for m in docs), encoding="utf-8")
+    today = [f"batch_size={ChunkerSettings().batch_size}",  # how the eval's chunkers read today (not in the read key)
+             f"kv_cache_gib={next(f.default for f in fields(ReadConfig) if f.name == 'kv_cache_gib')}"]
     cfg = load_config(ReadConfig, str(read / "config.yaml"),
                       [f"input={corpus}", f"adapter={ROOT / 'results' / 'demo-adapter'}", "run=bench-mfqa-read",
-                       *args.set])
+                       *today, *args.set])
     os.environ["MEMREADER_HOME"] = str(work / "home")
     print(f"{len(docs)} contexts, {sum(len(m.document) for m in docs) / len(docs):.0f} characters on average; "
           f"reference: {reference['read']} contexts in {reference['seconds']} s ({ref_per_context:.1f} s each), "

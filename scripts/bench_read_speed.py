@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from profile_read_step import compose_documents
+from _common import compose_documents
 
 from memreader.core.config import load_config
 from memreader.core.corpus import Document
@@ -98,11 +98,12 @@ def main() -> None:
     ap.add_argument("--config", default="configs/inference/smollm2_cpu.yaml")
     ap.add_argument("--backend", default="vllm", choices=["vllm", "transformers"])
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--model", default="", help="the reading model (default: the config's)")
     ap.add_argument("--modes", nargs="+", default=["groups", "stream"], choices=["groups", "stream"])
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=[8, 24, 64])
     ap.add_argument("--docs", type=int, default=24)
     ap.add_argument("--corpus", default="", help="JSONL with a text field (default: HotpotQA-100 passages, composed)")
-    ap.add_argument("--set", nargs="*", default=[], help="more reader settings, key=value")
+    ap.add_argument("--set", nargs="+", action="extend", default=[], help="more reader settings, key=value")
     ap.add_argument("--params", type=float, default=134.5e6, help="model parameters, for x rate")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -110,7 +111,8 @@ def main() -> None:
     texts = compose_documents(args.docs, args.corpus)
     docs = [Document(f"d{i:03d}", t) for i, t in enumerate(texts)]
     base = resolved(load_config(ReadConfig, args.config, [f"backend={args.backend}", f"dtype={args.dtype}",
-                                                         "input=-", "guided=on", *args.set]))
+                                                         "input=-", "guided=on", *args.set]
+                                + ([f"model={args.model}"] if args.model else [])))
     rate = matmul_rate("bfloat16", n=2048, seconds=3.0)
     print(f"bf16 matmul rate here: {rate:.0f} GFLOP/s (2048 x 2048, 3 s); {len(docs)} documents, "
           f"{sum(map(len, texts)) / len(texts):.0f} characters on average; backend {base.backend}, dtype {base.dtype}",

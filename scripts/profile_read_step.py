@@ -34,14 +34,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _common import HOTPOT, compose_documents
+
 from memreader.core.engines import make_engine, resolve_engine
 from memreader.core.generation import GenerationParams
 from memreader.core.memory_grammar import BoundaryGraph, memory_grammar
 from memreader.core.prompts import render
 from memreader.inference.reader import ReadConfig
-
-HOTPOT = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "hotpotqa_100_corpus.json"
-TARGET_CHARS = 1400
 
 
 class Timers:
@@ -69,6 +68,7 @@ class Timers:
                 result = original(*args, **kwargs)
                 if part == "schedule":  # vLLM: how many tokens this step computes (0 while grammars compile)
                     record["scheduled"] += result.total_num_scheduled_tokens
+                    record["rows"] += len(result.num_scheduled_tokens)
                 return result
             finally:
                 record[part] += time.perf_counter() - start
@@ -80,24 +80,6 @@ class Timers:
         for owner, name, original in reversed(self._undo):
             setattr(owner, name, original)
         self._undo.clear()
-
-
-def compose_documents(n: int, corpus: str) -> list[str]:
-    """``n`` English documents: a JSONL corpus's texts, or HotpotQA passages joined until each has 1,400 characters or more."""
-    if corpus:
-        texts = [json.loads(line)["text"] for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line]
-    else:
-        passages = [" ".join(s.strip() for s in sentences)
-                    for sentences in json.loads(HOTPOT.read_text(encoding="utf-8")).values()]
-        texts, current = [], ""
-        for passage in passages:
-            current = f"{current}\n\n{passage}" if current else passage
-            if len(current) >= TARGET_CHARS:
-                texts.append(current)
-                current = ""
-    if not texts:
-        raise SystemExit("no documents: give --corpus a JSONL file with a text field")
-    return [texts[i % len(texts)] for i in range(n)]
 
 
 def grammars_for(texts: list[str], cfg: ReadConfig, count: Callable[[str], int]) -> list[str]:
@@ -158,25 +140,29 @@ def _operators(top_ops: int) -> Iterator[Any]:
         yield prof
 
 
-def decode_profile(steps: list[dict[str, float]], boundary: str) -> tuple[float, dict[str, float]]:
+def decode_profile(steps: list[dict[str, float]], boundary: str) -> tuple[float, dict[str, float], float]:
     """Mean ms per decoding step and each part's share of it. Only steps that ran the model count (vLLM compiles
-    grammars in the background: its first steps may schedule nothing while requests wait for theirs); the first of
-    them (the prefill) is left out, and for transformers the last (no next forward ends it)."""
+    grammars in the background: its first steps may schedule nothing while requests wait for theirs); on vLLM only
+    the steps that computed one token per row (no prompt tokens), on transformers all but the first (the prefill)
+    and the last (no next forward ends it). Also the mean rows of those steps (vLLM; 0 = every row)."""
     ran = [s for s in steps if s.get("forward", 0.0) > 0 and s.get("scheduled", 1) > 0]
-    decode = [s for s in ran[1:] if "wall" in s or boundary == "step"]
-    decode = decode[:-1] if boundary == "forward" else decode
+    if boundary == "step":  # vLLM: a decoding step computes one token per row; a step with any prompt tokens in it
+        # (a prompt split over steps, a request whose grammar was compiled late) is prefill, left out
+        decode = [s for s in ran if s.get("scheduled") == s.get("rows")]
+    else:
+        decode = [s for s in ran[1:] if "wall" in s][:-1]
     if not decode:
-        return 0.0, {}
+        return 0.0, {}, 0.0
     walls = [s["step"] if boundary == "step" else s["wall"] for s in decode]
     wall = sum(walls)
     parts: dict[str, float] = defaultdict(float)
     for s in decode:
         for k, v in s.items():
-            if k not in ("step", "wall", "scheduled"):
+            if k not in ("step", "wall", "scheduled", "rows"):
                 parts[k] += v
     share = {k: v / wall for k, v in parts.items()}
     share["rest"] = max(0.0, 1 - sum(v for k, v in share.items() if k != "attention"))
-    return 1000 * wall / len(decode), share
+    return 1000 * wall / len(decode), share, sum(s.get("rows", 0) for s in decode) / len(decode)
 
 
 def profile(engine: str, chat: Any, texts: list[str], grammars: list[str] | None, steps: int,
@@ -191,11 +177,12 @@ def profile(engine: str, chat: Any, texts: list[str], grammars: list[str] | None
         print(f"\n{engine} batch {len(texts)} grammar {'on' if grammars else 'off'}: the {top_ops} operators with "
               f"the most own CPU time over {total:.1f} s")
         print(ops.key_averages().table(sort_by="self_cpu_time_total", row_limit=top_ops, max_name_column_width=60))
-    ms, share = decode_profile(timers.steps, timers.boundary)
+    ms, share, rows = decode_profile(timers.steps, timers.boundary)
+    rows = rows or len(texts)
     first = next((s for s in timers.steps if s.get("forward", 0.0) > 0 and s.get("scheduled", 1) > 0), {})
     return {"engine": engine, "batch": len(texts), "grammar": grammars is not None, "seconds": round(total, 2),
             "prefill_step_s": round(first.get("step", first.get("wall", 0.0)), 3), "ms_per_step": round(ms, 1),
-            "tokens_per_s": round(len(texts) * 1000 / ms, 1) if ms else None,
+            "rows": round(rows, 1), "tokens_per_s": round(rows * 1000 / ms, 1) if ms else None,
             "share": {k: round(v, 3) for k, v in sorted(share.items())},
             "errors": sum(isinstance(r, Exception) for r in replies)}
 

@@ -565,6 +565,41 @@ def test_profile_read_step(ahead: Ahead) -> None:
     assert [d["id"] for d in written] == ["en-00", "en-01", "en-02"] and {d["text"] for d in written} == {original}
 
 
+def cmd_bench_read_speed(tiny_llm: str, out: Path) -> tuple:
+    text = ("The river rises in the hills above the town. It runs west through farmland for forty miles. Mills were "
+            "built along it in the last century. Most of them are closed now, and two are museums. ")
+    corpus = out / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": text * (1 + i % 2)}) + "\n" for i in range(3)),
+                      encoding="utf-8")
+    return ("bench_read_speed.py", "--backend", "transformers", "--model", tiny_llm, "--docs", 3, "--batch-sizes",
+            2, "--corpus", corpus, "--set", "max_new_tokens=256", "--out", out / "rows.json")
+
+
+@pytest.mark.integration
+def test_bench_read_speed(ahead: Ahead) -> None:
+    proc, out = ahead.result("bench_read_speed")
+    result = json.loads((out / "rows.json").read_text())
+    assert [(r["mode"], r["batch"]) for r in result["rows"]] == [("groups", 2), ("stream", 2)]
+    for r in result["rows"]:  # every document read guided into an exactly tiling memory, in both modes
+        assert r["read"] == r["guided"] == 3 and r["tiles"] and r["generated_tokens"] > 0 and r["x_rate"] > 0
+    assert result["rate_gflops"] > 0 and "| stream | 2 |" in proc.stdout and "vs groups 2" in proc.stdout
+
+
+def cmd_bench_mfqa_read(tiny_llm: str, out: Path) -> tuple:
+    return ("bench_mfqa_read.py", "--limit", 1, "--set", "backend=transformers", "dtype=float32", f"model={tiny_llm}",
+            "adapter=", "--out", out / "row.json")
+
+
+@pytest.mark.integration
+def test_bench_mfqa_read(ahead: Ahead) -> None:
+    proc, out = ahead.result("bench_mfqa_read")
+    row = json.loads((out / "row.json").read_text())
+    # the committed checkpoint's first context, read again (a random model here: tiling, not the same chunks)
+    assert row["contexts"] == row["read"] == row["guided"] == 1 and row["tiles"] and row["windows"] > 1
+    assert row["reference_s_per_context"] > 20 and row["of_reference"] > 0 and row["batch_size"] == 32
+    assert "equal the committed memories chunk for chunk" in proc.stdout
+
+
 def cmd_bench_guided(tiny_llm: str, out: Path) -> tuple:
     return ("bench_guided.py", "--model", tiny_llm, "--demo-docs", 1, "--crud", 0, "--max-new-tokens", 256,
             "--speed-tokens", 4, "--skip-unguided", "--batch-size", 1)

@@ -130,7 +130,7 @@ def test_a_cut_off_reply_goes_back_in_with_twice_the_budget_while_the_others_go_
     engine = StepEngine(cut=frozenset({"w1"}))
     summary = read_corpus_memories(ReadConfig(input=str(corpus), run="c", batch_size=4, guided="off",
                                               max_new_tokens=512), backend=engine)
-    assert summary["read"] == 12 and summary["fates"] == {"ok": 11, "retried": 1}
+    assert summary["read"] == 12 and summary["fates"] == {"ok": 11, "retried": 1} and summary["asked_again"] == 1
     assert [(d.split()[0], b) for d, b in engine.asked if d.startswith("w1 ")] == [("w1", 512), ("w1", 1024)]
     second = next(i for i, (d, b) in enumerate(engine.asked) if b == 1024)
     assert second < len(engine.asked) - 1  # asked again before the corpus ran out: the others did not wait
