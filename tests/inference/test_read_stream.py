@@ -219,3 +219,18 @@ def test_a_kv_cache_larger_than_free_memory_is_refused_with_the_measured_limit()
         num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size = 30, 9, 3, 576
 
     assert kv_bytes_per_token(Config, 2) == 2 * 30 * 3 * 64 * 2 == 23_040
+
+
+def test_a_transformers_model_gets_half_the_free_memory_in_tokens() -> None:
+    import torch
+
+    from memreader.core.kv_budget import GiB, local_kv_capacity_tokens
+
+    class Model:  # SmolLM2-135M's shape in fp32
+        class config:  # noqa: N801
+            num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size = 30, 9, 3, 576
+
+        def parameters(self):
+            yield torch.zeros(1, dtype=torch.float32)
+
+    assert local_kv_capacity_tokens(Model(), free=8 * GiB) == 4 * GiB // (2 * 30 * 3 * 64 * 4)  # 93,206 tokens
