@@ -125,10 +125,9 @@ class Engine:
     def prefix_cache_tokens(self) -> int:
         """Tokens the engine's KV cache holds when automatic prefix caching is on; 0 when it is off, so that a
         caller planning on cache hits does not."""
-        cache = self.llm.llm_engine.vllm_config.cache_config
-        if not cache.enable_prefix_caching:
+        if not self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching:
             return 0
-        return int(cache.num_gpu_blocks or 0) * int(cache.block_size)
+        return self.kv_capacity_tokens()
 
     def kv_capacity_tokens(self) -> int:
         """Tokens the engine's KV cache holds (its blocks times their size)."""

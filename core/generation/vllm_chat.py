@@ -9,6 +9,8 @@ same model (reading, teacher, answering, scoring). The structured-output backend
 which takes our lark grammars. An adapter is merged on a CPU and applied per request with ``LoRARequest`` on a
 GPU (``lora_mode``). Requests are checked one by one before the batch goes in: a prompt that does not fit
 ``max_model_len`` or a grammar llguidance cannot compile fails that request alone (``return_exceptions``), named.
+:meth:`VLLMChat.stream` feeds the running engine request by request instead (:class:`VLLMStream`, what the reader
+uses: :mod:`memreader.core.generation.stream`).
 """
 
 from __future__ import annotations
