@@ -101,11 +101,14 @@ def join_ray(ray: Any, address: str, runtime_env: dict[str, Any], fix: str) -> N
 
 
 LOCAL_START_TRIES = 2  # Ray waits a fixed 30 s for its own raylet; a loaded machine can miss that once
+START_TIMEOUTS = ("timed out during startup",  # the raylet did not register in time
+                  "Timed out waiting for file")  # the GCS server did not write its port file in time (a CI run hit it)
 
 
 def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
-    """Start a private Ray instance on this machine. Ray gives its raylet a fixed 30 s to register;
-    on a busy machine (a CI runner, a machine still tearing down the last instance) that can time out,
+    """Start a private Ray instance on this machine. Ray gives its raylet a fixed 30 s to register (and its GCS
+    server a fixed wait for its port file); on a busy machine (a CI runner, a machine still tearing down the last
+    instance) that can time out,
     so a timed-out start is shut down and tried once more, saying so; a second timeout is an error
     naming the fixes."""
     for attempt in range(1, LOCAL_START_TRIES + 1):
@@ -115,7 +118,7 @@ def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
                      runtime_env=runtime_env)
             return
         except Exception as exc:  # Ray raises a bare Exception for this timeout; anything else is re-raised
-            if "timed out during startup" not in str(exc):
+            if not any(timeout in str(exc) for timeout in START_TIMEOUTS):
                 raise
             ray.shutdown()
             _stop_new_children(before)  # the half-started node's GCS and raylet: Ray keeps no handle on them

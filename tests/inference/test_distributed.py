@@ -317,6 +317,11 @@ def test_a_local_ray_start_that_times_out_is_retried_once_then_named(caplog) -> 
     assert "the local Ray instance did not start" in str(info.value) and "tried 2 times" in str(info.value)
     assert "ray start --head" in str(info.value) and "finished shards are kept" in str(info.value)
 
+    gcs = RuntimeError("Timed out waiting for file /tmp/ray/session_x/gcs_server_port_abc")  # the GCS server's own
+    ray = _StartingRay(gcs)  # wait, missed in a clean-clone run of the suite: retried the same way
+    start_local_ray(ray, cfg, {})
+    assert ray.calls == ["init", "shutdown", "init"]
+
     ray = _StartingRay(ValueError("num_cpus must be positive"))  # any other failure is not retried
     with pytest.raises(ValueError, match="num_cpus"):
         start_local_ray(ray, cfg, {})

@@ -27,6 +27,7 @@ import pytest
 
 from memreader.core.errors import MemReaderError
 from memreader.inference.distributed import DistributedReadConfig, read_distributed
+from memreader.inference.ray_engine import START_TIMEOUTS
 from tests.inference.test_distributed import READING, _corpus, _records, plain_records
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,7 @@ def _start_cluster() -> Any:
             cluster.wait_for_nodes()
             return cluster
         except Exception as exc:  # Ray raises a bare Exception for this timeout; anything else is re-raised
-            if "timed out during startup" not in str(exc) or attempt == START_TRIES:
+            if not any(timeout in str(exc) for timeout in START_TIMEOUTS) or attempt == START_TRIES:
                 raise
             cluster.shutdown()
             started = [c for c in psutil.Process().children(recursive=True) if c.pid not in before]
