@@ -30,7 +30,7 @@ from typing import Any
 from memreader.core.assemble import memory_from_output
 from memreader.core.corpus import Document
 from memreader.core.generation import GenerationParams, GenerationRequestError
-from memreader.core.generation.stream import StreamRequest
+from memreader.core.generation.stream import Stream, StreamRequest
 from memreader.core.guidance import longer_budget, plan_guided_windows, settle_reply
 from memreader.core.language import detect_language
 from memreader.core.structure import annotate, structural_breaks
@@ -74,7 +74,7 @@ class Reading:
     instead of running out of memory."""
 
     def __init__(self, cfg: Any, key: str, prompt: Any, grammars: Any, sizing: dict[str, Any],
-                 params: GenerationParams, stream: Any, tally: Tally, capacity_tokens: int = 0,
+                 params: GenerationParams, stream: Stream, tally: Tally, capacity_tokens: int = 0,
                  prompt_tokens: Callable[[Any], int] | None = None) -> None:
         self.cfg, self.key, self.prompt, self.grammars, self.sizing = cfg, key, prompt, grammars, sizing
         self.params, self.stream, self.tally = params, stream, tally

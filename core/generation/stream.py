@@ -99,7 +99,7 @@ def _prompt_size(messages: Sequence[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content", ""))) for m in messages)
 
 
-def open_stream(backend: Any, batch_size: int, window: int | None = None) -> Any:
+def open_stream(backend: Any, batch_size: int, window: int | None = None) -> Stream:
     """The backend's own stream when it has one (``backend.stream(window)``: that many requests in the running
     engine), else a :class:`BatchStream` of ``batch_size``; ``window`` (default ``batch_size``): requests the caller
     keeps submitted. A :class:`BatchStream`'s batches are then the documents in corpus order, as a fixed group would
