@@ -25,7 +25,9 @@ chunk layer of a :class:`~memreader.retrieval.index.MemoryIndex`; ``verifier`` o
    passage packed was checked that way already), and when that final count were over ``t_max`` the
    walk is redone counting the joined text at every step. So the packed context never exceeds
    ``t_max``; a skipped passage would have taken it over by the exact count, or by the estimate when
-   that was more than the slack over.
+   that was more than the slack over. With ``budget_share`` > 0 the budget is the smaller of ``t_max`` and that
+   share of what plain top-k would hand over (the k candidates' own counts plus the separators'), so one setting
+   cuts English paragraphs of 140 tokens and Chinese ones of 1,100 alike (``t_max`` stays the hard cap).
 
 Beside a verifier that runs a model (the last verification took more than 50 ms), the work that does not
 need its scores runs in a worker thread while it scores: reading the candidates' stored vectors (phase 1
@@ -84,7 +86,10 @@ class MeVeSettings:
     redundancy: float = field(0.85, ge=-1, le=1, help="MeVe phase 4: drop a passage whose embedding has cosine > this "
                               "with a higher-ranked kept one (paper: 0.85)")
     t_max: int = field(512, ge=1, help="MeVe phase 5: token budget of the packed context, separators included "
-                       "(paper: 512)")
+                       "(paper: 512); with budget_share > 0 the cap over the share")
+    budget_share: float = field(0.0, ge=0, le=1, help="MeVe phase 5: when > 0, the budget is also at most this share "
+                                "of what plain top-k would hand over (the k kNN candidates' tokens and separators), "
+                                "so it follows the corpus's passage lengths; 0: t_max alone (the paper)")
     verifier: str = field("smollm2-135m-instruct", help="MeVe phase 2 model: an instruct LM (registry name, folder, "
                           "hub id) for verifier_kind=lm or lm_likelihood, or a CrossEncoder folder for "
                           "verifier_kind=cross_encoder")
@@ -143,7 +148,8 @@ class MeVeSettings:
         if engine and s["verify"]:
             verifier = f"{verifier or s['verifier']}@{engine.get('backend')}/{engine.get('dtype')}"
         return "|".join([f"k:{s['k']}", f"tau:{s['tau']}", f"n_min:{s['n_min']}", f"fallback_k:{s['fallback_k']}",
-                         f"redundancy:{s['redundancy']}", f"t_max:{s['t_max']}",
+                         f"redundancy:{s['redundancy']}", f"t_max:{s['t_max']}"
+                         + (f"|budget_share:{s['budget_share']}" if s["budget_share"] else ""),
                          (f"verifier:{s['verifier_kind']}:{verifier or s['verifier']}"
                           + (f":{s['verifier_calibration']}" if s["verifier_calibration"] != "none" else ""))
                          if s["verify"] else "verifier:none",
@@ -229,6 +235,9 @@ class MeVePipeline:
             raise MeVeError("MeVe settings cannot be used:\n  - " + "\n  - ".join(problems))
         self.source, self.embedder, self.verifier, self.tokenizer = source, embedder, verifier, tokenizer
         self.counter = TokenCounter(tokenizer)
+        # a store that counted its passages in this tokenizer at build time spares counting them per question
+        key = getattr(source, "token_key", None)
+        self._token_key = key if key is not None and key == self.counter.key else None
         # a source whose knn takes with_vectors (PassageStore) can leave the vectors to the read beside the verifier
         self._knn_skips_vectors = "with_vectors" in inspect.signature(source.knn).parameters
         # what a separator adds between two passages (its tokens can differ inside text from on its own)
@@ -252,7 +261,7 @@ class MeVePipeline:
 
     def _prefetch(self, found: list[Candidate]) -> dict[str, np.ndarray]:
         """Beside the verifier: the stored vectors phase 4 needs and the token counts phase 5 needs."""
-        self.counter.counts([c.text for c in found])
+        self.counter.counts([c.text for c in found if c.tokens is None])
         return self.source.vectors([c.id for c in found if c.vector is None]) if self.settings.prioritize else {}
 
     def _bm25_counted(self, question: str, k: int) -> tuple[list[Any], float]:
@@ -277,8 +286,13 @@ class MeVePipeline:
             hits = self.source.knn(vector.tolist(), self.settings.k, with_vectors=False)
         else:
             hits = self.source.knn(vector.tolist(), self.settings.k)
-        return [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where,
+        return [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where, tokens=self._stored(h),
                           vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
+
+    def _stored(self, hit: Any) -> int | None:
+        """The hit's token count from the store, when the store counted in this pipeline's budget tokenizer."""
+        tokens = getattr(hit, "tokens", None)
+        return tokens if tokens is not None and self._token_key is not None else None
 
     def run(self, question: str) -> MeVeResult:
         """Run the five phases for ``question``; the audit says what each phase did and why."""
@@ -318,7 +332,7 @@ class MeVePipeline:
             ordered = self._prioritize(kept + extra, audit, ms, prefetch)
         finally:  # whatever failed, the reads must not outlive the question on a shared client
             wait([f for f in (prefetch, pending) if f is not None and not f.cancel()])
-        packed, context, tokens = self._pack(ordered, audit, ms)
+        packed, context, tokens = self._pack(ordered, audit, ms, found)
 
         ms["total"] = _ms(started)
         ms["verifier"] = verifier_ms
@@ -387,7 +401,7 @@ class MeVePipeline:
             for j, h in enumerate(hits[: s.fallback_k], start=1):
                 extra.append(Candidate(h.id, h.doc_id, h.text, "bm25", h.rank, h.score,
                                        score=s.tau * (s.fallback_k + 1 - j) / (s.fallback_k + 1),
-                                       verifier_score=scored.get(h.id), where=h.where,
+                                       verifier_score=scored.get(h.id), where=h.where, tokens=self._stored(h),
                                        vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)))
         ms["fallback"] = _ms(t)
         audit["fallback"] = {"enabled": s.fallback, "fired": fires, "reason": why,
@@ -432,27 +446,29 @@ class MeVePipeline:
                                "dropped": dropped}
         return kept
 
-    def _fit(self, ordered: list[Candidate], exact: bool = False) -> tuple[list[Candidate], list[dict[str, Any]], int | None]:
-        """Greedy first fit under ``t_max``. The joined text's tokens are estimated as the sum of the passages' own
+    def _fit(self, ordered: list[Candidate], budget: int | None = None, exact: bool = False
+             ) -> tuple[list[Candidate], list[dict[str, Any]], int | None]:
+        """Greedy first fit under ``budget`` tokens (default ``t_max``). The joined text's tokens are estimated as the sum of the passages' own
         counts plus the separators' (the passages are tokenised once); only a passage whose estimate lands within
         the slack of the budget is checked by tokenising the joined text (every passage with ``exact``). Also
         returns the packed context's exact count when the last passage packed was checked that way (else None)."""
-        s = self.settings
+        budget = self.settings.t_max if budget is None else budget
         packed: list[Candidate] = []
         dropped = []
         used = 0
+        name = "t_max" if budget == self.settings.t_max else "budget"
         known: int | None = None
         for c in ordered:
             estimate = c.tokens if not packed else used + self._sep_tokens + c.tokens
-            if not exact and estimate > s.t_max + _BOUNDARY_SLACK:
-                dropped.append(c.brief(reason=f"over budget: about {estimate} > t_max {s.t_max} tokens",
+            if not exact and estimate > budget + _BOUNDARY_SLACK:
+                dropped.append(c.brief(reason=f"over budget: about {estimate} > {name} {budget} tokens",
                                        tokens_if_added=estimate))
                 continue
-            counted = exact or estimate > s.t_max - _BOUNDARY_SLACK
+            counted = exact or estimate > budget - _BOUNDARY_SLACK
             if counted:
                 estimate = self.count(SEPARATOR.join(x.text for x in [*packed, c]))
-                if estimate > s.t_max:
-                    dropped.append(c.brief(reason=f"over budget: {estimate} > t_max {s.t_max} tokens",
+                if estimate > budget:
+                    dropped.append(c.brief(reason=f"over budget: {estimate} > {name} {budget} tokens",
                                            tokens_if_added=estimate))
                     continue
             packed.append(c)
@@ -460,8 +476,21 @@ class MeVePipeline:
             known = estimate if counted else None
         return packed, dropped, known
 
-    def _pack(self, ordered: list[Candidate], audit: dict[str, Any],
-              ms: dict[str, float]) -> tuple[list[Candidate], str, int]:
+    def budget(self, found: list[Candidate]) -> tuple[int, int | None]:
+        """Phase 5's budget in tokens, and what plain top-k would hand over (None without ``budget_share``): ``t_max``,
+        or with ``budget_share`` > 0 the smaller of ``t_max`` and that share of the ``k`` kNN candidates' tokens plus
+        the separators between them (each passage counted once and remembered; the join is not tokenised)."""
+        s = self.settings
+        if not s.budget_share or not found:
+            return s.t_max, None
+        todo = [c for c in found if c.tokens is None]
+        for c, n in zip(todo, self.counter.counts([c.text for c in todo]), strict=True):
+            c.tokens = n
+        offered = sum(int(c.tokens or 0) for c in found) + self._sep_tokens * (len(found) - 1)
+        return max(1, min(s.t_max, int(s.budget_share * offered))), offered
+
+    def _pack(self, ordered: list[Candidate], audit: dict[str, Any], ms: dict[str, float],
+              found: list[Candidate] | None = None) -> tuple[list[Candidate], str, int]:
         s = self.settings
         t = time.perf_counter()
         todo = [c for c in ordered if c.tokens is None]
@@ -474,14 +503,16 @@ class MeVePipeline:
             audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [],
                              "tokens": tokens}
             return list(ordered), context, tokens
-        packed, dropped, known = self._fit(ordered)
+        budget, offered = self.budget(found or [])
+        packed, dropped, known = self._fit(ordered, budget)
         context = SEPARATOR.join(c.text for c in packed)
         used = known if known is not None else self.count(context) if packed else 0
-        if used > s.t_max:  # the estimates were off by more than the slack: the exact walk, one count per passage
-            packed, dropped, known = self._fit(ordered, exact=True)
+        if used > budget:  # the estimates were off by more than the slack: the exact walk, one count per passage
+            packed, dropped, known = self._fit(ordered, budget, exact=True)
             context = SEPARATOR.join(c.text for c in packed)
             used = known if known is not None else 0
         ms["pack"] = _ms(t)
-        audit["pack"] = {"enabled": True, "t_max": s.t_max, "separator": SEPARATOR, "packed": [c.brief() for c in packed],
+        audit["pack"] = {"enabled": True, "t_max": s.t_max, "budget_share": s.budget_share, "offered": offered,
+                         "budget": budget, "separator": SEPARATOR, "packed": [c.brief() for c in packed],
                          "dropped": dropped, "tokens": used}
         return packed, context, used

@@ -28,7 +28,8 @@ def format_audit(result: MeVeResult, max_chars: int = 200) -> str:
         out.append(f"{n} {name:<11}{ms[name]:8.1f} ms  {summary}")
         out.extend(f"    {label} {line(c)}" for c in listed or [])
 
-    out = [f"MeVe  {a['signature']}", f"question: {a['question']}", ""]
+    out = [f"MeVe  {a['signature']}", f"operating point: {a.get('operating_point') or 'not recorded'}",
+           f"question: {a['question']}", ""]
     phase(1, "knn", f"{len(a['knn']['candidates'])} candidates (k={a['knn']['k']})")
     v, f, p, k = a["verify"], a["fallback"], a["prioritize"], a["pack"]  # a phase that is off lists nothing
     phase(2, "verify", f"kept {len(v['kept'])}, dropped {len(v['dropped'])} (tau={v['tau']}; verifier "

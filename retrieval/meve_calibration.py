@@ -6,6 +6,9 @@ context tokens, on questions whose supporting passages are known.
     points = cal.sweep("lm/content_free", taus=tau_grid(scores), t_maxes=(512, 1024))
     best = choose(points, recall_target=top5_recalls)         # CalibrationError: no point meets it (closest named)
 
+A point's budget is ``t_max`` alone or, with ``budget_share`` > 0, also that share of plain top-k's tokens (a budget
+that follows the corpus's passage lengths; ``t_max`` the cap).
+
 Phase 1 runs once per question (:meth:`memreader.retrieval.meve.MeVePipeline.candidates`); every point then replays phases
 2-5 over fresh copies of the same candidates with the cached verifier scores (:meth:`MeVePipeline.finish`), so a
 sweep of hundreds of points costs milliseconds per point and no model call. Recall is the share of a question's
@@ -27,8 +30,8 @@ from typing import Any
 from memreader.core.errors import MemReaderError
 from memreader.retrieval.meve import Candidate, MeVePipeline
 
-__all__ = ["CalibrationError", "Calibrator", "FixedScores", "OperatingPoint", "as_rows", "choose", "margin",
-           "tau_grid"]
+__all__ = ["CalibrationError", "Calibrator", "FixedScores", "OperatingPoint", "RememberingSource", "as_rows", "choose",
+           "margin", "tau_grid"]
 
 
 class CalibrationError(MemReaderError, ValueError):
@@ -48,18 +51,27 @@ class OperatingPoint:
     fallback_share: float
     n_questions: int
     per_question: tuple[float, ...] = ()  # each question's recall (for the paired test of :func:`choose`)
+    budget_share: float = 0.0  # phase 5's budget is also at most this share of plain top-k's tokens (0: t_max alone)
+    redundancy: float | None = None  # phase 4's threshold when the sweep set it (None: the pipeline's own)
 
     def settings(self) -> dict[str, Any]:
         """The MeVe keys of this point."""
+        budget = {"t_max": self.t_max, "budget_share": self.budget_share}
+        if self.redundancy is not None:
+            budget["redundancy"] = self.redundancy
         if self.verifier == "off":
-            return {"verify": False, "t_max": self.t_max}
+            return {"verify": False, **budget}
         kind, calibration = self.verifier.split("/")
-        return {"verify": True, "verifier_kind": kind, "verifier_calibration": calibration, "tau": self.tau,
-                "t_max": self.t_max}
+        return {"verify": True, "verifier_kind": kind, "verifier_calibration": calibration, "tau": self.tau, **budget}
+
+    def budget_text(self) -> str:
+        """``t_max=768`` or ``budget_share=0.3 (t_max=8192)``."""
+        out = f"budget_share={self.budget_share:g} (t_max={self.t_max})" if self.budget_share else f"t_max={self.t_max}"
+        return out + (f" redundancy={self.redundancy:g}" if self.redundancy is not None else "")
 
     def describe(self, target: float | None = None, on: str = "") -> str:
         """One line: the point, what it reached, against which target, on which questions."""
-        line = (f"{self.verifier} tau={self.tau:.4g} t_max={self.t_max}: recall {self.recall:.3f}, "
+        line = (f"{self.verifier} tau={self.tau:.4g} {self.budget_text()}: recall {self.recall:.3f}, "
                 f"{self.tokens:.0f} tokens, {self.passages:.2f} passages, fallback {100 * self.fallback_share:.0f}% "
                 f"over {self.n_questions} questions")
         if target is not None:
@@ -80,6 +92,29 @@ class FixedScores:
         if out is None or len(out) != len(passages):
             raise CalibrationError(f"no cached scores for {len(passages)} passages of question {question[:60]!r}")
         return list(out)
+
+
+class RememberingSource:
+    """A passage source that remembers its BM25 answers: a sweep replays the same fallback searches hundreds of
+    times (kNN and vectors pass through; a replay reads neither)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self._bm25: dict[str, tuple[int, list[Any]]] = {}  # query -> (k searched, hits)
+
+    def knn(self, vector: Sequence[float], k: int) -> list[Any]:
+        return self.source.knn(vector, k)
+
+    def bm25(self, query: str, k: int) -> list[Any]:
+        """The first ``k`` of the longest list searched for ``query`` so far (BM25 lists are ranked by score, ties by
+        id, so a shorter list is a prefix of a longer one), searching only when that one is too short."""
+        have = self._bm25.get(query)
+        if have is None or (have[0] < k and len(have[1]) == have[0]):
+            self._bm25[query] = have = (k, self.source.bm25(query, k))
+        return have[1][:k]
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, Any]:
+        return self.source.vectors(ids)
 
 
 class Calibrator:
@@ -119,15 +154,20 @@ class Calibrator:
             raise CalibrationError(f"{name}: score {out_of_range[0]} outside [0, 1]")
         self.scores[name] = {q: list(scores[q]) for q in self.questions}
 
-    def point(self, name: str, tau: float, t_max: int) -> OperatingPoint:
-        """Phases 2-5 at one setting over every question (``name`` "off": no verification)."""
+    def point(self, name: str, tau: float, t_max: int, budget_share: float = 0.0,
+              redundancy: float | None = None) -> OperatingPoint:
+        """Phases 2-5 at one setting over every question (``name`` "off": no verification; ``redundancy`` None: the
+        pipeline's own)."""
+        budget: dict[str, Any] = {"t_max": t_max, "budget_share": budget_share}
+        if redundancy is not None:
+            budget["redundancy"] = redundancy
         if name == "off":
-            pipeline = self.pipeline_for({"verify": False, "t_max": t_max}, None)
+            pipeline = self.pipeline_for({"verify": False, **budget}, None)
         else:
             kind, calibration = name.split("/")
             verifier = FixedScores(name, self.scores[name])
             pipeline = self.pipeline_for({"verify": True, "verifier_kind": kind, "verifier_calibration": calibration,
-                                          "tau": tau, "t_max": t_max}, verifier)
+                                          "tau": tau, **budget}, verifier)
         recalls, tokens, passages, fallback = [], [], [], []
         for q, gold in zip(self.questions, self.gold, strict=True):
             result = pipeline.finish(q, [replace(c) for c in self.found[q]])
@@ -137,12 +177,13 @@ class Calibrator:
             fallback.append(bool(result.audit["fallback"]["fired"]))
         mean = statistics.fmean
         return OperatingPoint(name, tau if name != "off" else 0.0, t_max, mean(recalls), mean(tokens), mean(passages),
-                              mean(fallback), len(self.questions), tuple(recalls))
+                              mean(fallback), len(self.questions), tuple(recalls), budget_share, redundancy)
 
-    def sweep(self, name: str, taus: Sequence[float], t_maxes: Sequence[int]) -> list[OperatingPoint]:
-        """Every (tau, t_max) point of verifier ``name`` ("off": one point per budget)."""
+    def sweep(self, name: str, taus: Sequence[float], t_maxes: Sequence[int],
+              budget_shares: Sequence[float] = (0.0,)) -> list[OperatingPoint]:
+        """Every (tau, t_max, budget_share) point of verifier ``name`` ("off": one point per budget)."""
         taus = [0.0] if name == "off" else taus
-        return [self.point(name, tau, t) for t in t_maxes for tau in taus]
+        return [self.point(name, tau, t, share) for share in budget_shares for t in t_maxes for tau in taus]
 
 
 def tau_grid(scores: dict[str, list[float]], n: int = 24) -> list[float]:

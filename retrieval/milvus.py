@@ -210,6 +210,8 @@ class MilvusCollection:
     KIND: ClassVar[str]
     META_KEY: ClassVar[str]
     VERSION: ClassVar[int]
+    ALSO_READS: ClassVar[tuple[int, ...]] = ()
+    """Older schema versions this code still reads (a subclass then copes with what they lack)."""
     VERSION_FIELD: ClassVar[str] = "format"
     MISSING_FIX: ClassVar[str]
     REBUILD_FIX: ClassVar[str]
@@ -278,7 +280,7 @@ class MilvusCollection:
                                  "pick another collection name or db_path")
             meta = json.loads(record)
             found = meta.get(self.VERSION_FIELD)
-            if found != self.VERSION:
+            if found != self.VERSION and found not in self.ALSO_READS:
                 raise self.error(f"{self._where()} has schema version {found!r}; this memreader reads version "
                                  f"{self.VERSION}", self.REBUILD_FIX)
             if self.BUILT and meta.get("status") != "complete":

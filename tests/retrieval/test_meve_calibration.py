@@ -15,6 +15,7 @@ from memreader.retrieval.meve_calibration import (
     CalibrationError,
     Calibrator,
     OperatingPoint,
+    RememberingSource,
     choose,
     margin,
     tau_grid,
@@ -125,6 +126,43 @@ def test_a_sweep_chooses_the_fewest_tokens_that_meet_recall(store, embedder, tok
     assert chosen.settings()["verifier_kind"] == "embedding" and "tau=" in chosen.describe(1.0, "2 questions")
     with pytest.raises(CalibrationError, match="misaligned"):
         cal.add_scores("lm/none", {questions[0]: [0.5]})
+
+
+@pytest.mark.integration
+def test_a_sweep_over_shares_and_redundancy_replays_bm25_from_memory(store, embedder, tokenizer) -> None:
+    searched: list[tuple[str, int]] = []
+
+    class Counting:
+        token_key = None
+
+        def knn(self, vector, k):
+            return store.knn(vector, k)
+
+        def bm25(self, query, k):
+            searched.append((query, k))
+            return store.bm25(query, k)
+
+        def vectors(self, ids):
+            return store.vectors(ids)
+
+    source = RememberingSource(Counting())
+    assert source.bm25(QUESTION, 2) == store.bm25(QUESTION, 2) and source.bm25(QUESTION, 5) == store.bm25(QUESTION, 5)
+    assert source.bm25(QUESTION, 3) == store.bm25(QUESTION, 3) and searched == [(QUESTION, 2), (QUESTION, 5)]
+
+    def pipeline_for(keys: dict[str, Any], verifier: Any) -> MeVePipeline:
+        return MeVePipeline(source, embedder, verifier, tokenizer, MeVeSettings(**{"k": 7, "n_min": 3, **keys}))
+
+    cal = Calibrator(pipeline_for, [QUESTION], [{"Kettles"}])
+    cal.add_scores("embedding/none", {QUESTION: [0.0] * len(cal.found[QUESTION])})  # nothing kept: BM25 fills in
+    before = len(searched)
+    points = cal.sweep("embedding/none", [0.5], [4000], budget_shares=(0.2, 0.6))
+    again = [cal.point("embedding/none", 0.5, 4000, 0.6, redundancy=r) for r in (0.5, 1.0)]
+    assert len(searched) - before <= 1  # one search for the question, every later replay from memory
+    assert points[0].tokens < points[1].tokens and points[1].budget_share == 0.6
+    assert again[0].passages <= again[1].passages  # a lower threshold drops more near copies
+    assert again[0].settings() == {"verify": True, "verifier_kind": "embedding", "verifier_calibration": "none",
+                                   "tau": 0.5, "t_max": 4000, "budget_share": 0.6, "redundancy": 0.5}
+    assert "budget_share=0.6 (t_max=4000) redundancy=0.5" in again[0].describe()
 
 
 def _point(tokens: float, recalls: tuple[float, ...], tau: float = 0.5) -> OperatingPoint:
