@@ -44,117 +44,28 @@ from __future__ import annotations
 import inspect
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from memreader.core.config import field, range_problems
+from memreader.core.config import range_problems
 from memreader.core.embedders import encode
-from memreader.core.engines import backend_field, dtype_field
+from memreader.retrieval.meve_settings import DEFAULT_OPERATING_POINT, PAPER_SETTINGS, MeVeSettings
 from memreader.retrieval.meve_sources import MemoryChunkSource, MeVeError, PassageSource
 from memreader.retrieval.token_counter import TokenCounter, load_tokenizer
-from memreader.retrieval.verifier import KINDS, Verifier
-from memreader.retrieval.verifier_calibration import CALIBRATIONS
+from memreader.retrieval.verifier import Verifier
 
-__all__ = ["PHASES", "SEPARATOR", "Candidate", "MeVeError", "MeVePipeline", "MeVeResult", "MeVeSettings",
+__all__ = ["DEFAULT_OPERATING_POINT", "PAPER_SETTINGS", "PHASES", "SEPARATOR", "Candidate", "MeVeError", "MeVePipeline", "MeVeResult", "MeVeSettings",
            "MemoryChunkSource", "PassageSource", "load_tokenizer"]
 
 SEPARATOR = "\n\n"
 """What joins packed passages; its tokens count against ``t_max``."""
 PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
-VERIFIER_KINDS = (*KINDS, "embedding")
 _SPECULATE_MS = 50.0
 """Work that does not need the verifier's scores runs beside it when the last verification took longer."""
 _BOUNDARY_SLACK = 8
 """A passage whose summed count is more than this over the budget is skipped without counting the join."""
-
-
-@dataclass
-class MeVeSettings:
-    """The MeVe keys (a base of :class:`memreader.retrieval.search.RetrievalConfig`; paper values as defaults)."""
-
-    k: int = field(20, ge=1, help="MeVe phase 1: passages from the kNN search (paper: 20)")
-    tau: float = field(0.5, ge=0, le=1, help="MeVe phase 2: keep passages whose verifier score is >= tau (paper: 0.5)")
-    n_min: int = field(3, ge=0, help="MeVe phase 3: BM25 fallback when fewer than n_min passages pass verification "
-                       "(paper: 3)")
-    fallback_k: int = field(5, ge=1, help="MeVe phase 3: most passages the BM25 fallback adds (not already kept)")
-    fallback_beside_verifier: bool = field(True, help="MeVe phase 3: start the fallback's BM25 search beside a slow "
-                                           "verifier (a model; the last verification > 50 ms) and use it only if the "
-                                           "fallback fires: its time leaves the critical path, at the cost of a search "
-                                           "that is often unused; false: search only when the fallback fires")
-    redundancy: float = field(0.85, ge=-1, le=1, help="MeVe phase 4: drop a passage whose embedding has cosine > this "
-                              "with a higher-ranked kept one (paper: 0.85)")
-    t_max: int = field(512, ge=1, help="MeVe phase 5: token budget of the packed context, separators included "
-                       "(paper: 512); with budget_share > 0 the cap over the share")
-    budget_share: float = field(0.0, ge=0, le=1, help="MeVe phase 5: when > 0, the budget is also at most this share "
-                                "of what plain top-k would hand over (the k kNN candidates' tokens and separators), "
-                                "so it follows the corpus's passage lengths; 0: t_max alone (the paper)")
-    verifier: str = field("smollm2-135m-instruct", help="MeVe phase 2 model: an instruct LM (registry name, folder, "
-                          "hub id) for verifier_kind=lm or lm_likelihood, or a CrossEncoder folder for "
-                          "verifier_kind=cross_encoder")
-    verifier_kind: str = field("lm", help="lm (normalised P(yes) of an instruct LM), lm_likelihood (how much the "
-                               "passage raises the LM's likelihood of the question, UPR), cross_encoder (sigmoid "
-                               "of a sentence-transformers CrossEncoder's logit) or embedding (phase 1's cosine: no "
-                               "model call)")
-    verifier_calibration: str = field("none", help="MeVe phase 2: none, content_free (minus the verifier's reading of "
-                                      "a content-free passage) or query (normalised over the question's candidates); "
-                                      "retrieval/verifier_calibration.py")
-    operating_point: str = field("", help="where tau (and the other phase-2 keys) came from, e.g. the calibration "
-                                 "that chose them (scripts/calibrate_meve.py); recorded in every audit")
-    verifier_backend: str = backend_field("verifier", "MeVe phase 2, verifier_kind=lm or lm_likelihood (its device is the config's device)")
-    verifier_dtype: str = dtype_field("MeVe phase 2: the LM verifier's weights")
-    verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")
-    verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
-                                     "tokens shown to the verifier (longer passages are cut for the judgement only; "
-                                     "bounds the LM's cost per passage, which dominates MeVe's time on a CPU)")
-    budget_tokenizer: str = field("smollm2-135m-instruct", help="MeVe phase 5: tokenizer that counts t_max, the "
-                                  "answering model's (registry name, folder or hub id)")
-    verify: bool = field(True, help="MeVe ablation switch: false keeps every kNN passage (score = its cosine)")
-    fallback: bool = field(True, help="MeVe ablation switch: false never runs the BM25 fallback")
-    prioritize: bool = field(True, help="MeVe ablation switch: false keeps phase order, no redundancy filter")
-    pack: bool = field(True, help="MeVe ablation switch: false joins every passage, ignoring t_max")
-
-    def meve_problems(self) -> list[str]:
-        """Problems beyond the numeric ranges (which :func:`memreader.core.config.range_problems` reports)."""
-        out = []
-        if self.verifier_kind not in VERIFIER_KINDS:
-            out.append(f"verifier_kind: {self.verifier_kind!r} is not one of {', '.join(VERIFIER_KINDS)}")
-        if self.verifier_calibration not in CALIBRATIONS:
-            out.append(f"verifier_calibration: {self.verifier_calibration!r} is not one of {', '.join(CALIBRATIONS)}")
-        elif self.verifier_kind == "embedding" and self.verifier_calibration == "content_free":
-            out.append("verifier_calibration: content_free needs a verifier that reads the passage; use query or "
-                       "none with verifier_kind=embedding")
-        from memreader.core.engines import backend_problem, dtype_problem
-
-        out += [p for p in (backend_problem(self.verifier_backend, "verifier", key="verifier_backend"),
-                            dtype_problem(self.verifier_dtype, key="verifier_dtype")) if p]
-        if self.verify and self.verifier_kind != "embedding" and not str(self.verifier).strip():
-            out.append("verifier: empty; name an instruct LM or a CrossEncoder folder (or set verify=false)")
-        if not str(self.budget_tokenizer).strip():
-            out.append("budget_tokenizer: empty; name the answering model's tokenizer (e.g. smollm2-135m-instruct)")
-        return out
-
-    def meve_settings(self) -> dict[str, Any]:
-        """Just the MeVe keys, as a plain dict (recorded in every audit)."""
-        return {f.name: getattr(self, f.name) for f in fields(MeVeSettings)}
-
-    def signature(self, verifier: str | None = None, engine: dict[str, Any] | None = None) -> str:
-        """Every setting that changes a MeVe number, as one ``key:value|...`` line (``verifier``: the
-        name of the verifier actually used, when it is not the one the settings name; ``engine``: the backend
-        and dtype it scored on, its ``choice``)."""
-        s = self.meve_settings()
-        off = [p for p in ("verify", "fallback", "prioritize", "pack") if not s[p]]
-        if engine and s["verify"]:
-            verifier = f"{verifier or s['verifier']}@{engine.get('backend')}/{engine.get('dtype')}"
-        return "|".join([f"k:{s['k']}", f"tau:{s['tau']}", f"n_min:{s['n_min']}", f"fallback_k:{s['fallback_k']}",
-                         f"redundancy:{s['redundancy']}", f"t_max:{s['t_max']}"
-                         + (f"|budget_share:{s['budget_share']}" if s["budget_share"] else ""),
-                         (f"verifier:{s['verifier_kind']}:{verifier or s['verifier']}"
-                          + (f":{s['verifier_calibration']}" if s["verifier_calibration"] != "none" else ""))
-                         if s["verify"] else "verifier:none",
-                         f"budget:{s['budget_tokenizer']}",
-                         "off:" + (",".join(off) or "none")])
 
 
 @dataclass
@@ -241,8 +152,8 @@ class MeVePipeline:
         # a source whose knn takes with_vectors (PassageStore) can leave the vectors to the read beside the verifier
         self._knn_skips_vectors = "with_vectors" in inspect.signature(source.knn).parameters
         # what a separator adds between two passages (its tokens can differ inside text from on its own)
-        self._sep_tokens = max(self.count(SEPARATOR), self.count("a" + SEPARATOR + "b") - self.count("a")
-                               - self.count("b"))
+        self._sep_between = self.count("a" + SEPARATOR + "b") - self.count("a") - self.count("b")
+        self._sep_tokens = max(self.count(SEPARATOR), self._sep_between)
         self._pool: ThreadPoolExecutor | None = None
         # whether the verifier is slow enough to hide work behind: until measured, a verifier that runs a model
         self._last_verifier_ms = 0.0 if getattr(verifier, "wants_similarities", False) else float("inf")
@@ -310,7 +221,7 @@ class MeVePipeline:
         started = time.perf_counter() if started is None else started
         ms = dict(ms or {"knn": 0.0})
         audit: dict[str, Any] = {"question": question, "settings": s.meve_settings(),
-                                 "operating_point": s.operating_point or "not calibrated: the settings as given",
+                                 "operating_point": s.point_note(),
                                  "signature": s.signature(getattr(self.verifier, "name", None),
                                                           getattr(self.verifier, "choice", None)),
                                  "verifier": getattr(self.verifier, "name", None) if s.verify else None,
@@ -448,10 +359,11 @@ class MeVePipeline:
 
     def _fit(self, ordered: list[Candidate], budget: int | None = None, exact: bool = False
              ) -> tuple[list[Candidate], list[dict[str, Any]], int | None]:
-        """Greedy first fit under ``budget`` tokens (default ``t_max``). The joined text's tokens are estimated as the sum of the passages' own
-        counts plus the separators' (the passages are tokenised once); only a passage whose estimate lands within
-        the slack of the budget is checked by tokenising the joined text (every passage with ``exact``). Also
-        returns the packed context's exact count when the last passage packed was checked that way (else None)."""
+        """Greedy first fit under ``budget`` tokens (default ``t_max``). The joined text's tokens are estimated as the
+        sum of the passages' own counts plus the separators' (the passages are tokenised once); only a passage whose
+        estimate lands within the slack of the budget is checked by tokenising the joined text (every passage with
+        ``exact``). Also returns the packed context's exact count when the last passage packed was checked that way
+        (else None)."""
         budget = self.settings.t_max if budget is None else budget
         packed: list[Candidate] = []
         dropped = []
@@ -466,7 +378,7 @@ class MeVePipeline:
                 continue
             counted = exact or estimate > budget - _BOUNDARY_SLACK
             if counted:
-                estimate = self.count(SEPARATOR.join(x.text for x in [*packed, c]))
+                estimate = self._join_tokens([*packed, c])
                 if estimate > budget:
                     dropped.append(c.brief(reason=f"over budget: {estimate} > {name} {budget} tokens",
                                            tokens_if_added=estimate))
@@ -489,6 +401,14 @@ class MeVePipeline:
         offered = sum(int(c.tokens or 0) for c in found) + self._sep_tokens * (len(found) - 1)
         return max(1, min(s.t_max, int(s.budget_share * offered))), offered
 
+    def _join_tokens(self, passages: list[Candidate]) -> int:
+        """Exact tokens of the passages joined by :data:`SEPARATOR`: from their own counts where the tokenizer
+        provably adds up across the separator (:meth:`TokenCounter.join_count`), else by tokenising the join."""
+        texts = [c.text for c in passages]
+        summed = self.counter.join_count(texts, [int(c.tokens or 0) for c in passages], SEPARATOR, self._sep_between)
+        return summed if summed is not None and all(c.tokens is not None for c in passages) else \
+            self.count(SEPARATOR.join(texts))
+
     def _pack(self, ordered: list[Candidate], audit: dict[str, Any], ms: dict[str, float],
               found: list[Candidate] | None = None) -> tuple[list[Candidate], str, int]:
         s = self.settings
@@ -506,7 +426,7 @@ class MeVePipeline:
         budget, offered = self.budget(found or [])
         packed, dropped, known = self._fit(ordered, budget)
         context = SEPARATOR.join(c.text for c in packed)
-        used = known if known is not None else self.count(context) if packed else 0
+        used = known if known is not None else self._join_tokens(packed) if packed else 0
         if used > budget:  # the estimates were off by more than the slack: the exact walk, one count per passage
             packed, dropped, known = self._fit(ordered, budget, exact=True)
             context = SEPARATOR.join(c.text for c in packed)

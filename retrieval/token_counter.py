@@ -70,6 +70,24 @@ def _private_backend(tokenizer: Any) -> tuple[Any, str] | None:
     return made
 
 
+def _joins_add_up(backend: Any) -> bool:
+    """Whether texts joined by whitespace count as the sum of their parts plus the whitespace's tokens, wherever
+    the parts neither start nor end with whitespace nor hold an added token: a byte-level BPE with GPT-2's
+    pre-tokenising pattern, no normaliser and no added token that holds whitespace. Its pattern never lets a piece cross from a non-space
+    character into whitespace (letters, digits, punctuation and contractions each exclude it), a run of whitespace
+    between two non-space characters splits the same way whatever they are (its last character alone, the rest
+    before it), and BPE merges stay inside a piece. Qwen2.5's and Llama 3's patterns glue punctuation to the
+    newlines after it, so they are counted in full."""
+    import json
+
+    spec = json.loads(backend.to_str())
+    pre = spec.get("pre_tokenizer") or {}
+    added = [t.get("content", "") for t in spec.get("added_tokens") or []]
+    return (spec.get("normalizer") is None and (spec.get("model") or {}).get("type") == "BPE"
+            and pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space")
+            and not any(any(c.isspace() for c in t) for t in added))
+
+
 class TokenCounter:
     """Counts tokens with a transformers tokenizer (no special tokens), safely from several threads."""
 
@@ -85,6 +103,10 @@ class TokenCounter:
         with _KNOWN_LOCK:
             self._known = _KNOWN.setdefault(made[1], {}) if made else {}
         self.key: str | None = made[1] if made else None
+        self._joins_add_up = _joins_add_up(made[0]) if made else False
+        # an added token (<|im_end|>) cuts the text into segments pre-tokenised apart, so whitespace beside it
+        # splits otherwise: a part that holds one is counted in full
+        self._added = tuple(t.content for t in made[0].get_added_tokens_decoder().values()) if made else ()
         """What counts alike share (the hash of the tokenizer's whole definition and its special-token handling); None
         for a slow tokenizer. A passage store's counts are used when their key is this one."""
 
@@ -114,6 +136,19 @@ class TokenCounter:
                 self._recent.clear()
             self._recent[text] = n
         return n
+
+    def join_count(self, texts: Sequence[str], counts: Sequence[int], separator: str, separator_tokens: int
+                   ) -> int | None:
+        """The exact tokens of ``separator.join(texts)`` from the parts' ``counts``, without tokenising the join, where
+        that is provably the sum (see :func:`_joins_add_up`; ``separator_tokens``: what the separator adds between two
+        non-space characters); None where it is not (another tokenizer, a non-whitespace separator, a part that
+        starts or ends with whitespace or holds an added token such as ``<|im_end|>``, an empty part): count the join
+        then."""
+        if not self._joins_add_up or not separator or not separator.isspace() or not texts:
+            return None
+        if any(not t or t[0].isspace() or t[-1].isspace() or any(a in t for a in self._added) for t in texts):
+            return None
+        return sum(counts) + separator_tokens * (len(texts) - 1)
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each text; texts counted before (by any counter of this tokenizer) are not tokenised again."""

@@ -3,8 +3,9 @@
 
 - **Evidence in a context** (:func:`evidence_chunks`): where a question's answer lies among the chunks of its
   context, the definition ``bench_embedders.py`` and ``bench_layers.py`` both score against.
-- **Support corpora for MeVe** (:data:`DATASETS`, :func:`corpus_embedder`, :func:`top_k_run`): where the public files
-  lie, the embedder per corpus language and the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``
+- **Support corpora for MeVe** (:data:`DATASETS`, :func:`corpus_embedder`, :func:`passage_store`, :func:`top_k_run`):
+  where the public files lie, the embedder per corpus language, a store reused while its inputs are the same, and
+  the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``
   (the corpora themselves: memreader.eval.support_corpora).
 - **Report tables** (:func:`mean_cell`, :func:`delta_cell`, :func:`settings_line`, :func:`emit_table`): a mean's and a
   paired difference's cell with their bootstrap intervals, the settings line and the print-and-save of a table, for ``bench_embedders.py``, ``bench_layers.py`` and ``bench_layer_latency.py``.
@@ -120,6 +121,30 @@ def evidence_chunks(question: str, context: str, spans: list[tuple[int, int]], a
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 """The offline copies of the public benchmark files (``../shared/datasets``): the default ``--data-dir``."""
+
+
+def passage_store(db: Path, passages: list[tuple[str, str, str]], embedder: Any, embedder_name: str,
+                  tokenizer: str = "") -> Any:
+    """An open PassageStore at ``db`` over ``passages``: reused when a stamp beside it says it was built from the
+    same passages, embedder, token counts and store format, else (re)built and stamped."""
+    import hashlib
+
+    from memreader.retrieval.passages import STORE_FORMAT, PassageStore
+
+    stamp = db.with_name(db.name + ".source.json")
+    source = {"passages": hashlib.sha256(json.dumps(passages).encode()).hexdigest(), "embedder": embedder_name,
+              "tokenizer": tokenizer}
+    if tokenizer:  # counts need the tokens field (format 2); a store without them reads as any format it opens
+        source["format"] = STORE_FORMAT
+    if db.exists() and stamp.is_file() and json.loads(stamp.read_text()) == source:
+        print(f"reusing {db} (built from the same passages, embedder and counts)")
+        return PassageStore.open(db, embedder=embedder, embedder_name=embedder_name)
+    stamp.unlink(missing_ok=True)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = PassageStore.create(db, embedder=embedder)
+    store.build(passages, embedder, embedder_name=embedder_name, batch_size=64, tokenizer=tokenizer)
+    stamp.write_text(json.dumps(source), encoding="utf-8")
+    return store
 
 
 def corpus_embedder(corpus: Any, given: str | None) -> str:

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import DATASETS, corpus_embedder, top_k_run
+from _common import DATASETS, corpus_embedder, passage_store, top_k_run
 from tqdm import tqdm
 
 from memreader.core.config import load_config
@@ -48,7 +48,6 @@ from memreader.core.paths import memreader_home, write_json
 from memreader.core.runtime import load_embedder
 from memreader.eval.support_corpora import CORPORA, load_support_corpus, support_recall
 from memreader.retrieval.meve import PHASES, MeVePipeline, MeVeSettings, load_tokenizer
-from memreader.retrieval.passages import PassageStore
 from memreader.retrieval.search import RetrievalConfig
 from memreader.retrieval.verifier_calibration import build_meve_verifier
 
@@ -153,7 +152,8 @@ def main() -> int:
     ap.add_argument("--verifier-kind", help="lm or cross_encoder (default: the config's)")
     ap.add_argument("--device", help="cpu, cuda or auto for embedder and verifier (default: the config's)")
     ap.add_argument("--db", default="", help="Milvus Lite file for the passages; default "
-                    "$MEMREADER_HOME/runs/bench-meve/<dataset>/passages.db (rebuilt every run)")
+                    "$MEMREADER_HOME/runs/bench-meve/<dataset>/passages.db (reused while built from the same passages, "
+                    "embedder and budget tokenizer)")
     ap.add_argument("--out", default="", help="JSON results; default $MEMREADER_HOME/runs/bench-meve/<dataset>/results.json")
     args = ap.parse_args()
     if args.limit < 0:
@@ -191,10 +191,9 @@ def main() -> int:
     # ---- index -------------------------------------------------------------------------------------
     out_dir = memreader_home() / "runs" / "bench-meve" / args.dataset
     db = Path(args.db) if args.db else out_dir / "passages.db"
-    with PassageStore.create(db, embedder=embedder) as store:
-        started = time.perf_counter()
-        # each passage's tokens in the budget tokenizer are counted once, at build time (PassageStore.build)
-        store.build(passages, embedder, embedder_name=embedder_name, batch_size=64, tokenizer=base.budget_tokenizer)
+    started = time.perf_counter()
+    # each passage's tokens in the budget tokenizer are counted once, at build time (PassageStore.build)
+    with passage_store(db, passages, embedder, embedder_name, tokenizer=base.budget_tokenizer) as store:
         index_seconds = time.perf_counter() - started
 
         pipelines = {name: MeVePipeline(store, embedder, verifier, tokenizer,
@@ -238,7 +237,7 @@ def main() -> int:
     print(f"operating point: {base.operating_point or 'not calibrated: the settings as given'}")
     print(table(rows))
     print(goal_line(rows))
-    print(f"indexed {len(passages)} passages in {index_seconds:.1f} s; {len(records)} questions x "
+    print(f"store of {len(passages)} passages ready in {index_seconds:.1f} s (built, or reused); {len(records)} questions x "
           f"{len(runs)} configurations in {run_seconds:.1f} s ({len(records) / run_seconds:.2f} questions/s)")
 
     out = Path(args.out) if args.out else out_dir / "results.json"

@@ -19,7 +19,14 @@ from memreader.core.config import ConfigError, load_config
 from memreader.core.embedders import encode
 from memreader.core.schema import write_memories
 from memreader.retrieval.index import MemoryIndex
-from memreader.retrieval.meve import SEPARATOR, MemoryChunkSource, MeVeError, MeVePipeline, MeVeSettings
+from memreader.retrieval.meve import (
+    PAPER_SETTINGS,
+    SEPARATOR,
+    MemoryChunkSource,
+    MeVeError,
+    MeVePipeline,
+    MeVeSettings,
+)
 from memreader.retrieval.meve_audit import format_audit
 from memreader.retrieval.passages import PassageStore, PassageStoreError
 from memreader.retrieval.rows import memory_hash
@@ -69,7 +76,7 @@ class CountingSource:
 
 
 def _pipeline(store: Any, embedder: Any, tokenizer: Any, verifier: Any = None, **settings: Any) -> MeVePipeline:
-    return MeVePipeline(store, embedder, verifier, tokenizer, MeVeSettings(**settings))
+    return MeVePipeline(store, embedder, verifier, tokenizer, MeVeSettings(**{**PAPER_SETTINGS, **settings}))
 
 
 def _ids(entries: list[dict[str, Any]]) -> list[str]:
@@ -102,6 +109,17 @@ def test_verification_drops_the_off_topic_passages(store: PassageStore, embedder
     assert "dropped volcano" in rendered and "below tau" in rendered and "5 pack" in rendered
     assert "operating point: not calibrated: the settings as given" in rendered  # which point runs, and whence
     json.dumps(result.to_dict())  # the audit is plain JSON
+
+
+def test_the_audit_names_the_operating_point_and_when_it_is_left() -> None:
+    from memreader.retrieval.meve import DEFAULT_OPERATING_POINT
+
+    assert MeVeSettings().point_note() == DEFAULT_OPERATING_POINT  # the defaults are the chosen point
+    assert "leave-one-corpus-out" in DEFAULT_OPERATING_POINT and "multifieldqa_zh" in DEFAULT_OPERATING_POINT
+    moved = MeVeSettings(tau=0.5, t_max=512).point_note()
+    assert moved.startswith("NOT the chosen point: tau=0.5, t_max=512 differ from it") and DEFAULT_OPERATING_POINT in moved
+    assert MeVeSettings(operating_point="my own sweep").point_note() == "my own sweep"
+    assert MeVeSettings(**PAPER_SETTINGS).point_note() == "not calibrated: the settings as given"
 
 
 def test_fallback_fires_below_n_min_and_not_otherwise(store: PassageStore, embedder: Any, tokenizer: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memreader.retrieval.meve import MeVePipeline, MeVeSettings
+from memreader.retrieval.meve import PAPER_SETTINGS, MeVePipeline, MeVeSettings
 from memreader.retrieval.meve_calibration import (
     CalibrationError,
     Calibrator,
@@ -114,7 +114,7 @@ def test_packing_tokenises_once_and_matches_the_exact_walk(store, embedder, toke
 @pytest.mark.integration
 def test_a_sweep_chooses_the_fewest_tokens_that_meet_recall(store, embedder, tokenizer) -> None:
     def pipeline_for(keys: dict[str, Any], verifier: Any) -> MeVePipeline:
-        return MeVePipeline(store, embedder, verifier, tokenizer, MeVeSettings(**{"k": 7, "n_min": 0, **keys}))
+        return MeVePipeline(store, embedder, verifier, tokenizer, MeVeSettings(**{**PAPER_SETTINGS, "k": 7, "n_min": 0, **keys}))
 
     questions = [QUESTION, "How long should green tea steep?"]
     gold = [{"Kettles"}, {"Steeping"}]  # (the two green-tea passages are near copies: one is dropped as redundant)
@@ -150,7 +150,7 @@ def test_a_sweep_over_shares_and_redundancy_replays_bm25_from_memory(store, embe
     assert source.bm25(QUESTION, 3) == store.bm25(QUESTION, 3) and searched == [(QUESTION, 2), (QUESTION, 5)]
 
     def pipeline_for(keys: dict[str, Any], verifier: Any) -> MeVePipeline:
-        return MeVePipeline(source, embedder, verifier, tokenizer, MeVeSettings(**{"k": 7, "n_min": 3, **keys}))
+        return MeVePipeline(source, embedder, verifier, tokenizer, MeVeSettings(**{**PAPER_SETTINGS, "k": 7, "n_min": 3, **keys}))
 
     cal = Calibrator(pipeline_for, [QUESTION], [{"Kettles"}])
     cal.add_scores("embedding/none", {QUESTION: [0.0] * len(cal.found[QUESTION])})  # nothing kept: BM25 fills in

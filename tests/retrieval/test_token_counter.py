@@ -88,3 +88,54 @@ def test_a_slow_tokenizer_is_called_as_it_is() -> None:
     assert not counter.fast and counter.name == "slow-words"
     assert counter.count("three short words") == 3
     assert counter.counts(["a b", "c", "a b"]) == [2, 1, 2]
+
+
+SHARED = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "datasets"
+EDGES = ["Ends with a full stop.", "Ends with a comma,", "ends with 's", "'s starts with a contraction", "12,345",
+         "…ellipsis…", "«quoted»", "code: x = y;", "URL http://a.b/c?d=e", "emoji 🍵🍵", "<|im_end|>", "-- dashes --",
+         "长江是中国最长的河流。", "Mixed 中文 and English!", "tab\tinside", "a", "?", "Line one\nline two"]
+
+
+def test_a_join_counts_as_the_sum_of_its_parts_where_proven(smollm2_tokenizer: Any) -> None:
+    import random
+
+    counter = TokenCounter(smollm2_tokenizer)
+    sep = "\n\n"
+    between = counter.count("a" + sep + "b") - 2
+    texts = list(EDGES)
+    if (SHARED / "hotpotqa_100_corpus.json").is_file():  # real passages of both languages, where present
+        from memreader.eval.support_corpora import load_support_corpus
+
+        for name in ("hotpotqa", "cmrc2018"):
+            texts += [t for _, _, t in load_support_corpus(name, SHARED).passages[:150]]
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(400):
+        parts = rng.sample(texts, rng.randint(1, 6))
+        got = counter.join_count(parts, counter.counts(parts), sep, between)
+        if got is not None:
+            checked += 1
+            assert got == _reference(smollm2_tokenizer, sep.join(parts)), [p[:30] for p in parts]
+    assert checked >= 350  # the real passages neither start nor end with whitespace: the sum is what applies
+    for a in EDGES:  # every pair of the awkward ends, both ways round
+        for b in EDGES:
+            got = counter.join_count([a, b], counter.counts([a, b]), sep, between)
+            assert got is None or got == _reference(smollm2_tokenizer, a + sep + b), (a, b)
+    # where it is not proven, the caller counts the join
+    assert counter.join_count(["ends with a space ", "b"], [5, 1], sep, between) is None
+    assert counter.join_count(["a", "\nstarts with a newline"], [1, 5], sep, between) is None
+    assert counter.join_count(["a", "b"], [1, 1], " | ", 3) is None  # a separator that is not whitespace
+    assert counter.join_count(["", "b"], [0, 1], sep, between) is None
+
+
+def test_a_pattern_that_glues_punctuation_to_newlines_is_not_summed() -> None:
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(set("abc.\n ĊĠ")))}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([  # Qwen2.5's pattern, in short: punctuation takes its newlines
+        pre_tokenizers.Split(Regex(r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s+(?!\S)|\s+|\p{L}+"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    counter = TokenCounter(PreTrainedTokenizerFast(tokenizer_object=backend))
+    assert counter.fast and counter.join_count(["a.", "b"], [2, 1], "\n\n", 2) is None
