@@ -151,6 +151,9 @@ def main() -> int:
     ap.add_argument("--verifier", help="verifier model, registry name or folder (default: the config's)")
     ap.add_argument("--verifier-kind", help="lm or cross_encoder (default: the config's)")
     ap.add_argument("--device", help="cpu, cuda or auto for embedder and verifier (default: the config's)")
+    ap.add_argument("--counts", choices=["stored", "query"], default="stored", help="stored: each passage's tokens "
+                    "counted at build time (PassageStore.build's tokenizer); query: counted per question (a store "
+                    "without counts, as before; its own file)")
     ap.add_argument("--db", default="", help="Milvus Lite file for the passages; default "
                     "$MEMREADER_HOME/runs/bench-meve/<dataset>/passages.db (reused while built from the same passages, "
                     "embedder and budget tokenizer)")
@@ -190,10 +193,11 @@ def main() -> int:
 
     # ---- index -------------------------------------------------------------------------------------
     out_dir = memreader_home() / "runs" / "bench-meve" / args.dataset
-    db = Path(args.db) if args.db else out_dir / "passages.db"
+    db = Path(args.db) if args.db else out_dir / ("passages.db" if args.counts == "stored" else "passages-uncounted.db")
     started = time.perf_counter()
     # each passage's tokens in the budget tokenizer are counted once, at build time (PassageStore.build)
-    with passage_store(db, passages, embedder, embedder_name, tokenizer=base.budget_tokenizer) as store:
+    with passage_store(db, passages, embedder, embedder_name,
+                       tokenizer=base.budget_tokenizer if args.counts == "stored" else "") as store:
         index_seconds = time.perf_counter() - started
 
         pipelines = {name: MeVePipeline(store, embedder, verifier, tokenizer,
@@ -228,7 +232,7 @@ def main() -> int:
         row["verifier_ms"] = verifier_ms if not name.startswith("top") and name != "no-verify" else 0.0
         row["ms_with_verifier"] = row["ms_without_verifier"] + row["verifier_ms"]
     threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
-    settings = (f"dataset:{args.dataset}|questions:{args.questions or 'all'}:{len(records)}|passages:{len(passages)}|embedder:{embedder_name}|"
+    settings = (f"dataset:{args.dataset}|counts:{args.counts}|questions:{args.questions or 'all'}:{len(records)}|passages:{len(passages)}|embedder:{embedder_name}|"
                 f"{base.signature(verifier.name if verifier else None)}|verifier_batch:{base.verifier_batch_size}|"
                 f"verifier_max_tokens:{base.verifier_max_tokens}|device:{cfg.device}|cpus:{threads}|"
                 f"python:{platform.python_version()}")
