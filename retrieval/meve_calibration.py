@@ -100,18 +100,17 @@ class RememberingSource:
 
     def __init__(self, source: Any) -> None:
         self.source = source
-        self._bm25: dict[str, tuple[int, list[Any]]] = {}  # query -> (k searched, hits)
+        self._bm25: dict[tuple[str, int], list[Any]] = {}
 
     def knn(self, vector: Sequence[float], k: int) -> list[Any]:
         return self.source.knn(vector, k)
 
     def bm25(self, query: str, k: int) -> list[Any]:
-        """The first ``k`` of the longest list searched for ``query`` so far (BM25 lists are ranked by score, ties by
-        id, so a shorter list is a prefix of a longer one), searching only when that one is too short."""
-        have = self._bm25.get(query)
-        if have is None or (have[0] < k and len(have[1]) == have[0]):
-            self._bm25[query] = have = (k, self.source.bm25(query, k))
-        return have[1][:k]
+        """The search's answer for (``query``, ``k``), searched once (not cut from a longer list: where scores tie at
+        the limit, a search with another ``k`` may keep other passages)."""
+        if (query, k) not in self._bm25:
+            self._bm25[(query, k)] = self.source.bm25(query, k)
+        return self._bm25[(query, k)]
 
     def vectors(self, ids: Sequence[str]) -> dict[str, Any]:
         return self.source.vectors(ids)
