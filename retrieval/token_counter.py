@@ -73,10 +73,10 @@ def _private_backend(tokenizer: Any) -> tuple[Any, str] | None:
 def _joins_add_up(backend: Any) -> bool:
     """Whether texts joined by whitespace count as the sum of their parts plus the whitespace's tokens, wherever
     the parts neither start nor end with whitespace nor hold an added token: a byte-level BPE with GPT-2's
-    pre-tokenising pattern, no normaliser and no added token that holds whitespace. Its pattern never lets a piece cross from a non-space
-    character into whitespace (letters, digits, punctuation and contractions each exclude it), a run of whitespace
-    between two non-space characters splits the same way whatever they are (its last character alone, the rest
-    before it), and BPE merges stay inside a piece. Qwen2.5's and Llama 3's patterns glue punctuation to the
+    pre-tokenising pattern, no normaliser and no added token that holds whitespace. Its pattern never lets a piece
+    cross from a non-space character into whitespace (letters, digits, punctuation and contractions each exclude
+    it), a run of whitespace between two non-space characters splits the same way whatever they are (its last
+    character alone, the rest before it), and BPE merges stay inside a piece. Qwen2.5's and Llama 3's patterns glue punctuation to the
     newlines after it, so they are counted in full."""
     import json
 

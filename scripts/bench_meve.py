@@ -163,7 +163,10 @@ def main() -> int:
         ap.error(f"--limit must be >= 0, got {args.limit}")
 
     # ---- data --------------------------------------------------------------------------------------
-    corpus = load_support_corpus(args.dataset, args.data_dir)
+    try:
+        corpus = load_support_corpus(args.dataset, args.data_dir)
+    except FileNotFoundError as err:
+        ap.error(str(err))
     records = corpus.questions
     if args.questions:
         try:

@@ -243,14 +243,19 @@ def main() -> int:
                     "$MEMREADER_HOME/runs/calibrate-meve (kept: a rerun reuses what did not change)")
     ap.add_argument("--out", default="", help="JSON results; default <work-dir>/calibration.json")
     args = ap.parse_args()
-    if len(args.corpora) < 2:
-        ap.error("leave-one-corpus-out needs at least two --corpora")
+    if len(set(args.corpora)) < 2:
+        ap.error(f"leave-one-corpus-out needs at least two different --corpora, got {' '.join(args.corpora)}")
+    for name in args.corpora:  # a missing file is named before any model loads
+        try:
+            load_support_corpus(name, args.data_dir)
+        except FileNotFoundError as err:
+            ap.error(str(err))
 
     cfg = load_config(RetrievalConfig, args.config, args.set)
     base = MeVeSettings(**cfg.meve_settings())
     tokenizer = load_tokenizer(base.budget_tokenizer)
     out_dir = Path(args.work_dir) if args.work_dir else memreader_home() / "runs" / "calibrate-meve"
-    corpora = {name: Corpus(name, args, base, tokenizer, out_dir) for name in args.corpora}
+    corpora = {name: Corpus(name, args, base, tokenizer, out_dir) for name in dict.fromkeys(args.corpora)}
     try:
         score_corpora(corpora, args.kinds, args, base, out_dir / "scores.json")
         variants = ["off"] + [f"{k}/{c}" for k in args.kinds for c in CALIBRATIONS[k]]

@@ -266,6 +266,15 @@ def test_docs_name_only_scripts_that_exist() -> None:
 
 # ---------------------------------------------------------------- no model
 
+def test_meve_scripts_name_bad_corpora_before_loading_a_model(tmp_path: Path) -> None:
+    proc = run("calibrate_meve.py", "--corpora", "hotpotqa", "hotpotqa", check=False)
+    assert proc.returncode == 2 and "at least two different --corpora" in proc.stderr
+    proc = run("calibrate_meve.py", "--corpora", "hotpotqa", "cmrc2018", "--data-dir", tmp_path, check=False)
+    assert proc.returncode == 2 and "hotpotqa_100_qa.json" in proc.stderr and "not found" in proc.stderr
+    proc = run("bench_meve.py", "--dataset", "multifieldqa_zh", "--data-dir", tmp_path, check=False)
+    assert proc.returncode == 2 and "longbench_multifieldqa_zh.jsonl not found" in proc.stderr
+
+
 def test_check_layers() -> None:
     proc = run("check_layers.py", check=False)
     summary = re.search(r"layers: \d+ modules, \d+ imports followed \(scripts included\), (\d+) violation\(s\)",
