@@ -16,11 +16,11 @@ data itself states, not a guess:
   the paragraph the question was written on (its annotated answer lies in it).
 - ``multifieldqa_zh`` (Chinese, long documents): LongBench MultiFieldQA-zh's 200 contexts cut into passages of whole
   sentences (chonkie's sentence units, the eval's sentence chunker, merged up to ``max_chars`` = 400 characters),
-  each distinct text once (58 of the 200 contexts repeat another's); retrieval runs over all of them. Gold exists only where the data pins it down: a question
-  whose reference answer (at least ``min_answer_chars`` characters after trimming punctuation) occurs verbatim in
-  exactly one passage of the corpus, a passage of its own context, is kept with that passage as gold; every other
-  question is left out and counted in :attr:`SupportCorpus.note` (an answer written in other words, or one that
-  recurs, has no single supporting passage).
+  each distinct text once (58 of the 200 contexts repeat another's); retrieval runs over all of them. Gold exists
+  only where the data pins it down: a question whose reference answer (at least ``min_answer_chars`` characters
+  after trimming punctuation) occurs verbatim in exactly one passage of the corpus, a passage of its own context,
+  is kept with that passage as gold; every other question is left out and counted in :attr:`SupportCorpus.note`
+  (an answer written in other words, or one that recurs, has no single supporting passage).
 
 CRUD-RAG's event summaries (``crud_event_summary.jsonl``) have no questions with a passage to find, so they are
 not a support corpus.

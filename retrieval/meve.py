@@ -56,7 +56,8 @@ from memreader.retrieval.meve_sources import MemoryChunkSource, MeVeError, Passa
 from memreader.retrieval.token_counter import TokenCounter, load_tokenizer
 from memreader.retrieval.verifier import Verifier
 
-__all__ = ["DEFAULT_OPERATING_POINT", "PAPER_SETTINGS", "PHASES", "SEPARATOR", "Candidate", "MeVeError", "MeVePipeline", "MeVeResult", "MeVeSettings",
+__all__ = ["DEFAULT_OPERATING_POINT", "PAPER_SETTINGS", "PHASES", "SEPARATOR", "Candidate", "MeVeError",
+           "MeVePipeline", "MeVeResult", "MeVeSettings",
            "MemoryChunkSource", "PassageSource", "load_tokenizer"]
 
 SEPARATOR = "\n\n"

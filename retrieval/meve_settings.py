@@ -71,8 +71,9 @@ class MeVeSettings:
     verifier_calibration: str = field("none", help="MeVe phase 2: none, content_free (minus the verifier's reading of "
                                       "a content-free passage) or query (normalised over the question's candidates); "
                                       "retrieval/verifier_calibration.py")
-    operating_point: str = field(DEFAULT_OPERATING_POINT, help="where tau (and the other phase-2 keys) came from, e.g. the calibration "
-                                 "that chose them (scripts/calibrate_meve.py); recorded in every audit")
+    operating_point: str = field(DEFAULT_OPERATING_POINT, help="where tau (and the other phase-2 keys) came from, "
+                                 "e.g. the calibration that chose them (scripts/calibrate_meve.py); recorded in every "
+                                 "audit, which says when the settings leave the default point")
     verifier_backend: str = backend_field("verifier", "MeVe phase 2, verifier_kind=lm or lm_likelihood (its device is the config's device)")
     verifier_dtype: str = dtype_field("MeVe phase 2: the LM verifier's weights")
     verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")

@@ -18,10 +18,13 @@ Chinese). Every question then runs through
 
 Per configuration: mean context tokens (the answering model's tokenizer, separators included), support recall
 (share of the question's gold passages in the final context), mean milliseconds per phase, end-to-end milliseconds
-without the verifier and with it, and the token reduction against top-20. The verifier scores each (question, passage) once: the
-ablations that verify reuse the full run's scores, and their "with verifier" time adds the full
+without the verifier and with it, and the token reduction against top-20. The verifier scores each (question,
+passage) once: the ablations that verify reuse the full run's scores, and their "with verifier" time adds the full
 run's verifier time for that question. Latencies are means over questions measured in one process,
-configurations interleaved per question (one warm-up question first, not counted).
+configurations interleaved per question (one warm-up question first, not counted). With ``--set verify=false`` no
+verifier is loaded and ``meve`` is the budget alone: measure the verifier-free path that way, since a row that
+follows the verifier in a run finds vLLM's CPU threads still busy (its kNN 3-10 ms slower). ``--counts query``: a
+store without stored token counts (MeVe counts the candidates per question, as before 2026-11-28).
 
 Goal (from the paper's HotpotQA claim, adapted): >= 57 % fewer tokens than top-20, supporting recall
 >= top-5's, end-to-end latency without the verifier <= +15 % over top-20 (verifier time reported on
@@ -235,7 +238,8 @@ def main() -> int:
         row["verifier_ms"] = verifier_ms if not name.startswith("top") and name != "no-verify" else 0.0
         row["ms_with_verifier"] = row["ms_without_verifier"] + row["verifier_ms"]
     threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
-    settings = (f"dataset:{args.dataset}|counts:{args.counts}|questions:{args.questions or 'all'}:{len(records)}|passages:{len(passages)}|embedder:{embedder_name}|"
+    settings = (f"dataset:{args.dataset}|counts:{args.counts}|questions:{args.questions or 'all'}:{len(records)}|"
+                f"passages:{len(passages)}|embedder:{embedder_name}|"
                 f"{base.signature(verifier.name if verifier else None)}|verifier_batch:{base.verifier_batch_size}|"
                 f"verifier_max_tokens:{base.verifier_max_tokens}|device:{cfg.device}|cpus:{threads}|"
                 f"python:{platform.python_version()}")
