@@ -109,14 +109,15 @@ def test_a_join_counts_as_the_sum_of_its_parts_where_proven(smollm2_tokenizer: A
         for name in ("hotpotqa", "cmrc2018"):
             texts += [t for _, _, t in load_support_corpus(name, SHARED).passages[:150]]
     rng = random.Random(7)
-    checked = 0
+    checked = eligible = 0
     for _ in range(400):
         parts = rng.sample(texts, rng.randint(1, 6))
+        eligible += all(p.strip() == p and p and "<|" not in p for p in parts)
         got = counter.join_count(parts, counter.counts(parts), sep, between)
         if got is not None:
             checked += 1
             assert got == _reference(smollm2_tokenizer, sep.join(parts)), [p[:30] for p in parts]
-    assert checked >= 350  # the real passages neither start nor end with whitespace: the sum is what applies
+    assert checked == eligible >= 40  # summed wherever the parts allow it (the real passages, when present, always)
     for a in EDGES:  # every pair of the awkward ends, both ways round
         for b in EDGES:
             got = counter.join_count([a, b], counter.counts([a, b]), sep, between)
