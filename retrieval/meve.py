@@ -389,6 +389,12 @@ class MeVePipeline:
             known = estimate if counted else None
         return packed, dropped, known
 
+    def _count_missing(self, passages: list[Candidate]) -> None:
+        """Each passage's own tokens where neither the store nor an earlier phase gave them (one batch)."""
+        todo = [c for c in passages if c.tokens is None]
+        for c, n in zip(todo, self.counter.counts([c.text for c in todo]), strict=True):
+            c.tokens = n
+
     def budget(self, found: list[Candidate]) -> tuple[int, int | None]:
         """Phase 5's budget in tokens, and what plain top-k would hand over (None without ``budget_share``): ``t_max``,
         or with ``budget_share`` > 0 the smaller of ``t_max`` and that share of the ``k`` kNN candidates' tokens plus
@@ -396,9 +402,7 @@ class MeVePipeline:
         s = self.settings
         if not s.budget_share or not found:
             return s.t_max, None
-        todo = [c for c in found if c.tokens is None]
-        for c, n in zip(todo, self.counter.counts([c.text for c in todo]), strict=True):
-            c.tokens = n
+        self._count_missing(found)
         offered = sum(int(c.tokens or 0) for c in found) + self._sep_tokens * (len(found) - 1)
         return max(1, min(s.t_max, int(s.budget_share * offered))), offered
 
@@ -414,9 +418,7 @@ class MeVePipeline:
               found: list[Candidate] | None = None) -> tuple[list[Candidate], str, int]:
         s = self.settings
         t = time.perf_counter()
-        todo = [c for c in ordered if c.tokens is None]
-        for c, n in zip(todo, self.counter.counts([c.text for c in todo]), strict=True):
-            c.tokens = n
+        self._count_missing(ordered)
         if not s.pack:
             context = SEPARATOR.join(c.text for c in ordered)
             tokens = self.count(context) if context else 0

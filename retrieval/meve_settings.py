@@ -16,7 +16,7 @@ from memreader.core.engines import backend_field, dtype_field
 from memreader.retrieval.verifier import KINDS
 from memreader.retrieval.verifier_calibration import CALIBRATIONS
 
-__all__ = ["DEFAULT_OPERATING_POINT", "DEFAULT_POINT", "PAPER_SETTINGS", "VERIFIER_KINDS", "MeVeSettings"]
+__all__ = ["DEFAULT_OPERATING_POINT", "DEFAULT_POINT", "PAPER_SETTINGS", "POINT_KEYS", "VERIFIER_KINDS", "MeVeSettings"]
 
 VERIFIER_KINDS = (*KINDS, "embedding")
 
@@ -26,11 +26,11 @@ DEFAULT_OPERATING_POINT = (
     "0.815 vs top-5 0.785, tokens -79.3% vs top-20; cmrc2018 1.000 vs 1.000, -79.7%; multifieldqa_zh 0.579 vs 0.474, "
     "-86.7%")
 """Where :class:`MeVeSettings`' defaults come from (recorded in every audit that runs them)."""
-DEFAULT_POINT = {"k": 20, "n_min": 3, "fallback_k": 5, "verify": True, "verifier": "smollm2-135m-instruct",
-                 "verifier_kind": "lm_likelihood", "verifier_calibration": "none", "verifier_max_tokens": 128,
-                 "tau": 0.796452, "redundancy": 0.95, "t_max": 2048, "budget_share": 0.0,
-                 "budget_tokenizer": "smollm2-135m-instruct", "fallback": True, "prioritize": True, "pack": True}
-"""The keys of :data:`DEFAULT_OPERATING_POINT`: an audit that names that point while one of them differs says so."""
+POINT_KEYS = ("k", "n_min", "fallback_k", "verify", "verifier", "verifier_kind", "verifier_calibration",
+              "verifier_max_tokens", "tau", "redundancy", "t_max", "budget_share", "budget_tokenizer", "fallback",
+              "prioritize", "pack")
+"""The keys that make :data:`DEFAULT_OPERATING_POINT` (their values: :class:`MeVeSettings`' defaults, :data:`DEFAULT_POINT`):
+an audit that names that point while one of them differs says so."""
 PAPER_SETTINGS = {"k": 20, "tau": 0.5, "n_min": 3, "redundancy": 0.85, "t_max": 512, "verifier_kind": "lm",
                   "verifier_calibration": "none", "budget_share": 0.0, "operating_point": ""}
 """The paper's values (Ottem 2025, appendix A.4; its cross-encoder verifier is not shipped offline, so ``lm``):
@@ -138,3 +138,7 @@ class MeVeSettings:
                          if s["verify"] else "verifier:none",
                          f"budget:{s['budget_tokenizer']}",
                          "off:" + (",".join(off) or "none")])
+
+
+DEFAULT_POINT = {f.name: f.default for f in fields(MeVeSettings) if f.name in POINT_KEYS}
+"""The chosen point's keys and values, read from :class:`MeVeSettings`' defaults (written once, there)."""
