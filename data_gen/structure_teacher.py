@@ -250,7 +250,8 @@ def structure_results(cfg: Any, docs: list[Document]) -> tuple[list[UnitResult],
         res.candidates.append({"doc_id": doc.doc_id, "unit_id": unit.unit_id, "candidate": 0, "clarity": None,
                                "completeness": None, "rank_clarity": None, "rank_completeness": None, "rrf": None,
                                "selected": True, "scores": None, "scenarios": len(mem.scenarios),
-                               "spans": [[s.start, s.end] for s in mem.scenarios], "fate": "structure"})
+                               "spans": [[s.start, s.end] for s in mem.scenarios], "outline": mem.outline,
+                               "fate": "structure"})
         results.append(res)
     for d, error in sorted(refused.items()):
         failures.append({"doc_id": usable[d].doc_id, "stage": "guidance", "error": error})

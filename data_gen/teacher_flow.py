@@ -135,7 +135,7 @@ class TeacherFlow:
             res.candidates.append({"doc_id": unit.doc.doc_id, "unit_id": unit.unit_id,
                                    "candidate": mem.meta["candidate"], **row, "scores": score,
                                    "scenarios": len(mem.scenarios), "spans": [[s.start, s.end] for s in mem.scenarios],
-                                   "fate": mem.meta["generation"]["fate"]})
+                                   "outline": mem.outline, "fate": mem.meta["generation"]["fate"]})
         in_pool = {id(m) for m in pool}
         for mem in memories:
             if id(mem) not in in_pool:
@@ -144,7 +144,7 @@ class TeacherFlow:
                                        "rank_clarity": None, "rank_completeness": None, "rrf": None,
                                        "selected": False, "scores": None, "scenarios": len(mem.scenarios),
                                        "spans": [[s.start, s.end] for s in mem.scenarios],
-                                       "fate": mem.meta["generation"]["fate"],
+                                       "outline": mem.outline, "fate": mem.meta["generation"]["fate"],
                                        "excluded": "whole-document fallback" if "fallback" in mem.meta else
                                        "cut off (kept flagged)"})
         res.candidates.sort(key=lambda r: r["candidate"])

@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "eval": "memreader.eval.qa",
     "report": "memreader.eval.report",
     "score": "memreader.eval.score_cli",
+    "view": "memreader.viewer.page",
     "demo": "memreader.demo",
 }
 """Subcommand → the module whose ``STAGE`` (or ``STAGES``) describes it (:class:`memreader.core.stage.Stage`)."""

@@ -3,6 +3,7 @@
     memreader index --config configs/retrieval/three_layer_minilm.yaml --set run=demo
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo "How many compost bays?"
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo --pipeline meve "question"
+    memreader ask   --config ... --pipeline meve --html meve.html "question"   (also an offline HTML audit page)
     python -m memreader.retrieval.cli ask --config ... "question"        (the same, without the memreader command)
 """
 
@@ -13,20 +14,18 @@ import json
 import sys
 
 from memreader.core.stage import Flag, Stage
+from memreader.retrieval.audit_page import write_audit_page
+from memreader.retrieval.meve import MeVeResult
 from memreader.retrieval.meve_audit import format_audit
-from memreader.retrieval.search import (
-    PIPELINES,
-    RetrievalConfig,
-    format_hits,
-    run_ask,
-    run_index,
-    run_meve_ask,
-)
+from memreader.retrieval.search import PIPELINES, RetrievalConfig, Searcher, format_hits, run_index
 
 
 def _ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print hits as JSON lines instead of text (meve: the "
                         "result with its audit record as one JSON object)")
+    parser.add_argument("--html", metavar="FILE", help="also write the retrieval as one offline HTML page: MeVe's "
+                        "phases (every candidate, kept / dropped and why, the budget) or the layers that found each "
+                        "hit, and each hit inside its document")
     parser.add_argument("question", help="the question to retrieve chunks for")
 
 
@@ -41,11 +40,15 @@ def _index(cfg: RetrievalConfig) -> int:
 
 def _ask(cfg: RetrievalConfig, args: argparse.Namespace) -> int:
     """Retrieve and print chunks with their provenance (or MeVe's context and audit)."""
-    if cfg.pipeline == "meve":
-        result = run_meve_ask(cfg, args.question)
+    with Searcher(cfg) as searcher:
+        result = searcher.meve(args.question) if cfg.pipeline == "meve" else searcher.ask(args.question)
+        if args.html:
+            page = write_audit_page(searcher.index, args.question, result, args.html, cfg.mode)
+            print(f"ask: audit page -> {page}", file=sys.stderr)
+    if isinstance(result, MeVeResult):
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) if args.json else format_audit(result))
         return 0
-    hits = run_ask(cfg, args.question)
+    hits = result
     if args.json:
         for hit in hits:
             print(json.dumps(hit.to_dict(), ensure_ascii=False))

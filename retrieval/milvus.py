@@ -264,6 +264,15 @@ class MilvusCollection:
         finally:
             it.close()
 
+    def rows_where(self, field: str, values: Sequence[str], output_fields: Sequence[str],
+                   limit: int = 16384) -> list[dict[str, Any]]:
+        """Rows whose string ``field`` is one of ``values`` (escaped as :func:`string_literal`), at most ``limit``."""
+        if not values:
+            return []
+        listed = ", ".join(string_literal(v) for v in values)
+        return list(self._client.query(self.collection, filter=f"{field} in [{listed}]",
+                                       output_fields=list(output_fields), limit=limit))
+
     def _where(self) -> str:
         return f"{self.KIND} {self.uri} (collection {self.collection!r})"
 
