@@ -6,8 +6,9 @@
 Reads ``<eval>/summary.json`` and ``<eval>/methods/<method>/{memories,answers}.jsonl`` (written by the
 evaluation stage; layout in docs/EVALUATION.md, "Report") and writes ``report.md``, ``metrics.png``
 (values with 95% intervals), ``chunk_lengths.png``, ``clarity_rouge.png`` (when three or more methods
-have clarity), ``intrinsic_rouge.png`` and ``report.json`` (the derived statistics: support intervals, paired
-tests, the correlation table). Paired tests are every method minus ``memreader`` on the same items
+have clarity), ``intrinsic_rouge.png``, ``report.json`` (the derived statistics: support intervals, paired
+tests, the correlation table) and ``report.html`` (the same as one offline page, plus what each method retrieved and
+answered per question: :mod:`memreader.eval.report_page`). Paired tests are every method minus ``memreader`` on the same items
 (:func:`memreader.eval.stats.paired_test`, as ``memreader score --baseline``); the correlations are
 :func:`memreader.eval.intrinsic.correlation_table`'s. :func:`build_report` runs the steps: load, statistics,
 figures, Markdown sections, files.
@@ -33,6 +34,7 @@ from memreader.eval.intrinsic.correlation import CorrelationRow, correlation_tab
 from memreader.eval.intrinsic.section import clarity_row, clarity_section, intrinsic_section
 from memreader.eval.markdown import fmt, interval, table, value_ci
 from memreader.eval.records import EvalSummary, MethodRecord, MetricRecord, SummaryError, SupportRecord
+from memreader.eval.report_page import write_report_page
 from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, NotComparable, bootstrap_ci, paired_test
 
 REFERENCE = "memreader"
@@ -367,6 +369,7 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
           *_paper_section(summary, methods, stats), *_signatures_section(summary, methods, stats.metrics)]
     path = write_atomic(out / "report.md", "\n".join(md) + "\n")
     write_json(out / "report.json", stats.to_json(folder, figures))
+    write_report_page(out / "report.html", md, out, methods, stats.metrics, title=f"Evaluation report: {folder}")
     return path, list(figures.values())
 
 
@@ -397,7 +400,7 @@ class ReportConfig:
 def _run_stage(cfg: ReportConfig) -> int:
     folder = eval_dir(cfg.eval_run)
     path, figures = build_report(folder, Path(cfg.out) if cfg.out else folder / "report", cfg.bootstrap, cfg.seed)
-    print(f"report: {path} (figures: {', '.join(p.name for p in figures)})")
+    print(f"report: {path} (figures: {', '.join(p.name for p in figures)}; page: {path.with_suffix('.html')})")
     return 0
 
 
