@@ -88,15 +88,27 @@ def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str], st
          [memreader, "read", "--config", conf("read"), *run, "--set", f"adapter={r / 'train'}",
           "--set", f"input={corpus}"], None),
         ("4/7 three-layer Milvus Lite index", [memreader, "index", "--config", conf("retrieval"), *run], None),
-        ("4/7 one question over the layers", [*retrieval, cfg.question], None),
-        ("4/7 the same with MeVe (audit saved)", [*retrieval, "--pipeline", "meve", "--json", cfg.question],
+        ("4/7 one question over the layers", [*retrieval, "--html", str(r / "view" / "layers.html"), cfg.question],
+         None),
+        ("4/7 the same with MeVe (audit saved)", [*retrieval, "--pipeline", "meve", "--json", "--html",
+                                                  str(r / "view" / "meve.html"), cfg.question],
          str(r / "retrieval" / "meve_answer.json")),
         ("4/7 the same with MeVe", [*retrieval, "--pipeline", "meve", cfg.question], None),
         ("5/7 QA evaluation: MemReader memories vs chunkers calibrated to the same chunk length",
          [memreader, "eval", "--config", conf("eval"), *run, "--set", f"memories={r / 'read' / 'memories.jsonl'}",
           "--set", "report=false", "--set", f"qa={qa}"], None),
-        ("6/7 report: Markdown with plots", [memreader, "report", cfg.run], None),
+        ("6/7 report (Markdown with plots, report.html)", [memreader, "report", cfg.run], None),
+        ("6/7 the viewer page of the run's memories", [memreader, "view", str(r / "read" / "memories.jsonl"),
+                                                       "--out", str(r / "view" / "memories.html")], None),
+        ("6/7 the viewer page of the teacher's candidates",
+         [memreader, "view", str(r / "gen" / "memories.jsonl"), "--candidates", str(r / "gen" / "candidates.jsonl"),
+          "--out", str(r / "view" / "candidates.html")], None),
     ]
+
+
+VIEWER_PAGES = ("view/memories.html", "view/candidates.html", "view/meve.html", "view/layers.html",
+                "eval/report/report.html")
+"""The demo's offline HTML pages, under its run folder (printed by its checks)."""
 
 
 def run_steps(cfg: DemoConfig) -> int:
@@ -144,6 +156,7 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
     t_max = meve["audit"]["settings"]["t_max"]
     tokens = int(meve["audit"]["tokens"])
     report_md = run_dir(run, "eval") / "report" / "report.md"
+    pages = [run_dir(run) / p for p in VIEWER_PAGES]
     checks = {
         "usable teacher replies": f"{gen['memories'] - len(gen['whole_document_fallbacks'])}/{gen['documents']} "
                                   f"({gen['guided']} guided, {len(gen['whole_document_fallbacks'])} whole-document "
@@ -162,6 +175,7 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
         "training loss": f"{trained['first_loss']:.3f} -> {trained['last_loss']:.3f} over {trained['steps']} steps",
         "QA methods": ", ".join(f"{m} ({v['calibration']['mean_chars']} chars)" for m, v in qa["methods"].items()),
         "report": str(report_md) if report_md.is_file() else "missing",
+        "viewer pages": f"{sum(p.is_file() for p in pages)}/{len(pages)} written (paths below)",
     }
     failed = [name for name, bad in (
         ("memories", not memories or len(memories) != read["documents"]),
@@ -170,6 +184,7 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
         ("MeVe budget", tokens > t_max),
         ("index layers", counts.get("chunk", 0) == 0),
         ("report", not report_md.is_file()),
+        ("viewer pages", not all(p.is_file() for p in pages)),
     ) if bad]
     return checks, failed
 
@@ -221,6 +236,10 @@ def print_checks(run: str) -> int:
     report = run_dir(run, "eval") / "report.txt"
     if report.is_file():
         print("\nQA:\n" + report.read_text(encoding="utf-8"))
+    print("Viewer pages (open offline in a browser):")
+    for page in VIEWER_PAGES:
+        path = run_dir(run) / page
+        print(f"  {path.resolve().as_uri() if path.is_file() else f'{path} (missing)'}")
     if failed:
         raise RunFailed(f"demo run {run!r}: check(s) failed: {', '.join(failed)} (see the lines above)")
     print(f"demo: every check holds for {run_dir(run)}")

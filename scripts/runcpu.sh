@@ -38,17 +38,19 @@ $MEMREADER read --config configs/demo/read.yaml --set run="$RUN" --set adapter="
 
 step "4/7 three-layer Milvus Lite index, one question over the layers, the same with MeVe"
 $MEMREADER index --config configs/demo/retrieval.yaml --set run="$RUN"
-$MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" "$QUESTION"
-$MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" --pipeline meve --json "$QUESTION" \
-  > "$R/retrieval/meve_answer.json"
+$MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" --html "$R/view/layers.html" "$QUESTION"
+$MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" --pipeline meve --json \
+  --html "$R/view/meve.html" "$QUESTION" > "$R/retrieval/meve_answer.json"
 $MEMREADER ask --config configs/demo/retrieval.yaml --set run="$RUN" --pipeline meve "$QUESTION"
 
 step "5/7 QA evaluation: MemReader memories vs chunkers calibrated to the same chunk length"
 $MEMREADER eval --config configs/demo/eval.yaml --set run="$RUN" --set memories="$R/read/memories.jsonl" \
   --set report=false
 
-step "6/7 report: Markdown with plots"
+step "6/7 report (Markdown with plots, report.html) and the viewer pages of the run's memories and candidates"
 $MEMREADER report "$RUN"
+$MEMREADER view "$R/read/memories.jsonl" --out "$R/view/memories.html"
+$MEMREADER view "$R/gen/memories.jsonl" --candidates "$R/gen/candidates.jsonl" --out "$R/view/candidates.html"
 
 step "7/7 checks of the whole run"
 $MEMREADER demo --check-only --run "$RUN"

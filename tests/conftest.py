@@ -96,3 +96,11 @@ def die_in_shard(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAULTS), *[p for p in paths if p != str(FAULTS)]]))
 
     return arm
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """A headless Chromium driven by Selenium (:mod:`tests.browser`): skips without one, fails in CI."""
+    from tests.browser import start_browser
+
+    yield from start_browser()

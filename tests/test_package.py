@@ -89,4 +89,4 @@ def test_memreader_demo_runs_the_stages_of_runcpu() -> None:
     for _, command, _ in demo_steps(DemoConfig(), "memreader"):
         paths = [a.split("=", 1)[-1] for a in command if a.endswith((".yaml", ".jsonl")) and "runs" not in a]
         assert all(Path(p).is_file() for p in paths), command
-        assert paths or command[1] in ("report", "index", "ask"), command
+        assert paths or command[1] in ("report", "index", "ask", "view"), command

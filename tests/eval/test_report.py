@@ -332,3 +332,35 @@ def test_paper_tables_match_the_paper_text(shared_papers: Path):
 def test_paper_datasets_are_matched_by_loader_and_file_name():
     assert paper_tables.match_dataset("longbench", "x/longbench_multifieldqa_zh.jsonl") == "MultiFieldQA"
     assert paper_tables.match_dataset("crud_qa") == "CRUD" and paper_tables.match_dataset("cmrc2018") is None
+
+
+def test_report_html_in_the_browser(run_folder: Path, tmp_path: Path, browser) -> None:
+    """report.html holds the Markdown's tables and plots (inlined), and per question each method's prediction,
+    scores (the best in bold) and retrieved chunks beside the reference; text with markup shows as written."""
+    from selenium.webdriver.common.by import By
+
+    from tests.browser import console_errors, open_page
+
+    folder = tmp_path / "eval"
+    shutil.copytree(run_folder, folder)
+    answers = folder / "methods" / "memreader" / "answers.jsonl"
+    rows = [json.loads(line) for line in answers.read_text(encoding="utf-8").splitlines()]
+    rows[0]["prediction"] = "<script>window.__pwned = 1</script></div>"
+    answers.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    build_report(folder, tmp_path / "out", n_resamples=50)
+    page = tmp_path / "out" / "report.html"
+    open_page(browser, page)
+    assert browser.execute_script("return window.__pwned") is None
+    images = browser.find_elements(By.CSS_SELECTOR, ".md img")
+    assert len(images) == 4 and all(browser.execute_script("return arguments[0].naturalWidth", i) > 100 for i in images)
+    assert browser.find_elements(By.CSS_SELECTOR, ".md table")  # the Markdown tables, rendered
+    questions = browser.find_elements(By.CSS_SELECTOR, "details.question")
+    assert [q.get_attribute("data-id") for q in questions] == [f"q{i}" for i in range(len(REFS))]
+    first = questions[0]
+    assert REFS[0] in first.find_element(By.CSS_SELECTOR, ".ref").text
+    columns = first.find_elements(By.CSS_SELECTOR, ".method")
+    assert [c.get_attribute("data-method") for c in columns] == list(PREDICTIONS)
+    assert columns[0].find_element(By.CSS_SELECTOR, ".pred").text == rows[0]["prediction"]
+    assert "the memreader chunk" in columns[0].text and "/data/d0.pdf p. 2-3 · Intro" in columns[0].text
+    assert first.find_elements(By.CSS_SELECTOR, "td.best")
+    assert console_errors(browser) == []
