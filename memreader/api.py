@@ -7,7 +7,9 @@
     with api.index(memories, run="docs") as index:                   # three layers in Milvus Lite (updated in place)
         for hit in index.search("What changed in the third quarter?", mode="hybrid"):
             print(hit.where, hit.text)                               # source file, pages, headings; the exact chunk
-        context = index.meve("What changed in the third quarter?").context
+        result = index.meve("What changed in the third quarter?")              # .context, .passages, .audit
+        index.audit_page("What changed in the third quarter?", result, "meve.html")   # the audit, as a page
+    api.view("artifacts/runs/docs/read/memories.jsonl", "memories.html")   # chunks over the text, outline, core
     report = api.score(["42 bays"], [["There are 42 compost bays."]])  # BLEU / ROUGE-L / METEOR with intervals
 
 Every function takes the same settings as its command (``memreader ingest`` / ``read`` / ``index`` / ``ask``), as
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from memreader.retrieval.meve import MeVeResult
     from memreader.retrieval.rows import BuildSummary
 
-__all__ = ["Index", "index", "ingest", "open_index", "read", "read_texts", "score"]
+__all__ = ["Index", "index", "ingest", "open_index", "read", "read_texts", "score", "view"]
 
 C = TypeVar("C")
 
@@ -117,6 +119,14 @@ class Index:
         settings are this index's config keys (``k``, ``tau``, ``t_max``, ``verifier``...)."""
         return self._searcher.meve(question)
 
+    def audit_page(self, question: str, result: MeVeResult | Sequence[Hit], path: str | Path) -> Path:
+        """Write what :meth:`meve` or :meth:`search` returned for ``question`` as one offline HTML page (MeVe: every
+        candidate of each phase, kept / dropped and why, the budget; layers: which layer found each hit), each hit
+        shown inside its document; the page's path (``memreader ask --html``)."""
+        from memreader.retrieval.audit_page import write_audit_page
+
+        return write_audit_page(self._searcher.index, question, result, path, self.config.mode)
+
     def close(self) -> None:
         """Free the index (its Milvus Lite file is served from this process while open)."""
         self._searcher.close()
@@ -166,3 +176,12 @@ def score(predictions: Sequence[str], references: Sequence[str | Sequence[str]],
     from memreader.eval.score import score_pairs
 
     return score_pairs(list(predictions), list(references), profile, **overrides)
+
+
+def view(memories: str | Path, out: str | Path | None = None, candidates: str | Path | None = None,
+         gold: str | Path | None = None) -> Path:
+    """Write a memories file as one offline HTML page (``memreader view``; with ``memreader gen``'s candidates and a
+    gold segmentation when given); the page's path."""
+    from memreader.viewer.page import write_view
+
+    return write_view(memories, out, candidates, gold).path

@@ -11,6 +11,7 @@ import pytest
 
 from memreader import api
 from memreader.core.errors import ConfigError
+from memreader.core.paths import run_dir
 from memreader.core.structure import annotate
 from memreader.retrieval.search import format_hits
 from tests.ingest.test_ingest import _pdf
@@ -68,6 +69,12 @@ def test_files_to_answers_in_a_few_lines(tmp_path: Path, tiny_model: str, smollm
         assert f"p. {pdf_hits[0].where['pages'][0]}" in format_hits(pdf_hits)
         result = index.meve("How many compost bays are there?")  # MeVe's keys come with the index settings
         assert result.passages and result.audit["tokens"] <= 512
+        page = index.audit_page("How many compost bays are there?", result, tmp_path / "meve.html").read_text("utf-8")
+        assert "MeVe audit" in page and all(p.id in page for p in result.passages)
+        page = index.audit_page("How many compost bays?", hits, tmp_path / "hits.html").read_text("utf-8")
+        assert "Retrieval: layers" in page and "compost" in page
+    viewed = api.view(run_dir("api", "read") / "memories.jsonl", tmp_path / "view.html")
+    assert "club.md" in viewed.read_text(encoding="utf-8")
     again = api.index(memories, run="api", embedder="minilm-l6", device="cpu")  # unchanged: nothing re-embedded
     assert again.built.plan.unchanged == ["club.md", "minutes.pdf", "rota.docx", "trip.html"]
     assert again.built.scenarios == 0

@@ -320,6 +320,14 @@ def test_bench_html(tmp_path: Path) -> None:
     assert mean[12:15] == ["100%", "100%", "100%"]  # +main (what ingest does) drops them and keeps the rest
 
 
+def test_bench_viewer(browser: object) -> None:  # the browser fixture: skips (or fails in CI) without Chromium
+    proc = run("bench_viewer.py", "--docs", 20, 60, "--chars", 300, "--repeats", 1)
+    assert "300 chars x 5 scenarios per document, headless Chromium" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines()[-2:]]
+    assert [r[0] for r in rows] == ["20", "60"] and rows[0][-2] == "x1.0,"
+    assert 1.5 < float(rows[1][-2].strip("x,")) <= 3.0  # the page grows with the documents (plus a fixed script)
+
+
 def test_bench_ingest() -> None:
     proc = run("bench_ingest.py", "--files", 5, "--workers", 1)
     assert "built 5 files" in proc.stdout and "pypdf" in proc.stdout and "pdfminer.six" in proc.stdout
