@@ -144,20 +144,20 @@ def meve_page(result: MeVeResult, docs: dict[str, dict[str, Any]]) -> str:
             _phase("5 pack", f"{len(k['packed'])} packed, {k['tokens']} tokens; {budget}",
                    _rows(docs, k["packed"], "kept") + _rows(docs, k["dropped"], "dropped")),
             "<h2>The context: each passage in its document</h2>"]
-    body += _in_documents([(c.id, c.doc_id, c.where, f"score {c.score:.3f} · {c.source} · {c.tokens} tokens")
-                           for c in result.passages], docs)
+    body += _in_documents([(c.doc_id, _key(c.id)[1], c.where, f"score {c.score:.3f} · {c.source} · {c.tokens} "
+                            "tokens") for c in result.passages], docs)
     if not result.passages:
         body.append("<p class=bad>Empty context: no passage survived.</p>")
     return page("MeVe audit", "\n".join(body), css=CSS, subtitle=a["question"])
 
 
-def _in_documents(items: Iterable[tuple[str, str, dict[str, Any] | None, str]],
+def _in_documents(items: Iterable[tuple[str, int, dict[str, Any] | None, str]],
                   docs: dict[str, dict[str, Any]]) -> list[str]:
-    """A list of the hits (links to their anchors) and each document once, its hits highlighted."""
+    """A list of the hits ``(doc_id, scenario, where, line)`` (links to their anchors) and each document once, its
+    hits highlighted."""
     marks: dict[str, dict[int, str]] = {}
     listed = []
-    for i, (pid, doc_id, where, line) in enumerate(items, start=1):
-        _, scenario, _ = _key(pid)
+    for i, (doc_id, scenario, where, line) in enumerate(items, start=1):
         anchor = f"hit-{i}"
         marks.setdefault(doc_id, {})[scenario] = anchor
         at = describe_where(where or {})
@@ -182,8 +182,7 @@ def layers_page(question: str, hits: Sequence[Hit], docs: dict[str, dict[str, An
             "reciprocal rank; BM25 scores are on their own scale.</p>",
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>",
             "<h2>Each hit in its document</h2>"]
-    body += _in_documents([(f"{CHUNK}/{h.scenario}/-/{h.doc_id}", h.doc_id, h.where, f"score {h.score:.4f}")
-                           for h in hits], docs)
+    body += _in_documents([(h.doc_id, h.scenario, h.where, f"score {h.score:.4f}") for h in hits], docs)
     if not hits:
         body.append("<p class=bad>No results.</p>")
     return page("Retrieval: layers", "\n".join(body), css=CSS, subtitle=question)

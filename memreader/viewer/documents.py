@@ -36,6 +36,8 @@ def _hint(data: dict[str, Any]) -> str:
         return "this looks like a candidates file: pass it with --candidates beside its memories file"
     if "boundaries" in data and "text" in data:
         return "this looks like a gold-boundary data set: pass it with --gold beside a memories file"
+    if "text" in data and "id" in data:
+        return "this looks like a corpus: turn it into memories first (memreader read --set input=FILE)"
     if "question" in data:
         return "this looks like QA data or answers: view an evaluation with `memreader report RUN` (report.html)"
     return "give the memories.jsonl of a run (runs/<run>/read/ or runs/<run>/gen/)"
@@ -113,6 +115,11 @@ def read_candidates(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         if not {"doc_id", "candidate", "spans"} <= set(row):
             raise ViewerInputError(f"{path}:{n} is not a candidate row (keys: {', '.join(sorted(row)[:8])})",
                                    f"expected {what}")
+        try:
+            row["spans"] = [[int(a), int(b)] for a, b in row["spans"]]
+        except (TypeError, ValueError):
+            raise ViewerInputError(f"{path}:{n}: spans must be [start, end] integer pairs, got {str(row['spans'])[:80]}",
+                                   f"expected {what}") from None
         out.setdefault(str(row["doc_id"]), []).append(row)
     return out
 
@@ -123,11 +130,11 @@ def read_gold(path: str | Path) -> dict[str, dict[str, Any]]:
     what = 'a gold-boundary JSONL: {"id": ..., "text": ..., "boundaries": [offsets], "titles": [...]} per line'
     out = {}
     for n, row in _lines(path, what):
-        if not {"id", "text", "boundaries"} <= set(row) or not isinstance(row["boundaries"], list):
-            raise ViewerInputError(f"{path}:{n} is not a gold document (keys: {', '.join(sorted(row)[:8])})",
-                                   f"expected {what}")
-        out[str(row["id"])] = {"text": row["text"], "boundaries": [int(b) for b in row["boundaries"]],
-                               "titles": row.get("titles")}
+        if not {"id", "text", "boundaries"} <= set(row) or not isinstance(row["boundaries"], list) or \
+                not all(isinstance(b, int) for b in row["boundaries"]):
+            raise ViewerInputError(f"{path}:{n} is not a gold document with integer boundaries (keys: "
+                                   f"{', '.join(sorted(row)[:8])})", f"expected {what}")
+        out[str(row["id"])] = {"text": row["text"], "boundaries": row["boundaries"], "titles": row.get("titles")}
     return out
 
 
@@ -146,7 +153,7 @@ def _candidates_of(mem: DocumentMemory, rows: list[dict[str, Any]]) -> list[dict
         shift = offsets.get(unit, 0)
         cand = {k: row[k] for k in _CANDIDATE_KEYS if row.get(k) is not None}
         cand["unit"] = unit
-        cand["spans"] = [[int(s) + shift, int(e) + shift] for s, e in row["spans"]]
+        cand["spans"] = [[s + shift, e + shift] for s, e in row["spans"]]
         scores = row.get("scores") or {}
         if scores.get("boundaries"):
             cand["boundary_scores"] = [round(float(b), 4) for b in scores["boundaries"]]
@@ -162,7 +169,11 @@ def view_document(mem: DocumentMemory, attach: Attachments | None = None) -> dic
     problems = tiling_problems(spans, len(mem.document))
     if problems:
         doc["problems"] = problems
-    if mem.meta.get("structure") or mem.meta.get("source"):
+    structure = mem.meta.get("structure")
+    if structure is not None and (not isinstance(structure, list) or len(structure) != len(mem.scenarios)):
+        doc.setdefault("problems", []).append(f"meta.structure has {len(structure) if isinstance(structure, list) else 'no list of'} "
+                                              f"entries for {len(mem.scenarios)} scenarios: pages and headings not shown")
+    elif structure or mem.meta.get("source"):
         doc["where"] = [where(mem, i) for i in range(len(mem.scenarios))]
     generation = mem.meta.get("generation") or {}
     record = {k: generation[k] for k in _GENERATION_KEYS if generation.get(k) is not None}

@@ -102,6 +102,26 @@ def test_windowed_candidates_are_drawn_at_their_window(tmp_path: Path) -> None:
     assert doc["cand"][0]["spans"] == [[40, 50], [50, 100]] and doc["cand"][0]["unit"] == "w#w1"
 
 
+def test_odd_metadata_and_bad_attachments_are_named(tmp_path: Path) -> None:
+    from memreader.viewer.documents import view_document
+
+    mem = _memory("s", ["one ", "two"], meta={"structure": [{"pages": [1]}], "source": {"source": "a.pdf"}})
+    assert "meta.structure has 1 entries for 2 scenarios" in view_document(mem)["problems"][0]
+    mem.meta["structure"].append({"pages": [2], "headings": ["H"]})
+    assert view_document(mem)["where"][1] == {"source": "a.pdf", "pages": [2], "headings": ["H"]}
+    memories = tmp_path / "m.jsonl"
+    write_memories(memories, [mem])
+    (tmp_path / "c.jsonl").write_text('{"doc_id": "s", "candidate": 0, "spans": [[0, "x"]]}\n', encoding="utf-8")
+    with pytest.raises(ViewerInputError, match=r"c.jsonl:1: spans must be \[start, end\] integer pairs"):
+        write_view(memories, candidates=tmp_path / "c.jsonl")
+    (tmp_path / "g.jsonl").write_text('{"id": "s", "text": "one two", "boundaries": ["4"]}\n', encoding="utf-8")
+    with pytest.raises(ViewerInputError, match="g.jsonl:1 is not a gold document with integer boundaries"):
+        write_view(memories, gold=tmp_path / "g.jsonl")
+    (tmp_path / "g.jsonl").write_text('{"id": "other", "text": "x", "boundaries": []}\n', encoding="utf-8")
+    assert write_view(memories, gold=tmp_path / "g.jsonl").notes == [
+        f"no document id of {tmp_path / 'g.jsonl'} is in {memories}: no gold boundaries drawn"]
+
+
 def _spans_text(browser: Any) -> str:
     return browser.execute_script(
         "return Array.from(document.querySelectorAll('#doctext .seg')).map(n => n.textContent).join('')")
