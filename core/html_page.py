@@ -36,7 +36,7 @@ text-align:left;vertical-align:top}th{background:var(--panel)}td.num{text-align:
 .muted{color:var(--muted)}.bad{color:var(--bad)}.ok{color:var(--ok)}.warn{color:var(--warn)}
 .text{white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;
 font-size:13px;line-height:1.6}.pill{display:inline-block;border-radius:9px;padding:0 7px;font-size:12px;
-background:var(--panel);border:1px solid var(--line)}.pill.ok{border-color:var(--ok)}.pill.bad{border-color:var(--bad)}
+background:var(--panel);border:1px solid var(--line)}
 code{font-size:12px;background:var(--panel);padding:0 3px;border-radius:3px}
 """
 
@@ -70,15 +70,6 @@ def page(title: str, body: str, *, css: str = "", script: str = "", data: Any = 
         parts.append(f'<script nonce="{nonce}">"use strict";\n{script}\n</script>')
     parts.append("</body></html>")
     return "\n".join(parts)
-
-
-def table(headers: list[str], rows: list[list[Any]], numeric: set[int] | None = None) -> str:
-    """An HTML table of escaped cells (columns in ``numeric`` right-aligned)."""
-    numeric = numeric or set()
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f'<td{" class=num" if i in numeric else ""}>{esc(c)}</td>'
-                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def write_page(path: str | Path, text: str) -> Path:

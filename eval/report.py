@@ -369,7 +369,7 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
           *_paper_section(summary, methods, stats), *_signatures_section(summary, methods, stats.metrics)]
     path = write_atomic(out / "report.md", "\n".join(md) + "\n")
     write_json(out / "report.json", stats.to_json(folder, figures))
-    write_report_page(out / "report.html", md, out, methods, stats.metrics, title=f"Evaluation report: {folder}")
+    write_report_page(out / "report.html", md, out, methods, stats.metrics, title=md[0].lstrip("# "))
     return path, list(figures.values())
 
 

@@ -21,8 +21,8 @@ from memreader.core.html_page import esc, page, write_page
 from memreader.core.structure import describe_where
 
 CSS = """
-.qa{display:grid;gap:10px;grid-auto-flow:column;grid-auto-columns:minmax(260px,1fr);overflow-x:auto}
-.method{border:1px solid var(--line);border-radius:6px;padding:6px 8px}.method h4{margin:0 0 4px}
+.qa{display:grid;gap:10px;grid-template-columns:repeat(auto-fill,minmax(240px,1fr))}
+.method{border:1px solid var(--line);border-radius:6px;padding:6px 8px;min-width:0;overflow-wrap:anywhere}.method h4{margin:0 0 4px}
 .pred{background:var(--panel);padding:4px 6px;border-radius:4px;margin:4px 0}.scores td{font-size:12px}
 .best{font-weight:700;color:var(--ok)}.chunk{font-size:12px;border-top:1px dashed var(--line);padding-top:3px;
 margin-top:3px;white-space:pre-wrap}details.question{border-bottom:1px solid var(--line);padding:4px 0}
@@ -73,8 +73,12 @@ def _question(qid: str, methods: dict[str, Any], answers: dict[str, dict[str, di
             cols.append(f'<div class="method"><h4>{esc(name)}</h4><p class="muted">not answered</p></div>')
             continue
         mine = scores[name].get(qid, {})
-        rows = "".join(f'<tr><td>{esc(k)}</td><td class="num{" best" if mine.get(k) is not None and mine.get(k) == best[k] and len(methods) > 1 else ""}">'
-                       f'{"-" if mine.get(k) is None else f"{mine[k]:.3f}"}</td></tr>' for k in metrics)
+        rows = ""
+        for k in metrics:
+            value = mine.get(k)
+            best_here = value is not None and value == best[k] and value > 0 and len(methods) > 1
+            rows += (f'<tr><td>{esc(k)}</td><td class="num{" best" if best_here else ""}">'
+                     f'{"-" if value is None else f"{value:.3f}"}</td></tr>')
         chunks = []
         for rank, hit in enumerate([h for h in a.get("retrieved", []) if isinstance(h, dict)], start=1):
             text = str(hit.get("text", ""))
@@ -103,4 +107,4 @@ def write_report_page(path: Path, markdown: Sequence[str], figures_dir: Path, me
             f'<h2 id="questions">Per question: what each method retrieved and answered ({len(order)})</h2>'
             f'<p class="muted">Best score of the methods on a question in bold; click a question to open it.</p>'
             + "".join(sections))
-    return write_page(path, page(title, body, css=CSS, subtitle=str(figures_dir)))
+    return write_page(path, page(title, body, css=CSS))

@@ -44,10 +44,11 @@ def stored_documents(index: Any, versions: dict[str, str]) -> dict[str, dict[str
     ``VERSION_CHARS`` of its content hash): ``{"chunks": [(scenario, start, end, text)], "outline": {...},
     "core": {...}, "where": {...}}``."""
     out: dict[str, dict[str, Any]] = {}
-    rows = index.rows_where("doc_id", sorted(versions), ["layer", "doc_id", "scenario", "start", "end", "text",
-                                                         "doc_hash", "origin"])
+    fields = ["layer", "doc_id", "scenario", "start", "end", "text", "doc_hash", "origin"]
+    layers = f'layer in ["{CHUNK}", "{OUTLINE}", "{CORE}"]'
+    rows = [r for doc_id in sorted(versions) for r in index.rows_where("doc_id", [doc_id], fields, also=layers)]
     for r in rows:
-        if r["layer"] not in (CHUNK, OUTLINE, CORE) or r["doc_hash"][:VERSION_CHARS] != versions[r["doc_id"]]:
+        if r["doc_hash"][:VERSION_CHARS] != versions[r["doc_id"]]:
             continue
         doc = out.setdefault(r["doc_id"], {"chunks": [], OUTLINE: {}, CORE: {}, "where": {}})
         scenario = int(r["scenario"])

@@ -264,14 +264,20 @@ class MilvusCollection:
         finally:
             it.close()
 
-    def rows_where(self, field: str, values: Sequence[str], output_fields: Sequence[str],
+    def rows_where(self, field: str, values: Sequence[str], output_fields: Sequence[str], also: str = "",
                    limit: int = 16384) -> list[dict[str, Any]]:
-        """Rows whose string ``field`` is one of ``values`` (escaped as :func:`string_literal`), at most ``limit``."""
+        """Rows whose string ``field`` is one of ``values`` (escaped as :func:`string_literal`) and that meet the
+        filter ``also``; more than ``limit`` rows is an error (never a silently shortened answer)."""
         if not values:
             return []
         listed = ", ".join(string_literal(v) for v in values)
-        return list(self._client.query(self.collection, filter=f"{field} in [{listed}]",
-                                       output_fields=list(output_fields), limit=limit))
+        rows = list(self._client.query(self.collection, filter=f"{field} in [{listed}]" + (f" and {also}" if also
+                                                                                              else ""),
+                                       output_fields=list(output_fields), limit=limit + 1))
+        if len(rows) > limit:
+            raise self.error(f"more than {limit} rows of {self._where()} have {field} in {list(values)[:3]}",
+                             "ask for fewer values at a time")
+        return rows
 
     def _where(self) -> str:
         return f"{self.KIND} {self.uri} (collection {self.collection!r})"

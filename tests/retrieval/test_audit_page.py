@@ -12,6 +12,7 @@ import pytest
 
 from memreader.cli import main
 from memreader.retrieval.audit_page import write_audit_page
+from memreader.retrieval.index import MemoryIndexError
 from memreader.retrieval.meve import MemoryChunkSource, MeVePipeline, MeVeSettings
 from tests.browser import console_errors, open_page
 from tests.retrieval.retrieval_samples import VOLCANO
@@ -53,6 +54,8 @@ def test_meve_page_lists_every_candidate_and_why(built: tuple[Any, Any], embedde
     if volcano is not None:  # the document around a hit is the stored document, whole
         assert volcano.find_element(By.CSS_SELECTOR, ".text").text.split() == VOLCANO.document.split()
     assert console_errors(browser) == []
+    with pytest.raises(MemoryIndexError, match="more than 2 rows"):  # a capped query says so, never shortens
+        index.rows_where("doc_id", ["en-volcano"], ["pk"], limit=2)
 
 
 def test_ask_html_shows_which_layer_found_each_hit(built: tuple[Any, Any], tmp_path: Path, browser: Any,
