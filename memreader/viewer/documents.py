@@ -16,7 +16,7 @@ from typing import Any
 
 from memreader.core.errors import MemReaderError
 from memreader.core.schema import DocumentMemory, Scenario, tiling_problems
-from memreader.core.structure import where
+from memreader.core.structure import describe_where, where
 
 _EXPECTED = ("a memories JSONL written by `memreader gen` or `memreader read`: one JSON object per line with "
              "doc_id, document and scenarios (each with outline, core, start, end)")
@@ -174,7 +174,7 @@ def view_document(mem: DocumentMemory, attach: Attachments | None = None) -> dic
         doc.setdefault("problems", []).append(f"meta.structure has {len(structure) if isinstance(structure, list) else 'no list of'} "
                                               f"entries for {len(mem.scenarios)} scenarios: pages and headings not shown")
     elif structure or mem.meta.get("source"):
-        doc["where"] = [where(mem, i) for i in range(len(mem.scenarios))]
+        doc["where"] = [describe_where(where(mem, i)) for i in range(len(mem.scenarios))]
     generation = mem.meta.get("generation") or {}
     record = {k: generation[k] for k in _GENERATION_KEYS if generation.get(k) is not None}
     record.update({k: mem.meta[k] for k in _META_KEYS if mem.meta.get(k) not in (None, "")})

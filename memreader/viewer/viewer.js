@@ -62,17 +62,6 @@ function segments(text, sc) {
   return out;
 }
 
-function describeWhere(w) {
-  if (!w) return "";
-  const parts = [];
-  if (w.source) parts.push(w.source);
-  if (w.pages && w.pages.length) parts.push(w.pages.length === 1 ? "p. " + w.pages[0] :
-    "p. " + w.pages[0] + "-" + w.pages[w.pages.length - 1]);
-  let s = parts.join(" ");
-  if (w.headings && w.headings.length) s += (s ? " · " : "") + w.headings.join(" > ");
-  return s;
-}
-
 function showChunk(d, i) {
   const s = d.sc[i];
   const panel = $("chunkinfo");
@@ -81,7 +70,7 @@ function showChunk(d, i) {
   panel.appendChild(el("div", {class: "outline-text"}, s[2]));
   panel.appendChild(el("div", {class: "label"}, "core"));
   panel.appendChild(el("div", {class: "core-text"}, s[3]));
-  const w = d.where ? describeWhere(d.where[i]) : "";
+  const w = d.where ? d.where[i] : "";  // "file p. 3-4 · Heading > Sub", written by describe_where
   if (w) { panel.appendChild(el("div", {class: "label"}, "from")); panel.appendChild(el("div", {}, w)); }
   document.querySelectorAll("#doctext .sel, #outline .sel").forEach((n) => n.classList.remove("sel"));
   document.querySelectorAll('#doctext [data-i="' + i + '"], #outline [data-i="' + i + '"]')

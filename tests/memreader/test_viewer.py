@@ -40,7 +40,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("view")
     hostile = _memory("hostile", [HOSTILE, "Second part.\n", "Third part."],
                       meta={"generation": {"guided": True, "finish_reason": "stop", "fate": "ok"}, "model": "m"})
-    long = _memory("long", _long_parts(12))
+    long = _memory("long", _long_parts(12), meta={"source": {"source": "notes/long.md"},
+                                                  "structure": [{"headings": ["Part", f"P{i}"]} for i in range(12)]})
     memories = root / "memories.jsonl"
     write_memories(memories, [hostile, long])
     with memories.open("a", encoding="utf-8") as fh:  # spans that leave a gap: written as is, past the validator
@@ -108,7 +109,7 @@ def test_odd_metadata_and_bad_attachments_are_named(tmp_path: Path) -> None:
     mem = _memory("s", ["one ", "two"], meta={"structure": [{"pages": [1]}], "source": {"source": "a.pdf"}})
     assert "meta.structure has 1 entries for 2 scenarios" in view_document(mem)["problems"][0]
     mem.meta["structure"].append({"pages": [2], "headings": ["H"]})
-    assert view_document(mem)["where"][1] == {"source": "a.pdf", "pages": [2], "headings": ["H"]}
+    assert view_document(mem)["where"] == ["a.pdf p. 1", "a.pdf p. 2 · H"]
     memories = tmp_path / "m.jsonl"
     write_memories(memories, [mem])
     (tmp_path / "c.jsonl").write_text('{"doc_id": "s", "candidate": 0, "spans": [[0, "x"]]}\n', encoding="utf-8")
@@ -152,6 +153,7 @@ def test_in_the_browser_what_a_user_sees(browser: Any, files: dict[str, Path]) -
                                  "window.innerHeight]", chunk)
     assert 0 <= top[0] < top[2] and browser.execute_script("return window.scrollY") > 0
     assert "core 10:" in browser.find_element(By.ID, "chunkinfo").text
+    assert "notes/long.md · Part > P10" in browser.find_element(By.ID, "chunkinfo").text  # where it came from
     # spans that do not tile: the gap is marked, the problem named, the text still whole
     browser.get(files["page"].resolve().as_uri() + "#doc=broken")
     assert browser.find_element(By.ID, "doctitle").text == "broken"
