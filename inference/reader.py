@@ -40,6 +40,14 @@ from tqdm import tqdm
 
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, iter_corpus
+from memreader.core.cut_head import (
+    CutScorer,
+    Cutter,
+    check_threshold,
+    head_sha256,
+    min_gap,
+    resolve_head_folder,
+)
 from memreader.core.engines import (
     EngineChoice,
     backend_field,
@@ -86,6 +94,10 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     max_lora_rank: int = field(64, ge=1, help="backend=vllm, lora_mode=request: the largest adapter rank the engine takes")
     model: str = field("smollm2-135m-instruct", help="base model (registry name, folder, hub id, or served name)")
     adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
+    cut_head: str = field("auto", help="cut scorer head whose breaks go into each memory grammar: auto = the "
+                          "adapter's cut_head/ when it has one, none = off, or a head folder (docs/TRAINING.md)")
+    cut_threshold: float = field(0.0, ge=0, lt=1, help="P(topic change) an allowed end needs to become a break; 0 = "
+                                 "the threshold chosen on the head's tuning split (stored with it)")
     base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_READER_BASE_URL; the teacher's "
                           "URL is never used, so a corpus never goes to the teacher's provider)")
     request_timeout_s: float = field(60.0, gt=0, help="backend=openai: seconds one request may take before it is "
@@ -144,6 +156,9 @@ def read_key(cfg: ReadConfig) -> str:
                                           "tail_chars", "min_chunk_chars", "max_chunk_chars", "cjk_char_weight",
                                           "max_scenarios", "core_tokens", "topic_tokens", "think_tokens",
                                           "window_tokens", "overlap_tokens")}
+    folder, _ = resolve_head_folder(cfg.cut_head, cfg.adapter)
+    if folder is not None:  # memories read with a head differ from those read without: another key
+        keyed["cut_head"] = {"sha256": head_sha256(folder), "threshold": cfg.cut_threshold}
     blob = json.dumps({**keyed, "adapter_sha256": adapter_sha, **cfg.reader_prompt(cfg.think).key()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -259,7 +274,8 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         backend, grammars, sizing = _open_backend(cfg, backend, prompt, survey.langs)
         capacity = backend.kv_capacity_tokens() if callable(getattr(backend, "kv_capacity_tokens", None)) else 0
         reading = Reading(cfg, key, prompt, grammars, sizing, params, open_stream(backend, cfg.batch_size), tally,
-                          capacity, lambda messages: prompt_tokens_of(messages, backend, sizing["count_tokens"]))
+                          capacity, lambda messages: prompt_tokens_of(messages, backend, sizing["count_tokens"]),
+                          cutter=open_cutter(cfg, grammars))
         _read_stream(cfg, (d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
                      survey.n_todo)
         tally.memory_limit = reading.memory_limit
@@ -360,6 +376,25 @@ def _check_resumable(cfg: ReadConfig, survey: _Survey, out_path: Path) -> None:
             f"settings (model, adapter weights, prompt, decoding, windows), e.g. {survey.stale[:3]}; resuming would "
             "mix them. Use a new run name, or delete the file to read everything again."
         )
+
+
+def open_cutter(cfg: ReadConfig, grammars: Any) -> Cutter | None:
+    """The cut scorer the run reads with (``cut_head``), or None; says once which, and why when there is none. A head
+    needs the memory grammar (its breaks are grammar breaks): an unguided run is refused with one."""
+    folder, note = resolve_head_folder(cfg.cut_head, cfg.adapter)
+    print(f"read: {note}")
+    if folder is None:
+        return None
+    if grammars is None:
+        if cfg.cut_head == "auto":
+            print("read: cut head: not used: this run is not guided (its breaks are memory-grammar breaks)")
+            return None
+        raise ValueError(f"cut_head={cfg.cut_head} needs guided reading (guided=off or an unguided backend here): "
+                         "its breaks are memory-grammar breaks; set guided=auto or cut_head=none")
+    scorer = CutScorer.load(folder, cfg.model)
+    threshold = check_threshold(cfg.cut_threshold) if cfg.cut_threshold else scorer.threshold
+    settings = grammars.settings
+    return Cutter(scorer, threshold, lambda text: min_gap(text, settings))
 
 
 def _open_backend(cfg: ReadConfig, backend: Any | None, prompt: Any, langs: set[str]) -> tuple[Any, Any, dict]:

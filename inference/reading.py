@@ -75,12 +75,13 @@ class Reading:
 
     def __init__(self, cfg: Any, key: str, prompt: Any, grammars: Any, sizing: dict[str, Any],
                  params: GenerationParams, stream: Stream, tally: Tally, capacity_tokens: int = 0,
-                 prompt_tokens: Callable[[Any], int] | None = None) -> None:
+                 prompt_tokens: Callable[[Any], int] | None = None, cutter: Callable[[str], Any] | None = None) -> None:
         self.cfg, self.key, self.prompt, self.grammars, self.sizing = cfg, key, prompt, grammars, sizing
         self.params, self.stream, self.tally = params, stream, tally
         self.capacity, self._prompt_tokens = capacity_tokens, prompt_tokens
         self.reserved = 0  # tokens the requests in flight may reach
         self.memory_limit: dict[str, int] | None = None  # set when memory, not the window, held a document back
+        self.cutter = cutter  # text -> (the cut head's breaks, their record for meta.cuts); None: no head
 
     @property
     def pending(self) -> int:
@@ -89,7 +90,8 @@ class Reading:
     def plan(self, doc: Document) -> _InFlight | None:
         """``doc``'s windows, grammars and prompts; None (counted as failed, named with the fix) when no guided memory
         fits it."""
-        flight = _InFlight(self.cfg, doc, self.key, self.prompt, self.grammars, self.sizing)
+        cuts = self.cutter(doc.text) if self.cutter is not None else ([], None)
+        flight = _InFlight(self.cfg, doc, self.key, self.prompt, self.grammars, self.sizing, cuts)
         if flight.refused:
             self.tally.failed[doc.doc_id] = flight.refused
             log.warning("doc %s: no guided memory possible: %s", doc.doc_id, flight.refused)
@@ -145,9 +147,12 @@ class Reading:
 class _InFlight:
     """One document: its windows and grammars planned, its replies as they come, its memory once all are in."""
 
-    def __init__(self, cfg: Any, doc: Document, key: str, prompt: Any, grammars: Any, sizing: dict[str, Any]) -> None:
+    def __init__(self, cfg: Any, doc: Document, key: str, prompt: Any, grammars: Any, sizing: dict[str, Any],
+                 cuts: tuple[list[int], dict[str, Any] | None] = ([], None)) -> None:
         self.cfg, self.doc, self.key = cfg, doc, key
-        breaks = structural_breaks(doc.meta)  # heading and page starts: preferred chunk ends
+        self.cuts = cuts[1]  # the cut head's scores, kept in meta.cuts
+        # heading and page starts, and the ends the cut head gives a topic change: preferred chunk ends
+        breaks = sorted({*structural_breaks(doc.meta), *cuts[0]})
         self.wplan, self.plans, plan_errors = plan_guided_windows([doc.text], grammars, cfg.max_new_tokens,
                                                                   [breaks] if breaks else None, **sizing)
         self.windows = self.wplan.windows[0] if self.wplan.windows else []
@@ -187,7 +192,8 @@ class _InFlight:
             return None
         cfg = self.cfg
         meta = {"model": cfg.model, "adapter": cfg.adapter or None, "prompt": self.rendered[0][1].id,
-                "backend": cfg.backend, "dtype": cfg.dtype, "source_sha256": doc.sha256, "read_key": self.key}
+                "backend": cfg.backend, "dtype": cfg.dtype, "source_sha256": doc.sha256, "read_key": self.key,
+                **({"cuts": self.cuts} if self.cuts is not None else {})}
         one = len(self.windows) == 1
         parts = [self._part(k, meta, one) for k in ks]
         if one:

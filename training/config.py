@@ -61,7 +61,8 @@ from memreader.training.preflight import POLICIES
 class MemReaderArguments:
     """This project's own training keys (everything else is TRL's ``SFTConfig`` or PEFT's ``LoraConfig``)."""
 
-    train_file: str = field(help="SFT train JSONL (TRL conversational prompt-completion, from data_gen)")
+    train_file: str = field("", help="SFT train JSONL (TRL conversational prompt-completion, from data_gen); not "
+                            "needed with cut_only")
     val_file: str | None = field(None, help="optional validation JSONL in the same format; its loss is logged "
                                  "(at eval_steps with eval_strategy: steps, else once at the end)")
     model: str = field("smollm2-135m-instruct", help="base model: registry name, local folder or hub id "
@@ -76,6 +77,17 @@ class MemReaderArguments:
     compile_layers: bool = field(False, help="torch.compile each decoder layer after LoRA wrapping (layer 0 stays "
                                  "eager); the LM head and TRL's loss stay eager. Measured on an H100: MFU 0.398 "
                                  "vs 0.238 eager (docs/BENCHMARKS.md). Needs a C compiler; off on CPU recipes")
+    cut_head: bool = field(False, help="also fit the cut scorer's head (training/cut_fit.py) on cut_data, saved in "
+                           "<run>/train/cut_head beside the adapter; the reader then uses it (cut_head: auto)")
+    cut_only: bool = field(False, help="fit only the cut head, no LoRA run (train_file not needed); into cut_dir")
+    cut_data: str = field("", help="documents with gold boundaries for the cut head (JSONL: id, text, boundaries; "
+                          "`memreader structure-data` writes them)")
+    cut_dir: str = field("", help="where the cut head goes (default <run>/train/cut_head), e.g. an existing adapter's "
+                         "folder + /cut_head")
+    cut_layers: int = field(12, help="decoder layers the cut features come from (the first N of the base model)")
+    cut_hidden: int = field(256, help="the cut head's hidden units (0 = a linear head)")
+    cut_epochs: int = field(40, help="epochs over the cut examples (the one with the lowest tuning loss is kept)")
+    cut_cache: str = field("", help="folder to keep the cut features in, so a second fit does not prefill again")
 
 
 @dataclass
@@ -154,6 +166,7 @@ def _range_problems(values: dict[str, Any]) -> list[str]:
 def _file_problems(project: dict[str, Any], sft: dict[str, Any]) -> list[str]:
     out = []
     for name, value in (("train_file", project.get("train_file")), ("val_file", project.get("val_file")),
+                        ("cut_data", project.get("cut_data")),
                         ("deepspeed", sft.get("deepspeed"))):
         if isinstance(value, str) and value and not value.lstrip().startswith("{") and not Path(value).is_file():
             out.append(f"{name}={value!r}: file not found (paths are relative to the working directory)")
@@ -207,9 +220,17 @@ def _value_problems(project: dict[str, Any], lora: dict[str, Any], sft: dict[str
     """Problems of the values themselves: required keys, policies, the run name, ranges, files, LoRA targets and
     an evaluation without a validation file."""
     problems = []
-    if "train_file" not in project:
+    if not project.get("train_file") and not project.get("cut_only"):
         problems.append("missing required key 'train_file': " + MemReaderArguments.__dataclass_fields__[
             "train_file"].metadata["help"])
+    if (project.get("cut_head") or project.get("cut_only")) and not project.get("cut_data"):
+        problems.append("cut_head / cut_only need cut_data: documents with gold boundaries (JSONL: id, text, "
+                        "boundaries), e.g. from `memreader structure-data`")
+    for key in ("cut_layers", "cut_epochs"):
+        if isinstance(project.get(key), int) and project[key] < 1:
+            problems.append(f"{key}={project[key]} is out of range: it must be >= 1")
+    if isinstance(project.get("cut_hidden"), int) and project["cut_hidden"] < 0:
+        problems.append(f"cut_hidden={project['cut_hidden']} is out of range: it must be >= 0")
     if project.get("truncation_policy", "refuse") not in POLICIES:
         problems.append(f"truncation_policy={project['truncation_policy']!r}: use one of {', '.join(POLICIES)}")
     if bad_run:

@@ -238,6 +238,8 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
         raise ConfigError("run is not set: every process must write to the same folder, so pass --set run=NAME")
     out = cfg.output_dir  # $MEMREADER_HOME/runs/<run>/train, named when the config was built
     out.mkdir(parents=True, exist_ok=True)
+    if project.cut_only:
+        return {"run_dir": str(out), "cut_head": fit_cut(cfg)}
     if not preflight_only and not project.resume and not project.overwrite and (out / "adapter_config.json").exists():
         raise ConfigError(f"{out} already holds a trained adapter; pick another run name, or set "
                           "overwrite=true (start again) or resume=true (continue from the last checkpoint)")
@@ -282,12 +284,28 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
 
             summary["merged_dir"] = str(merge_adapter(str(out), str(out / "merged"), base=project.model,
                                                          overwrite=project.overwrite))
+        if project.cut_head:  # beside the adapter, in the same run folder; its record goes into the summary
+            summary["cut_head"] = fit_cut(cfg)
+            write_json(out / "summary.json", summary)
         log.info("trained to step %d%s in %.1f s (%.3f steps/s, %.0f tokens/s), loss %.4f -> %.4f; adapter in %s",
                  summary["steps"], f" from {resume_from.name}" if resume_from else "", seconds,
                  summary["steps_per_second"] or 0, summary["tokens_per_second"] or 0,
                  summary["first_loss"] or float("nan"), summary["last_loss"] or float("nan"), out)
     summary["run_dir"] = str(out)
     return summary
+
+
+def fit_cut(cfg: TrainConfig) -> dict[str, Any]:
+    """Fit the cut head (:mod:`memreader.training.cut_fit`) into ``cut_dir`` or ``<run>/train/cut_head``; returns
+    what the summary keeps of it (where, threshold, tuning scores, curves)."""
+    from memreader.training.cut_fit import FOLDER, CutFitSettings, fit_cut_head
+
+    p = cfg.project
+    folder = Path(p.cut_dir) if p.cut_dir else cfg.output_dir / FOLDER
+    meta = fit_cut_head(CutFitSettings(data=p.cut_data, model=p.model, layers=p.cut_layers, hidden=p.cut_hidden,
+                                       epochs=p.cut_epochs, seed=cfg.sft.seed, cache_dir=p.cut_cache), folder)
+    return {"dir": str(folder), "threshold": meta["threshold"], **{k: meta["fit"][k] for k in (
+        "documents", "ends", "best_epoch", "tune_loss", "tune_f1", "seconds")}, "curves": meta["curves"]}
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -320,7 +338,10 @@ def _run_stage(cfg: Any, args: argparse.Namespace) -> int:
         return 0
     if args.preflight_only:
         print("\n".join(format_report(r) for r in result["preflight"].values()))
-    print(json.dumps({k: v for k, v in result.items() if k not in ("preflight", "data", "versions")}, indent=2))
+    shown = {k: v for k, v in result.items() if k not in ("preflight", "data", "versions")}
+    if "cut_head" in shown:  # its per-epoch curve is in the summary and head.json, not on the console
+        shown["cut_head"] = {k: v for k, v in shown["cut_head"].items() if k != "curves"}
+    print(json.dumps(shown, indent=2))
     return 0
 
 

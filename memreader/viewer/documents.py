@@ -190,6 +190,9 @@ def view_document(mem: DocumentMemory, attach: Attachments | None = None) -> dic
         doc["gen"] = record
     if mem.reasoning:
         doc["reasoning"] = mem.reasoning
+    cuts = mem.meta.get("cuts")
+    if isinstance(cuts, dict) and len(cuts.get("ends", ())) == len(cuts.get("p", ())):
+        doc["cuts"] = {k: cuts.get(k) for k in ("ends", "p", "threshold", "breaks", "head")}
     if attach is not None:
         if mem.doc_id in attach.candidates:
             doc["cand"] = _candidates_of(mem, attach.candidates[mem.doc_id])

@@ -46,7 +46,7 @@ margin-top:8px}#outline{padding-left:24px;margin:0}#outline li{cursor:pointer;pa
 mark.gap{background:repeating-linear-gradient(45deg,#ffd6d6,#ffd6d6 4px,#fff 4px,#fff 8px);
 outline:1px dashed var(--bad)}.chunk.overlap{border-left:3px solid var(--bad)}
 .chunk.overlap::before{content:"⟵ " attr(data-note);color:var(--bad);font-size:11px}
-.goldcut{border-left:3px solid #7b1fa2;margin:0 1px}.infocol{position:sticky;top:0;align-self:start}
+.goldcut{border-left:3px solid #7b1fa2;margin:0 1px}.cutstrip{position:relative;height:42px;border-bottom:1px solid #999;margin:2px 0 8px}.cuttick{position:absolute;bottom:0;width:3px;background:#90a4ae}.cuttick.cutbreak{background:#d84315}.infocol{position:sticky;top:0;align-self:start}
 #chunkinfo{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:8px;margin-bottom:8px}
 #chunkinfo h3{margin-top:0}.label{color:var(--muted);font-size:11px;text-transform:uppercase;margin-top:6px}
 .problems{border:1px solid var(--bad);border-radius:6px;padding:6px 10px;margin:8px 0}

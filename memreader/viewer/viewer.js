@@ -137,6 +137,24 @@ function candidatesSection(d) {
   return box;
 }
 
+// The cut head's score at every allowed end, under the text: a tick per end, its height the probability of a topic
+// change there; the ends that became grammar breaks (at or above the threshold) are drawn solid.
+function cutStrip(d) {
+  const n = Math.max(1, d.text.length), c = d.cuts, breaks = new Set(c.breaks || []);
+  const wrap = el("div", {class: "cutscores"});
+  wrap.appendChild(el("div", {class: "barlabel"}, "cut scores (threshold " + c.threshold + ", " + c.head + ")"));
+  const strip = el("div", {class: "cutstrip"});
+  c.ends.forEach((e, j) => {
+    const tick = el("span", {class: "cuttick" + (breaks.has(e) ? " cutbreak" : ""), "data-end": e,
+      title: "end at " + e + ": P(new topic) " + c.p[j] + (breaks.has(e) ? " (break)" : "")});
+    tick.style.left = (100 * e / n) + "%";
+    tick.style.height = Math.max(2, Math.round(40 * c.p[j])) + "px";
+    strip.appendChild(tick);
+  });
+  wrap.appendChild(strip);
+  return wrap;
+}
+
 function goldSpans(d) {
   const cuts = [0].concat(d.gold.boundaries, [d.text.length]);
   return cuts.slice(1).map((e, j) => [cuts[j], e, d.gold.titles ? d.gold.titles[j] : ""]);
@@ -198,6 +216,7 @@ function drawDoc(d) {
   }
   cols.append(left, text, right);
   view.appendChild(cols);
+  if (d.cuts) view.appendChild(cutStrip(d));
   if (d.gold && !d.cand) {
     const bars = el("div", {class: "bars"});
     bars.appendChild(barRow("memory", d.sc, Math.max(1, d.text.length), "memory"));

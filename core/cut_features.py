@@ -1,0 +1,157 @@
+"""What the cut scorer sees at each allowed chunk end: the reader's own hidden states on both sides of it.
+
+    features = CutFeatures.load("smollm2-135m-instruct", layers=12)
+    ends, x = features.of(text)          # the text's allowed ends (sentence and paragraph ends), one row per end
+
+One prefill pass of the base model's first ``layers`` decoder layers over the text (in pieces of ``max_tokens``
+tokens, each piece starting ``overlap`` tokens early so every token has left context) gives a hidden state per
+token. At each allowed end ``e`` (:func:`memreader.core.memory_grammar.sentence_ends`: where the memory grammar lets
+a chunk end) the row is ``[mean_left, mean_right, |mean_left - mean_right|, cos(left, right), paragraph]``: the
+mean state of the ``window`` tokens before ``e`` and of the ``window`` tokens after it, their difference, their
+cosine, and whether a line break sits at the end. A causal model's state after ``e`` has read what came before, so
+the right-hand mean says how the new text reads *given* the old: a topic change reads differently from a
+continuation. Only the first ``layers`` layers run (a middle layer carries more of the text's topic than the last,
+and the pass costs ``layers / num_hidden_layers`` of a full one).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memreader.core.errors import MemReaderError
+from memreader.core.memory_grammar import sentence_ends
+
+FEATURES_VERSION = 1
+"""Bump when the row layout changes: a head fitted on older rows is refused."""
+
+
+class CutScorerError(MemReaderError, ValueError):
+    """A cut head or its features cannot be used as asked (message: problem — fix)."""
+
+
+def model_signature(config: Any) -> dict[str, Any]:
+    """What makes hidden states comparable between two loads of a model: its shape and vocabulary."""
+    return {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size",
+                                                    "intermediate_size", "num_attention_heads")}
+
+
+@dataclass
+class CutFeatures:
+    """The base model's first ``layers`` layers and its tokenizer, pooled at allowed ends (module docstring)."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    signature: dict[str, Any]
+    layers: int
+    window: int = 32
+    max_tokens: int = 1024
+    overlap: int = 128
+
+    @classmethod
+    def load(cls, name: str, layers: int, window: int = 32, max_tokens: int = 1024, threads: int = 0) -> CutFeatures:
+        """Load ``name`` (registry name or folder) in fp32 on the CPU, keep its first ``layers`` layers."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from memreader.core.registry import canonical_name, resolve_model
+
+        if threads:
+            torch.set_num_threads(threads)
+        path = resolve_model(name)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        signature = model_signature(model.config)
+        total = len(model.model.layers)
+        if not 1 <= layers <= total:
+            raise CutScorerError(f"cut features from layer {layers}, but {name} has {total} decoder layers",
+                                 f"set cut_layers between 1 and {total}")
+        base = model.model  # the decoder stack without the LM head: only hidden states are needed
+        base.layers = base.layers[:layers]
+        base.config.num_hidden_layers = layers
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if not getattr(tokenizer, "is_fast", False):
+            raise CutScorerError(f"{name}'s tokenizer is not a fast tokenizer: the cut scorer needs character offsets",
+                                 "use a model with a tokenizer.json")
+        return cls(base.eval(), tokenizer, canonical_name(name), signature, layers, window, max_tokens)
+
+    def dim(self) -> int:
+        """Length of one feature row."""
+        return 3 * int(self.signature["hidden_size"]) + 2
+
+    def hidden(self, text: str) -> tuple[np.ndarray, list[int]]:
+        """(one hidden state per token, each token's start offset), from the prefill in overlapping pieces."""
+        import torch
+
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, starts = enc["input_ids"], [s for s, _ in enc["offset_mapping"]]
+        out = np.zeros((len(ids), int(self.signature["hidden_size"])), dtype=np.float32)
+        step = max(1, self.max_tokens - self.overlap)
+        with torch.inference_mode():
+            for begin in range(0, max(1, len(ids)), step):
+                lo = max(0, begin - self.overlap)  # read from lo so the kept tokens [begin, hi) have left context
+                hi = min(len(ids), begin + step)
+                if hi <= begin:
+                    break
+                states = self.model(input_ids=torch.tensor([ids[lo:hi]])).last_hidden_state[0]
+                out[begin:hi] = states[begin - lo:].float().numpy()
+        return out, starts
+
+    def of(self, text: str, ends: list[int] | None = None) -> tuple[list[int], np.ndarray]:
+        """The allowed ends of ``text`` (or ``ends``) and one feature row per end."""
+        ends = sentence_ends(text) if ends is None else ends
+        if not ends:
+            return [], np.zeros((0, self.dim()), dtype=np.float32)
+        states, starts = self.hidden(text)
+        rows = np.zeros((len(ends), self.dim()), dtype=np.float32)
+        w = self.window
+        for i, e in enumerate(ends):
+            k = bisect.bisect_left(starts, e)  # tokens [0, k) start before the end
+            left = states[max(0, k - w):k] if k else states[:1]
+            right = states[k:k + w] if k < len(states) else states[-1:]
+            ml, mr = left.mean(0), right.mean(0)
+            cos = float(ml @ mr / (np.linalg.norm(ml) * np.linalg.norm(mr) + 1e-6))
+            rows[i] = np.concatenate([ml, mr, np.abs(ml - mr), [cos, float("\n" in text[max(0, e - 4):e])]])
+        return ends, rows
+
+
+def labels_for(ends: list[int], boundaries: list[int], tolerance: int = 3) -> np.ndarray:
+    """1 where an allowed end lies within ``tolerance`` characters of a gold boundary (each gold boundary labels its
+    nearest end only), else 0."""
+    y = np.zeros(len(ends), dtype=np.float32)
+    for b in boundaries:
+        k = bisect.bisect_left(ends, b)
+        near = [j for j in (k - 1, k) if 0 <= j < len(ends) and abs(ends[j] - b) <= tolerance]
+        if near:
+            y[min(near, key=lambda j: abs(ends[j] - b))] = 1.0
+    return y
+
+
+def text_key(text: str, features: CutFeatures) -> str:
+    """A cache key for one text's rows under these features."""
+    blob = json.dumps([FEATURES_VERSION, features.name, features.signature, features.layers, features.window,
+                       features.max_tokens, features.overlap, text], ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def cached_rows(features: CutFeatures, text: str, cache_dir: Path | None) -> tuple[list[int], np.ndarray]:
+    """:meth:`CutFeatures.of`, kept in ``cache_dir`` (one ``.npz`` per text) so a second fit reads instead of
+    prefilling again."""
+    if cache_dir is None:
+        return features.of(text)
+    path = Path(cache_dir) / f"{text_key(text, features)}.npz"
+    if path.is_file():
+        data = np.load(path)
+        return [int(e) for e in data["ends"]], data["rows"]
+    ends, rows = features.of(text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, ends=np.asarray(ends, dtype=np.int64), rows=rows)
+    tmp.replace(path)
+    return ends, rows
