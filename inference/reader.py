@@ -279,6 +279,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         _read_stream(cfg, (d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
                      survey.n_todo)
         tally.memory_limit = reading.memory_limit
+        tally.cut_head = reading.cutter.describe() if reading.cutter is not None else None
         _corpus_order(out_path, (d.doc_id for d in corpus()))
     seconds = time.perf_counter() - t0
     summary = _summary(cfg, survey, tally, seconds, out_path, backend)
@@ -437,6 +438,7 @@ def _summary(cfg: ReadConfig, survey: _Survey, tally: Tally, seconds: float, out
         "fallback_whole_document": stats["fallbacks"],
         "asked_again": stats["asked_again"],  # replies cut off and asked again with twice the budget
         "memory_limit": tally.memory_limit,  # set when the KV cache, not batch_size, capped the requests in flight
+        "cut_head": tally.cut_head,  # the head whose breaks went into the grammars, its threshold and seconds
         "repaired_outputs": stats["repaired"],
         "merged_scenarios": stats["merged_scenarios"],
         "mean_coverage_exact": round(stats["coverage_exact_sum"] / n, 4) if n else None,

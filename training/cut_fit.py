@@ -51,6 +51,7 @@ class CutFitSettings:
     seed: int = 0
     limit: int = 0
     cache_dir: str = ""
+    drop: bool = False
 
 
 @dataclass
@@ -161,7 +162,8 @@ def fit_cut_head(settings: CutFitSettings, out: str | Path, threads: int = 0) ->
     t0 = time.perf_counter()
     docs = load_gold(settings.data, settings.limit)
     fit_docs, tune_docs = split_tune(docs, settings.tune_share)
-    features = CutFeatures.load(settings.model, settings.layers, settings.window, settings.max_tokens, threads)
+    features = CutFeatures.load(settings.model, settings.layers, settings.window, settings.max_tokens, threads,
+                                drop=settings.drop)
     cache = Path(settings.cache_dir) if settings.cache_dir else None
     fit, tune = (_rows(features, fit_docs, cache, settings.tolerance, "fit"),
                  _rows(features, tune_docs, cache, settings.tolerance, "tune"))
@@ -205,7 +207,7 @@ def fit_cut_head(settings: CutFitSettings, out: str | Path, threads: int = 0) ->
         "format": HEAD_FORMAT, "dim": int(x.shape[1]), "hidden": settings.hidden, "threshold": threshold,
         "base_model": {"name": features.name, "signature": features.signature},
         "features": {"version": FEATURES_VERSION, "layers": settings.layers, "window": settings.window,
-                     "max_tokens": settings.max_tokens},
+                     "max_tokens": settings.max_tokens, "drop": settings.drop},
         "fit": {**asdict(settings), "documents": {"fit": len(fit_docs), "tune": len(tune_docs)},
                 "ends": {"fit": len(y), "fit_boundaries": int(y.sum()), "tune": len(yt),
                          "tune_boundaries": int(yt.sum())},

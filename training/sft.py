@@ -303,7 +303,8 @@ def fit_cut(cfg: TrainConfig) -> dict[str, Any]:
     p = cfg.project
     folder = Path(p.cut_dir) if p.cut_dir else cfg.output_dir / FOLDER
     meta = fit_cut_head(CutFitSettings(data=p.cut_data, model=p.model, layers=p.cut_layers, hidden=p.cut_hidden,
-                                       epochs=p.cut_epochs, seed=cfg.sft.seed, cache_dir=p.cut_cache), folder)
+                                       epochs=p.cut_epochs, seed=cfg.sft.seed, cache_dir=p.cut_cache,
+                                       drop=p.cut_drop), folder)
     return {"dir": str(folder), "threshold": meta["threshold"], **{k: meta["fit"][k] for k in (
         "documents", "ends", "best_epoch", "tune_loss", "tune_f1", "seconds")}, "curves": meta["curves"]}
 
