@@ -29,7 +29,7 @@ import numpy as np
 from memreader.core.errors import MemReaderError
 from memreader.core.memory_grammar import sentence_ends
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 """Bump when the row layout changes: a head fitted on older rows is refused."""
 
 
@@ -104,10 +104,11 @@ class CutFeatures:
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids, starts = enc["input_ids"], [s for s, _ in enc["offset_mapping"]]
         out = np.zeros((len(ids), int(self.signature["hidden_size"])), dtype=np.float32)
-        step = max(1, self.max_tokens - self.overlap)
+        overlap = min(self.overlap, self.max_tokens // 2)
+        step = max(1, self.max_tokens - overlap)
         with torch.inference_mode():
             for begin in range(0, max(1, len(ids)), step):
-                lo = max(0, begin - self.overlap)  # read from lo so the kept tokens [begin, hi) have left context
+                lo = max(0, begin - overlap)  # read from lo so the kept tokens [begin, hi) have left context
                 hi = min(len(ids), begin + step)
                 if hi <= begin:
                     break
@@ -137,7 +138,10 @@ class CutFeatures:
         rows = np.zeros((len(ends), width), dtype=np.float32)
         w = self.window
         for i, e in enumerate(ends):
-            k = bisect.bisect_left(starts, e)  # tokens [0, k) start before the end
+            e0 = e  # an end sits past the whitespace; a tokenizer gives that whitespace to the next word's token
+            while e0 > 0 and text[e0 - 1].isspace():
+                e0 -= 1
+            k = bisect.bisect_left(starts, e0)  # tokens [0, k) start before the end's whitespace
             left = states[max(0, k - w):k] if k else states[:1]
             right = states[k:k + w] if k < len(states) else states[-1:]
             ml, mr = left.mean(0), right.mean(0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,8 @@ class QAConfig:
     sample: int = field(0, ge=0, help="N questions drawn at random with seed instead (the CMRC subset option)")
     seed: int = field(0, ge=0, help="seed of sample")
     crud_split: str = field("1doc", help="dataset=crud: 1doc, 2docs or 3docs")
-    target_chars: int = field(178, ge=1, help="mean chunk length every method is calibrated to (paper: ~178)")
+    target_chars: int = field(178, ge=0, help="mean chunk length every method is calibrated to (paper: ~178); 0 = the "
+                              "mean chunk length of the given memories (memories=...), so the others match it")
     tolerance: float = field(0.10, gt=0, lt=1, help="calibrated mean must be within target x (1 +- tolerance)")
     adapter: str = field("", help="MemReader LoRA adapter for the 'memreader' method when memories is not given")
     teacher_memories: str = field("", help="memories JSONL from `memreader gen` for the 'teacher' method")
@@ -280,6 +281,12 @@ def run_qa(cfg: QAConfig, embedder: Any | None = None) -> dict[str, Any]:
     if cfg.memories and not Path(cfg.memories).is_file():
         raise MissingInput(f"memories: {cfg.memories} does not exist", "run `memreader read` first, or name the "
                            "memories file it wrote")
+    if cfg.target_chars == 0:
+        if not cfg.memories:
+            raise MissingInput("target_chars=0 means the given memories' mean chunk length, but memories is not set",
+                               "give memories=FILE, or a target_chars of 1 or more")
+        cfg = replace(cfg, target_chars=max(1, round(chunk_stats(read_memories(cfg.memories)).mean)))
+        print(f"eval: target_chars=0 → {cfg.target_chars}, the mean chunk length of {cfg.memories}")
     if cfg.dataset == GOLD_SEGMENTS:  # segmentation scores of every method instead of QA
         from memreader.eval.segmentation import SegmentationSettings
         from memreader.eval.segmentation_run import run_segmentation

@@ -84,9 +84,9 @@ def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str], st
          [memreader, "train", "--config", conf("train"), *run, "--set", f"max_steps={cfg.train_steps}",
           "--set", f"train_file={r / 'gen' / 'sft_train.jsonl'}", "--set", f"val_file={r / 'gen' / 'sft_val.jsonl'}"],
          None),
-        ("3/7 MemReader reads the corpus with the new adapter",
+        ("3/7 MemReader reads the corpus with the new adapter (and SmolLM2's cut head: its breaks in every grammar)",
          [memreader, "read", "--config", conf("read"), *run, "--set", f"adapter={r / 'train'}",
-          "--set", f"input={corpus}"], None),
+          "--set", f"input={corpus}", "--set", f"cut_head={DEMO_DATA / 'cut_head'}"], None),
         ("4/7 three-layer Milvus Lite index", [memreader, "index", "--config", conf("retrieval"), *run], None),
         ("4/7 one question over the layers", [*retrieval, "--html", str(r / "view" / "layers.html"), cfg.question],
          None),
@@ -168,6 +168,7 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
         "reasoning paths (CoM)": _reasoning_line(gen),
         "scenarios per memory": _scenario_line(memories),
         "memories tile their documents": f"{len(memories)} memories validated on write and re-read",
+        "cut head (breaks in the grammars)": _cut_line(read, memories),
         "adapter moved from init": f"max |lora_B| = {lora_b_max:.3g} (init 0)",
         "index layers": ", ".join(f"{k}={counts.get(k, 0)}" for k in (*LAYERS, "single")),
         "MeVe (ask --pipeline meve)": f"{len(meve['passages'])} passages, {tokens} tokens <= t_max {t_max}; fallback "
@@ -181,12 +182,24 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
         ("memories", not memories or len(memories) != read["documents"]),
         ("adapter moved from init", lora_b_max <= 0.0),
         ("usable MemReader outputs", usable_read == 0),
+        ("cut head (breaks in the grammars)", not read.get("cut_head")),
         ("MeVe budget", tokens > t_max),
         ("index layers", counts.get("chunk", 0) == 0),
         ("report", not report_md.is_file()),
         ("viewer pages", not all(p.is_file() for p in pages)),
     ) if bad]
     return checks, failed
+
+
+def _cut_line(read: dict[str, Any], memories: list[Any]) -> str:
+    """Which cut head the reader used, on how many documents, how many breaks it put in and what it cost."""
+    head = read.get("cut_head")
+    if not head:
+        return "not used (the reader ran without a head)"
+    cuts = [m.meta.get("cuts") or {} for m in memories]
+    breaks = sum(len(c.get("breaks", [])) for c in cuts)
+    return (f"{sum(bool(c) for c in cuts)}/{len(memories)} memories scored at {sum(len(c.get('ends', [])) for c in cuts)}"
+            f" allowed ends, {breaks} breaks at threshold {head['threshold']} ({head['seconds']} s)")
 
 
 def _selection_line(gen: dict[str, Any]) -> str:

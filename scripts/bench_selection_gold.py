@@ -172,7 +172,7 @@ def signature(args: argparse.Namespace, evaluator: str, docs: int) -> str:
 def load_gold(path: Path, lang: str, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` records (0: all) of ``lang`` (``all``: every language) from a gold JSONL file."""
     if not path.is_file():
-        raise SystemExit(f"--gold {path} does not exist: build it with scripts/build_structure_data.py")
+        raise SystemExit(f"--gold {path} does not exist: build it with memreader structure-data")
     out = []
     with path.open(encoding="utf-8") as fh:
         for line in fh:

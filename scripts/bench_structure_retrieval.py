@@ -7,7 +7,7 @@ over each method's chunks of the concatenated gold dev documents, methods side b
         --method sentence=artifacts/runs/seg-rules/segmentation/methods/sentence/memories.jsonl \\
         --out artifacts/bench/structure_retrieval.json
 
-The English ``hotpotqa`` records of the gold file (``scripts/build_structure_data.py``) partition every usable
+The English ``hotpotqa`` records of the gold file (``memreader structure-data``) partition every usable
 paragraph of the 40 dev questions (manifest ``dev_questions``) into documents of 3-5 paragraphs, each section
 titled by its paragraph's title. Each ``--method NAME=memories.jsonl`` (the first is the ratio baseline) must hold
 every one of those documents, matched by ``doc_id``, with exactly the gold text. Its chunks (the chunk text only,
@@ -85,7 +85,7 @@ def load_gold(path: Path) -> tuple[dict[str, str], dict[str, Span]]:
                 continue
             if "".join(s["text"] for s in rec["sections"]) != rec["text"]:
                 raise BenchError(f"{path}:{lineno}: the sections of {rec['id']!r} do not concatenate to its text; "
-                                 "rebuild it with scripts/build_structure_data.py")
+                                 "rebuild it with memreader structure-data")
             texts[rec["id"]] = rec["text"]
             pos = 0
             for sec in rec["sections"]:
@@ -100,12 +100,13 @@ def load_gold(path: Path) -> tuple[dict[str, str], dict[str, Span]]:
     return texts, spans
 
 
-def load_questions(qa_path: Path, manifest_path: Path, spans: dict[str, Span]) -> list[Question]:
+def load_questions(qa_path: Path, manifest_path: Path, spans: dict[str, Span],
+                   key: str = "dev_questions") -> list[Question]:
     """The manifest's dev questions, with supporting titles split by presence in the corpus."""
     records = load_hotpotqa(qa_path)
-    indices = json.loads(manifest_path.read_text(encoding="utf-8")).get("dev_questions")
+    indices = json.loads(manifest_path.read_text(encoding="utf-8")).get(key)
     if not isinstance(indices, list) or not indices:
-        raise BenchError(f"{manifest_path} has no 'dev_questions' list; pass the manifest of the gold file")
+        raise BenchError(f"{manifest_path} has no {key!r} list; pass the manifest of the gold file")
     bad = [i for i in indices if not isinstance(i, int) or not 0 <= i < len(records)]
     if bad:
         raise BenchError(f"{manifest_path}: dev_questions {bad[:5]} are not indices into the {len(records)} "
@@ -253,7 +254,9 @@ def main(argv: list[str] | None = None, embedder: Any = None) -> int:
     an object with ``encode_query``/``encode_document``, for tests; default: load ``--embedder``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gold", type=Path, default=Path("artifacts/datasets/structure/dev.jsonl"),
-                    help="structure dev JSONL (scripts/build_structure_data.py)")
+                    help="structure dev or test JSONL (memreader structure-data)")
+    ap.add_argument("--questions", default="dev_questions", choices=("dev_questions", "test_questions"),
+                    help="which questions of the manifest: the dev split's or the test split's")
     ap.add_argument("--manifest", type=Path, default=Path("artifacts/datasets/structure/manifest.json"),
                     help="its manifest.json (dev_questions: indices into --qa)")
     ap.add_argument("--qa", type=Path, default=Path("../shared/datasets/hotpotqa_100_qa.json"),
@@ -292,7 +295,7 @@ def run(args: argparse.Namespace, embedder: Any = None) -> int:
     # --- data: gold passages, dev questions ---
     t0 = time.perf_counter()
     texts, passages = load_gold(args.gold)
-    all_questions = load_questions(args.qa, args.manifest, passages)
+    all_questions = load_questions(args.qa, args.manifest, passages, args.questions)
     questions = [q for q in all_questions if q.present]
     n_titles = sum(len(q.present) for q in questions)
     n_absent = sum(len(q.absent) for q in all_questions)

@@ -32,9 +32,10 @@ step "2/7 LoRA SFT with TRL on the teacher's data ($TRAIN_STEPS steps)"
 $MEMREADER train --config configs/demo/train.yaml --set run="$RUN" --set max_steps="$TRAIN_STEPS" \
   --set train_file="$R/gen/sft_train.jsonl" --set val_file="$R/gen/sft_val.jsonl"
 
-step "3/7 MemReader reads the corpus with the new adapter"
+step "3/7 MemReader reads the corpus with the new adapter (and SmolLM2's cut head: its breaks in every grammar)"
 rm -f "$R/read/memories.jsonl"  # memories of an earlier run were read with an earlier adapter
-$MEMREADER read --config configs/demo/read.yaml --set run="$RUN" --set adapter="$R/train"
+$MEMREADER read --config configs/demo/read.yaml --set run="$RUN" --set adapter="$R/train" \
+    --set cut_head=memreader/demo_data/cut_head
 
 step "4/7 three-layer Milvus Lite index, one question over the layers, the same with MeVe"
 $MEMREADER index --config configs/demo/retrieval.yaml --set run="$RUN"

@@ -3,7 +3,7 @@
 # chunkers calibrated to the adapter's mean chunk length, and the grammar alone, on the gold-structure dev documents;
 # then supporting-passage recall@k on the HotpotQA-100 dev questions over the same reads.
 #   bash scripts/structure_compare.sh                  # ADAPTER=results/structure-adapter by default
-# Prerequisites: `make setup`; python scripts/build_structure_data.py (artifacts/datasets/structure/).
+# Prerequisites: `make setup`; memreader structure-data --set shared=../shared/datasets (artifacts/datasets/structure/).
 # Outputs: $MEMREADER_HOME/runs/seg-{base,trained}/read, runs/seg-cmp/segmentation, artifacts/bench/structure_*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."

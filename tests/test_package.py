@@ -45,7 +45,8 @@ def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
     assert top == {"memreader"}, top
     for needed in ("memreader/core/schema.py", "memreader/eval/chunkers/base.py", "memreader/training/sft.py",
                    "memreader/core/templates/memreader.en.txt", "memreader/demo_data/corpus.jsonl",
-                   "memreader/demo_data/qa.jsonl", *(f"memreader/demo_data/configs/{c.name}"
+                   "memreader/demo_data/qa.jsonl", "memreader/demo_data/cut_head/head.json",
+                   "memreader/demo_data/cut_head/head.safetensors", *(f"memreader/demo_data/configs/{c.name}"
                                                      for c in DEMO_CONFIGS.glob("*.yaml"))):
         assert needed in names, f"{needed} is not in the wheel"
 

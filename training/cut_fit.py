@@ -173,6 +173,9 @@ def fit_cut_head(settings: CutFitSettings, out: str | Path, threads: int = 0) ->
     if y.sum() == 0:
         raise CutScorerError("no allowed end of the fitting documents lies at a gold boundary",
                              f"check that the boundaries are where sections start (tolerance {settings.tolerance})")
+    if yt.sum() == 0:
+        raise CutScorerError(f"none of the {len(tune_docs)} tuning documents has a gold boundary at an allowed end, so "
+                             "no threshold can be chosen", "give more documents with several sections")
     mean, std = x.mean(0), x.std(0) + 1e-4
     torch.manual_seed(settings.seed)
     net = build_head(x.shape[1], settings.hidden)
@@ -198,6 +201,9 @@ def fit_cut_head(settings: CutFitSettings, out: str | Path, threads: int = 0) ->
         curves.append({"epoch": epoch, "loss": round(total / len(xs), 5), "tune_loss": round(tune_loss, 5)})
         if tune_loss < best_loss:
             best_loss, best_state = tune_loss, {k: v.clone() for k, v in net.state_dict().items()}
+    if best_state is None:
+        raise CutScorerError("the cut head's tuning loss was never finite (NaN features or a diverging fit)",
+                             "check the features (a model in fp32), or lower the learning rate")
     net.load_state_dict(best_state)
     head = CutHead(net, mean.astype(np.float32), std.astype(np.float32))
     probs = [head.probabilities(r) for r in tune.x]

@@ -191,7 +191,8 @@ def view_document(mem: DocumentMemory, attach: Attachments | None = None) -> dic
     if mem.reasoning:
         doc["reasoning"] = mem.reasoning
     cuts = mem.meta.get("cuts")
-    if isinstance(cuts, dict) and len(cuts.get("ends", ())) == len(cuts.get("p", ())):
+    if isinstance(cuts, dict) and isinstance(cuts.get("ends"), list) and isinstance(cuts.get("p"), list) \
+            and len(cuts["ends"]) == len(cuts["p"]):
         doc["cuts"] = {k: cuts.get(k) for k in ("ends", "p", "threshold", "breaks", "head")}
     if attach is not None:
         if mem.doc_id in attach.candidates:

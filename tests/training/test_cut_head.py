@@ -434,7 +434,7 @@ def test_cached_rows_are_read_back_instead_of_computed(features: CutFeatures, tm
     def refuse(*args: Any, **kw: Any) -> None:
         raise AssertionError("computed again")
 
-    monkeypatch.setattr(CutFeatures, "of", refuse)
+    monkeypatch.setattr(CutFeatures, "hidden", refuse)  # no second prefill
     again_ends, again_rows = cached_rows(features, text, tmp_path)
     assert again_ends == ends and all(isinstance(e, int) for e in again_ends)
     np.testing.assert_array_equal(again_rows, rows)
