@@ -231,18 +231,20 @@ def build(cfg: StructureDataConfig) -> tuple[dict[str, list[dict]], dict[str, An
     n_en = sum(p.lang == "en" for p in pool["train"])
     share_en = n_en / max(1, len(pool["train"]))
     out: dict[str, list[dict]] = {s: [] for s in SPLITS}
+    # each split draws from its own generator: the size of one (joined_train) never changes the documents of another
+    draw = {s: random.Random(f"{cfg.seed}:{s}") for s in SPLITS}
     out["train"] = (joined([p for p in pool["train"] if p.lang == "en"], round(cfg.joined_train * share_en),
-                           "en-train", cfg, rng)
+                           "en-train", cfg, draw["train"])
                     + joined([p for p in pool["train"] if p.lang == "zh"], cfg.joined_train - round(
-                        cfg.joined_train * share_en), "zh-train", cfg, rng))
+                        cfg.joined_train * share_en), "zh-train", cfg, draw["train"]))
     for split, titles in (("dev", dev_titles), ("test", test_titles)):
-        out[split] = (partition([p for p in en if p.title in titles], f"en-{split}", cfg, rng)
-                      + joined([p for p in pool[split] if p.lang == "zh"], cfg.joined_zh_dev, f"zh-{split}", cfg, rng)
-                      + joined([p for p in pool[split] if p.lang == "en" and p.source != "hotpotqa"],
-                               cfg.joined_zh_dev if any(p.lang == "en" and p.source != "hotpotqa" for p in pool[split])
-                               else 0, f"en-{split}-man", cfg, rng))
+        manual_en = [p for p in pool[split] if p.lang == "en" and p.source != "hotpotqa"]
+        out[split] = (partition([p for p in en if p.title in titles], f"en-{split}", cfg, draw[split])
+                      + joined([p for p in pool[split] if p.lang == "zh"], cfg.joined_zh_dev, f"zh-{split}", cfg,
+                               draw[split])
+                      + joined(manual_en, cfg.joined_zh_dev if manual_en else 0, f"en-{split}-man", cfg, draw[split]))
     for split in SPLITS:
-        out[split] += sectioned([p for p in pages if page_split[p.unit] == split], f"sec-{split}", cfg, rng)
+        out[split] += sectioned([p for p in pages if page_split[p.unit] == split], f"sec-{split}", cfg, draw[split])
     units = {s: {u for d in out[s] for u in d["group"].split("+")} for s in SPLITS}
     for a, b in (("train", "dev"), ("train", "test"), ("dev", "test")):
         if units[a] & units[b]:
