@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, iter_corpus
+from memreader.core.cut_features import CutScorerError
 from memreader.core.cut_head import (
     CutScorer,
     Cutter,
@@ -390,8 +391,8 @@ def open_cutter(cfg: ReadConfig, grammars: Any) -> Cutter | None:
         if cfg.cut_head == "auto":
             print("read: cut head: not used: this run is not guided (its breaks are memory-grammar breaks)")
             return None
-        raise ValueError(f"cut_head={cfg.cut_head} needs guided reading (guided=off or an unguided backend here): "
-                         "its breaks are memory-grammar breaks; set guided=auto or cut_head=none")
+        raise CutScorerError(f"cut_head={cfg.cut_head} needs guided reading (guided=off or an unguided backend here): "
+                             "its breaks are memory-grammar breaks", "set guided=auto, or cut_head=none")
     scorer = CutScorer.load(folder, cfg.model)
     threshold = check_threshold(cfg.cut_threshold) if cfg.cut_threshold else scorer.threshold
     settings = grammars.settings

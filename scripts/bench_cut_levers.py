@@ -87,11 +87,12 @@ def main() -> None:
     ap.add_argument("--head", action="append", required=True, help="NAME=FOLDER of a fitted cut head (repeat)")
     ap.add_argument("--train", required=True, help="the heads' fitting data (its tuning split sets the drop's threshold)")
     ap.add_argument("--gold", required=True)
-    ap.add_argument("--cache", default="artifacts/cache/cut_features")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="the base model the heads were fitted on")
+    ap.add_argument("--cache", default="artifacts/cache/cut_features", help="feature cache folder ('' = none)")
     ap.add_argument("--out", default="artifacts/bench/cut_levers.json")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    heads = {name: CutScorer.load(folder, "smollm2-135m-instruct") for name, folder in
+    heads = {name: CutScorer.load(folder, args.model) for name, folder in
              (h.split("=", 1) for h in args.head)}
     embedders = {lang: load_embedder(name) for lang, name in AUTO_EMBEDDERS.items()}
     fit_share = next(iter(heads.values())).head.meta["fit"]["tune_share"]
@@ -111,7 +112,7 @@ def main() -> None:
     seconds = dict.fromkeys(rows, 0.0)
     cache = Path(args.cache) if args.cache else None
     for d in gold:
-        lang = detect_language(d.text)
+        lang = f"{d.lang or detect_language(d.text)}/{d.kind or 'joined'}"
         t = time.perf_counter()
         ends, p = drop_scores(d.text, embedders)
         seconds[drop] += time.perf_counter() - t
@@ -131,12 +132,19 @@ def main() -> None:
                     "note": "seconds per document are with features read from the cache when present"}
     for method, by_lang in rows.items():
         report["methods"][method] = {lang: summarize(r, rng) for lang, r in sorted(by_lang.items())}
+        for part in ("en", "zh", "joined", "sections"):
+            picked = [x for key, r in by_lang.items() if part in key.split("/") for x in r]
+            if picked:
+                report["methods"][method][part] = summarize(picked, rng)
         report["methods"][method]["all"] = summarize([x for r in by_lang.values() for x in r], rng)
         report["methods"][method]["seconds_per_doc"] = round(seconds[method] / len(gold), 3)
     for name in heads:
-        for lang in (*sorted(rows[name]), "all"):
+        for lang in (*sorted(rows[name]), "en", "zh", "joined", "sections", "all"):
             def pick(m: str, lang: str = lang) -> list[dict]:
-                return [x for r in rows[m].values() for x in r] if lang == "all" else rows[m][lang]
+                return [x for key, r in rows[m].items() if lang == "all" or lang == key or lang in key.split("/")
+                        for x in r]
+            if not pick(name):
+                continue
             report["minus_drop"].setdefault(name, {})[lang] = paired_delta(pick(name), pick(drop), rng)
     print("| method | lang | docs | P | R | F1 [95 % CI] | Pk | WindowDiff | chunks/doc |")
     print("|---|---|---|---|---|---|---|---|---|")

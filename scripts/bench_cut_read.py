@@ -4,7 +4,8 @@
         --adapter results/structure-adapter [--set dtype=float32]
 
 Reads the first ``--limit`` documents twice through ``memreader read`` (:func:`memreader.api.read`), first with
-``cut_head=none``, then with the adapter's head (``cut_head=auto``), each into its own fresh run folder, and prints
+``cut_head=none``, then with the adapter's head (``cut_head=auto``, or ``--cut-head FOLDER``), each into its own fresh
+run folder, and prints
 both wall times, the ratio and the head's own seconds (its prefill + scoring, summed over documents). ``--set`` passes
 any other read key (``dtype=float32`` forces the fp32 path a CPU without bf16 units takes).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import time
@@ -31,16 +33,20 @@ def cpu_flags() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True)
-    ap.add_argument("--adapter", default="results/structure-adapter")
+    ap.add_argument("--adapter", default="results/structure-adapter", help="LoRA adapter ('' = the base model)")
+    ap.add_argument("--cut-head", default="auto", help="the head to read with (auto: the adapter's cut_head/)")
+    ap.add_argument("--home", default="", help="MEMREADER_HOME for the two runs (default: the environment's)")
     ap.add_argument("--config", default="configs/inference/smollm2_cpu.yaml")
     ap.add_argument("--limit", type=int, default=40)
     ap.add_argument("--set", action="append", default=[], help="more read keys, key=value")
     ap.add_argument("--out", default="artifacts/bench/cut_read.json")
     args = ap.parse_args()
     extra = dict(kv.split("=", 1) for kv in args.set)
+    if args.home:
+        os.environ["MEMREADER_HOME"] = args.home
     rows = {}
-    for label, head in (("without head", "none"), ("with head", "auto")):
-        run = f"bench-cut-read-{head}"
+    for label, head in (("without head", "none"), ("with head", args.cut_head)):
+        run = f"bench-cut-read-{'none' if head == 'none' else 'head'}"
         shutil.rmtree(run_dir(run, "read"), ignore_errors=True)
         t0 = time.perf_counter()
         mems = api.read(args.input, run=run, config=args.config, adapter=args.adapter, cut_head=head,

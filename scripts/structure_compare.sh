@@ -1,48 +1,51 @@
 #!/usr/bin/env bash
-# Training that teaches, measured: the base SmolLM2 and the structure adapter (both guided), the rule
-# chunkers calibrated to the adapter's mean chunk length, and the grammar alone, on the gold-structure dev documents;
-# then supporting-passage recall@k on the HotpotQA-100 dev questions over the same reads.
-#   bash scripts/structure_compare.sh                  # ADAPTER=results/structure-adapter by default
-# Prerequisites: `make setup`; memreader structure-data --set shared=../shared/datasets (artifacts/datasets/structure/).
-# Outputs: $MEMREADER_HOME/runs/seg-{base,trained}/read, runs/seg-cmp/segmentation, artifacts/bench/structure_*.json
+# The reader finds the parts, measured: the structure adapter with its cut head, the same adapter without it, the
+# base SmolLM2 (BASE=1) and the rule chunkers calibrated to the head reader's mean chunk length, on the gold documents
+# of one split (SPLIT=dev by default; SPLIT=test is the split nothing was tuned on); scored in all, per language and
+# per kind (joined / sections); then supporting-passage recall@k on the split's HotpotQA questions over the same reads.
+#   bash scripts/structure_compare.sh                  # ADAPTER=results/structure-adapter, SPLIT=dev
+#   SPLIT=test bash scripts/structure_compare.sh
+# Prerequisites: `make setup`; memreader structure-data (artifacts/datasets/structure/, with the manuals: README).
+# Outputs: $MEMREADER_HOME/runs/seg-$SPLIT-{head,nohead,base}/read, runs/seg-$SPLIT-cmp/segmentation,
+#   artifacts/bench/structure_$SPLIT*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MR=${MEMREADER:-.venv/bin/memreader}
 PY=${PYTHON:-.venv/bin/python}
 HOME_DIR=${MEMREADER_HOME:-artifacts}
 ADAPTER=${ADAPTER:-results/structure-adapter}
-DEV=${DEV:-artifacts/datasets/structure/dev.jsonl}
+SPLIT=${SPLIT:-dev}
+DATA=${DATA:-artifacts/datasets/structure}
+GOLD="$DATA/$SPLIT.jsonl"
 METHODS=${METHODS:-fixed,sentence,semantic}   # add lumber,llm-direct for the model chunkers (each a calibrated read)
 mkdir -p artifacts/bench
 
-$MR read --config configs/inference/smollm2_cpu.yaml --set run=seg-base --set input="$DEV"
-$MR read --config configs/inference/smollm2_cpu.yaml --set run=seg-trained --set input="$DEV" --set adapter="$ADAPTER"
-$PY scripts/grammar_prior.py --input "$DEV" --out artifacts/bench/grammar-random.jsonl
-# the rule and LLM chunkers calibrated to the trained reader's mean chunk length
-TARGET=$($PY -c "
-import json, sys
-n = c = 0
-for line in open(sys.argv[1], encoding='utf-8'):
-    m = json.loads(line)
-    n += len(m['scenarios']); c += len(m['document'])
-print(round(c / n))" "$HOME_DIR/runs/seg-trained/read/memories.jsonl")
-echo "structure_compare: calibrating ${METHODS} to ${TARGET} characters (the trained reader's mean chunk length)"
-$MR eval --config configs/eval/segmentation_demo.yaml --set qa="$DEV" --set run=seg-cmp \
-    --set "methods=[${METHODS}]" --set target_chars="$TARGET"
-ARGS=(--method base=$HOME_DIR/runs/seg-base/read/memories.jsonl
-      --method trained=$HOME_DIR/runs/seg-trained/read/memories.jsonl
-      --method grammar-random=artifacts/bench/grammar-random.jsonl)
-for m in ${METHODS//,/ }; do ARGS+=(--method "$m=$HOME_DIR/runs/seg-cmp/segmentation/methods/$m/memories.jsonl"); done
-$PY scripts/bench_segmentation.py --gold "$DEV" "${ARGS[@]}" --out artifacts/bench/structure_segmentation.json
-for lang in en zh; do
+$MR read --config configs/inference/smollm2_cpu.yaml --set run="seg-$SPLIT-head" --set input="$GOLD" \
+    --set adapter="$ADAPTER"
+$MR read --config configs/inference/smollm2_cpu.yaml --set run="seg-$SPLIT-nohead" --set input="$GOLD" \
+    --set adapter="$ADAPTER" --set cut_head=none
+ARGS=(--method "trained+head=$HOME_DIR/runs/seg-$SPLIT-head/read/memories.jsonl"
+      --method "trained=$HOME_DIR/runs/seg-$SPLIT-nohead/read/memories.jsonl")
+if [ "${BASE:-0}" = 1 ]; then
+  $MR read --config configs/inference/smollm2_cpu.yaml --set run="seg-$SPLIT-base" --set input="$GOLD"
+  ARGS+=(--method "base=$HOME_DIR/runs/seg-$SPLIT-base/read/memories.jsonl")
+fi
+# the rule chunkers calibrated to the head reader's mean chunk length (target_chars=0: the given memories' length)
+$MR eval --config configs/eval/segmentation_demo.yaml --set qa="$GOLD" --set run="seg-$SPLIT-cmp" \
+    --set "methods=[memreader,${METHODS}]" --set target_chars=0 \
+    --set memories="$HOME_DIR/runs/seg-$SPLIT-head/read/memories.jsonl"
+for m in ${METHODS//,/ }; do ARGS+=(--method "$m=$HOME_DIR/runs/seg-$SPLIT-cmp/segmentation/methods/$m/memories.jsonl"); done
+$PY scripts/bench_segmentation.py --gold "$GOLD" "${ARGS[@]}" --out "artifacts/bench/structure_$SPLIT.json"
+for part in en zh joined sections; do
   $PY -c "
 import json, sys
-src, dst, lang = sys.argv[1:]
+src, dst, part = sys.argv[1:]
 with open(dst, 'w', encoding='utf-8') as out:
     for line in open(src, encoding='utf-8'):
-        if json.loads(line).get('lang') == lang: out.write(line)" "$DEV" "artifacts/bench/dev.$lang.jsonl" "$lang"
-  $PY scripts/bench_segmentation.py --gold "artifacts/bench/dev.$lang.jsonl" "${ARGS[@]}" \
-      --out "artifacts/bench/structure_segmentation.$lang.json"
+        rec = json.loads(line)
+        if part in (rec.get('lang'), rec.get('kind')): out.write(line)" "$GOLD" "artifacts/bench/$SPLIT.$part.jsonl" "$part"
+  $PY scripts/bench_segmentation.py --gold "artifacts/bench/$SPLIT.$part.jsonl" "${ARGS[@]}" \
+      --out "artifacts/bench/structure_$SPLIT.$part.json"
 done
-$PY scripts/bench_structure_retrieval.py --gold "$DEV" --manifest artifacts/datasets/structure/manifest.json \
-    --qa ../shared/datasets/hotpotqa_100_qa.json "${ARGS[@]}" --out artifacts/bench/structure_retrieval.json
+$PY scripts/bench_structure_retrieval.py --gold "$GOLD" --manifest "$DATA/manifest.json" --questions "${SPLIT}_questions" \
+    --qa ../shared/datasets/hotpotqa_100_qa.json "${ARGS[@]}" --out "artifacts/bench/structure_retrieval_$SPLIT.json"

@@ -176,7 +176,7 @@ def structure(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # in process: the command's own entry point, no interpreter start
         assert main(["structure-data", "--set", f"shared={shared}", "--set", f"docs={docs}", "--set", f"out={out}",
-                     "--set", "joined_train=6", "--set", "joined_zh_dev=2", "--set", "dev_questions=2", "--set",
+                     "--set", "joined_train=16", "--set", "joined_zh_dev=2", "--set", "dev_questions=2", "--set",
                      "test_questions=1", "--set", "max_parts=4"]) == 0
     return {"dir": out, "stdout": printed.getvalue(), "dev": out / "dev.jsonl", "manifest": out / "manifest.json"}
 
@@ -223,6 +223,17 @@ def tiny_llm(smollm2_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> str
     LlamaForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_head(structure: dict, tiny_llm: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cut head fitted on the tiny model's states over the tiny structure data's training documents."""
+    from memreader.training.cut_fit import CutFitSettings, fit_cut_head
+
+    out = tmp_path_factory.mktemp("cut") / "cut_head"
+    fit_cut_head(CutFitSettings(data=str(structure["dir"] / "train.jsonl"), model=tiny_llm, layers=1, hidden=8,
+                                epochs=2, tune_share=0.3), out)
+    return out
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -380,11 +391,41 @@ def test_structure_data(structure: dict) -> None:
     manifest = json.loads(structure["manifest"].read_text())
     assert {"train", "dev", "test", "dev_questions", "test_questions", "sha256", "passages"} <= set(manifest)
     assert len(manifest["dev_questions"]) == 2 and manifest["dev"]["joined/en/hotpotqa"]["documents"] >= 1
-    assert sum(v["documents"] for k, v in manifest["train"].items() if k.startswith("joined/")) == 6
+    assert sum(v["documents"] for k, v in manifest["train"].items() if k.startswith("joined/")) == 16
     assert re.search(r"^structure-data: dev: \d+ documents", structure["stdout"], flags=re.M)
     for line in structure["dev"].read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
         assert "".join(s["text"] for s in rec["sections"]) == rec["text"]
+
+
+def cmd_bench_cut_levers(structure: dict, tiny_head: Path, tiny_llm: str, out: Path) -> tuple:
+    return ("bench_cut_levers.py", "--head", f"(d) cut head={tiny_head}", "--model", tiny_llm, "--train",
+            structure["dir"] / "train.jsonl", "--gold", structure["dev"], "--cache", "", "--out", out / "levers.json")
+
+
+@pytest.mark.integration
+def test_bench_cut_levers(ahead: Ahead, structure: dict) -> None:
+    proc, out = ahead.result("bench_cut_levers")
+    report = json.loads((out / "levers.json").read_text())
+    n_dev = len(structure["dev"].read_text(encoding="utf-8").splitlines())
+    for method in ("(c) embedding drop", "(d) cut head"):
+        assert report["methods"][method]["all"]["n"] == n_dev and 0 <= report["methods"][method]["all"]["F1"] <= 1
+    assert "(d) cut head - drop, F1, all:" in proc.stdout
+
+
+def cmd_bench_cut_read(structure: dict, tiny_head: Path, tiny_llm: str, out: Path) -> tuple:
+    return ("bench_cut_read.py", "--input", structure["dev"], "--limit", 2, "--adapter", "", "--cut-head", tiny_head,
+            "--home", out / "home", "--set", f"model={tiny_llm}", "--set", "backend=transformers", "--set",
+            "max_new_tokens=1024", "--out", out / "read.json")
+
+
+@pytest.mark.integration
+def test_bench_cut_read(ahead: Ahead) -> None:
+    proc, out = ahead.result("bench_cut_read")
+    report = json.loads((out / "read.json").read_text())
+    assert report["rows"]["with head"]["documents"] == report["rows"]["without head"]["documents"] == 2
+    assert report["rows"]["with head"]["cut_seconds"] > 0 and report["rows"]["without head"]["cut_seconds"] is None
+    assert "with head / without: x" in proc.stdout
 
 
 def test_grammar_prior(grammar_random: tuple[Path, dict], structure: dict) -> None:

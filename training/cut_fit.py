@@ -60,6 +60,8 @@ class GoldDoc:
     text: str
     boundaries: list[int]
     group: str
+    kind: str = ""
+    lang: str = ""
 
 
 def load_gold(path: str | Path, limit: int = 0) -> list[GoldDoc]:
@@ -83,7 +85,8 @@ def load_gold(path: str | Path, limit: int = 0) -> list[GoldDoc]:
             if any(not 0 < b < len(text) for b in bounds):
                 raise CutScorerError(f"{path} line {n}: a boundary lies outside (0, {len(text)})",
                                      "boundaries are character offsets inside the text")
-            docs.append(GoldDoc(str(item.get("id", n)), text, bounds, str(item.get("group") or item.get("id", n))))
+            docs.append(GoldDoc(str(item.get("id", n)), text, bounds, str(item.get("group") or item.get("id", n)),
+                                str(item.get("kind", "")), str(item.get("lang", ""))))
             if limit and len(docs) >= limit:
                 break
     if not docs or not any(d.boundaries for d in docs):

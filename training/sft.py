@@ -239,6 +239,8 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
     out = cfg.output_dir  # $MEMREADER_HOME/runs/<run>/train, named when the config was built
     out.mkdir(parents=True, exist_ok=True)
     if project.cut_only:
+        if world_size() > 1:
+            raise ConfigError("cut_only fits the cut head in one process: launch it without accelerate / torchrun")
         return {"run_dir": str(out), "cut_head": fit_cut(cfg)}
     if not preflight_only and not project.resume and not project.overwrite and (out / "adapter_config.json").exists():
         raise ConfigError(f"{out} already holds a trained adapter; pick another run name, or set "

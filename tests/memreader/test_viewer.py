@@ -141,8 +141,6 @@ def test_the_cut_heads_scores_reach_the_page(tmp_path: Path) -> None:
 
 
 
-@pytest.mark.xfail(strict=True, reason="view_document keeps a meta.cuts without ends/p lists (None == None in "
-                   "length), and viewer.js's cutStrip then calls null.forEach")
 def test_a_cut_record_without_scores_is_not_drawn() -> None:
     from memreader.viewer.documents import view_document
 

@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 
 from memreader.core.config import ConfigError
-from memreader.core.cut_features import CutFeatures, CutScorerError, cached_rows, labels_for, model_signature
+from memreader.core.cut_features import (
+    FEATURES_VERSION,
+    CutFeatures,
+    CutScorerError,
+    cached_rows,
+    labels_for,
+    model_signature,
+)
 from memreader.core.cut_head import (
     CutHead,
     CutScorer,
@@ -192,7 +199,7 @@ def _head(dim: int = 6, hidden: int = 4, threshold: float = 0.4) -> CutHead:
     torch.manual_seed(1)
     meta = {"format": 1, "dim": dim, "hidden": hidden, "threshold": threshold,
             "base_model": {"name": "m", "signature": {"hidden_size": 2}},
-            "features": {"version": 1, "layers": 1, "window": 8, "max_tokens": 64}}
+            "features": {"version": FEATURES_VERSION, "layers": 1, "window": 8, "max_tokens": 64}}
     return CutHead(build_head(dim, hidden), np.arange(dim, dtype=np.float32), np.full(dim, 2.0, np.float32), meta)
 
 
@@ -457,7 +464,7 @@ def test_fit_writes_a_head_with_its_threshold_curves_and_base_model(fitted: dict
         "intermediate_size": 64, "num_attention_heads": 4}}
     feats = meta["features"]
     assert {k: feats[k] for k in ("version", "layers", "window", "max_tokens")} == {
-        "version": 1, "layers": 1, "window": 8, "max_tokens": 1024}
+        "version": FEATURES_VERSION, "layers": 1, "window": 8, "max_tokens": 1024}
     assert not feats.get("drop")  # the hidden-state rows alone unless asked for
     assert [c["epoch"] for c in meta["curves"]] == list(range(1, 21))
     fit = meta["fit"]
