@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from memreader.core.boundaries import match_boundaries, prf
 from memreader.core.config import validate as validate_config
 from memreader.core.schema import DocumentMemory
 from memreader.eval.tokenize import postprocess, tokenize, tokenizer_signature
@@ -89,32 +90,6 @@ def _check(boundaries: Sequence[int], length: int, what: str) -> None:
         raise ValueError(f"{what} boundary {bad[0]} is outside (0, {length}) for a text of {length} characters")
     if any(a >= b for a, b in zip(boundaries, boundaries[1:], strict=False)):
         raise ValueError(f"{what} boundaries must be strictly increasing, got {list(boundaries)[:20]}")
-
-
-def match_boundaries(predicted: Sequence[int], gold: Sequence[int], tolerance: int) -> list[tuple[int, int]]:
-    """``(predicted, gold)`` pairs, one-to-one, at most ``tolerance`` apart, as many as possible.
-
-    Both lists sorted: each gold boundary in order takes the earliest unmatched prediction within
-    reach (predictions left behind can reach no later gold boundary).
-    """
-    pairs, j = [], 0
-    for g in gold:
-        while j < len(predicted) and predicted[j] < g - tolerance:
-            j += 1
-        if j < len(predicted) and predicted[j] <= g + tolerance:
-            pairs.append((predicted[j], g))
-            j += 1
-    return pairs
-
-
-def prf(matched: int, n_predicted: int, n_gold: int) -> tuple[float, float, float]:
-    """Precision, recall, F1 from counts; no boundary on either side is a perfect 1, 1, 1."""
-    if n_predicted == 0 and n_gold == 0:
-        return 1.0, 1.0, 1.0
-    precision = matched / n_predicted if n_predicted else 0.0
-    recall = matched / n_gold if n_gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
 
 
 def default_window(gold: Sequence[int], length: int) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from memreader.core.boundaries import match_boundaries, prf
 from memreader.core.cut_features import FEATURES_VERSION, CutFeatures, CutScorerError, cached_rows, labels_for
 from memreader.core.cut_head import FOLDER, HEAD_FORMAT, CutHead, build_head, min_gap, pick_breaks
 
@@ -109,18 +110,10 @@ def split_tune(docs: list[GoldDoc], share: float) -> tuple[list[GoldDoc], list[G
 
 
 def boundary_f1(pred: list[list[int]], gold: list[list[int]], tolerance: int) -> float:
-    """Micro F1 over documents, predictions matched one-to-one to gold within ``tolerance`` characters."""
-    hit = n_pred = n_gold = 0
-    for p, g in zip(pred, gold, strict=True):
-        j = 0
-        for b in g:
-            while j < len(p) and p[j] < b - tolerance:
-                j += 1
-            if j < len(p) and p[j] <= b + tolerance:
-                hit, j = hit + 1, j + 1
-        n_pred, n_gold = n_pred + len(p), n_gold + len(g)
-    precision, recall = hit / max(1, n_pred), hit / max(1, n_gold)
-    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    """Micro F1 over documents, predictions matched one-to-one to gold within ``tolerance`` characters
+    (:func:`memreader.core.boundaries.match_boundaries`)."""
+    hit = sum(len(match_boundaries(p, g, tolerance)) for p, g in zip(pred, gold, strict=True))
+    return prf(hit, sum(map(len, pred)), sum(map(len, gold)))[2]
 
 
 @dataclass

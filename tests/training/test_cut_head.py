@@ -124,7 +124,7 @@ def test_boundary_f1_matches_one_to_one_within_the_tolerance() -> None:
     assert boundary_f1([[104]], [[100]], 3) == 0.0
     assert boundary_f1([[99, 101]], [[100]], 3) == pytest.approx(2 / 3)  # one gold, two predictions: one hit
     assert boundary_f1([[100], []], [[100], [50]], 3) == pytest.approx(2 / 3)  # micro over documents
-    assert boundary_f1([[]], [[]], 3) == 0.0
+    assert boundary_f1([[]], [[]], 3) == 1.0  # nothing to find and nothing found: perfect, as the eval scores it
 
 
 def test_choose_threshold_picks_the_lowest_threshold_with_the_best_f1() -> None:
