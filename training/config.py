@@ -131,6 +131,9 @@ _RANGES: dict[str, tuple[str, float]] = {
     "r": (">=", 1), "lora_alpha": (">", 0), "lora_dropout": (">=", 0), "learning_rate": (">", 0),
     "per_device_train_batch_size": (">=", 1), "per_device_eval_batch_size": (">=", 1),
     "gradient_accumulation_steps": (">=", 1), "max_length": (">=", 1), "logging_steps": (">", 0),
+    # this project's numeric keys: their ranges live here, not in field metadata, which TRL's parser would hand to
+    # argparse
+    "cut_layers": (">=", 1), "cut_hidden": (">=", 0), "cut_epochs": (">=", 1),
 }
 _LISTING = "`memreader train --list-keys` prints every key"
 
@@ -228,16 +231,11 @@ def _value_problems(project: dict[str, Any], lora: dict[str, Any], sft: dict[str
     if (project.get("cut_head") or project.get("cut_only")) and not project.get("cut_data"):
         problems.append("cut_head / cut_only need cut_data: documents with gold boundaries (JSONL: id, text, "
                         "boundaries), e.g. from `memreader structure-data`")
-    for key in ("cut_layers", "cut_epochs"):
-        if isinstance(project.get(key), int) and project[key] < 1:
-            problems.append(f"{key}={project[key]} is out of range: it must be >= 1")
-    if isinstance(project.get("cut_hidden"), int) and project["cut_hidden"] < 0:
-        problems.append(f"cut_hidden={project['cut_hidden']} is out of range: it must be >= 0")
     if project.get("truncation_policy", "refuse") not in POLICIES:
         problems.append(f"truncation_policy={project['truncation_policy']!r}: use one of {', '.join(POLICIES)}")
     if bad_run:
         problems.append(bad_run)
-    problems += _range_problems({**lora, **sft})
+    problems += _range_problems({**lora, **sft, **project})
     problems += _file_problems(project, sft)
     targets = lora.get("target_modules")
     if isinstance(targets, str) and "," in targets:
