@@ -110,7 +110,6 @@ class _Dealer:
 
     def __init__(self, passages: list[Passage], rng: random.Random) -> None:
         self.passages, self.rng, self.left = passages, rng, []
-        self.uses: dict[int, int] = {}
 
     def deal(self, k: int) -> list[int]:
         picked: list[int] = []
@@ -154,9 +153,6 @@ def joined(passages: list[Passage], count: int, prefix: str, cfg: StructureDataC
         picked = [dealer.passages[i] for i in dealer.deal(k)]
         if len({p.unit for p in picked}) < len(picked) or not _fits([p.text for p in picked], picked[0].lang):
             continue
-        for p in picked:
-            key = id(p)
-            dealer.uses[key] = dealer.uses.get(key, 0) + 1
         sep = " " if picked[0].lang == "en" else ""
         parts = [(p.title, p.text + (sep if i < len(picked) - 1 else "")) for i, p in enumerate(picked)]
         docs.append(_record(f"{prefix}-{len(docs):05d}", parts, picked[0].lang, source, "joined",
