@@ -1,9 +1,9 @@
 """Stage configs: dataclasses filled from YAML, then overridden by ``--set key=value`` flags.
 
 Every field carries ``metadata={"help": ...}`` and, when numeric, its valid range (``ge``, ``gt``,
-``le``, ``lt``); :func:`load_config` collects *all* problems (YAML syntax, unknown keys, wrong
-types, out-of-range values, bad run names, the config's own ``problems()``) before failing, so one run
-shows every mistake in a config file.
+``le``, ``lt``) and, where a rule says more than a range, its ``check``; :func:`load_config` collects *all*
+problems (YAML syntax, unknown keys, wrong types, out-of-range values, bad run names, the config's own
+``problems()``) before failing, so one run shows every mistake in a config file.
 
 One validation style for every config class: a class lists what is wrong in ``problems() -> list[str]`` (each line
 names the key, the value and the fix); it never raises one problem at a time. :func:`load_config` collects them
@@ -18,7 +18,7 @@ import difflib
 import json
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,10 +32,13 @@ _BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b), "
 
 
 def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | None = None,  # noqa: A002
-          gt: float | None = None, le: float | None = None, lt: float | None = None, **kw: Any) -> Any:
+          gt: float | None = None, le: float | None = None, lt: float | None = None,
+          check: Callable[[Any], str | None] | None = None, **kw: Any) -> Any:
     """A dataclass field with a help text and, for numbers, its valid range (mutable defaults go
-    through ``default_factory``)."""
-    meta = {"help": help, **{k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}}
+    through ``default_factory``); ``check(value)`` (what is wrong, or None) is the field's own rule where one
+    function owns it (``rrf_k``: :func:`memreader.core.fusion.rrf_k_problem`), run on a value inside the range."""
+    meta = {"help": help, **{k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("check", check))
+                             if v is not None}}
     if isinstance(default, (list, dict)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta, **kw)
@@ -44,7 +47,7 @@ def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | Non
 
 def range_problems(config: Any, values: dict[str, Any] | None = None) -> list[str]:
     """Every numeric field of a dataclass (or of ``values``, given for its class) outside its
-    declared range, with the range."""
+    declared range, with the range, or failing its own ``check``."""
     out = []
     for f in dataclasses.fields(config):
         if values is not None and f.name not in values:
@@ -57,6 +60,8 @@ def range_problems(config: Any, values: dict[str, Any] | None = None) -> list[st
         if failed:
             want = " and ".join(f"{op} {f.metadata[k]}" for k, (op, _) in _BOUNDS.items() if k in f.metadata)
             out.append(f"{f.name}={value!r} is out of range: it must be {want}")
+        elif "check" in f.metadata and (problem := f.metadata["check"](value)):
+            out.append(problem)
     return out
 
 

@@ -45,27 +45,46 @@ def split_label(label: str) -> tuple[str, str]:
 
 
 RRF_K = 60.0
-"""The usual reciprocal rank fusion constant (Cormack et al.; MoM uses it too)."""
+"""The usual reciprocal rank fusion constant (Cormack et al.; MoM uses it too): every ``rrf_k`` default."""
+RRF_K_MIN = 0.0
+"""The least k: ranks start at 1, so ``1/(k + rank)`` is defined (at most 1) for every k >= 0. A small k only lets
+one first place outweigh agreement further down; that is a setting, not an error."""
+
+
+def rrf_k_problem(k: Any) -> str | None:
+    """The one rule for RRF's k, wherever rankings are fused (a config key, a settings object, a direct call): a
+    finite number >= :data:`RRF_K_MIN`. Returns what is wrong, or None."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k < RRF_K_MIN:
+        return (f"rrf_k={k!r}: RRF's k must be a finite number >= {RRF_K_MIN:g} (ranks start at 1); "
+                f"the usual value is {RRF_K:g}")
+    return None
+
+
+def check_rrf_k(k: Any) -> None:
+    """Raise ``ValueError`` when :func:`rrf_k_problem` finds ``k`` wrong."""
+    problem = rrf_k_problem(k)
+    if problem:
+        raise ValueError(problem)
 
 
 def rrf_k_field(what: str) -> Any:
-    """The ``rrf_k`` key of every config that fuses rankings: the same default and the same rule (a finite number
-    >= 0; ranks start at 1, so 0 is allowed) wherever it appears. ``what`` says what is fused."""
+    """The ``rrf_k`` key of every config that fuses rankings: the same default, range and check
+    (:func:`rrf_k_problem`) wherever it appears. ``what`` says what is fused."""
     from memreader.core.config import field as config_field
 
-    return config_field(RRF_K, ge=0, help=f"reciprocal rank fusion constant k for {what}: score = sum 1/(k + rank) "
-                        f"(>= 0; usual value {RRF_K:g})")
+    return config_field(RRF_K, ge=RRF_K_MIN, check=rrf_k_problem,
+                        help=f"reciprocal rank fusion constant k for {what}: score = sum 1/(k + rank) "
+                        f"(a finite number >= {RRF_K_MIN:g}; usual value {RRF_K:g})")
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = 60) -> list[tuple[K, float]]:
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = RRF_K) -> list[tuple[K, float]]:
     """Fuse ranked lists: ``score(d) = sum over lists containing d of 1 / (k + rank(d))``.
 
     Ranks are 1-based. Returns ``(key, score)`` best first; equal scores are ordered by the key
     (ascending), so keys must be mutually orderable (ints, strings, tuples of them). A key listed
     twice in one ranking is an error: the ranking would vote for it twice.
     """
-    if not math.isfinite(k) or k < 0:
-        raise ValueError(f"RRF k must be a finite number >= 0, got {k!r} (the usual value is 60)")
+    check_rrf_k(k)
     terms: dict[K, list[float]] = {}
     for li, ranking in enumerate(rankings):
         seen: set[K] = set()
@@ -182,7 +201,7 @@ class Hit:
 
 
 def fuse_layer_hits(
-    layer_lists: Sequence[Sequence[LayerHit]], k: float = 60
+    layer_lists: Sequence[Sequence[LayerHit]], k: float = RRF_K
 ) -> list[tuple[ChunkKey, float, list[LayerHit]]]:
     """Map every layer hit to its chunk and fuse the lists with :func:`reciprocal_rank_fusion`.
 

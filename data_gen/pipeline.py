@@ -52,7 +52,6 @@ from memreader.core.windowing import WindowConfig
 from memreader.data_gen.cache import ReplyCache, ScoreCache
 from memreader.data_gen.cached_teacher import CachedTeacher
 from memreader.data_gen.flow import Dispatcher, gather_bounded
-from memreader.data_gen.selection import check_rrf_k
 from memreader.data_gen.sft_export import balance, sft_record, write_sft_splits
 from memreader.data_gen.structure_teacher import structure_config, structure_results
 from memreader.data_gen.teacher_flow import TeacherFlow, Unit, UnitResult
@@ -132,10 +131,6 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
                                     prefix="evaluator_")
         if self.clarity_variant not in VARIANTS:
             problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
-        try:
-            check_rrf_k(self.rrf_k)
-        except ValueError as exc:
-            problems.append(str(exc))
         if self.max_parts < self.min_parts:
             problems.append(f"min_parts/max_parts: need min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
         return problems

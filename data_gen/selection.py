@@ -7,7 +7,8 @@ Ranks are 1-based and descending (the highest score gets rank 1). Ties within a 
 by candidate index: of two candidates with the same score, the one sampled first gets the better
 rank (ordinal ranking, so the ranks of n candidates are always 1..n). A missing score (``None``:
 completeness of a chunk-only memory) ranks after every present one. The fused score is
-``S_RRF = 1/(k + rank_clarity) + 1/(k + rank_completeness)`` with ``k = 60`` (MoM); a metric that
+``S_RRF = 1/(k + rank_clarity) + 1/(k + rank_completeness)`` with ``k = 60`` (MoM;
+:data:`memreader.core.fusion.RRF_K`, any finite k >= 0 by :func:`memreader.core.fusion.rrf_k_problem`); a metric that
 no candidate of the document has is left out of the sum. The winner has the highest ``S_RRF``;
 an exact tie goes to the lower candidate index (:func:`memreader.core.fusion.reciprocal_rank_fusion`
 sums exactly and breaks ties by key).
@@ -20,20 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memreader.core.errors import MemReaderError
-from memreader.core.fusion import reciprocal_rank_fusion
+from memreader.core.fusion import RRF_K, reciprocal_rank_fusion, rrf_k_problem
 
 METRICS = ("clarity", "completeness")
 
 
 class SelectionError(MemReaderError, ValueError):
     """Candidate selection cannot run with these settings or scores."""
-
-
-def check_rrf_k(k: float) -> None:
-    """RRF's k must be a finite number > 0 (MoM and the RRF paper use 60)."""
-    if not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
-        raise SelectionError(f"rrf_k={k!r}: RRF needs k > 0 (with k = 0 one first place outweighs every other rank)",
-                             "set rrf_k=60, the value of MoM and of the RRF paper")
 
 
 def metric_ranks(values: Sequence[float | None]) -> list[int]:
@@ -49,11 +43,13 @@ def metric_ranks(values: Sequence[float | None]) -> list[int]:
     return ranks
 
 
-def select_candidates(scores: Sequence[Mapping[str, Any]], k: float = 60) -> list[dict[str, Any]]:
+def select_candidates(scores: Sequence[Mapping[str, Any]], k: float = RRF_K) -> list[dict[str, Any]]:
     """Rank and fuse one document's candidates; returns one row per candidate (input order) with
     ``rank_clarity``, ``rank_completeness`` (None when no candidate has that metric), ``rrf`` and
     ``selected`` (exactly one True)."""
-    check_rrf_k(k)
+    problem = rrf_k_problem(k)
+    if problem:
+        raise SelectionError(problem, f"set rrf_k={RRF_K:g}, the value of MoM and of the RRF paper")
     if not scores:
         raise SelectionError("no candidate to select from", "generate at least one usable candidate (num_candidates >= 1)")
     rows = [dict(s) for s in scores]

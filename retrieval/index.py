@@ -57,6 +57,7 @@ from memreader.core.fusion import (
     CORE,
     LAYERS,
     OUTLINE,
+    RRF_K,
     SINGLE,
     ChunkKey,
     Hit,
@@ -456,7 +457,7 @@ class MemoryIndex(MilvusCollection):
         if any(split_label(label)[1] == BM25 for label in MODES[mode]):
             self.require_bm25(f"search mode {mode!r}", _DENSE_FIX)
 
-    def search(self, query: str, top_k: int = 8, mode: str = "three_layer", rrf_k: float = 60) -> list[Hit]:
+    def search(self, query: str, top_k: int = 8, mode: str = "three_layer", rrf_k: float = RRF_K) -> list[Hit]:
         """Retrieve the ``top_k`` best chunks for ``query``.
 
         ``three_layer`` searches outline, core and chunk rows independently (``top_k`` each), maps

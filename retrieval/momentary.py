@@ -40,7 +40,7 @@ from typing import Any
 
 from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
-from memreader.core.fusion import reciprocal_rank_fusion
+from memreader.core.fusion import RRF_K, reciprocal_rank_fusion, rrf_k_problem
 from memreader.retrieval.conversation_store import BM25, ConversationStore, Turn, check_conversation_id
 from memreader.retrieval.token_counter import TokenCounter
 
@@ -63,7 +63,7 @@ class MomentarySettings:
     top_k: int = 8
     candidates: int = 50
     fusion: str = "weighted"
-    rrf_k: float = 60.0
+    rrf_k: float = RRF_K
     max_tokens: int = 1024
 
     def problems(self) -> list[str]:
@@ -77,8 +77,8 @@ class MomentarySettings:
             out.append(f"candidates={self.candidates} is below top_k={self.top_k}: raise candidates to >= top_k")
         if self.fusion not in FUSIONS:
             out.append(f"fusion={self.fusion!r} is not one of {', '.join(FUSIONS)}")
-        if not math.isfinite(self.rrf_k) or self.rrf_k < 0:
-            out.append(f"rrf_k={self.rrf_k!r} must be a finite number >= 0 (the usual value is 60)")
+        if problem := rrf_k_problem(self.rrf_k):
+            out.append(problem)
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             out.append(f"max_tokens={self.max_tokens!r} must be an integer >= 1 (L_max, e.g. 1024)")
         bad = {s: w for s, w in self.weights.items() if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0)}
@@ -139,7 +139,7 @@ def _ranking(scores: Mapping[int, float], skip_zero: bool) -> list[int]:
 
 
 def fuse(raw: Mapping[str, Mapping[int, float]], weights: Mapping[str, float], fusion: str = "weighted",
-         rrf_k: float = 60.0) -> Fused:
+         rrf_k: float = RRF_K) -> Fused:
     """Fuse raw scores (signal → turn → score, every signal scoring the same turns) of the active signals.
 
     ``weighted``: Σ weight · min-max(score); ``rrf``: Σ 1 / (rrf_k + rank) over the signals with a

@@ -20,7 +20,7 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.errors import MissingInput
-from memreader.core.fusion import BM25, CORE, OUTLINE, Hit, rrf_k_field
+from memreader.core.fusion import BM25, CORE, OUTLINE, RRF_K, Hit, rrf_k_field
 from memreader.core.paths import memreader_home, run_dir, write_json, write_resolved_config
 from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
 from memreader.core.runtime import load_embedder
@@ -82,8 +82,6 @@ class RetrievalConfig(MeVeSettings):
             problems.append(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
         if self.top_k < 1:
             problems.append(f"top_k: must be >= 1, got {self.top_k}")
-        if self.rrf_k < 0:
-            problems.append(f"rrf_k: must be >= 0, got {self.rrf_k}")
         if self.batch_size < 1:
             problems.append(f"batch_size: must be >= 1, got {self.batch_size}")
         if self.db_path and not is_server_uri(self.db_path) and not self.db_path.endswith(".db"):
@@ -177,7 +175,7 @@ def ask(
     mode: str = "three_layer",
     embedder_name: str | None = None,
     collection: str = DEFAULT_COLLECTION,
-    rrf_k: float = 60,
+    rrf_k: float = RRF_K,
     device: str = "auto",
     token: str = "",
 ) -> list[Hit]:

@@ -111,6 +111,7 @@ def main() -> int:
     import jieba
 
     jieba.setLogLevel(30)  # Milvus Lite's Chinese analyzer: no dictionary-loading chatter
+    from memreader.core.fusion import RRF_K
     from memreader.core.registry import canonical_name
     from memreader.core.runtime import load_embedder
     from memreader.core.schema import read_memories
@@ -160,7 +161,7 @@ def main() -> int:
     lines += [
         "",
         settings_line(f"layout {args.layout}, {skipped}; embedder {name}, BM25 analyzer {language}, top_k "
-                      f"{args.top_k}, RRF k 60, Milvus Lite; rows {summary.rows}, skipped rows "
+                      f"{args.top_k}, RRF k {RRF_K:g}, Milvus Lite; rows {summary.rows}, skipped rows "
                       f"{summary.skipped or 'none'}; memories made by {', '.join(made_by)}", seconds),
     ]
     return emit_table(lines, args.out)

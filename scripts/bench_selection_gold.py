@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from memreader import __version__
 from memreader.core.corpus import Document
+from memreader.core.fusion import RRF_K
 from memreader.core.guidance import approx_tokens
 from memreader.core.memory_grammar import sentence_ends
 from memreader.core.schema import DocumentMemory, Scenario
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None, scorer: Any = None) -> int:
     ap.add_argument("--dtype", default="auto", help="evaluator dtype: auto, float32, bfloat16")
     ap.add_argument("--batch-tokens", type=int, default=8192, help="evaluator tokens per forward batch")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--rrf-k", type=float, default=60.0, help="RRF smoothing constant (MoM: 60)")
+    ap.add_argument("--rrf-k", type=float, default=RRF_K, help=f"RRF smoothing constant (MoM: {RRF_K:g})")
     ap.add_argument("--core-tokens", type=int, default=76,
                     help="core = lead sentence(s) within this many evaluator tokens (structure teacher: 80 - 4)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the perturbations, the shuffles and the bootstrap")

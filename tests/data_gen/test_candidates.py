@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass
 
 import pytest
 
 import memreader.data_gen.pipeline as pipeline
 from memreader.core.errors import RunFailed
+from memreader.core.fusion import RRF_K, RRF_K_MIN, reciprocal_rank_fusion, rrf_k_problem
 from memreader.core.generation import GenerationParams, Reply
 from memreader.data_gen.flow import Batcher, Dispatcher
 from memreader.data_gen.selection import SelectionError, metric_ranks, select_candidates
@@ -108,7 +110,7 @@ def test_bad_selection_settings_are_named() -> None:
     from memreader.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError) as err:
-        load_config(pipeline.GenConfig, None, ["input=x.jsonl", "num_candidates=0", "rrf_k=0",
+        load_config(pipeline.GenConfig, None, ["input=x.jsonl", "num_candidates=0", "rrf_k=-1",
                                                 "clarity_variant=vibes"])
     text = str(err.value)
     assert "num_candidates" in text and "rrf_k" in text and "clarity_variant" in text
@@ -120,10 +122,37 @@ def test_ranks_and_ties_are_deterministic() -> None:
     assert rows[0]["rrf"] == rows[1]["rrf"] and rows[0]["selected"] and not rows[1]["selected"]
     rows = select_candidates([{"clarity": 0.5, "completeness": None}, {"clarity": 0.7, "completeness": None}])
     assert rows[1]["selected"] and rows[0]["rank_completeness"] is None and rows[1]["rrf"] == pytest.approx(1 / 61)
-    with pytest.raises(SelectionError, match="k > 0"):
-        select_candidates([{"clarity": 1.0}], k=0)
+    rows = select_candidates([{"clarity": 0.5, "completeness": 0.1}, {"clarity": 0.7, "completeness": 0.0}], k=0)
+    assert [r["rrf"] for r in rows] == [1 / 2 + 1 / 1, 1 / 1 + 1 / 2]  # k = 0: ranks start at 1, still defined
+    with pytest.raises(SelectionError, match="finite number >= 0"):
+        select_candidates([{"clarity": 1.0}], k=-1)
     with pytest.raises(SelectionError, match="finite"):
         select_candidates([{"clarity": float("nan"), "completeness": 1.0}])
+
+
+@pytest.mark.parametrize("k", [0, 0.5, RRF_K, -1e-9, -1, float("inf"), float("nan")])
+def test_gen_selection_and_fusion_agree_on_rrf_k(k: float) -> None:
+    """One RRF rule: what `memreader gen` accepts for rrf_k is what selection and fusion run with, and what the
+    retrieval configs and momentary settings accept, and `gen --help` states that bound."""
+    from memreader.core.config import ConfigError, describe_config, load_config
+    from memreader.retrieval.chat import ChatConfig
+    from memreader.retrieval.momentary import MomentarySettings
+    from memreader.retrieval.search import RetrievalConfig
+
+    def accepts(call) -> bool:
+        try:
+            call()
+        except (ConfigError, ValueError):
+            return False
+        return True
+
+    fusion = accepts(lambda: reciprocal_rank_fusion([["a", "b"], ["b"]], k=k))
+    assert fusion == (rrf_k_problem(k) is None) == (math.isfinite(k) and k >= RRF_K_MIN)
+    assert accepts(lambda: select_candidates([{"clarity": 0.5}, {"clarity": 0.7}], k=k)) == fusion
+    for cls, needs in ((pipeline.GenConfig, ["input=x.jsonl"]), (RetrievalConfig, []), (ChatConfig, [])):
+        assert accepts(lambda cls=cls, needs=needs: load_config(cls, None, [*needs, f"rrf_k={k}"])) == fusion, cls
+    assert (not MomentarySettings({"bm25": 1.0}, rrf_k=k).problems()) == fusion
+    assert f"(a finite number >= {RRF_K_MIN:g}; usual value {RRF_K:g})" in describe_config(pipeline.GenConfig)
 
 
 def test_async_dispatcher_keeps_max_concurrency_in_flight() -> None:
