@@ -1,10 +1,10 @@
 """Align ``head[MASK]tail`` chunk markers to exact spans that tile the document.
 
-Rules (SPEC §2): markers are matched literally (no regex, so no escaping accidents), each search
-starts after the previous boundary (monotonic, so a repeated head cannot jump backwards), a fuzzy
-match with a score threshold is the fallback, text between a tail and the next head goes to a
-neighbour, and a marker that cannot be placed at all is merged into the chunk before it. The
-result always tiles the document; nothing is invented and no LLM is asked.
+Rules (docs/ARCHITECTURE.md, "Span alignment"): markers are matched literally (``str.find``, and ``re.escape``
+where a junction allows whitespace, so no escaping accidents), each search starts after the previous boundary
+(monotonic, so a repeated head cannot jump backwards), a fuzzy match with a score threshold is the fallback, text
+between a tail and the next head goes to a neighbour, and a marker that cannot be placed at all is merged into the
+chunk before it. The result always tiles the document; nothing is invented and no LLM is asked.
 """
 
 from __future__ import annotations

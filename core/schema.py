@@ -1,4 +1,4 @@
-"""Document-memory schema (SPEC §2) and its JSONL reader/writer.
+"""Document-memory schema and its JSONL reader/writer (the record: docs/ARCHITECTURE.md, "Document memory").
 
 A :class:`DocumentMemory` holds the document text, one :class:`Scenario` per atomic chunk
 (outline item, core content, exact ``[start, end)`` span) and optional reasoning. The invariant

@@ -102,7 +102,7 @@ class QAConfig:
     evaluator_dtype: str = dtype_field("clarity's evaluator weights")
     evaluator_device: str = device_field("clarity's evaluator device")
     clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (core/scoring.py); ppl also "
-                                 "gives MoC's boundary clarity from the same forward passes (eval/intrinsic.py)")
+                                 "gives MoC's boundary clarity from the same forward passes (eval/intrinsic/)")
     stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "
                              "documents): structural entropy of each memory's chunk-similarity graph")
     stickiness_quantile: float = field(0.999, gt=0, lt=1, help="stickiness joins two chunks whose cosine exceeds "

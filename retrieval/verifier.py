@@ -12,7 +12,7 @@ Three kinds, one interface (:class:`Verifier`):
   ``score = P(yes) / (P(yes) + P(no))`` where ``P(yes)`` sums the probabilities of every
   single-token spelling of the answer (``yes``, ``Yes``, ``YES``, each with and without a leading
   space; spellings the tokenizer splits into several tokens are left out), and likewise ``P(no)``.
-  This is the normalised P(yes) the spec asks for: computed as
+  This is the normalised P(yes) of docs/MEVE.md: computed as
   ``sigmoid(logsumexp(yes logits) - logsumexp(no logits))``, the softmax normaliser cancels, so
   the score does not depend on how much mass the model puts on other words. Passages are cut to
   ``max_passage_tokens``, prompts sorted by length (less padding), left-padded and scored one
