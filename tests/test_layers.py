@@ -79,10 +79,7 @@ def test_every_module_imports() -> None:
 _ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 
 
-@pytest.mark.parametrize("folder", [
-    pytest.param(folder, marks=pytest.mark.xfail(strict=True, reason="training/__init__.py still says `import training` "
-                                                 "(issue 48); drop this mark when it names memreader.training"))
-    if folder == "training" else folder for folder in check_layers.FOLDERS])
+@pytest.mark.parametrize("folder", check_layers.FOLDERS)
 def test_each_folder_names_its_import_path(folder: str) -> None:
     """A reader of `memreader.<x>` is told in the folder itself where it lives: its __init__.py's first line."""
     package = check_layers.FOLDERS[folder][0]

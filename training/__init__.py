@@ -1,5 +1,7 @@
-"""Training stage: LoRA SFT of MemReader with TRL + PEFT (:mod:`memreader.training.sft`), data pre-flight checks
-(:mod:`memreader.training.preflight`) and adapter merging (:mod:`memreader.training.merge`).
+"""``memreader.training`` (the ``training/`` folder): LoRA SFT of MemReader with TRL + PEFT (``memreader train``:
+:mod:`~memreader.training.sft`, its settings: :mod:`~memreader.training.config`), data pre-flight checks
+(:mod:`~memreader.training.preflight`), adapter merging (``memreader merge``: :mod:`~memreader.training.merge`) and
+the cut head's fit (:mod:`~memreader.training.cut_fit`).
 
-Submodules import torch / transformers lazily, so ``import training`` stays cheap.
+Submodules import torch / transformers lazily, so ``import memreader.training`` stays cheap.
 """

@@ -31,7 +31,7 @@ key                          here                                 library defaul
                              written)
 ``save_total_limit``         2                                    keep every checkpoint
 ``task_type``                ``CAUSAL_LM``                        ``None``
-``target_modules``           ``all-linear`` (SPEC §4)             the model type's PEFT default (q, v)
+``target_modules``           ``all-linear``                       the model type's PEFT default (q, v)
 ``r`` / ``lora_alpha`` /     16 / 32 / 0.05                       8 / 8 / 0.0
 ``lora_dropout``
 ===========================  ===================================  ==========================================
