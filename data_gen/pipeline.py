@@ -89,6 +89,10 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     max_parts: int = field(6, ge=1, help="most outline topics asked for")
     reverse_com: bool = field(True, help="ask the teacher for the reasoning path (CoM) behind each memory")
     com_max_new_tokens: int = field(256, ge=1, help="token budget of the reverse-CoM reply")
+    com_probe: int = field(2, ge=0, help="the run's first N reverse-CoM requests go alone; when every one of them is "
+                           "cut off at its budget (a teacher that does not end a reasoning, e.g. a 135M model that "
+                           "loops), the rest are not asked (fate 'not-asked', said in the output and the manifest); "
+                           "0: ask every one")
     on_unusable: str = field("skip", help="a teacher reply with no chunk at all: 'skip' the document (no SFT "
                              "record), or keep it as a 'whole'-document one-chunk memory (flagged, counted, "
                              "warned about; only sensible for smoke runs with a weak teacher)")
@@ -360,9 +364,11 @@ def _print_run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[
 
 def reasoning_summary(cfg: GenConfig, memories: list[Any]) -> dict[str, Any]:
     """What became of the reverse-CoM requests (one per unit): fates (ok, retried, truncated-skipped, error,
-    empty) and the token budgets, so a report can say why reasoning paths are missing."""
+    empty, not-asked: the probe found the teacher does not end one) and the token budgets, so a report can say why
+    reasoning paths are missing."""
     asked = [m.meta["reverse_com"] for m in memories if "reverse_com" in m.meta]
-    return {"requests": len(asked), "fates": count_fates([a["fate"] for a in asked]),
+    fates = count_fates([a["fate"] for a in asked])
+    return {"requests": len(asked) - fates.get("not-asked", 0), "fates": fates, "probe": cfg.com_probe,
             "max_new_tokens": cfg.com_max_new_tokens,
             "retry_max_new_tokens": 2 * cfg.com_max_new_tokens if cfg.on_truncated == "retry_longer" else None}
 

@@ -92,6 +92,14 @@ class TeacherFlow:
         self.score_batcher = Batcher(self._score_now, max_items=max(8, cfg.score_batch_memories),
                                      compute_lock=compute_lock)
         self.scored_now = 0  # memories the evaluator scored in this run (the rest came from the cache)
+        # reverse-CoM probe (cfg.com_probe): the first requests go alone; the gate opens when one ends its reasoning,
+        # or closes the step for good when every probe was cut off at its budget
+        self.com_probes_left = getattr(cfg, "com_probe", 0)
+        self.com_probe_fates: list[str] = []
+        self.com_gate = asyncio.Event()
+        self.com_given_up = False
+        if not self.com_probes_left:
+            self.com_gate.set()
 
     def _item(self, name: str, lang: str, **values: Any) -> tuple[str, list[dict[str, str]]]:
         msgs, tpl = render(name, lang, **values)
@@ -212,6 +220,40 @@ class TeacherFlow:
         return out  # type: ignore[return-value]
 
     async def _reasoning(self, mem: DocumentMemory, unit: Unit) -> None:
+        cfg = self.cfg
+        probing = not self.com_gate.is_set() and self.com_probes_left > 0
+        if probing:
+            self.com_probes_left -= 1
+        elif not self.com_gate.is_set():
+            await self.com_gate.wait()
+        if self.com_given_up:
+            mem.meta["reverse_com_error"] = (f"not asked: the teacher's first {cfg.com_probe} reasoning paths were all "
+                                             "cut off at their token budget (com_probe)")
+            mem.meta["reverse_com"] = {"fate": "not-asked", "max_new_tokens": None, "completion_tokens": None}
+            return
+        try:
+            await self._ask_reasoning(mem, unit)
+        except BaseException:
+            if probing:  # the units waiting on this probe are not left waiting: they ask for themselves
+                self.com_gate.set()
+            raise
+        if probing:
+            self._probe_settled(mem.meta["reverse_com"]["fate"], mem.meta["reverse_com"]["max_new_tokens"])
+
+    def _probe_settled(self, fate: str, budget: int) -> None:
+        """One probe's fate: a reasoning that ended (or a failed request, which says nothing of the teacher) opens
+        the gate; the last of ``com_probe`` probes all cut off closes the step for the rest of the run, loudly."""
+        self.com_probe_fates.append(fate)
+        if fate != "truncated-skipped":
+            self.com_gate.set()
+        elif len(self.com_probe_fates) == self.cfg.com_probe:
+            self.com_given_up = True
+            self.com_gate.set()
+            log.warning("reverse CoM: the teacher's first %d reasoning paths were all cut off at %d tokens; the "
+                        "other documents' are not asked (com_probe=%d; 0 asks every one, or raise com_max_new_tokens "
+                        "or use a stronger teacher)", self.cfg.com_probe, budget, self.cfg.com_probe)
+
+    async def _ask_reasoning(self, mem: DocumentMemory, unit: Unit) -> None:
         cfg = self.cfg
         target = render_memory(mem.outline, mem.chunks, mem.cores, None, cfg.head_chars, cfg.tail_chars)
         item = self._item("reverse_com", unit.lang, document=unit.text, memory=target)

@@ -219,13 +219,17 @@ def _reasoning_line(gen: dict[str, Any]) -> str:
         return f"{line} (a cut-off reasoning is left out of its SFT target)"
     fates = info["fates"]
     cut, budget = fates.get("truncated-skipped", 0), info["retry_max_new_tokens"] or info["max_new_tokens"]
+    skipped = fates.get("not-asked", 0)
     why = [f"{count} {what}" for count, what in ((cut, f"cut off at {budget} tokens"),
                                                   (fates.get("error", 0), "failed requests"),
-                                                  (fates.get("empty", 0), "empty replies")) if count]
+                                                  (fates.get("empty", 0), "empty replies"),
+                                                  (skipped, "not asked: every probe was cut off")) if count]
     line += f" ({', '.join(why)}; left out of the SFT targets)" if why else ""
     if cut and cut == info["requests"] and n == len(gen["without_reasoning"]):
         line += (f": {gen['teacher']['model']} did not end one reasoning within {budget} tokens, so every SFT "
                  "target is the memory alone; a stronger teacher (TEACHER=openai) writes them")
+        if skipped:
+            line += f" (the first {cut} asked, com_probe={info.get('probe')}; the other {skipped} never run)"
     return line
 
 

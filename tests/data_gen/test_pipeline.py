@@ -180,21 +180,55 @@ def test_cut_off_reasoning_is_counted_and_the_demo_says_why(tmp_path, corpus, mo
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     teacher = RamblingReasoner()
     fake_engines(monkeypatch, teacher)
-    manifest = pipeline.generate(Cfg(input=str(corpus), run="com1", com_max_new_tokens=96, guided="off"))
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="com1", com_max_new_tokens=96, guided="off",
+                                     com_probe=0))
     assert [b for d, b, _ in teacher.seen if d == "reverse CoM"] == [96] * 3 + [192] * 3
     assert manifest["without_reasoning"] == ["a", "b", "c"]
-    assert manifest["reasoning"] == {"requests": 3, "fates": {"truncated-skipped": 3}, "max_new_tokens": 96,
-                                     "retry_max_new_tokens": 192}
+    assert manifest["reasoning"] == {"requests": 3, "fates": {"truncated-skipped": 3}, "probe": 0,
+                                     "max_new_tokens": 96, "retry_max_new_tokens": 192}
     mem = read_memories(manifest["files"]["memories"])[0]
     assert mem.reasoning is None and mem.meta["reverse_com"] == {"fate": "truncated-skipped", "max_new_tokens": 192,
                                                                  "completion_tokens": 192}
     line = _reasoning_line(manifest)
     assert line.startswith("0/3 (3 cut off at 192 tokens; left out of the SFT targets)")
-    assert "did not end one reasoning within 192 tokens" in line
+    assert "did not end one reasoning within 192 tokens" in line and "never run" not in line
+    # the default probe: the first two go alone, both are cut off, the third is never asked, and the line says so
+    teacher = RamblingReasoner()
+    fake_engines(monkeypatch, teacher)
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="com1p", com_max_new_tokens=96, guided="off"))
+    assert sorted(b for d, b, _ in teacher.seen if d == "reverse CoM") == [96, 96, 192, 192]
+    assert manifest["without_reasoning"] == ["a", "b", "c"]
+    assert manifest["reasoning"]["requests"] == 2 and manifest["reasoning"]["probe"] == 2
+    assert manifest["reasoning"]["fates"] == {"truncated-skipped": 2, "not-asked": 1}
+    line = _reasoning_line(manifest)
+    assert line.startswith("0/3 (2 cut off at 192 tokens, 1 not asked: every probe was cut off; left out")
+    assert "did not end one reasoning within 192 tokens" in line and "the other 1 never run" in line
     # a teacher that ends its reasoning: every path kept, nothing to explain
     fake_engines(monkeypatch, ScriptedTeacher())
     manifest = pipeline.generate(Cfg(input=str(corpus), run="com2", com_max_new_tokens=96, guided="off"))
     assert manifest["reasoning"]["fates"] == {"ok": 3} and _reasoning_line(manifest) == "3/3"
+
+
+class RamblesOnce(ScriptedTeacher):
+    """Cuts off every reasoning of the first document whose reasoning it is asked for; ends the others'."""
+
+    first: str | None = None
+
+    def _finish(self, prompt, params, out):
+        if stage(prompt) == "reverse CoM":
+            self.first = self.first or prompt
+            if prompt == self.first:
+                return Reply("on and on and on", finish_reason="length", completion_tokens=params.max_new_tokens)
+        return out
+
+
+def test_one_probe_that_ends_its_reasoning_lets_every_document_ask(tmp_path, corpus, monkeypatch) -> None:
+    """com_probe=2: one probe cut off and one ended is a teacher that can reason: the third document is asked too."""
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    fake_engines(monkeypatch, RamblesOnce())
+    manifest = pipeline.generate(Cfg(input=str(corpus), run="com4", com_max_new_tokens=96, guided="off"))
+    assert manifest["reasoning"]["requests"] == 3
+    assert manifest["reasoning"]["fates"] == {"truncated-skipped": 1, "ok": 2} and len(manifest["without_reasoning"]) == 1
 
 
 def test_empty_reasoning_is_not_a_reasoning_path(tmp_path, corpus, monkeypatch) -> None:
