@@ -84,11 +84,23 @@ class VLLMUnavailable(MemReaderError, ImportError):
     """vLLM is not installed here or fails to import (the message names the cause and the install command)."""
 
 
+VERBOSE_ENV = "MEMREADER_VERBOSE"
+"""Set (to anything but empty or 0) by ``memreader -v``, or by a user: the engines' own start-up logs are shown."""
+
+
+def engine_logging() -> None:
+    """vLLM's logging, set before vLLM configures it (at its import): to stderr, with ours (on stdout it would break
+    a command's machine-readable output, ``memreader ask --json``), and only its errors unless ``-v`` or
+    ``MEMREADER_VERBOSE=1`` (its ~200 start-up lines would bury the stages' progress bars; each engine's start says
+    itself in one line of ours). A user's own ``VLLM_LOGGING_*`` settings win."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    if os.environ.get(VERBOSE_ENV, "") in ("", "0"):
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
 def import_vllm() -> Any:
     """The ``vllm`` module, or :class:`VLLMUnavailable` naming the cause and the install command."""
-    # vLLM logs to stdout by default, which would break a command's machine-readable output (`memreader ask --json`):
-    # its logs go to stderr, with ours, unless the user chose otherwise (set before vLLM configures its logging)
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    engine_logging()
     try:
         import vllm
         from vllm import LLM  # noqa: F401  (the engine class: a broken build fails here, not later)

@@ -38,6 +38,7 @@ from memreader.core.engines import (  # noqa: F401  (vLLM's import check lives w
     INSTALL_HINT,
     VLLMUnavailable,
     device_dtype,
+    engine_logging,
     import_vllm,
     vllm_available,
     vllm_import_error,
@@ -46,9 +47,7 @@ from memreader.core.errors import MemReaderError
 from memreader.core.registry import resolve_model
 
 log = logging.getLogger(__name__)
-# vLLM logs to stdout by default, which would break a command's machine-readable output (`memreader ask --json`
-# with the MeVe verifier on vLLM): its logs go to stderr, with ours, unless the user chose otherwise.
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+engine_logging()  # before anything imports vLLM (core.engines.engine_logging)
 
 LORA_MODES = ("auto", "merge", "request")
 COMPILE_MODES = ("auto", "eager", "compiled")

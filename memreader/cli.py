@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
+from memreader.core.engines import VERBOSE_ENV
 from memreader.core.errors import MemReaderError, RunFailed
 from memreader.core.stage import Stage
 
@@ -79,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     verbose = "-v" in argv or "--verbose" in argv
     argv = [a for a in argv if a not in ("-v", "--verbose")]
+    if verbose:  # the engines' own logs too (core.engines.engine_logging), in this process and its children
+        os.environ[VERBOSE_ENV] = "1"
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"memreader: error: unknown command {name!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
@@ -115,10 +119,9 @@ _CHATTY = ("httpx", "httpcore", "openai", "urllib3", "grpc", "milvus_lite", "fai
 
 def _quiet_libraries(verbose: bool) -> None:
     """Library chatter (every HTTP request, gRPC and Milvus start-up lines, faiss probing for optional
-    builds) stays at WARNING unless ``-v``."""
+    builds, model-loading bars) stays at WARNING unless ``-v``; the engines' logs: core.engines.engine_logging."""
     if verbose:
         return
-    import os
 
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -132,6 +135,9 @@ def _quiet_libraries(verbose: bool) -> None:
     # and INFO straight to stderr; ERROR would still print them, so NONE. It is read once, when grpc is
     # imported, so it must be set before any stage imports pymilvus. Real failures still raise in pymilvus.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    # transformers draws a "Loading weights" bar for every model it loads (through huggingface_hub's switch, read when
+    # transformers is imported): a run's own bars are its stages'
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from memreader.core.config import ConfigError
+from memreader.core.engines import VERBOSE_ENV
 from memreader.core.generation import GenerationParams, GenerationRequestError, LocalChat
 from memreader.core.generation.vllm_chat import VLLMChat
 from memreader.core.registry import SMOLLM2
@@ -373,16 +374,24 @@ def test_the_cache_capacity_is_what_kv_cache_gib_buys_and_too_much_is_refused_be
     assert time.perf_counter() - t0 < 5  # refused before any engine starts
 
 
-def test_vllm_logs_go_to_stderr_so_json_output_stays_clean(smollm2_path: str) -> None:
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
+def test_vllm_logs_are_quiet_by_default_and_never_on_stdout(smollm2_path: str, verbose: bool) -> None:
     """`memreader ask --pipeline meve --json > file` with the verifier on vLLM: an engine's start-up logs must not
-    reach stdout (they broke the demo's meve_answer.json)."""
+    reach stdout (they broke the demo's meve_answer.json); and by default they are not shown at all (~200 lines that
+    buried the stages' bars), only with `-v` / MEMREADER_VERBOSE=1."""
     code = ("from memreader.core.vllm_engine import EngineSpec, get_engine\n"
             "if __name__ == '__main__':\n"
             f"    get_engine(EngineSpec(model={smollm2_path!r}, dtype='bfloat16', max_model_len=1024))\n"
             "    print('only this line')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_LOGGING") and k != VERBOSE_ENV}
+    if verbose:
+        env[VERBOSE_ENV] = "1"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout == "only this line\n" and "non-default args" in out.stderr, out.stdout[-2000:]
+    assert out.stdout == "only this line\n", out.stdout[-2000:]
+    assert ("non-default args" in out.stderr) == verbose, out.stderr[-2000:]
+    if not verbose:
+        assert " INFO " not in out.stderr and " WARNING " not in out.stderr, out.stderr[-2000:]
 
 
 def test_vllm_that_does_not_import_names_the_install_command(monkeypatch) -> None:

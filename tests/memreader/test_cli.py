@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from memreader.cli import COMMANDS, main
@@ -94,3 +96,13 @@ def test_a_bug_keeps_its_traceback_even_from_the_project_s_own_code(monkeypatch,
     monkeypatch.setattr(memreader.cli, "stage", lambda name: dataclasses.replace(score, run=missing))
     assert main(["score", "--set", "pred=p.jsonl", "--set", "ref=r.jsonl"]) == 2
     assert "memreader score: error: memories: x.jsonl does not exist — fix: run `memreader read` first" in capsys.readouterr().err
+
+
+def test_verbose_flag_lets_the_engines_speak_in_this_process_and_its_children(monkeypatch, capsys) -> None:
+    """`-v` sets MEMREADER_VERBOSE, which core.engines.engine_logging reads before vLLM configures its logging."""
+    from memreader.core.engines import VERBOSE_ENV
+
+    monkeypatch.setenv(VERBOSE_ENV, "0")  # restored after the test, whatever main sets
+    assert main(["no-such-command"]) == 2 and os.environ[VERBOSE_ENV] == "0"
+    assert main(["-v", "no-such-command"]) == 2 and os.environ[VERBOSE_ENV] == "1"
+    assert "unknown command 'no-such-command'" in capsys.readouterr().err
