@@ -68,6 +68,11 @@ def use_cpu_threads(threads: int = 0) -> int:
     return threads
 
 
+def cpu_label() -> str:
+    """The CPU a figure was measured on, for a benchmark's report: its model and its bf16-relevant flags."""
+    return f"{cpu_model()} ({', '.join(_flags()) or 'no avx2/avx512/bf16 flags'})"
+
+
 def _flags() -> list[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

@@ -70,7 +70,7 @@ from memreader.core.schema import MemoryValidationError, iter_memories, write_me
 from memreader.core.stage import Stage
 from memreader.core.vllm_engine import COMPILE_MODES, LORA_MODES
 from memreader.core.windowing import WindowConfig, model_window_of, prompt_tokens_of
-from memreader.inference.reading import Reading, Tally
+from memreader.inference.reading import Reading, Tally, cut_ahead
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
                           "adapter's cut_head/ when it has one, none = off, or a head folder (docs/TRAINING.md)")
     cut_threshold: float = field(0.0, ge=0, lt=1, help="P(topic change) an allowed end needs to become a break; 0 = "
                                  "the threshold chosen on the head's tuning split (stored with it)")
+    cut_ahead: int = field(2, ge=0, help="documents the cut head scores ahead, in a worker thread while the engine "
+                           "generates (0: each in turn, before its document goes in)")
     base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_READER_BASE_URL; the teacher's "
                           "URL is never used, so a corpus never goes to the teacher's provider)")
     request_timeout_s: float = field(60.0, gt=0, help="backend=openai: seconds one request may take before it is "
@@ -303,8 +305,8 @@ def _read_stream(cfg: ReadConfig, todo: Iterator[Document], out_path: Path, read
         bar.update(len(finished))
 
     try:
-        for doc in todo:
-            flight = reading.plan(doc)
+        for doc, cuts in cut_ahead(todo, reading.cutter, cfg.cut_ahead):
+            flight = reading.plan(doc, cuts)
             if flight is None:  # refused before any request
                 bar.update(1)
                 continue

@@ -22,7 +22,7 @@ documents still in flight.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any
@@ -88,10 +88,11 @@ class Reading:
     def pending(self) -> int:
         return self.stream.pending
 
-    def plan(self, doc: Document) -> _InFlight | None:
+    def plan(self, doc: Document, cuts: tuple[list[int], dict[str, Any] | None] | None = None) -> _InFlight | None:
         """``doc``'s windows, grammars and prompts; None (counted as failed, named with the fix) when no guided memory
-        fits it."""
-        cuts = self.cutter(doc.text) if self.cutter is not None else ([], None)
+        fits it. ``cuts``: the cut head's result for ``doc`` when already scored (:func:`cut_ahead`)."""
+        if cuts is None:
+            cuts = self.cutter(doc.text) if self.cutter is not None else ([], None)
         flight = _InFlight(self.cfg, doc, self.key, self.prompt, self.grammars, self.sizing, cuts)
         if flight.refused:
             self.tally.failed[doc.doc_id] = flight.refused
@@ -217,3 +218,33 @@ class _InFlight:
         return memory_from_output(self.doc.doc_id if one else f"{self.doc.doc_id}#w{w.index}", self.window_texts[k],
                                   out, {**meta, **part} if one else part, "whole", self.cfg.fuzzy_threshold,
                                   plan.graph if plan is not None and out.guided else None)
+
+
+def cut_ahead(docs: Iterator[Document], cutter: Callable[[str], Any] | None,
+              depth: int = 2) -> Iterator[tuple[Document, Any]]:
+    """``docs`` with the cut head's result for each, scored ``depth`` documents ahead in one worker thread, so that
+    the head's prefill runs while the engine generates the documents already in flight (torch and the engine both
+    leave the GIL during their kernels). Without a head: ``(doc, None)``. An error in the head surfaces at its
+    document. ``depth`` 0: no thread (each document is scored by :meth:`Reading.plan`)."""
+    if cutter is None or depth == 0:
+        for doc in docs:
+            yield doc, None
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending: deque[tuple[Document, Any]] = deque()
+    with ThreadPoolExecutor(1, thread_name_prefix="cut-head") as pool:
+        try:
+            for doc in docs:
+                pending.append((doc, pool.submit(cutter, doc.text)))
+                if len(pending) > depth:
+                    doc, future = pending.popleft()
+                    yield doc, future.result()
+            while pending:
+                doc, future = pending.popleft()
+                yield doc, future.result()
+        finally:
+            for _, future in pending:
+                future.cancel()
+

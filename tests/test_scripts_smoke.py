@@ -416,16 +416,18 @@ def test_bench_cut_levers(ahead: Ahead, structure: dict) -> None:
 def cmd_bench_cut_read(structure: dict, tiny_head: Path, tiny_llm: str, out: Path) -> tuple:
     return ("bench_cut_read.py", "--input", structure["dev"], "--limit", 2, "--adapter", "", "--cut-head", tiny_head,
             "--home", out / "home", "--set", f"model={tiny_llm}", "--set", "backend=transformers", "--set",
-            "max_new_tokens=1024", "--out", out / "read.json")
+            "max_new_tokens=1024", "--repeats", 1, "--out", out / "read.json")
 
 
 @pytest.mark.integration
 def test_bench_cut_read(ahead: Ahead) -> None:
     proc, out = ahead.result("bench_cut_read")
     report = json.loads((out / "read.json").read_text())
-    assert report["rows"]["with head"]["documents"] == report["rows"]["without head"]["documents"] == 2
-    assert report["rows"]["with head"]["cut_seconds"] > 0 and report["rows"]["without head"]["cut_seconds"] is None
-    assert "with head / without: x" in proc.stdout
+    with_head, without = report["runs"]["with head"], report["runs"]["without head"]
+    assert len(with_head) == len(without) == 1 and with_head[0]["documents"] == without[0]["documents"] == 2
+    assert with_head[0]["cut_seconds"] > 0 and without[0]["cut_seconds"] is None
+    assert 0 < with_head[0]["read_seconds"] <= with_head[0]["call_seconds"]
+    assert "with head / without (best of 1): read loop x" in proc.stdout
 
 
 def test_grammar_prior(grammar_random: tuple[Path, dict], structure: dict) -> None:

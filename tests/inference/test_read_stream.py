@@ -234,3 +234,36 @@ def test_a_transformers_model_gets_half_the_free_memory_in_tokens() -> None:
             yield torch.zeros(1, dtype=torch.float32)
 
     assert local_kv_capacity_tokens(Model(), free=8 * GiB) == 4 * GiB // (2 * 30 * 3 * 64 * 4)  # 93,206 tokens
+
+
+def test_cut_ahead_scores_documents_ahead_in_a_worker_thread_in_order() -> None:
+    """The head's prefill for the next documents runs in one worker thread while the engine works on the earlier
+    ones; the documents come back in order, each with its own result, at most ``depth`` scored ahead; an error in the
+    head surfaces at its document; depth 0 (or no head) scores nothing here."""
+    import threading
+
+    from memreader.core.corpus import Document
+    from memreader.inference.reading import cut_ahead
+
+    docs = [Document(doc_id=str(i), text=f"text {i}") for i in range(6)]
+    seen: list[tuple[str, str]] = []
+
+    def cutter(text: str):
+        seen.append((text, threading.current_thread().name))
+        if text == "text 4":
+            raise ValueError("head broke on text 4")
+        return [len(text)], {"text": text}
+
+    got = []
+    stream = cut_ahead(iter(docs), cutter, depth=2)
+    doc, cuts = next(stream)
+    assert doc.doc_id == "0" and cuts == ([6], {"text": "text 0"})
+    assert len(seen) <= 3 and all(name.startswith("cut-head") for _, name in seen)  # 0 plus at most 2 ahead
+    got.append(doc.doc_id)
+    with pytest.raises(ValueError, match="head broke on text 4"):
+        for doc, cuts in stream:
+            assert cuts[1]["text"] == doc.text
+            got.append(doc.doc_id)
+    assert got == ["0", "1", "2", "3"]
+    assert [(d.doc_id, c) for d, c in cut_ahead(iter(docs[:2]), cutter, depth=0)] == [("0", None), ("1", None)]
+    assert [(d.doc_id, c) for d, c in cut_ahead(iter(docs[:2]), None)] == [("0", None), ("1", None)]
