@@ -99,8 +99,10 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
                           "adapter's cut_head/ when it has one, none = off, or a head folder (docs/TRAINING.md)")
     cut_threshold: float = field(0.0, ge=0, lt=1, help="P(topic change) an allowed end needs to become a break; 0 = "
                                  "the threshold chosen on the head's tuning split (stored with it)")
-    cut_ahead: int = field(2, ge=0, help="documents the cut head scores ahead, in a worker thread while the engine "
-                           "generates (0: each in turn, before its document goes in)")
+    cut_ahead: int = field(-1, ge=-1, help="documents the cut head scores ahead, in a worker thread while the engine "
+                           "generates; 0: each in turn, before its document goes in; -1 (auto): 0 when the engine "
+                           "computes on this machine's CPU (the two compete for the cores: measured slower, "
+                           "docs/BENCHMARKS.md), 2 when it runs on a GPU or a server")
     base_url: str = field("", help="for backend=openai: server URL (else MEMREADER_READER_BASE_URL; the teacher's "
                           "URL is never used, so a corpus never goes to the teacher's provider)")
     request_timeout_s: float = field(60.0, gt=0, help="backend=openai: seconds one request may take before it is "
@@ -279,6 +281,7 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         reading = Reading(cfg, key, prompt, grammars, sizing, params, open_stream(backend, cfg.batch_size), tally,
                           capacity, lambda messages: prompt_tokens_of(messages, backend, sizing["count_tokens"]),
                           cutter=open_cutter(cfg, grammars))
+        reading.engine = backend.describe() if callable(getattr(backend, "describe", None)) else {}
         _read_stream(cfg, (d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
                      survey.n_todo)
         tally.memory_limit = reading.memory_limit
@@ -305,7 +308,7 @@ def _read_stream(cfg: ReadConfig, todo: Iterator[Document], out_path: Path, read
         bar.update(len(finished))
 
     try:
-        for doc, cuts in cut_ahead(todo, reading.cutter, cfg.cut_ahead):
+        for doc, cuts in cut_ahead(todo, reading.cutter, cut_ahead_depth(cfg.cut_ahead, reading.engine)):
             flight = reading.plan(doc, cuts)
             if flight is None:  # refused before any request
                 bar.update(1)
@@ -380,6 +383,16 @@ def _check_resumable(cfg: ReadConfig, survey: _Survey, out_path: Path) -> None:
             f"settings (model, adapter weights, prompt, decoding, windows), e.g. {survey.stale[:3]}; resuming would "
             "mix them. Use a new run name, or delete the file to read everything again."
         )
+
+
+def cut_ahead_depth(setting: int, engine: dict[str, Any]) -> int:
+    """How many documents the cut head scores ahead (``cut_ahead``; ``engine``: the backend's ``describe()``): the
+    setting, or for -1 (auto) 0 where the engine computes on this machine's CPU, 2 where it runs elsewhere (a GPU,
+    a server) and the CPU would otherwise wait."""
+    if setting >= 0:
+        return setting
+    local_cpu = engine.get("backend") in ("transformers", "vllm") and engine.get("device", "cpu") == "cpu"
+    return 0 if local_cpu else 2
 
 
 def open_cutter(cfg: ReadConfig, grammars: Any) -> Cutter | None:

@@ -413,6 +413,32 @@ def test_bench_cut_levers(ahead: Ahead, structure: dict) -> None:
     assert "(d) cut head - drop, F1, all:" in proc.stdout
 
 
+def cmd_bench_train_speed(tiny_llm: str, out: Path) -> tuple:
+    out.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", 4), ("val", 2)):
+        with (out / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
+            for i in range(n):
+                fh.write(json.dumps({"id": f"{split}-{i}", "prompt": [
+                    {"role": "system", "content": "Cut the document into parts."},
+                    {"role": "user", "content": " ".join(en_paragraph(i))}],
+                    "completion": [{"role": "assistant", "content": f"<outline>part {i}</outline>"}]}) + "\n")
+    return ("bench_train_speed.py", "--train-file", out / "train.jsonl", "--val-file", out / "val.jsonl",
+            "--records", 4, "--val", 2, "--batch", 2, "--only", "fp32, batch 1 x accumulation",
+            "--only", "fp32, padding-free batch", "--set", f"model={tiny_llm}", "--out", out / "speed.json")
+
+
+@pytest.mark.integration
+def test_bench_train_speed(ahead: Ahead) -> None:
+    proc, out = ahead.result("bench_train_speed")
+    report = json.loads((out / "speed.json").read_text())
+    rows = report["rows"]
+    assert list(rows) == ["fp32, batch 1 x accumulation", "fp32, padding-free batch"]
+    for row in rows.values():  # 4 records, 2 per optimizer step, the same dev records
+        assert row["steps"] == 2 and row["tokens"] > 0 and row["tokens_per_second"] > 0 and row["dev_loss"] > 0
+    assert "padding_free=true" in rows["fp32, padding-free batch"]["keys"]
+    assert "| fp32, padding-free batch |" in proc.stdout and "x |" in proc.stdout
+
+
 def cmd_bench_cut_read(structure: dict, tiny_head: Path, tiny_llm: str, out: Path) -> tuple:
     return ("bench_cut_read.py", "--input", structure["dev"], "--limit", 2, "--adapter", "", "--cut-head", tiny_head,
             "--home", out / "home", "--set", f"model={tiny_llm}", "--set", "backend=transformers", "--set",

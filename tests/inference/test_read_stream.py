@@ -267,3 +267,13 @@ def test_cut_ahead_scores_documents_ahead_in_a_worker_thread_in_order() -> None:
     assert got == ["0", "1", "2", "3"]
     assert [(d.doc_id, c) for d, c in cut_ahead(iter(docs[:2]), cutter, depth=0)] == [("0", None), ("1", None)]
     assert [(d.doc_id, c) for d, c in cut_ahead(iter(docs[:2]), None)] == [("0", None), ("1", None)]
+
+
+def test_cut_ahead_auto_scores_in_turn_beside_a_cpu_engine_and_ahead_beside_a_gpu_or_server() -> None:
+    from memreader.inference.reader import cut_ahead_depth
+
+    assert cut_ahead_depth(-1, {"backend": "vllm", "device": "cpu"}) == 0  # measured: they compete for the cores
+    assert cut_ahead_depth(-1, {"backend": "transformers", "device": "cpu"}) == 0
+    assert cut_ahead_depth(-1, {"backend": "vllm", "device": "cuda"}) == 2
+    assert cut_ahead_depth(-1, {}) == 2  # an OpenAI-compatible server: the CPU waits on HTTP
+    assert cut_ahead_depth(3, {"backend": "vllm", "device": "cpu"}) == 3  # a setting wins
