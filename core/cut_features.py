@@ -37,6 +37,23 @@ class CutScorerError(MemReaderError, ValueError):
     """A cut head or its features cannot be used as asked (message: problem — fix)."""
 
 
+CUT_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def cut_dtype(setting: str) -> str:
+    """The cut features' compute dtype for ``setting`` (:data:`CUT_DTYPES`): ``auto`` is the CPU's faster of fp32
+    and bf16 by the project's matmul probe (:func:`memreader.core.hardware.cpu_dtype`: bf16 only on a CPU with bf16
+    units; there the head's prefill runs 2.2x faster with the same breaks, docs/BENCHMARKS.md)."""
+    if setting not in CUT_DTYPES:
+        raise CutScorerError(f"cut_dtype={setting!r} is not one of {', '.join(CUT_DTYPES)}",
+                             "set cut_dtype to auto, float32 or bfloat16")
+    if setting != "auto":
+        return setting
+    from memreader.core.hardware import cpu_dtype
+
+    return cpu_dtype()
+
+
 def model_signature(config: Any) -> dict[str, Any]:
     """What makes hidden states comparable between two loads of a model: its shape and vocabulary."""
     return {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size",
@@ -58,11 +75,15 @@ class CutFeatures:
     drop: bool = False
     """Also the embedding similarity drop at each end (:func:`embedding_drop`) as one more column."""
     embedders: dict[str, Any] | None = None
+    dtype: str = "float32"
+    """The prefill's compute dtype: ``float32``, or ``bfloat16`` (CPU autocast; the weights stay fp32) where the CPU
+    has fast bf16 units (:func:`cut_dtype`)."""
 
     @classmethod
     def load(cls, name: str, layers: int, window: int = 32, max_tokens: int = 1024, threads: int = 0,
-             drop: bool = False) -> CutFeatures:
-        """Load ``name`` (registry name or folder) in fp32 on the CPU, keep its first ``layers`` layers."""
+             drop: bool = False, dtype: str = "float32") -> CutFeatures:
+        """Load ``name`` (registry name or folder) in fp32 on the CPU, keep its first ``layers`` layers; ``dtype``:
+        the prefill's compute dtype (:func:`cut_dtype`)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,7 +112,7 @@ class CutFeatures:
 
             embedders = {lang: load_embedder(model) for lang, model in AUTO_EMBEDDERS.items()}
         return cls(base.eval(), tokenizer, canonical_name(name), signature, layers, window, max_tokens,
-                   drop=drop, embedders=embedders)
+                   drop=drop, embedders=embedders, dtype=cut_dtype(dtype))
 
     def dim(self) -> int:
         """Length of one feature row."""
@@ -106,7 +127,7 @@ class CutFeatures:
         out = np.zeros((len(ids), int(self.signature["hidden_size"])), dtype=np.float32)
         overlap = min(self.overlap, self.max_tokens // 2)
         step = max(1, self.max_tokens - overlap)
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
             for begin in range(0, max(1, len(ids)), step):
                 lo = max(0, begin - overlap)  # read from lo so the kept tokens [begin, hi) have left context
                 hi = min(len(ids), begin + step)

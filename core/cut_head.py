@@ -147,15 +147,16 @@ class CutScorer:
         return self.head.threshold
 
     @classmethod
-    def load(cls, folder: str | Path, base: str, threads: int = 0) -> CutScorer:
-        """The head in ``folder`` on ``base``'s layers; refused when it was fitted on another base model."""
+    def load(cls, folder: str | Path, base: str, threads: int = 0, dtype: str = "float32") -> CutScorer:
+        """The head in ``folder`` on ``base``'s layers, its prefill in ``dtype`` (:func:`cut_dtype`: ``auto``, or
+        ``float32`` as the head was fitted); refused when it was fitted on another base model."""
         from memreader.core.registry import canonical_name
 
         head = CutHead.load(folder)
         fit_on = head.meta["base_model"]
         feats = head.meta["features"]
         features = CutFeatures.load(base, int(feats["layers"]), int(feats["window"]), int(feats["max_tokens"]),
-                                    threads, drop=bool(feats.get("drop", False)))
+                                    threads, drop=bool(feats.get("drop", False)), dtype=dtype)
         if features.signature != fit_on["signature"]:
             raise CutScorerError(
                 f"the cut head in {folder} was fitted on {fit_on['name']} ({fit_on['signature']}), not on the "
@@ -211,7 +212,7 @@ class Cutter:
     def describe(self) -> dict[str, Any]:
         """What a run's summary keeps: the head, its threshold, and the seconds spent scoring."""
         return {"head": Path(self.scorer.folder).as_posix(), "threshold": self.threshold,
-                "documents": self.documents, "seconds": round(self.seconds, 2)}
+                "dtype": self.scorer.features.dtype, "documents": self.documents, "seconds": round(self.seconds, 2)}
 
     def __call__(self, text: str) -> tuple[list[int], dict[str, Any]]:
         import time

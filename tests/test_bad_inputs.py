@@ -96,6 +96,8 @@ CASES += [
     ("report-missing-run", ["report", "no-such-run"], 2, "no-such-run"),
     ("read-cut-threshold-out-of-range", ["read", "--set", "input={corpus}", "--set", "cut_threshold=1.5"], 2,
      "cut_threshold=1.5 is out of range"),
+    ("read-cut-dtype-unknown", ["read", "--set", "input={corpus}", "--set", "cut_dtype=half"], 2,
+     "cut_dtype: 'half' is not one of auto, float32, bfloat16"),
     ("read-cut-head-not-a-head", ["read", "--set", "input={corpus}", "--set", "cut_head={tmp}"], 2,
      "no cut head there"),
     ("train-cut-only-without-data", ["train", "--set", "cut_only=true"], 2, "cut_head / cut_only need cut_data"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from memreader.core.cut_features import (
     CutFeatures,
     CutScorerError,
     cached_rows,
+    cut_dtype,
     labels_for,
     model_signature,
 )
@@ -540,7 +542,13 @@ def test_the_reader_keys_and_opens_the_head(fitted: dict[str, Any], tiny_llamas:
     assert all(b - a >= 40 for a, b in zip(breaks, breaks[1:], strict=False))
     assert cutter.documents == 1 and cutter.seconds > 0
     assert cutter.describe() == {"head": (adapter / "cut_head").as_posix(), "threshold": 0.3, "documents": 1,
-                                 "seconds": round(cutter.seconds, 2)}
+                                 "seconds": round(cutter.seconds, 2), "dtype": cut_dtype("auto")}
+    # the prefill's dtype: auto is the CPU's faster (the project's probe); bf16 autocast gives the same breaks here;
+    # it is part of the read key (its scores differ in the last digits); a wrong name is a config problem
+    bf16 = open_cutter(replace(cfg, cut_dtype="bfloat16"), Grammars())
+    assert bf16.describe()["dtype"] == "bfloat16" and bf16(text)[0] == breaks
+    assert read_key(replace(cfg, cut_dtype="bfloat16")) != read_key(replace(cfg, cut_dtype="float32"))
+    assert "cut_dtype: 'half' is not one of auto, float32, bfloat16" in replace(cfg, cut_dtype="half").problems()
     assert open_cutter(ReadConfig(input="c.jsonl", model=model, adapter=str(adapter), cut_head="none"),
                        Grammars()) is None
     # unguided: auto quietly goes without the head, a named head is refused
