@@ -60,7 +60,7 @@ def run_setting(name: str, keys: str, args: argparse.Namespace, home: Path, trai
     steps = args.records // args.batch
     cmd = [sys.executable, "-m", "memreader.cli", "train", "--config", args.config, "--set", f"run={run}",
            "--set", f"train_file={train}", "--set", f"val_file={val}", "--set", f"max_steps={steps}",
-           "--set", "eval_strategy=no", "--set", "save_strategy=no", "--set", "warmup_steps=0",
+           "--set", 'eval_strategy="no"', "--set", 'save_strategy="no"', "--set", "warmup_steps=0",
            "--set", "logging_steps=1", "--set", "overwrite=true", "--set", "dataloader_num_workers=0"]
     for kv in sets + args.set:
         cmd += ["--set", kv]

@@ -102,9 +102,15 @@ def build_trainer(
     """An ``SFTTrainer`` with ``cfg.sft`` whose model is ``model_path`` wrapped with a fresh ``cfg.lora`` adapter."""
     from trl import SFTTrainer
 
+    args = cfg.sft
+    if args.padding_free and not args.packing and args.max_length is not None:
+        # TRL refuses padding-free batches with a max_length it would not enforce; the pre-flight has already held
+        # every record to max_length (refused, or dropped by truncation_policy), so the inputs are within it
+        args = copy.copy(args)
+        args.max_length = None
     trainer = SFTTrainer(
         model=model_path,  # a path: TRL loads it (with model_init_kwargs) after ZeRO-3 setup
-        args=cfg.sft,
+        args=args,
         train_dataset=records_to_dataset(train_records),
         eval_dataset=records_to_dataset(val_records) if val_records else None,
         processing_class=tokenizer,
