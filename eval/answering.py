@@ -91,7 +91,7 @@ def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
     groups that fit that cache, each scored first and answered second: the scoring requests (``prompt_logprobs``,
     which never read the cache) still write the prompts' KV blocks to it, and the generation requests read them
     back, so a prompt is prefilled once instead of twice. Replies and scores are those of the two passes run apart
-    (up to the last-bit noise that any cache hit brings; ``scripts/bench_support_reuse.py`` measures both)."""
+    (up to the last-bit noise that any cache hit brings; both orders measured in docs/BENCHMARKS.md)."""
     n = len(prompts)
     cache = 0
     if reuse_prefix and support is not None and callable(getattr(answerer, "prefix_cache_tokens", None)):

@@ -9,8 +9,6 @@
   (the corpora themselves: memreader.eval.support_corpora).
 - **Report tables** (:func:`mean_cell`, :func:`delta_cell`, :func:`settings_line`, :func:`emit_table`): a mean's and a
   paired difference's cell with their bootstrap intervals, the settings line and the print-and-save of a table, for ``bench_embedders.py``, ``bench_layers.py`` and ``bench_layer_latency.py``.
-- **English reading documents** (:func:`compose_documents`): HotpotQA-100 passages joined to at least 1,400
-  characters, the documents ``profile_read_step.py`` and ``bench_read_speed.py`` read.
 - **Qwen2.5 shapes** (:data:`SHAPES`, :data:`SMOKE`, :func:`versions`): the config values the GPU checks
   ``gpu_sft_mfu.py`` and ``gpu_decode_step.py`` build their random-weight models from.
 
@@ -219,26 +217,3 @@ def versions() -> dict[str, Any]:
     out["cuda"] = torch.version.cuda
     return out
 
-
-# -------- English reading documents (profile_read_step, bench_read_speed) --------
-
-HOTPOT = DATASETS / "hotpotqa_100_corpus.json"
-TARGET_CHARS = 1400
-
-
-def compose_documents(n: int, corpus: str) -> list[str]:
-    """``n`` English documents: a JSONL corpus's texts, or HotpotQA passages joined until each has 1,400 characters or more."""
-    if corpus:
-        texts = [json.loads(line)["text"] for line in Path(corpus).read_text(encoding="utf-8").splitlines() if line]
-    else:
-        passages = [" ".join(s.strip() for s in sentences)
-                    for sentences in json.loads(HOTPOT.read_text(encoding="utf-8")).values()]
-        texts, current = [], ""
-        for passage in passages:
-            current = f"{current}\n\n{passage}" if current else passage
-            if len(current) >= TARGET_CHARS:
-                texts.append(current)
-                current = ""
-    if not texts:
-        raise SystemExit("no documents: give --corpus a JSONL file with a text field")
-    return [texts[i % len(texts)] for i in range(n)]
