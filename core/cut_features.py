@@ -203,8 +203,11 @@ def labels_for(ends: list[int], boundaries: list[int], tolerance: int = 3) -> np
 
 def text_key(text: str, features: CutFeatures) -> str:
     """A cache key for one text's rows under these features."""
-    blob = json.dumps([FEATURES_VERSION, features.name, features.signature, features.layers, features.window,
-                       features.max_tokens, features.overlap, text], ensure_ascii=False)
+    parts = [FEATURES_VERSION, features.name, features.signature, features.layers, features.window,
+             features.max_tokens, features.overlap, text]
+    if features.dtype != "float32":  # bf16 rows never mix with the fp32 rows a head is fitted on (fp32 keys as before)
+        parts.append(features.dtype)
+    blob = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

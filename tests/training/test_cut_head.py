@@ -452,6 +452,8 @@ def test_cached_rows_are_read_back_instead_of_computed(features: CutFeatures, tm
                         window=4)
     cached_rows(other, text, tmp_path)  # other settings: another file
     assert len(list(tmp_path.glob("*.npz"))) == 2
+    cached_rows(replace(features, dtype="bfloat16"), text, tmp_path)  # bf16 rows never stand in for fp32 ones
+    assert len(list(tmp_path.glob("*.npz"))) == 3
 
 
 @pytest.mark.integration
