@@ -94,7 +94,7 @@ class TeacherFlow:
         self.scored_now = 0  # memories the evaluator scored in this run (the rest came from the cache)
         # reverse-CoM probe (cfg.com_probe): the first requests go alone; the gate opens when one ends its reasoning,
         # or closes the step for good when every probe was cut off at its budget
-        self.com_probes_left = getattr(cfg, "com_probe", 0)
+        self.com_probes_left = cfg.com_probe
         self.com_probe_fates: list[str] = []
         self.com_gate = asyncio.Event()
         self.com_given_up = False

@@ -287,9 +287,9 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
         reading = Reading(cfg, key, prompt, grammars, sizing, params, open_stream(backend, cfg.batch_size), tally,
                           capacity, lambda messages: prompt_tokens_of(messages, backend, sizing["count_tokens"]),
                           cutter=open_cutter(cfg, grammars))
-        reading.engine = backend.describe() if callable(getattr(backend, "describe", None)) else {}
-        _read_stream(cfg, (d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
-                     survey.n_todo)
+        engine = backend.describe() if callable(getattr(backend, "describe", None)) else {}
+        _read_stream((d for d in corpus() if d.text.strip() and d.doc_id not in done), out_path, reading,
+                     survey.n_todo, cut_ahead_depth(cfg.cut_ahead, engine))
         tally.memory_limit = reading.memory_limit
         tally.cut_head = reading.cutter.describe() if reading.cutter is not None else None
         _corpus_order(out_path, (d.doc_id for d in corpus()))
@@ -303,10 +303,10 @@ def _read(cfg: ReadConfig, out_dir: Path, backend: Any | None, given: list[Docum
     return summary
 
 
-def _read_stream(cfg: ReadConfig, todo: Iterator[Document], out_path: Path, reading: Reading, total: int) -> None:
+def _read_stream(todo: Iterator[Document], out_path: Path, reading: Reading, total: int, ahead: int) -> None:
     """Pass 2: every document still to read goes through ``reading``'s stream, kept full; each memory is appended the
     moment its document is done (a crash loses only the documents in flight). A failure or an interrupt takes the
-    requests still in the engine back out of it."""
+    requests still in the engine back out of it. ``ahead``: documents the cut head scores ahead (:func:`cut_ahead`)."""
     bar = tqdm(total=total, desc="read", unit="doc")
 
     def write(finished: list[tuple[Document, Any]]) -> None:
@@ -314,7 +314,7 @@ def _read_stream(cfg: ReadConfig, todo: Iterator[Document], out_path: Path, read
         bar.update(len(finished))
 
     try:
-        for doc, cuts in cut_ahead(todo, reading.cutter, cut_ahead_depth(cfg.cut_ahead, reading.engine)):
+        for doc, cuts in cut_ahead(todo, reading.cutter, ahead):
             flight = reading.plan(doc, cuts)
             if flight is None:  # refused before any request
                 bar.update(1)

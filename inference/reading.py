@@ -83,7 +83,6 @@ class Reading:
         self.reserved = 0  # tokens the requests in flight may reach
         self.memory_limit: dict[str, int] | None = None  # set when memory, not the window, held a document back
         self.cutter = cutter  # text -> (the cut head's breaks, their record for meta.cuts); None: no head
-        self.engine: dict[str, Any] = {}  # the backend's describe(): where it computes (cut_ahead's auto)
 
     @property
     def pending(self) -> int:
