@@ -196,6 +196,7 @@ def test_in_the_browser_what_a_user_sees(browser: Any, files: dict[str, Path]) -
 def test_a_10000_document_file_opens_in_a_few_seconds(browser: Any, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     memories = tmp_path / "big.jsonl"
     write_memories(memories, (_memory(f"doc-{i:05d}", [f"Document {i} opens here. " * 8 + "\n\n",
@@ -208,8 +209,11 @@ def test_a_10000_document_file_opens_in_a_few_seconds(browser: Any, tmp_path: Pa
     assert len(browser.find_elements(By.CSS_SELECTOR, ".docitem")) == 300  # the list is drawn in part
     start = time.perf_counter()
     browser.find_element(By.ID, "search").send_keys("doc-09999")
+    # each typed key redraws the list: wait for the last redraw before clicking, or the click can meet an item the
+    # next redraw has already replaced (a stale element, seen on a busy CI machine)
+    WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "listcount").text.startswith("1 of 10000"))
     browser.find_element(By.CSS_SELECTOR, ".docitem").click()
-    assert browser.find_element(By.ID, "doctitle").text == "doc-09999"
+    WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "doctitle").text == "doc-09999")
     with capsys.disabled():
         print(f"\nviewer: 10,000 documents, {summary.bytes / 1e6:.1f} MB page written in {summary.seconds:.1f} s, "
               f"first render {seconds:.2f} s, search + open {time.perf_counter() - start:.2f} s")
