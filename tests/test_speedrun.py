@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SET = ROOT / ".." / "shared" / "datasets" / "longbench_multifieldqa_zh.jsonl"  # the script's default EVAL_SET
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from memreader.eval.costs import CostLedger, PeakMemory
 
 
@@ -27,6 +29,7 @@ def test_phases_add_up_across_sessions_and_survive_a_crash(tmp_path) -> None:
     assert second["seconds"] == round(sum(second["phases"].values()), 1)
 
 
+@pytest.mark.heavy
 def test_peak_memory_counts_a_child_process() -> None:
     alone = PeakMemory().start()
     base = alone.stop()
@@ -43,6 +46,7 @@ def test_peak_memory_counts_a_child_process() -> None:
     assert peak >= base + 250, (base, peak)
 
 
+@pytest.mark.heavy
 def test_a_killed_session_keeps_the_time_it_spent(tmp_path, monkeypatch) -> None:
     import memreader.eval.costs as costs
 

@@ -128,6 +128,7 @@ def test_parallel_equals_serial(zh_pairs, mom_scores) -> None:
     assert parallel == mom_scores[:300]
 
 
+@pytest.mark.heavy
 def test_parallel_workers_read_their_own_wordnet_files() -> None:
     """Forked workers inherit the parent's open WordNet data files and with them one shared file offset: two workers
     seeking and reading data.adj at once read each other's lines (a wrong synset, or an AttributeError inside nltk;

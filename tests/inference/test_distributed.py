@@ -102,6 +102,7 @@ def _shard_files(out: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in sorted((out / "shards").glob("shard-*"))}
 
 
+@pytest.mark.heavy
 @pytest.mark.integration
 def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resumes_per_shard(
         tmp_path, monkeypatch, corpus, tiny_model, plain, die_in_shard) -> None:
@@ -143,6 +144,7 @@ def test_ray_local_reading_equals_the_plain_reader_with_a_worker_dying_and_resum
     assert not list((out / "shards").glob(".shard-*")) and _records(third["memories"]) == plain
 
 
+@pytest.mark.heavy
 @pytest.mark.integration
 def test_data_parallel_engine_gives_up_naming_the_shard_and_a_rerun_finishes(tmp_path, monkeypatch, corpus,
                                                                             tiny_model, plain, die_in_shard) -> None:
@@ -173,6 +175,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.integration
 @pytest.mark.slow  # starts a separate `ray start --head` cluster: ~1 min idle, ~4 min on a loaded 2-core machine
 def test_joining_a_running_cluster_and_retries_used_up(tmp_path, monkeypatch, corpus, tiny_model, plain, die_in_shard) -> None:
@@ -300,6 +303,7 @@ class _StartingRay:
 TIMED_OUT = "The current node timed out during startup. This could happen because some of the raylet failed"
 
 
+@pytest.mark.heavy
 def test_a_local_ray_start_that_times_out_is_retried_once_then_named(caplog) -> None:
     cfg = DistributedReadConfig(ray_num_cpus=2)
     ray = _StartingRay(Exception(TIMED_OUT))

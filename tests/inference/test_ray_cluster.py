@@ -30,7 +30,7 @@ from memreader.inference.distributed import DistributedReadConfig, read_distribu
 from memreader.inference.ray_engine import START_TIMEOUTS
 from tests.inference.test_distributed import READING, _corpus, _records, plain_records
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 # a node death is noticed by the head's health checks: ~10 s with Ray's defaults here, ~1 s with these
 HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,

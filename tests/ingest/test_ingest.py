@@ -70,6 +70,7 @@ def _records(home: Path, run: str) -> dict[str, dict]:
     return {r["id"]: r for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
 
 
+@pytest.mark.heavy
 def test_every_format_with_pages_and_headings(tmp_path: Path, memreader_home: Path, capsys) -> None:
     docs = _folder(tmp_path)
     assert main(["ingest", str(docs), "--set", "run=ing", "--set", "workers=2"]) == 0
@@ -136,6 +137,7 @@ def test_html_keeps_the_article_and_drops_the_page_furniture(tmp_path: Path, mem
     assert all(text[offset:].startswith(head) for head, offset in heads.items())
 
 
+@pytest.mark.heavy
 def test_reruns_skip_unchanged_files_update_changed_and_drop_removed(tmp_path, memreader_home, capsys) -> None:
     docs = tmp_path / "d"
     docs.mkdir()

@@ -49,6 +49,7 @@ def test_set_wins_over_its_shortcut_flag(tmp_path) -> None:
     assert ask.configure(args).pipeline == "layers"
 
 
+@pytest.mark.heavy
 def test_python_dash_m_is_the_same_command(tmp_path) -> None:
     import subprocess
     import sys

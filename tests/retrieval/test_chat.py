@@ -33,6 +33,7 @@ def test_the_config_file_loads_with_two_embedders_and_bm25() -> None:
     assert cfg.settings().problems() == []
 
 
+@pytest.mark.heavy
 @pytest.mark.integration
 def test_chat_answers_from_rebuilt_contexts_and_survives_a_restart(tiny_model: str, memreader_home: Path) -> None:
     cfg = load_config(ChatConfig, CONFIG, overrides(tiny_model, "chat-test"))

@@ -30,7 +30,7 @@ from tests.retrieval.test_chat import CONFIG as CHAT_CONFIG
 from tests.retrieval.test_chat import overrides as chat_overrides
 from tests.retrieval.test_index_updates import KILN, changed_volcano
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 NAME = "minilm-l6"
 DENSE = ("three_layer", "single", "chunk_only")
 STRONG = 0  # pymilvus' ConsistencyLevel.Strong as describe_collection reports it

@@ -124,6 +124,7 @@ def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300, check=False)
 
 
+@pytest.mark.heavy
 @pytest.mark.integration
 def test_cli_ask_keeps_library_noise_off_stderr(tmp_path: Path) -> None:
     write_memories(tmp_path / "memories.jsonl", [TEA])  # Chinese: the jieba analyzer loads its dictionary
@@ -153,6 +154,7 @@ print(client.list_collections())
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_idle_milvus_lite_connection_gets_no_too_many_pings(tmp_path: Path) -> None:
     """Root cause, not just silenced: no GOAWAY even with gRPC logging at its default verbosity."""

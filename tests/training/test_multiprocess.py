@@ -31,6 +31,8 @@ import yaml
 from memreader.core.config import ConfigError
 from memreader.training.sft import CHECKPOINT_DONE, resume_checkpoint
 
+pytestmark = pytest.mark.heavy
+
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_DIR = Path(__file__).parent / "assets" / "write_audit"
 DDP_PROFILE = "configs/accelerate/multi_gpu_ddp.yaml"
