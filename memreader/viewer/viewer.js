@@ -65,7 +65,8 @@ function segments(text, sc) {
 function showChunk(d, i) {
   const s = d.sc[i];
   const panel = $("chunkinfo");
-  panel.replaceChildren(el("h3", {}, "chunk " + i + " [" + s[0] + ", " + s[1] + ") · " + (s[1] - s[0]) + " chars"));
+  const head = "chunk " + (i + 1) + " [" + s[0] + ", " + s[1] + ") · " + (s[1] - s[0]) + " chars";  // as the outline
+  panel.replaceChildren(el("h3", {}, head));
   panel.appendChild(el("div", {class: "label"}, "outline"));
   panel.appendChild(el("div", {class: "outline-text"}, s[2]));
   panel.appendChild(el("div", {class: "label"}, "core"));
@@ -175,7 +176,7 @@ function drawDoc(d) {
   }
   if (d.gold_note) view.appendChild(el("div", {class: "warn"}, d.gold_note));
   const cols = el("div", {class: "cols"});
-  const outline = el("ol", {id: "outline", start: "0"});
+  const outline = el("ol", {id: "outline"});  // numbered from 1, as a reader counts
   d.sc.forEach((s, i) => {
     const li = el("li", {"data-i": i}, s[2] || "(no outline)");
     li.addEventListener("click", () => {

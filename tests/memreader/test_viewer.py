@@ -171,7 +171,9 @@ def test_in_the_browser_what_a_user_sees(browser: Any, files: dict[str, Path]) -
     browser.get(files["page"].resolve().as_uri() + "#doc=long")
     assert browser.find_element(By.ID, "doctitle").text == "long"
     assert _spans_text(browser) == "".join(_long_parts(12))
+    assert browser.find_element(By.ID, "outline").get_property("start") == 1  # numbered as a reader counts
     browser.find_elements(By.CSS_SELECTOR, "#outline li")[10].click()
+    assert browser.find_element(By.CSS_SELECTOR, "#chunkinfo h3").text.startswith("chunk 11 [")  # the item's number
     chunk = browser.find_element(By.CSS_SELECTOR, '#doctext .chunk[data-i="10"]')
     assert "sel" in chunk.get_attribute("class")
     top = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, "
