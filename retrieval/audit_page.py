@@ -94,13 +94,19 @@ def _fmt(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else ("-" if v is None else str(v))
 
 
-def _rows(docs: dict[str, dict[str, Any]], entries: Sequence[dict[str, Any]], fate: str,
-          score_key: str = "score") -> str:
-    """Table rows of one phase's candidates: fate, id, source and rank, similarity, score, tokens, reason, text."""
+def _verifier(score: float | None) -> str:
+    """The verifier's score of a passage, or that it was never scored (verify off, or a fallback passage phase 2
+    did not see)."""
+    return "not scored" if score is None else f"{score:.4f}"
+
+
+def _rows(docs: dict[str, dict[str, Any]], entries: Sequence[dict[str, Any]], fate: str) -> str:
+    """Table rows of one phase's candidates: fate, id, source and rank, similarity, verifier score, priority score,
+    tokens, reason, text."""
     out = []
     for c in entries:
         cells = [fate, c["id"], f"{c.get('source', '')} #{c.get('rank', '')}", _fmt(c.get("similarity")),
-                 _fmt(c.get(score_key, c.get("score"))), _fmt(c.get("tokens"))]
+                 _verifier(c.get("verifier_score")), _fmt(c.get("score")), _fmt(c.get("tokens"))]
         row = "".join(f"<td>{esc(x)}</td>" for x in cells)
         row += f'<td class="reason">{esc(c.get("reason", ""))}</td>'
         row += f'<td class="snippet">{esc(_chunk_text(docs, c["id"]))}</td>'
@@ -109,8 +115,8 @@ def _rows(docs: dict[str, dict[str, Any]], entries: Sequence[dict[str, Any]], fa
 
 
 def _phase(title: str, summary: str, rows: str) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("fate", "passage", "source #rank", "similarity", "score", "tokens",
-                                              "reason", "text"))
+    head = "".join(f"<th>{h}</th>" for h in ("fate", "passage", "source #rank", "similarity", "verifier score",
+                                              "priority score", "tokens", "reason", "text"))
     body = f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>" if rows else ""
     return f'<section class="phase"><h2>{esc(title)}</h2><p>{esc(summary)}</p>{body}</section>'
 
@@ -119,10 +125,10 @@ def meve_page(result: MeVeResult, docs: dict[str, dict[str, Any]]) -> str:
     """The HTML page of one MeVe run (:meth:`MeVeResult.audit` and its passages)."""
     a = result.audit
     v, f, p, k = a["verify"], a["fallback"], a["prioritize"], a["pack"]
-    kept = {c["id"] for c in v["kept"]}
-    dropped = {c["id"]: c for c in v["dropped"]}
-    knn_rows = "".join(_rows(docs, [dropped.get(c["id"], c)], "dropped" if c["id"] in dropped else "kept"
-                             if c["id"] in kept or not v["enabled"] else "unverified") for c in a["knn"]["candidates"])
+    # a kNN record is taken before phase 2 scores it: each row shows the candidate as phase 2 left it
+    verified = {c["id"]: (c, "kept") for c in v["kept"]} | {c["id"]: (c, "dropped") for c in v["dropped"]}
+    knn_rows = "".join(_rows(docs, [entry], fate) for entry, fate in
+                       (verified.get(c["id"], (c, "unverified")) for c in a["knn"]["candidates"]))
     share = k.get("budget_share") or 0
     budget = (f"budget {k.get('budget', k['t_max'])} tokens ("
               + (f"{share} of the {k.get('offered')} tokens top-k offered, at most t_max {k['t_max']}" if share
@@ -134,9 +140,8 @@ def meve_page(result: MeVeResult, docs: dict[str, dict[str, Any]]) -> str:
                    "Every candidate of the vector search; fate = what phase 2 did with it.", knn_rows),
             _phase("2 verify", (f"kept {len(v['kept'])}, dropped {len(v['dropped'])} below tau {v['tau']} (verifier "
                                 f"{a['verifier']}, {v['verifier_ms']:.0f} ms)") if v["enabled"] else
-                   "off: every kNN candidate kept (score = cosine)",
-                   _rows(docs, v["kept"], "kept", "verifier_score") + _rows(docs, v["dropped"], "dropped",
-                                                                            "verifier_score")),
+                   "off: every kNN candidate kept, not scored (priority score = cosine)",
+                   _rows(docs, v["kept"], "kept") + _rows(docs, v["dropped"], "dropped")),
             _phase("3 fallback", f"{'fired' if f['fired'] else 'not fired'} ({f['reason']})",
                    _rows(docs, f["added"], "added by fallback")),
             _phase("4 prioritize", f"{len(p['order'])} ordered, {len(p['dropped'])} redundant (cos > "
@@ -145,8 +150,9 @@ def meve_page(result: MeVeResult, docs: dict[str, dict[str, Any]]) -> str:
             _phase("5 pack", f"{len(k['packed'])} packed, {k['tokens']} tokens; {budget}",
                    _rows(docs, k["packed"], "kept") + _rows(docs, k["dropped"], "dropped")),
             "<h2>The context: each passage in its document</h2>"]
-    body += _in_documents([(c.doc_id, _key(c.id)[1], c.where, f"score {c.score:.3f} · {c.source} · {c.tokens} "
-                            "tokens") for c in result.passages], docs)
+    body += _in_documents([(c.doc_id, _key(c.id)[1], c.where, f"score {c.score:.3f} · verifier "
+                            f"{_verifier(c.verifier_score)} · {c.source} · {c.tokens} tokens")
+                           for c in result.passages], docs)
     if not result.passages:
         body.append("<p class=bad>Empty context: no passage survived.</p>")
     return page("MeVe audit", "\n".join(body), css=CSS, subtitle=a["question"])

@@ -48,6 +48,12 @@ def test_meve_page_lists_every_candidate_and_why(built: tuple[Any, Any], embedde
     added = browser.find_elements(By.CSS_SELECTOR, "tr.added")
     assert [r.get_attribute("data-id") for r in added] == [c["id"] for c in audit["fallback"]["added"]]
     assert f"context {audit['tokens']} tokens" in browser.find_element(By.CSS_SELECTOR, ".budget").text
+    # every kNN candidate shows the verifier's score (0.9 kept, 0.1 dropped), not the placeholder phase 1 recorded
+    kept = {c["id"] for c in audit["verify"]["kept"]}
+    assert kept and _cells(browser, 0, _VERIFIER) == {c["id"]: "0.9000" if c["id"] in kept else "0.1000"
+                                                      for c in audit["knn"]["candidates"]}
+    assert [_cells(browser, 2, _VERIFIER)[c["id"]] for c in audit["fallback"]["added"]] == [
+        "not scored" if "verifier_score" not in c else f"{c['verifier_score']:.4f}" for c in audit["fallback"]["added"]]
     marks = browser.find_elements(By.CSS_SELECTOR, ".doc mark.hit")
     assert sorted(" ".join(m.text.split()) for m in marks) == sorted(" ".join(p.text.split()) for p in result.passages)
     volcano = next((d for d in browser.find_elements(By.CSS_SELECTOR, ".doc") if "en-volcano" in d.text), None)
@@ -56,6 +62,32 @@ def test_meve_page_lists_every_candidate_and_why(built: tuple[Any, Any], embedde
     assert console_errors(browser) == []
     with pytest.raises(MemoryIndexError, match="more than 2 rows"):  # a capped query says so, never shortens
         index.rows_where("doc_id", ["en-volcano"], ["pk"], limit=2)
+
+
+_VERIFIER, _PRIORITY = 4, 5
+"""The columns of the verifier's score and the priority score in a phase's table."""
+
+
+def _cells(browser: Any, phase: int, column: int) -> dict[str, str]:
+    """``{passage id: text of the column}`` of the rows of phase table ``phase`` (0 = kNN)."""
+    from selenium.webdriver.common.by import By
+
+    section = browser.find_elements(By.CSS_SELECTOR, "section.phase")[phase]
+    return {r.get_attribute("data-id"): r.find_elements(By.TAG_NAME, "td")[column].text
+            for r in section.find_elements(By.CSS_SELECTOR, "tbody tr")}
+
+
+def test_meve_page_without_verification_says_not_scored(built: tuple[Any, Any], embedder: Any, tokenizer: Any,
+                                                         tmp_path: Path, browser: Any) -> None:
+    index, _ = built
+    question = "What makes a volcano explode into ash?"
+    settings = MeVeSettings(k=4, verify=False, fallback=False, t_max=400)
+    result = MeVePipeline(MemoryChunkSource(index), embedder, None, tokenizer, settings).run(question)
+    open_page(browser, write_audit_page(index, question, result, tmp_path / "unverified.html"))
+    found = result.audit["knn"]["candidates"]
+    assert len(found) == 4 and set(_cells(browser, 0, _VERIFIER).values()) == {"not scored"}
+    assert _cells(browser, 0, _PRIORITY) == {c["id"]: f"{c['similarity']:.4f}" for c in found}  # the cosine
+    assert console_errors(browser) == []
 
 
 def test_ask_html_shows_which_layer_found_each_hit(built: tuple[Any, Any], tmp_path: Path, browser: Any,
