@@ -84,7 +84,7 @@ from memreader.core.errors import MemReaderError
 from memreader.core.language import detect_language
 from memreader.core.prompts import load_template, render
 from memreader.core.schema import DocumentMemory
-from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll
+from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll, sigmoid
 
 VARIANTS = ("prob", "margin", "ppl")
 #: The answer words of the ``chunk_boundary`` template: (boundary, no boundary).
@@ -186,10 +186,6 @@ def answer_token_ids(tokenizer: Any, words: Sequence[str] | None = None) -> list
             "change ANSWER_WORDS in core/scoring.py together with the chunk_boundary templates (bump their version)",
         )
     return [i[0] for i in ids]
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +422,7 @@ class EvaluatorScorer:
             cond, unc = _span_nll(b.ppl_cond), _span_nll(b.ppl_uncond)
             if len(unc) and len(cond) == len(unc):
                 out["nll_cond"], out["nll_uncond"] = float(cond.mean()), float(unc.mean())
-                out["ppl"] = _sigmoid((out["nll_cond"] - out["nll_uncond"]) / PPL_TEMPERATURE)
+                out["ppl"] = sigmoid((out["nll_cond"] - out["nll_uncond"]) / PPL_TEMPERATURE)
             else:  # nothing to score (no BOS and a one-token successor): no evidence
                 out["nll_cond"] = out["nll_uncond"] = 0.0
                 out["ppl"] = SINGLE_CHUNK_CLARITY["ppl"]

@@ -1,16 +1,20 @@
-"""The forward-pass machinery of the evaluator scorer (:mod:`memreader.core.scoring`).
+"""The forward-pass machinery of the evaluator scorer (:mod:`memreader.core.scoring`), and the project's one
+transformers token NLL.
 
-Requests are token sequences with the positions whose NLL is wanted (and positions whose next-token
-distribution gives the answer-word probabilities); a sequence that is a prefix of another is merged
-into it. :class:`HFEngine` runs them through a transformers causal LM in length-sorted, padded
-batches and applies the LM head only to the scored positions, ``slice_tokens`` rows at a time;
-:class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs`` (CPU build or GPU).
+:class:`TokenNLL` computes ``-log P(token | the tokens before it)`` with a transformers causal LM in
+length-sorted, right-padded batches, applying the LM head (and the model's logit scale and soft-cap) only to
+the scored positions, ``slice_tokens`` rows at a time; informational support (:mod:`memreader.eval.support`)
+and the query-likelihood verifier (:mod:`memreader.retrieval.verifier`) call it, and :class:`HFEngine` is it
+for the scorer's requests. Requests are token sequences with the positions whose NLL is wanted (and positions
+whose next-token distribution gives the answer-word probabilities); a sequence that is a prefix of another is
+merged into it. :class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs`` (CPU build
+or GPU). :func:`sigmoid` turns a log-odds into a score (the scorer's ``ppl``, the verifiers).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,31 +102,51 @@ def _span_nll(handle: tuple[_Req, int, int]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Engines: compute the NLLs and answer probabilities of physical requests.
+# The transformers token NLL (the evaluator scorer's HFEngine, informational support, the query-likelihood
+# verifier), and the logistic function that turns a log-odds into a score.
 
 
-class HFEngine:
-    """Batched forward passes of a transformers causal LM (see the module docstring)."""
+def sigmoid(z: float) -> float:
+    """The logistic function ``1 / (1 + e^-z)``, overflow-safe for large ``|z|``: a log-odds as a probability (the
+    evaluator's ``ppl`` boundary score, a MeVe verifier's score)."""
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
-    def __init__(self, model: Any, tokenizer: Any, max_batch_tokens: int, slice_tokens: int,
-                 max_pad_fraction: float = 0.1) -> None:
+
+class TokenNLL:
+    """``-log P(token | the tokens before it)`` from a transformers causal LM, in fp32: the project's one
+    transformers token NLL (the vLLM twins: :class:`VLLMEngine`, :func:`memreader.core.vllm_engine.prompt_nlls`).
+
+    Sequences are sorted longest first and right-padded into batches of at most ``batch_size`` rows and
+    ``max_batch_tokens`` padded tokens (a longer sequence runs alone), a batch closing early when
+    padding would pass ``max_pad_fraction`` of it; right padding leaves every real position as it is unpadded, for
+    a causal LM. Only the model body runs on the batch; the LM head (times the config's ``logit_scale``, then its
+    ``final_logit_softcapping``, as the model's own forward does) runs on the hidden states of the scored positions
+    alone, ``slice_tokens`` rows at a time, so no ``[batch, seq, vocab]`` tensor exists. Counters:
+    ``tokens_processed`` (real tokens through the body), ``padded_tokens`` (rows × width), ``batches``,
+    ``max_width`` (the longest sequence seen)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int | None = None,
+                 max_batch_tokens: int | None = None, max_pad_fraction: float = 1.0, slice_tokens: int = 256) -> None:
+        limits = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "slice_tokens": slice_tokens}
+        bad = [f"{k}={v}" for k, v in limits.items() if v is not None and v < 1]
+        bad += [] if 0.0 <= max_pad_fraction <= 1.0 else [f"max_pad_fraction={max_pad_fraction}"]
+        if bad:
+            raise ValueError(f"token NLL settings out of range: {', '.join(bad)} — fix: batch sizes and slices are "
+                             ">= 1, max_pad_fraction is in [0, 1]")
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.model, self.tokenizer = model, tokenizer
-        self.max_batch_tokens, self.slice_tokens = max_batch_tokens, slice_tokens
-        self.max_pad_fraction = max_pad_fraction
+        self.pad_id = int(pad if pad is not None else 0)  # right padding: never read by a scored position
+        self.max_rows, self.max_tokens = batch_size or math.inf, max_batch_tokens or math.inf
+        self.max_pad_fraction, self.slice_tokens = max_pad_fraction, slice_tokens
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         self.head = model.get_output_embeddings()
         self.device = next(model.parameters()).device
-        config = model.config
-        self.softcap = getattr(config, "final_logit_softcapping", None)
-        self.logit_scale = getattr(config, "logit_scale", None)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.pad_id = int(pad if pad is not None else 0)
-        self.tokens_processed = 0  # real (unpadded) tokens through the model body
-        self.padded_tokens = 0  # batch rows × width, padding included
-        self.batches = 0
-        self.max_width = 0  # longest sequence seen
+        self.logit_scale = getattr(model.config, "logit_scale", None)
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.tokens_processed = self.padded_tokens = self.batches = self.max_width = 0
 
-    def _logits(self, hidden: Any) -> Any:
+    def logits(self, hidden: Any) -> Any:
+        """fp32 next-token logits of hidden states, scaled and soft-capped as the model's forward does."""
         logits = self.head(hidden).float()
         if self.logit_scale:
             logits = logits * self.logit_scale
@@ -130,83 +154,101 @@ class HFEngine:
             logits = self.softcap * (logits / self.softcap).tanh()
         return logits
 
-    def run(self, reqs: list[_Req], answer_ids: list[int] | None) -> None:
-        """Fill ``req.nll`` and ``req.ans`` of every request (longest first, packed by padded tokens)."""
+    def nlls(self, sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+             tokens: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+        """``out[i][j] = -log P(tokens[i][j] | sequences[i][:positions[i][j]])`` (float64, one array per sequence,
+        in input order). ``tokens`` default to the sequences' own tokens at those positions (``1 <= p < len``);
+        given tokens may also sit just past the sequence (``p = len``: the NLL of a token that would follow it)."""
         import torch
 
-        order = sorted(reqs, key=lambda r: len(r.ids), reverse=True)
+        pos = [np.asarray(p, dtype=np.int64) for p in positions]
+        for i, (seq, p) in enumerate(zip(sequences, pos, strict=True)):
+            top = len(seq) - (tokens is None)
+            if len(p) and (p.min() < 1 or p.max() > top):
+                raise ValueError(f"sequence {i}: scored positions {p.min()}..{p.max()} are outside 1..{top}")
+        if tokens is None:
+            tokens = [np.asarray(seq, dtype=np.int64)[p] for seq, p in zip(sequences, pos, strict=True)]
+        out = [np.zeros(0)] * len(sequences)
+        order = sorted((i for i in range(len(sequences)) if len(pos[i])), key=lambda i: len(sequences[i]),
+                       reverse=True)
         with torch.inference_mode():
-            i = 0
-            while i < len(order):
-                width, real, n = len(order[i].ids), len(order[i].ids), 1
-                # Grow the batch while it fits the token budget and padding stays under max_pad_fraction.
-                while i + n < len(order) and (n + 1) * width <= self.max_batch_tokens:
-                    nxt = len(order[i + n].ids)
-                    if real + nxt < (1.0 - self.max_pad_fraction) * (n + 1) * width:
-                        break
-                    real, n = real + nxt, n + 1
-                self._batch(order[i : i + n], width, answer_ids)
-                i += n
+            for batch in self._batches([len(sequences[i]) for i in order]):
+                rows = [order[b] for b in batch]
+                values = self._batch([sequences[i] for i in rows], [pos[i] for i in rows], [tokens[i] for i in rows])
+                for i, v in zip(rows, values, strict=True):
+                    out[i] = v
+        return out
 
-    def _batch(self, batch: list[_Req], width: int, answer_ids: list[int] | None) -> None:
+    def _batches(self, lengths: list[int]) -> Iterator[range]:
+        """Consecutive index ranges of the longest-first ``lengths`` within the batch limits."""
+        i = 0
+        while i < len(lengths):
+            width = real = lengths[i]
+            n = 1
+            while i + n < len(lengths) and n < self.max_rows and (n + 1) * width <= self.max_tokens:
+                if real + lengths[i + n] < (1.0 - self.max_pad_fraction) * (n + 1) * width:
+                    break
+                real, n = real + lengths[i + n], n + 1
+            yield range(i, i + n)
+            i += n
+
+    def _batch(self, seqs: list[Sequence[int]], pos: list[np.ndarray], tokens: list[Any]) -> list[np.ndarray]:
         import torch
 
-        rows = len(batch)
+        rows, width = len(seqs), len(seqs[0])
         ids = np.full((rows, width), self.pad_id, dtype=np.int64)
-        for r, req in enumerate(batch):
-            ids[r, : len(req.ids)] = req.ids
-        input_ids = torch.from_numpy(ids).to(self.device)
-        mask = None
-        if any(len(req.ids) != width for req in batch):
-            mask_np = np.zeros((rows, width), dtype=np.int64)
-            for r, req in enumerate(batch):
-                mask_np[r, : len(req.ids)] = 1
-            mask = torch.from_numpy(mask_np).to(self.device)
-        hidden = self.body(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
-        self.tokens_processed += sum(len(req.ids) for req in batch)
+        mask = np.zeros((rows, width), dtype=np.int64)
+        for r, seq in enumerate(seqs):
+            ids[r, : len(seq)], mask[r, : len(seq)] = seq, 1
+        attention = torch.from_numpy(mask).to(self.device) if not mask.all() else None
+        hidden = self.body(input_ids=torch.from_numpy(ids).to(self.device), attention_mask=attention,
+                           use_cache=False).last_hidden_state
+        self.tokens_processed += int(mask.sum())
         self.padded_tokens += rows * width
         self.batches += 1
         self.max_width = max(self.max_width, width)
         flat = hidden.reshape(rows * width, hidden.shape[-1])
+        # the hidden state at p - 1 predicts the token at p
+        index = torch.from_numpy(np.concatenate([r * width + p - 1 for r, p in enumerate(pos)])).to(self.device)
+        target = torch.from_numpy(np.concatenate([np.asarray(t, dtype=np.int64) for t in tokens])).to(self.device)
+        values = torch.empty(index.shape[0], dtype=torch.float32, device=self.device)
+        for s in range(0, index.shape[0], self.slice_tokens):
+            e = min(s + self.slice_tokens, index.shape[0])
+            logits = self.logits(flat.index_select(0, index[s:e]))
+            values[s:e] = torch.logsumexp(logits, -1) - logits.gather(1, target[s:e, None]).squeeze(1)
+            del logits
+        return np.split(values.cpu().numpy().astype(np.float64), np.cumsum([len(p) for p in pos])[:-1])
 
-        # NLL rows: hidden state at p-1 predicts token p.
-        where: list[tuple[_Req, np.ndarray]] = []
-        rows_idx, targets = [], []
-        for r, req in enumerate(batch):
-            if req.spans:
-                pos = req.positions()
-                where.append((req, pos))
-                rows_idx.append(r * width + pos - 1)
-                targets.append(ids[r, pos])
-        if rows_idx:
-            index = torch.from_numpy(np.concatenate(rows_idx)).to(self.device)
-            target = torch.from_numpy(np.concatenate(targets)).to(self.device)
-            out = torch.empty(index.shape[0], dtype=torch.float32, device=self.device)
-            for s in range(0, index.shape[0], self.slice_tokens):
-                e = min(s + self.slice_tokens, index.shape[0])
-                logits = self._logits(flat.index_select(0, index[s:e]))
-                out[s:e] = torch.logsumexp(logits, -1) - logits.gather(1, target[s:e, None]).squeeze(1)
-                del logits
-            values = out.cpu().numpy().astype(np.float64)
-            k = 0
-            for req, pos in where:
+
+# ---------------------------------------------------------------------------------------------
+# Engines: compute the NLLs and answer probabilities of physical requests.
+
+
+class HFEngine(TokenNLL):
+    """The requests' NLLs and answer probabilities through :class:`TokenNLL` (batches of ``max_batch_tokens`` padded
+    tokens, at most ``max_pad_fraction`` padding)."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_batch_tokens: int, slice_tokens: int,
+                 max_pad_fraction: float = 0.1) -> None:
+        super().__init__(model, tokenizer, max_batch_tokens=max_batch_tokens, max_pad_fraction=max_pad_fraction,
+                         slice_tokens=slice_tokens)
+
+    def run(self, reqs: list[_Req], answer_ids: list[int] | None) -> None:
+        """Fill ``req.nll`` and ``req.ans`` of every request: the answer-word probabilities at ``q`` are
+        ``exp(-NLL)`` of each answer word as the token after ``ids[:q+1]``."""
+        words = np.asarray(answer_ids or [], dtype=np.int64)
+        asked = [(req.positions(), np.array(sorted(req.ans_pos), dtype=np.int64)) for req in reqs]
+        assert len(words) or not any(len(ans) for _, ans in asked), "answer positions asked without answer ids"
+        positions = [np.concatenate([pos, np.repeat(ans + 1, len(words))]) for pos, ans in asked]
+        tokens = [np.concatenate([np.asarray(req.ids, dtype=np.int64)[pos], np.tile(words, len(ans))])
+                  for req, (pos, ans) in zip(reqs, asked, strict=True)]
+        for req, (pos, ans), values in zip(reqs, asked, self.nlls([r.ids for r in reqs], positions, tokens),
+                                           strict=True):
+            if len(pos):
                 req.nll = np.full(len(req.ids), np.nan)
-                req.nll[pos] = values[k : k + len(pos)]
-                k += len(pos)
-
-        # Answer rows: the full next-token distribution at the position, two probabilities kept.
-        ans_rows = [(req, r * width + q) for r, req in enumerate(batch) for q in sorted(req.ans_pos)]
-        if ans_rows:
-            assert answer_ids is not None
-            index = torch.tensor([x for _, x in ans_rows], device=self.device)
-            cols = torch.tensor(answer_ids, device=self.device)
-            probs = []
-            for s in range(0, index.shape[0], self.slice_tokens):
-                logits = self._logits(flat.index_select(0, index[s : s + self.slice_tokens]))
-                probs.append(torch.log_softmax(logits, -1)[:, cols].exp())
-            p = torch.cat(probs).cpu().numpy().astype(np.float64)
-            for (req, x), row in zip(ans_rows, p, strict=True):
-                req.ans[x % width] = (float(row[0]), float(row[1]))
+                req.nll[pos] = values[: len(pos)]
+            for q, row in zip(ans.tolist(), np.exp(-values[len(pos):]).reshape(len(ans), len(words)), strict=True):
+                req.ans[q] = (float(row[0]), float(row[1]))
 
 
 class VLLMEngine:

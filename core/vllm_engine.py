@@ -247,7 +247,7 @@ def shutdown_engines() -> None:
 def prompt_nlls(engine: Engine, sequences: Any) -> list[Any]:
     """Per-token ``-log p`` of ``ids[start:]`` for each ``(ids, start)`` through vLLM ``prompt_logprobs``
     (one generated token each, which is discarded; through the engine's adapter when it applies one per request):
-    the vLLM twin of :func:`memreader.eval.support.sequence_nlls`.
+    the vLLM twin of :class:`memreader.core.scoring_engines.TokenNLL`.
     vLLM takes the log-softmax of the raw logits over the full vocabulary. A request with ``prompt_logprobs`` does
     not read the prefix cache, so each sequence is prefilled whole: measured on vLLM 0.32 CPU, forcing the read
     (``skip_reading_prefix_cache=False``) returns uninitialised entries for the cached positions (token ids like

@@ -28,10 +28,8 @@ Exactly what is computed:
 Computation (vLLM): the same sequences through ``prompt_logprobs`` of the answerer's engine
 (:func:`memreader.core.vllm_engine.prompt_nlls`), in the engine's dtype.
 
-Computation (transformers): forward passes of the model body only, under ``torch.inference_mode``; sequences sorted
-by length, right-padded batches of ``batch_size`` (right padding leaves every real position exactly
-as unpadded, for a causal LM); the LM head runs only on the hidden states that predict answer tokens,
-``slice_tokens`` rows at a time, so no ``[batch, seq, vocab]`` tensor exists.
+Computation (transformers): :class:`memreader.core.scoring_engines.TokenNLL` (the project's one transformers token
+NLL), in right-padded batches of ``batch_size`` sequences, the LM head ``slice_tokens`` rows at a time.
 """
 
 from __future__ import annotations
@@ -42,10 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from memreader.core.errors import MemReaderError
 from memreader.core.prompts import load_template
+from memreader.core.scoring_engines import TokenNLL
 from memreader.eval.answering import answer_messages
 from memreader.eval.records import SupportRecord
 
@@ -129,61 +126,6 @@ def _fit(tokenizer: Any, item: SupportItem, answer: list[int], limit: int | None
     return ids, answer, len(chunks), True
 
 
-def _logits(model: Any, hidden: Any) -> Any:
-    logits = model.get_output_embeddings()(hidden).float()
-    scale = getattr(model.config, "logit_scale", None)
-    if scale:
-        logits = logits * scale
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    if softcap:
-        logits = softcap * (logits / softcap).tanh()
-    return logits
-
-
-def sequence_nlls(model: Any, sequences: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int = 8,
-                  slice_tokens: int = 256) -> list[np.ndarray]:
-    """Per-token ``-log p`` of ``ids[start:]`` for each ``(ids, start)`` (``start >= 1``), batched and
-    right-padded; returns one float64 array per sequence, in input order."""
-    import torch
-
-    if batch_size < 1 or slice_tokens < 1:
-        raise SupportError(f"batch_size={batch_size} and slice_tokens={slice_tokens} must be >= 1")
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]), reverse=True)
-    out: list[np.ndarray] = [np.empty(0)] * len(sequences)
-    with torch.inference_mode():
-        for lo in range(0, len(order), batch_size):
-            idx = order[lo: lo + batch_size]
-            width = len(sequences[idx[0]][0])
-            ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            rows, targets = [], []
-            for r, i in enumerate(idx):
-                seq, start = sequences[i]
-                if start < 1 or start > len(seq):
-                    raise SupportError(f"sequence {i}: scored span starts at {start}, outside 1..{len(seq)}")
-                ids[r, : len(seq)], mask[r, : len(seq)] = seq, 1
-                rows.append(r * width + np.arange(start - 1, len(seq) - 1))  # hidden at p-1 predicts token p
-                targets.append(np.asarray(seq[start:], dtype=np.int64))
-            hidden = body(input_ids=torch.from_numpy(ids).to(device), attention_mask=torch.from_numpy(mask).to(device),
-                          use_cache=False).last_hidden_state
-            flat = hidden.reshape(-1, hidden.shape[-1])
-            index = torch.from_numpy(np.concatenate(rows)).to(device)
-            target = torch.from_numpy(np.concatenate(targets)).to(device)
-            values = torch.empty(index.shape[0], dtype=torch.float32, device=device)
-            for s in range(0, index.shape[0], slice_tokens):
-                e = min(s + slice_tokens, index.shape[0])
-                logits = _logits(model, flat.index_select(0, index[s:e]))
-                values[s:e] = torch.logsumexp(logits, -1) - logits.gather(1, target[s:e, None]).squeeze(1)
-            flat_values = values.cpu().numpy().astype(np.float64)
-            k = 0
-            for i, t in zip(idx, targets, strict=True):
-                out[i] = flat_values[k: k + len(t)]
-                k += len(t)
-    return out
-
-
 def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportItem | Mapping[str, Any]],
                           batch_size: int = 8, max_context_tokens: int | None = None, multi_ref: str = "first",
                           slice_tokens: int = 256) -> list[SupportScore]:
@@ -194,7 +136,6 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
     # vLLM needs one position past the prompt (it generates a token to return prompt log-probabilities)
     window = model.max_model_len - 1 if vllm_engine else getattr(model.config, "max_position_embeddings", None)
     limit = max_context_tokens if max_context_tokens is not None else (window or None)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     start = time.perf_counter()
     jobs: list[tuple[int, int, int, bool]] = []  # (item, reference index, chunks kept, truncated)
     sequences: list[tuple[list[int], int]] = []
@@ -212,7 +153,8 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
 
         nlls = prompt_nlls(model, sequences)
     else:
-        nlls = sequence_nlls(model, sequences, int(pad if pad is not None else 0), batch_size, slice_tokens)
+        nlls = TokenNLL(model, tokenizer, batch_size=batch_size, slice_tokens=slice_tokens).nlls(
+            [s for s, _ in sequences], [range(start, len(s)) for s, start in sequences])
     best: dict[int, SupportScore] = {}
     for (n, ref_index, kept, truncated), values in zip(jobs, nlls, strict=True):
         score = SupportScore(float(values.mean()), len(values), truncated, kept, ref_index)

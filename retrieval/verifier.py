@@ -25,8 +25,8 @@ Three kinds, one interface (:class:`Verifier`):
   a small model (see docs/MEVE.md), but the baseline is the question alone, without the
   ``Passage: ...`` frame, and the frame by itself makes the question more predictable: even an
   unrelated passage scores above 0.5. With it phase 2 re-ranks and the token budget does the
-  cutting (on HotpotQA every candidate passed tau = 0.5). Left padding
-  puts the question tokens last in every row, so only their logits are computed.
+  cutting (on HotpotQA every candidate passed tau = 0.5). The log-probabilities are
+  :class:`memreader.core.scoring_engines.TokenNLL`'s (the LM head only on the question's positions).
 - :class:`CrossEncoderVerifier` loads a sentence-transformers ``CrossEncoder`` by path (no
   cross-encoder ships in a PyPI package, so there is no offline default). It asks the model for
   raw logits (``activation_fn=Identity``) and applies the sigmoid itself, so the score is
@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from memreader.core.errors import MemReaderError
+from memreader.core.scoring_engines import TokenNLL, sigmoid
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def _check_input(question: str, passages: Sequence[str]) -> None:
         raise VerifierError(f"passage {bad[0]} is {type(passages[bad[0]]).__name__}, not text")
 
 
-def answer_token_ids(tokenizer: Any, word: str) -> list[int]:
+def spelling_token_ids(tokenizer: Any, word: str) -> list[int]:
     """The ids of every single-token spelling of ``word``: lower, Capitalised and UPPER, each with
     and without a leading space (the tokens an answer can start with)."""
     ids: list[int] = []
@@ -212,8 +213,8 @@ class LMVerifier(_CausalLMVerifier):
                                 f"start from the default: {DEFAULT_PROMPT!r}")
         super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
         self.prompt, self.system = prompt, system
-        self.yes_ids = answer_token_ids(tokenizer, "yes")
-        self.no_ids = answer_token_ids(tokenizer, "no")
+        self.yes_ids = spelling_token_ids(tokenizer, "yes")
+        self.no_ids = spelling_token_ids(tokenizer, "no")
 
     def _prompt(self, question: str, passage: str) -> str:
         ids = self.tokenizer.encode(passage, add_special_tokens=False)
@@ -281,12 +282,6 @@ def _logsumexp(values: Sequence[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
-def sigmoid(z: float) -> float:
-    """The logistic function ``1 / (1 + e^-z)``, overflow-safe for large ``|z|``: a verifier's margin (a log-odds)
-    as the score in [0, 1] it reports."""
-    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
-
-
 class QueryLikelihoodVerifier(_CausalLMVerifier):
     """How much a passage raises the LM's likelihood of the question (see the module docstring)."""
 
@@ -297,37 +292,16 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
         super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
 
     def _mean_logprobs(self, prefixes: list[list[int]], question: list[int]) -> list[float]:
-        """Mean log-probability of the ``question`` tokens after each prefix (one forward per batch; through
-        vLLM's ``prompt_logprobs`` when the model is an engine)."""
+        """Mean log-probability of the ``question`` tokens after each prefix (:class:`TokenNLL`; through vLLM's
+        ``prompt_logprobs`` when the model is an engine)."""
         if self.engine is not None:
             from memreader.core.vllm_engine import prompt_nlls
 
             nlls = prompt_nlls(self.engine, [(p + question, len(p)) for p in prefixes])
-            return [-float(x.mean()) for x in nlls]
-        import torch
-
-        device = next(self.model.parameters()).device
-        n = len(question)
-        out = [0.0] * len(prefixes)
-        order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
-        target = torch.tensor(question, device=device)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            seqs = [prefixes[i] + question for i in rows]
-            width = max(map(len, seqs))
-            ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for r, seq in enumerate(seqs):  # left padding: the question is the last n tokens of every row
-                ids[r, width - len(seq):] = torch.tensor(seq)
-                mask[r, width - len(seq):] = 1
-            extra = {"logits_to_keep": n + 1} if self._keep else {}
-            with torch.inference_mode():
-                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device), **extra).logits
-            logp = torch.log_softmax(logits[:, -(n + 1) : -1].float(), dim=-1)  # positions predicting the question
-            means = logp.gather(2, target.expand(len(rows), n).unsqueeze(-1)).squeeze(-1).mean(dim=1)
-            for i, value in zip(rows, means.tolist(), strict=True):
-                out[i] = float(value)
-        return out
+        else:
+            nlls = TokenNLL(self.model, self.tokenizer, batch_size=self.batch_size).nlls(
+                [p + question for p in prefixes], [range(len(p), len(p) + len(question)) for p in prefixes])
+        return [-float(x.mean()) for x in nlls]
 
     def _margins(self, question: str, passages: Sequence[str]) -> list[float]:
         """mean log P(question | passage) - mean log P(question) per passage (the logit of :meth:`score`)."""
