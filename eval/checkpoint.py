@@ -15,20 +15,28 @@ already there and differs is kept and named (the machine's copy may be newer), s
 the run went on, loses nothing. ``MANIFEST.json`` lists every file with its size and SHA-256; a restore checks
 them first, so a damaged checkpoint is refused before anything is copied.
 
-    python scripts/eval_checkpoint.py save    --config configs/eval/multifieldqa_zh.yaml --to results/eval-multifieldqa-zh
-    python scripts/eval_checkpoint.py restore --config configs/eval/multifieldqa_zh.yaml --from results/eval-multifieldqa-zh
+    memreader checkpoint save    results/eval-multifieldqa-zh --config configs/eval/multifieldqa_zh.yaml
+    memreader checkpoint restore results/eval-multifieldqa-zh --config configs/eval/multifieldqa_zh.yaml
+
+The run folder (``$MEMREADER_HOME/runs/<run>/eval``) and the chunk cache folder are the ones the evaluation itself
+uses, resolved from the same eval config and ``--set`` overrides: restore before resuming the same ``memreader eval``
+command, save (and commit) while it runs or after it stopped.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memreader.core.errors import MemReaderError
-from memreader.core.paths import sha256_file, write_json
+from memreader.core.paths import memreader_home, sha256_file, write_json
+from memreader.core.stage import Stage
+from memreader.eval.qa import QAConfig, chunk_cache_dir
 
 MANIFEST = "MANIFEST.json"
 SKIPPED_DIRS = {"work", "__pycache__"}  # a method's chunker scratch folder: remade from the memories' inputs
@@ -121,7 +129,7 @@ def restore(src: Path, eval_dir: Path, cache_root: Path) -> CheckpointReport:
     manifest before the first copy."""
     src = Path(src)
     if not (src / MANIFEST).is_file():
-        raise CheckpointError(f"{src} has no {MANIFEST}: not a checkpoint written by scripts/eval_checkpoint.py save")
+        raise CheckpointError(f"{src} has no {MANIFEST}: not a checkpoint written by `memreader checkpoint save`")
     files = json.loads((src / MANIFEST).read_text(encoding="utf-8"))["files"]
     bad = [rel for rel, meta in files.items() if not (src / rel).is_file() or sha256_file(src / rel) != meta["sha256"]]
     if bad:
@@ -140,3 +148,38 @@ def restore(src: Path, eval_dir: Path, cache_root: Path) -> CheckpointReport:
         report.copied.append(rel)
         report.bytes_copied += files[rel]["bytes"]
     return report
+
+
+def _run_stage(cfg: QAConfig, args: argparse.Namespace) -> int:
+    """``memreader checkpoint save|restore FOLDER``: the run folder and chunk cache of the eval config ``cfg``."""
+    eval_dir = memreader_home() / "runs" / cfg.run / "eval"
+    found = chunk_cache_dir(cfg, cfg.dataset, str(cfg.qa))  # as `memreader eval` names it (eval.qa.run_qa)
+    cache = Path(found) if found else None
+    if args.action == "save":
+        print(save(eval_dir, args.folder, cache, args.max_file_mb).line(f"saved {eval_dir} and {cache} to {args.folder}"))
+        return 0
+    report = restore(args.folder, eval_dir, cache.parent if cache is not None else memreader_home() / "cache" / "chunkers")
+    others = sorted({rel.split("/")[1] for rel in report.copied + report.same + report.kept if rel.startswith("cache/")}
+                    - {cache.name if cache is not None else ""})
+    if others:
+        print(f"WARNING: the checkpoint's chunk cache {', '.join(others)} is not the one this config uses ({cache}): the "
+              "data set file or chunk_cache differs, so the model chunkers read again", file=sys.stderr)
+    print(report.line(f"restored {args.folder} into {eval_dir}"))
+    return 0
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["save", "restore"], help="save the run into FOLDER, or restore it from there")
+    parser.add_argument("folder", type=Path, help="the checkpoint folder (e.g. results/<run>)")
+    parser.add_argument("--max-file-mb", type=float, default=MAX_FILE_MB, help="save: refuse any larger file")
+
+
+STAGE = Stage("checkpoint", "save or restore a portable checkpoint of a long `memreader eval` run (--config: the "
+              "eval config it used)", run=_run_stage, config=QAConfig, arguments=_arguments, needs_args=True,
+              example_dir="configs/eval/", epilog="--config and --set: the eval config and overrides of the run "
+              "(memreader eval --help lists its keys)")
+
+if __name__ == "__main__":
+    from memreader.cli import module_main
+
+    raise SystemExit(module_main("checkpoint"))

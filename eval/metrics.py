@@ -6,8 +6,8 @@ One example::
     s = score_example("厦门大学举办。", ["厦门大学。"], resolve_config("mom"))
     s.bleu_1, s.bleu_avg, s.rouge_l, s.meteor
 
-Libraries do what they are for: nltk computes METEOR (with WordNet 3.0 or an explicit WordNet-free
-stub), jieba / sacrebleu tokenize, ROUGE-L is rouge-score's F-measure of an LCS length that
+Libraries do what they are for: nltk computes METEOR (with WordNet 3.0, :mod:`memreader.eval.wordnet`, or an
+explicit WordNet-free stub), jieba / sacrebleu tokenize, ROUGE-L is rouge-score's F-measure of an LCS length that
 rapidfuzz computes in C++ (rouge-score's pure-Python LCS table is 30-60x slower here; tests check
 the two agree exactly). BLEU's n-gram clipping is written here because the reference evaluators use
 HF ``evaluate``'s nmt-BLEU (shortest-reference length, its own float-operation order, no "divide the
@@ -23,19 +23,18 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memreader.core.config import ConfigError, field
 from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 from memreader.eval.tokenize import TOKENIZERS, init_jieba, postprocess, tokenize, tokenizer_signature
+from memreader.eval.wordnet import find_wordnet
 
 METRICS = ("bleu_1", "bleu_avg", "rouge_l", "meteor")
 DISPLAY_NAMES = {"bleu_1": "BLEU-1", "bleu_avg": "BLEU-Avg", "rouge_l": "ROUGE-L", "meteor": "METEOR"}
 # Bump when any scoring semantics here change; it is part of every signature.
 EVAL_VERSION = "1.0"
-PROJECT_NLTK_DATA = Path(__file__).resolve().parents[1] / ".venv" / "nltk_data"
 _CHOICES = {
     "tokenizer": TOKENIZERS,
     "bleu_smoothing": ("none", "add1"),
@@ -264,30 +263,6 @@ class NoWordNet:
 
     def synsets(self, lemma: str, pos: str | None = None, lang: str = "eng", check_exceptions: bool = True) -> list:
         return []
-
-
-def find_wordnet() -> str:
-    """Locate WordNet for nltk (also looking in ``.venv/nltk_data``); its version, e.g. ``'3.0'``.
-
-    Raises :class:`MetricSetupError` naming the fix when the data is missing.
-    """
-    import nltk
-
-    if str(PROJECT_NLTK_DATA) not in nltk.data.path:
-        nltk.data.path.append(str(PROJECT_NLTK_DATA))
-    try:
-        nltk.data.find("corpora/wordnet")
-    except LookupError:
-        raise MetricSetupError(
-            "METEOR asks for WordNet synonyms but nltk finds no WordNet data (searched "
-            f"{', '.join(nltk.data.path)}). Run `sudo scripts/setup_wordnet.sh` (installs Debian's "
-            "WordNet 3.0 into .venv/nltk_data), or score without synonyms with meteor_wordnet=False "
-            "(--set meteor_wordnet=false); the signature then says wordnet:off."
-        ) from None
-    from nltk.corpus import wordnet
-
-    wordnet.ensure_loaded()
-    return wordnet.get_version()
 
 
 class _Scorers:

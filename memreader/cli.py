@@ -14,6 +14,10 @@
     memreader eval  --config configs/eval/multifieldqa_zh.yaml
     memreader report eval-multifieldqa-zh
     memreader score --pred preds.jsonl --ref refs.jsonl --profile mom
+    memreader checkpoint save results/eval-multifieldqa-zh --config configs/eval/multifieldqa_zh.yaml
+    memreader calibrate-meve --set data_dir=../shared/datasets
+    memreader measure-engines            # every backend x dtype here; records what backend/dtype auto pick
+    memreader setup-wordnet              # WordNet 3.0 for METEOR (eval and score also install it when missing)
 
 Each subcommand is a :class:`memreader.core.stage.Stage` exported by its module; a stage module is imported only for
 the chosen subcommand (``memreader --help`` imports them all for their one-line help). This module and
@@ -48,6 +52,10 @@ COMMANDS: dict[str, str] = {
     "eval": "memreader.eval.qa",
     "report": "memreader.eval.report",
     "score": "memreader.eval.score_cli",
+    "checkpoint": "memreader.eval.checkpoint",
+    "calibrate-meve": "memreader.eval.meve_calibrate",
+    "measure-engines": "memreader.eval.engine_speed",
+    "setup-wordnet": "memreader.eval.wordnet",
     "view": "memreader.viewer.page",
     "demo": "memreader.demo",
 }
@@ -64,7 +72,7 @@ def stage(name: str) -> Stage:
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<9} {stage(name).help}" for name in COMMANDS)
+    lines = "\n".join(f"  {name:<15} {stage(name).help}" for name in COMMANDS)
     return argparse.ArgumentParser(
         prog="memreader",
         description="Document memories with small language models: generate, train, read, index, ask, evaluate.",

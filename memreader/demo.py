@@ -1,11 +1,12 @@
-"""``memreader demo``: every stage, for real, on the embedded models and the demo corpus (the commands of
-``scripts/runcpu.sh``, with the configs and data the package ships, so it runs from an installed wheel outside any
-checkout), then checks the run; ``--check-only`` checks an existing run without running anything.
+"""``memreader demo``: every stage, for real, on the embedded models and the demo corpus (one ``memreader`` command
+each, with the configs and data the package ships, so it runs from an installed wheel outside any checkout), then
+checks the run; ``--check-only`` checks an existing run without running anything. ``make demo`` runs it; it is the
+CPU smoke of the GPU recipe ``scripts/speedrun.sh``.
 
-    memreader demo                                   # the stages of make demo (scripts/runcpu.sh)
+    memreader demo                                   # what make demo runs
     memreader demo --run demo2 --set train_steps=4
     memreader demo --set teacher=openai --set teacher_model=deepseek-chat   # MEMREADER_TEACHER_BASE_URL/_API_KEY
-    memreader demo --check-only --run demo           # the checks of artifacts/runs/demo (runcpu.sh's last step)
+    memreader demo --check-only --run demo           # the checks of artifacts/runs/demo (the demo's last step)
 
 Stages (one ``memreader`` command each, YAMLs in ``memreader/demo_data/configs/``, linked as configs/demo/): teacher generation (the
 embedded SmolLM2 as teacher: two guided candidates per document, scored by the same model as evaluator, RRF
@@ -29,6 +30,7 @@ from typing import Any
 from memreader.core.config import field
 from memreader.core.errors import MemReaderError, RunFailed
 from memreader.core.paths import run_dir, write_json
+from memreader.core.registry import SMOLLM2
 from memreader.core.stage import Flag, Stage
 
 DEMO_DATA = Path(__file__).with_name("demo_data")
@@ -43,7 +45,7 @@ class DemoConfig:
     teacher: str = field("auto", help="'auto' (the embedded model on the fastest in-process engine measured here), "
                          "'local' (transformers), 'vllm', or 'openai' (any OpenAI-compatible endpoint from "
                          "MEMREADER_TEACHER_BASE_URL / _API_KEY): a real teacher fills every layer")
-    teacher_model: str = field("smollm2-135m-instruct", help="teacher model (for teacher=openai e.g. deepseek-chat)")
+    teacher_model: str = field(SMOLLM2, help="teacher model (for teacher=openai e.g. deepseek-chat)")
     train_steps: int = field(8, ge=1, help="LoRA optimizer steps")
     question: str = field("How many compost bays stand behind the tool shed?", help="sample question for 'ask'")
 
@@ -68,9 +70,8 @@ def adapter_changed(adapter_dir: Path) -> float:
 
 
 def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str], str | None]]:
-    """The demo's stages as (title, ``memreader`` command line, file its stdout goes to): the commands of
-    scripts/runcpu.sh (a test holds the two to the same stages and configs), with the configs and data read from
-    the installed package, so that the demo runs from a wheel outside any checkout."""
+    """The demo's stages as (title, ``memreader`` command line, file its stdout goes to), with the configs and data
+    read from the installed package, so that the demo runs from a wheel outside any checkout."""
     r = run_dir(cfg.run)
     conf = lambda name: str(DEMO_CONFIGS / f"{name}.yaml")  # noqa: E731
     corpus, qa = str(DEMO_DATA / "corpus.jsonl"), str(DEMO_DATA / "qa.jsonl")
@@ -133,7 +134,8 @@ def run_steps(cfg: DemoConfig) -> int:
 
 def _load(path: Path, made_by: str) -> dict[str, Any]:
     if not path.is_file():
-        raise MemReaderError(f"{path} is missing: {made_by} has not run for this run name (run scripts/runcpu.sh)")
+        raise MemReaderError(f"{path} is missing: {made_by} has not run for this run name (run `memreader demo --run "
+                              f"{path.parents[1].name}`)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -264,7 +266,7 @@ def print_checks(run: str) -> int:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--check-only", action="store_true", help="only check an existing run (runcpu.sh's last step)")
+    parser.add_argument("--check-only", action="store_true", help="only check an existing run (the demo's last step)")
 
 
 def _run_stage(cfg: DemoConfig, args: argparse.Namespace) -> int:
@@ -277,7 +279,7 @@ def _run_stage(cfg: DemoConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-STAGE = Stage("demo", "every stage on the embedded models and the demo corpus (what scripts/runcpu.sh runs), checked", run=_run_stage,
+STAGE = Stage("demo", "every stage on the embedded models and the demo corpus (what make demo runs), checked", run=_run_stage,
               config=DemoConfig, arguments=_arguments, needs_args=True, flags=(Flag("run", help="run name (default: demo)"),))
 
 if __name__ == "__main__":

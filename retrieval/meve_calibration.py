@@ -16,7 +16,7 @@ supporting doc_ids among the doc_ids of its final context (HotpotQA's supporting
 
 The chosen point names its verifier, calibration, tau and budget, the recall and tokens it reached, the target and
 the questions it was chosen on: :meth:`OperatingPoint.describe` is what ``operating_point`` records in every audit.
-Calibrate on one split and check on another (``scripts/calibrate_meve.py`` does both): a point chosen and reported
+Calibrate on one split and check on another (``memreader calibrate-meve`` does both): a point chosen and reported
 on the same questions over-states how well it transfers.
 """
 

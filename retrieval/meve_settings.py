@@ -3,7 +3,7 @@
     MeVeSettings()                      # the operating point chosen leave-one-corpus-out (DEFAULT_OPERATING_POINT)
     MeVeSettings(**PAPER_SETTINGS)      # the paper's values (Ottem 2025, appendix A.4)
 
-The pipeline that runs them is :mod:`memreader.retrieval.meve`; ``scripts/calibrate_meve.py`` chose the defaults.
+The pipeline that runs them is :mod:`memreader.retrieval.meve`; ``memreader calibrate-meve`` chose the defaults.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_OPERATING_POINT", "DEFAULT_POINT", "PAPER_SETTINGS", "POINT_
 VERIFIER_KINDS = (*KINDS, "embedding")
 
 DEFAULT_OPERATING_POINT = (
-    "lm_likelihood/none tau=0.7965 t_max=2048 redundancy=0.95, chosen leave-one-corpus-out by scripts/calibrate_meve.py "
+    "lm_likelihood/none tau=0.7965 t_max=2048 redundancy=0.95, chosen leave-one-corpus-out by memreader calibrate-meve "
     "on HotpotQA-100, CMRC 2018 (100 questions) and MultiFieldQA-zh (38) (docs/MEVE.md); out of corpus: hotpotqa recall "
     "0.815 vs top-5 0.785, tokens -79.3% vs top-20; cmrc2018 1.000 vs 1.000, -79.7%; multifieldqa_zh 0.579 vs 0.474, "
     "-86.7%")
@@ -72,7 +72,7 @@ class MeVeSettings:
                                       "a content-free passage) or query (normalised over the question's candidates); "
                                       "retrieval/verifier_calibration.py")
     operating_point: str = field(DEFAULT_OPERATING_POINT, help="where tau (and the other phase-2 keys) came from, "
-                                 "e.g. the calibration that chose them (scripts/calibrate_meve.py); recorded in every "
+                                 "e.g. the calibration that chose them (memreader calibrate-meve); recorded in every "
                                  "audit, which says when the settings leave the default point")
     verifier_backend: str = backend_field("verifier", "MeVe phase 2, verifier_kind=lm or lm_likelihood (its device is the config's device)")
     verifier_dtype: str = dtype_field("MeVe phase 2: the LM verifier's weights")

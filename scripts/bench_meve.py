@@ -12,7 +12,7 @@ Chinese). Every question then runs through
 
 - ``top-5`` and ``top-20``: plain kNN, all k passages joined by MeVe's separator (no budget);
 - ``meve``: all five phases with the settings of ``--config`` (default ``configs/retrieval/meve_hotpotqa.yaml``: the
-  operating point scripts/calibrate_meve.py chose leave-one-corpus-out; SmolLM2-135M-Instruct's tokenizer counts
+  operating point memreader calibrate-meve chose leave-one-corpus-out; SmolLM2-135M-Instruct's tokenizer counts
   the budget);
 - ``no-verify``, ``no-fallback``, ``no-prioritize``, ``no-pack``: one phase switched off each.
 
@@ -43,13 +43,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import DATASETS, corpus_embedder, passage_store, top_k_run
+from _common import DATASETS
 from tqdm import tqdm
 
 from memreader.core.config import load_config
 from memreader.core.paths import memreader_home, write_json
 from memreader.core.runtime import load_embedder
-from memreader.eval.support_corpora import CORPORA, load_support_corpus, support_recall
+from memreader.eval.meve_calibrate import GOAL_REDUCTION
+from memreader.eval.support_corpora import (
+    CORPORA,
+    corpus_embedder,
+    load_support_corpus,
+    passage_store,
+    support_recall,
+    top_k_run,
+)
 from memreader.retrieval.meve import PHASES, MeVePipeline, MeVeSettings, load_tokenizer
 from memreader.retrieval.search import RetrievalConfig
 from memreader.retrieval.verifier_calibration import build_meve_verifier
@@ -58,7 +66,6 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_h
 ABLATIONS = {"meve": {}, "no-verify": {"verify": False}, "no-fallback": {"fallback": False},
              "no-prioritize": {"prioritize": False}, "no-pack": {"pack": False}}
 TOP_K = (5, 20)
-GOAL_REDUCTION = 0.57
 GOAL_LATENCY = 0.15
 
 
@@ -146,7 +153,7 @@ def main() -> int:
     ap.add_argument("--data-dir", default=str(DATASETS), help="folder of the public files (default %(default)s)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (0 = all)")
     ap.add_argument("--questions", default="", metavar="LO:HI", help="only questions LO..HI-1, e.g. 50:100 (the half "
-                    "scripts/calibrate_meve.py did not choose on)")
+                    "memreader calibrate-meve did not choose on)")
     ap.add_argument("--config", default=str(CONFIG), help="YAML of MeVe keys (default: %(default)s)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     ap.add_argument("--embedder", help="sentence embedder for passages and questions (default: by the corpus's "

@@ -2,7 +2,7 @@
 # speedrun.sh: the GPU reference pipeline, top to bottom. Teacher memories from an OpenAI-compatible endpoint (a
 # hosted model, or `vllm serve` of a large instruct model) → MoM candidate selection by the evaluator → LoRA SFT of
 # Qwen2.5-1.5B-Instruct → vLLM reading of the MultiFieldQA-zh contexts with the adapter → three-layer index →
-# QA evaluation of every chunking method at equal chunk length → report. scripts/runcpu.sh is its CPU smoke.
+# QA evaluation of every chunking method at equal chunk length → report. `memreader demo` (make demo) is its CPU smoke.
 #
 # Needs: one CUDA GPU with bf16 (H100/A800 class), `pip install -e '.[gpu]'` (vLLM, DeepSpeed), the base models in
 # the HF cache (hf download Qwen/Qwen2.5-1.5B-Instruct Qwen/Qwen2.5-7B-Instruct), and the teacher endpoint:

@@ -191,6 +191,22 @@ CASES += [
      "profile='sacre': use one of"),
 ]
 
+# the commands that were scripts (issue 48): each refuses before any model loads or any file is written
+CASES += [
+    ("checkpoint-not-a-checkpoint", ["checkpoint", "restore", "{tmp}", "--set", "qa={corpus}", "--set",
+                                     "memories={corpus}"], 2,
+     "not a checkpoint written by `memreader checkpoint save`"),
+    ("checkpoint-run-escapes", ["checkpoint", "save", "{tmp}/c", "--set", "run=../x"], 2, "not a valid run name"),
+    ("calibrate-meve-one-corpus", ["calibrate-meve", "--set", "corpora=[hotpotqa,hotpotqa]"], 2,
+     "at least two different corpora"),
+    ("calibrate-meve-no-files", ["calibrate-meve", "--data-dir", "{tmp}"], 2, "hotpotqa_100_qa.json"),
+    ("measure-engines-unknown-stage", ["measure-engines", "--set", "stages=[chat,nope]"], 2,
+     "stages: unknown ['nope']"),
+    ("measure-engines-bad-row", ["measure-engines", "--set", "rows=[vllm:fp8]"], 2, "'vllm:fp8' is not backend:dtype"),
+    ("setup-wordnet-no-source", ["setup-wordnet", "--set", "source={tmp}/none", "--set", "dest={tmp}/d", "--set",
+                                 "download=false"], 2, "has no WordNet 3.0 database"),
+]
+
 
 @pytest.mark.parametrize(("name", "argv", "code", "needle"), CASES, ids=[c[0] for c in CASES])
 def test_bad_input_matrix(home: Path, capsys: pytest.CaptureFixture[str], name: str, argv: list[str], code: int,

@@ -1,5 +1,6 @@
-"""scripts/runcpu.sh and scripts/speedrun.sh: valid bash, and every stage call names configs that exist and only
-keys its stage knows (speedrun.sh needs a GPU and cannot run here, so its calls are checked statically)."""
+"""scripts/speedrun.sh: valid bash, and every stage call names configs that exist and only keys its stage knows (it
+needs a GPU and cannot run here, so its calls are checked statically); the demo's calls (memreader demo, what make demo
+runs) are checked the same way."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from memreader.cli import COMMANDS
 from memreader.cli import stage as cli_stage
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = ["scripts/runcpu.sh", "scripts/speedrun.sh"]
+SCRIPTS = ["scripts/speedrun.sh"]
 
 
 def script_variables(text: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -99,9 +100,30 @@ def test_the_checker_catches_an_unknown_key(tmp_path: Path) -> None:
     assert stage == "gen" and "scorer_backend" not in valid_keys(stage)
 
 
-def test_make_demo_runs_runcpu() -> None:
+def test_make_demo_runs_memreader_demo() -> None:
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-    assert re.search(r"^demo: setup\n\t.*bash scripts/runcpu\.sh", makefile, re.M)
+    assert re.search(r"^demo: setup\n\t\$\(BIN\)/memreader demo$", makefile, re.M)
+
+
+def test_every_demo_call_uses_known_configs_and_keys() -> None:
+    """The demo's commands (memreader.demo.demo_steps): configs the package ships, keys their stage knows (the check
+    scripts/runcpu.sh had before the demo became its one pipeline, issue 48)."""
+    from memreader.demo import DemoConfig, demo_steps
+
+    steps = demo_steps(DemoConfig(), "memreader")
+    assert [command[1] for _, command, _ in steps] == ["gen", "train", "read", "index", "ask", "ask", "ask", "eval",
+                                                       "report", "view", "view"]
+    for _, command, _ in steps:
+        stage, argv = command[1], command[2:]
+        keys: list[str] = []
+        for flag, value in zip(argv, argv[1:], strict=False):
+            if flag == "--config":
+                assert Path(value).is_file(), f"{stage} --config {value} does not exist"
+                keys += list(yaml.safe_load(Path(value).read_text(encoding="utf-8")))
+            elif flag == "--set":
+                keys.append(value.split("=", 1)[0])
+        unknown = sorted(set(keys) - valid_keys(stage)) if stage not in ("report", "view") else []
+        assert not unknown, f"demo: {stage} is given unknown key(s) {unknown}"
 
 
 def test_the_checker_expands_arrays_and_config_variables(tmp_path: Path) -> None:

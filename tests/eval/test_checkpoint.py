@@ -115,13 +115,14 @@ def test_bad_input_is_named(tmp_path) -> None:
     assert not (tmp_path / "ckpt").exists(), "a refused save writes nothing"
 
 
-def _script(*args: str, home: Path) -> subprocess.CompletedProcess:
+def _command(*args: str, home: Path) -> subprocess.CompletedProcess:
+    """``memreader checkpoint ARGS`` in a subprocess, as a user runs it."""
     env = {**os.environ, "MEMREADER_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(ROOT / "scripts/eval_checkpoint.py"), *args], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "memreader.cli", "checkpoint", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
-def test_the_script_finds_the_run_and_cache_from_the_config(demo_files, tmp_path) -> None:  # noqa: F811
+def test_the_command_finds_the_run_and_cache_from_the_config(demo_files, tmp_path) -> None:  # noqa: F811
     home = Path(demo_files["home"])
     config = tmp_path / "eval.yaml"
     config.write_text(f"dataset: jsonl\nqa: {demo_files['qa']}\nmemories: {demo_files['memories']}\nrun: q\n")
@@ -131,17 +132,22 @@ def test_the_script_finds_the_run_and_cache_from_the_config(demo_files, tmp_path
     (eval_dir / "methods/fixed/answers.jsonl").write_text('{"id": "q1"}\n')
     (cache / "lumber").mkdir(parents=True)
     (cache / "lumber/answers.jsonl").write_text("{}\n")
-    saved = _script("save", "--config", str(config), "--to", str(tmp_path / "ckpt"), home=home)
+    saved = _command("save", str(tmp_path / "ckpt"), "--config", str(config), home=home)
     assert saved.returncode == 0, saved.stderr
     assert "2 file(s) copied" in saved.stdout
     shutil.rmtree(home)
-    back = _script("restore", "--config", str(config), "--from", str(tmp_path / "ckpt"), home=home)
+    back = _command("restore", str(tmp_path / "ckpt"), "--config", str(config), home=home)
     assert back.returncode == 0, back.stderr
     assert (eval_dir / "methods/fixed/answers.jsonl").is_file() and (cache / "lumber/answers.jsonl").is_file()
-    missing = _script("restore", "--config", str(config), home=home)
-    assert missing.returncode == 2 and "restore needs --from" in missing.stderr
-    nothing = _script("save", "--config", str(config), "--set", "run=other", "--to", str(tmp_path / "c2"), home=home)
-    assert nothing.returncode == 2 and "no methods/ folder" in nothing.stderr
+    missing = _command("restore", "--config", str(config), home=home)
+    assert missing.returncode == 2 and "required: folder" in missing.stderr
+    nothing = _command("save", str(tmp_path / "c2"), "--config", str(config), "--set", "run=other", home=home)
+    assert nothing.returncode == 2 and "memreader checkpoint: error:" in nothing.stderr
+    assert "no methods/ folder" in nothing.stderr
+    damaged = _command("restore", str(tmp_path), "--config", str(config), home=home)
+    assert damaged.returncode == 2 and "not a checkpoint written by `memreader checkpoint save`" in damaged.stderr
+    helped = _command("--help", home=home)
+    assert helped.returncode == 0 and "{save,restore}" in helped.stdout and "--max-file-mb" in helped.stdout
 
 
 def test_a_file_the_run_appends_to_during_a_save_is_recorded_as_copied(tmp_path, monkeypatch) -> None:

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 import memreader.eval.metrics as metrics
+import memreader.eval.wordnet as wordnet
 from memreader.cli import main as memreader_main
 from memreader.core.config import ConfigError
-from memreader.eval.metrics import MetricSetupError, find_wordnet, resolve_config
+from memreader.eval.metrics import resolve_config
 from memreader.eval.score import compare, format_table, score_pairs
+from memreader.eval.wordnet import WordNetMissing, find_wordnet
 
 REPO = Path(__file__).resolve().parents[2]
 PREDS = ["厦门大学。", "上海和杭州两地", "", "报告比较了两座城市"]
@@ -170,11 +172,15 @@ def test_python_dash_m_entry_point(files: dict[str, Path], tmp_path: Path) -> No
 
 
 def test_missing_wordnet_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    """Neither a WordNet database folder nor nltk's downloader (faked: a remote service): the error names the
+    command and the WordNet-free switch (tests/eval/test_wordnet.py installs it when a source is there)."""
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
-    monkeypatch.setattr(metrics, "PROJECT_NLTK_DATA", tmp_path / "nowhere")
-    with pytest.raises(MetricSetupError, match=r"scripts/setup_wordnet\.sh.*meteor_wordnet=False"):
+    monkeypatch.setattr(wordnet, "SOURCE", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(wordnet, "NLTK_DATA", tmp_path / "env")
+    monkeypatch.setattr(nltk, "download", lambda *a, **kw: False)
+    with pytest.raises(WordNetMissing, match=r"memreader setup-wordnet.*meteor_wordnet=false"):
         find_wordnet()
-    with pytest.raises(MetricSetupError):
+    with pytest.raises(WordNetMissing):
         metrics.prepare(resolve_config("mom", meteor_alpha=0.85))  # a config not loaded before
     metrics.prepare(resolve_config("mom", meteor_alpha=0.85, meteor_wordnet=False))  # explicit opt-out works
 
