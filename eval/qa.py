@@ -412,8 +412,16 @@ def _write_summary(cfg: QAConfig, ctx: MethodContext, methods: dict[str, Any], r
     return summary.to_dict()
 
 
+def _local_models(cfg: QAConfig) -> dict[str, str]:
+    """The models a run loads on this machine, by key (checked before it starts: core.registry.check_models)."""
+    qa = cfg.dataset != GOLD_SEGMENTS
+    wanted = {"answer_model": qa and cfg.answer_backend != "openai", "evaluator": qa and cfg.clarity,
+              "chunk_lm": bool({"lumber", "llm-direct"} & set(cfg.methods))}
+    return {key: getattr(cfg, key) for key, used in wanted.items() if used}
+
+
 STAGE = Stage("eval", "RAG QA over memories vs chunking baselines, BLEU/ROUGE-L/METEOR", run=run_qa, config=QAConfig,
-              example_dir="configs/eval/")
+              example_dir="configs/eval/", models=_local_models)
 
 if __name__ == "__main__":
     from memreader.cli import module_main

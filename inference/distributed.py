@@ -48,6 +48,7 @@ from memreader.core.paths import run_dir, write_json, write_resolved_config
 from memreader.core.registry import resolve_model
 from memreader.core.runlock import RunLock
 from memreader.core.stage import Stage
+from memreader.inference.reader import STAGE as reader_stage
 from memreader.inference.reader import ReadConfig, read_key, resolved, warn_unwritten
 from memreader.inference.shards import FilePlan, Shard, ShardError, ShardStore, merge_shards, plan_file_shards
 
@@ -233,7 +234,8 @@ def raise_shard_errors(results: dict[int, dict[str, Any]]) -> None:
 
 
 STAGE = Stage("read-dist", "read a corpus in shards on several GPUs or a Ray cluster, merged into one memories file "
-              "(resumable)", run=read_distributed, config=DistributedReadConfig, example_dir="configs/inference/")
+              "(resumable)", run=read_distributed, config=DistributedReadConfig, example_dir="configs/inference/",
+              models=reader_stage.models)
 
 if __name__ == "__main__":
     from memreader.cli import module_main

@@ -523,7 +523,7 @@ def _report(cfg: ReadConfig, summary: dict[str, Any], tally: Tally, survey: _Sur
 
 
 STAGE = Stage("read", "MemReader batch reading of a corpus (resumable)", run=read_corpus_memories, config=ReadConfig,
-              example_dir="configs/inference/")
+              example_dir="configs/inference/", models=lambda c: {} if c.backend == "openai" else {"model": c.model})
 
 if __name__ == "__main__":
     from memreader.cli import module_main

@@ -396,6 +396,7 @@ def _run_stage(cfg: ServeConfig, args: argparse.Namespace) -> int:
 
 STAGE = Stage("serve", "OpenAI-compatible HTTP server over a local model (+ adapter)", run=_run_stage, config=ServeConfig,
               example_dir="configs/inference/ (serve_*.yaml)", arguments=_arguments, needs_args=True,
+              models=lambda cfg: {"model": cfg.model},
               flags=tuple(Flag(key, kind) for key, kind in SHORTCUTS.items()))
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 # per kind (joined / sections); then supporting-passage recall@k on the split's HotpotQA questions over the same reads.
 #   bash scripts/structure_compare.sh                  # ADAPTER=results/structure-adapter, SPLIT=dev
 #   SPLIT=test bash scripts/structure_compare.sh
-# Prerequisites: `make setup`; memreader structure-data (artifacts/datasets/structure/, with the manuals: README).
+# Prerequisites: `make setup`; memreader structure-data (artifacts/datasets/structure/, with the manuals: docs/USAGE.md).
 # Outputs: $MEMREADER_HOME/runs/seg-$SPLIT-{head,nohead,base}/read, runs/seg-$SPLIT-cmp/segmentation,
 #   artifacts/bench/structure_$SPLIT*.json
 set -euo pipefail

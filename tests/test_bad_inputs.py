@@ -189,6 +189,16 @@ CASES += [
     ("chat-candidates-below-top-k", ["chat", "--set", "top_k=9", "--set", "candidates=4"], 2, "candidates"),
     ("score-bad-profile", ["score", "--pred", "{empty}", "--ref", "{empty}", "--profile", "sacre"], 2,
      "profile='sacre': use one of"),
+    # a model that is not here is named, with where it was looked for and the fix, before anything loads
+    ("train-model-not-here", ["train", "--set", "train_file={corpus}", "--set", "model={tmp}/no-model"], 2,
+     "no-model': no such folder"),
+    ("read-model-not-here", ["read", "--set", "input={corpus}", "--set", "model={tmp}/no-model"], 2,
+     "no-model': no such folder"),
+    ("gen-model-not-here", ["gen", "--set", "input={corpus}", "--set", "model={tmp}/no-model"], 2,
+     "no-model': no such folder"),
+    ("serve-model-not-here", ["serve", "--model", "{tmp}/no-model"], 2, "no-model': no such folder"),
+    ("eval-model-not-here", ["eval", "--set", "qa={corpus}", "--set", "methods=[fixed]", "--set",
+                             "answer_model={tmp}/no-model"], 2, "fix: point answer_model at the folder"),
 ]
 
 # the commands that were scripts (issue 48): each refuses before any model loads or any file is written
@@ -234,9 +244,25 @@ def test_serve_port_in_use_is_reported_before_the_model_loads(home: Path, capsys
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        assert main(["serve", "--port", str(port), "--model", str(home / "no-such-model")]) == 2
+        assert main(["serve", "--port", str(port), "--model", str(home)]) == 2  # a folder, but no model to load
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
+
+
+def test_a_hub_model_offline_and_not_cached_is_named_before_anything_loads(home: Path, capsys,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe's base model neither on disk nor reachable: one message with the fix, not transformers' tracebacks."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hf-cache"))  # an empty cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    corpus = _files(home)["corpus"]
+    config = Path(__file__).resolve().parents[1] / "configs" / "training" / "qwen2_5_1.5b_lora.yaml"
+    assert main(["train", "--config", str(config), "--set", f"train_file={corpus}", "--set", f"val_file={corpus}"]) == 2
+    err = capsys.readouterr().err
+    assert "model='Qwen/Qwen2.5-1.5B-Instruct'" in err and str(home / "hf-cache") in err, err
+    assert "hf download Qwen/Qwen2.5-1.5B-Instruct" in err and "Traceback" not in err and "OSError" not in err
+    assert not (home / "home" / "runs").exists()  # refused before the run folder was made
 
 
 class _Backend:

