@@ -36,7 +36,8 @@ def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | Non
           check: Callable[[Any], str | None] | None = None, **kw: Any) -> Any:
     """A dataclass field with a help text and, for numbers, its valid range (mutable defaults go
     through ``default_factory``); ``check(value)`` (what is wrong, or None) is the field's own rule where one
-    function owns it (``rrf_k``: :func:`memreader.core.fusion.rrf_k_problem`), run on a value inside the range."""
+    function owns it (``rrf_k``: :func:`memreader.core.fusion.rrf_k_problem`; a word out of a set, e.g. the
+    evaluator's keys in :mod:`memreader.core.scoring_settings`), run on a number inside the range or on a string."""
     meta = {"help": help, **{k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("check", check))
                              if v is not None}}
     if isinstance(default, (list, dict)):
@@ -47,12 +48,16 @@ def field(default: Any = dataclasses.MISSING, help: str = "", *, ge: float | Non
 
 def range_problems(config: Any, values: dict[str, Any] | None = None) -> list[str]:
     """Every numeric field of a dataclass (or of ``values``, given for its class) outside its
-    declared range, with the range, or failing its own ``check``."""
+    declared range, with the range, and every number or string failing its field's own ``check``."""
     out = []
     for f in dataclasses.fields(config):
         if values is not None and f.name not in values:
             continue
         value = values[f.name] if values is not None else getattr(config, f.name)
+        if isinstance(value, str) and "check" in f.metadata:
+            if problem := f.metadata["check"](value):
+                out.append(problem)
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         failed = [f"{op} {f.metadata[k]}" for k, (op, ok) in _BOUNDS.items() if k in f.metadata
@@ -206,11 +211,14 @@ def shortcut_overrides(args: Any, keys: Iterable[str]) -> list[str]:
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
-    """Build ``cls`` from a YAML file and ``key=value`` overrides, reporting every problem at once."""
+    """Build ``cls`` from a YAML file and ``key=value`` overrides, reporting every problem at once (a key the
+    class lists in its ``RENAMED_KEYS`` mapping is named with its new name)."""
     data, where = read_config_data(path, overrides)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    problems = [unknown_key_problem(k, fields) for k in data if k not in fields]
+    renamed = getattr(cls, "RENAMED_KEYS", {})
+    problems = [f"unknown key {k!r}: it is now {renamed[k]!r}" if k in renamed else unknown_key_problem(k, fields)
+                for k in data if k not in fields]
     kwargs = {k: coerce_value(v, hints[k], k, problems) for k, v in data.items() if k in fields}
     missing = [
         n for n, f in fields.items()

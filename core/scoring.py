@@ -61,7 +61,7 @@ call (all boundaries, prompts and chunks of all memories) is one token sequence;
 a prefix of another is merged into it (exact for a causal LM), which makes ``P + a_j``, the
 context-free target of boundary ``j-1``, share the forward of ``P + a_j + SEP + a_{j+1}``; identical
 chunks of different candidates are computed once. Sequences are sorted by length and packed into
-right-padded batches of at most ``max_batch_tokens`` (padded) tokens and at most
+right-padded batches of at most ``evaluator_batch_tokens`` (padded) tokens and at most
 ``max_pad_fraction`` padding, one body forward per batch.
 The LM head and the log-softmax run only on the hidden states of scored positions (and on the last
 prompt position for ``prob``/``margin``), ``slice_tokens`` rows at a time, so no
@@ -78,15 +78,19 @@ from typing import Any
 
 import numpy as np
 
-from memreader.core.config import validate as validate_config
-from memreader.core.engines import EngineChoice, canonical_backend, engine_problems, resolve_engine
-from memreader.core.errors import MemReaderError
+from memreader.core.engines import EngineChoice, canonical_backend, resolve_engine
 from memreader.core.language import detect_language
 from memreader.core.prompts import load_template, render
 from memreader.core.schema import DocumentMemory
 from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll, sigmoid
+from memreader.core.scoring_settings import (
+    VARIANTS,
+    EvaluatorConfig,
+    ScorerSettings,
+    ScoringError,
+    check_variants,
+)
 
-VARIANTS = ("prob", "margin", "ppl")
 #: The answer words of the ``chunk_boundary`` template: (boundary, no boundary).
 ANSWER_WORDS = ("split", "keep")
 #: Bump when a text format, a truncation rule or a formula above changes (it is in every score).
@@ -96,52 +100,6 @@ CORE_SEP = "\n"
 #: Scale of the log-perplexity gain inside the ``ppl`` sigmoid (nats).
 PPL_TEMPERATURE = 1.0
 SINGLE_CHUNK_CLARITY = {"prob": 0.5, "margin": 0.0, "ppl": 0.5}
-
-
-class ScoringError(MemReaderError, ValueError):
-    """Bad scorer settings, or an evaluator that cannot score as asked."""
-
-
-@dataclass
-class ScorerSettings:
-    """Evaluator model and the knobs of the scorer (see the module docstring for the formulas)."""
-
-    model: str = "smollm2-135m-instruct"
-    device: str = "auto"  # backend, dtype, device: memreader.core.engines.resolve_engine, stage "scorer"
-    dtype: str = "auto"
-    clarity_variant: str = "ppl"
-    max_batch_tokens: int = 8192
-    slice_tokens: int = 256
-    max_chunk_tokens: int = 512
-    ppl_target_tokens: int = 32
-    max_pad_fraction: float = 0.1
-    backend: str = "auto"  # transformers (alias hf), vllm (prompt_logprobs) or auto
-    max_model_len: int = 8192  # backend=vllm: the engine's context length (the same as another stage's: one engine)
-
-    def __post_init__(self) -> None:
-        validate_config(self, ScoringError, "scorer")
-
-    def problems(self) -> list[str]:
-        """Every bad setting, with its rule and fix (:func:`memreader.core.config.validate`)."""
-        out = [] if self.clarity_variant in VARIANTS else [
-            f"clarity_variant={self.clarity_variant!r} is not one of {', '.join(VARIANTS)}"]
-        out += [f"{name}={getattr(self, name)!r} must be an integer >= 1 (a token count)"
-                for name in ("max_batch_tokens", "slice_tokens", "max_chunk_tokens")
-                if not isinstance(getattr(self, name), int) or getattr(self, name) < 1]
-        if not isinstance(self.ppl_target_tokens, int) or self.ppl_target_tokens < 0:
-            out.append(f"ppl_target_tokens={self.ppl_target_tokens!r} must be >= 0 (0: the whole chunk)")
-        if not 0.0 <= self.max_pad_fraction < 1.0:
-            out.append(f"max_pad_fraction={self.max_pad_fraction!r} must be in [0, 1) (e.g. 0.1: at most 10% padding)")
-        return out + engine_problems("scorer", self.backend, self.dtype, self.device, prefix="scorer ")
-
-
-def check_variants(variants: Sequence[str]) -> list[str]:
-    """``variants`` as a list, or :class:`ScoringError` naming the valid ones."""
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad or not variants:
-        raise ScoringError(f"unknown clarity variant(s) {bad or list(variants)!r}",
-                           f"use one or more of {', '.join(VARIANTS)}")
-    return list(dict.fromkeys(variants))
 
 
 @dataclass
@@ -356,36 +314,36 @@ class EvaluatorScorer:
             self.choice = self._resolve(settings)
         else:
             backend = "vllm" if engine is not None else "transformers"
-            if canonical_backend(settings.backend) not in ("auto", backend):
-                raise ScoringError(f"backend={settings.backend!r}, but the scorer was given a "
+            if canonical_backend(settings.evaluator_backend) not in ("auto", backend):
+                raise ScoringError(f"evaluator_backend={settings.evaluator_backend!r}, but the scorer was given a "
                                    f"{'vLLM engine' if engine is not None else 'transformers model'}",
-                                   "pass neither (the scorer loads its own), or set backend=auto")
+                                   "pass neither (the scorer loads its own), or set evaluator_backend=auto")
             self.choice = EngineChoice("scorer", backend, "", "", "given")
         if self.choice.backend == "vllm":
             # ``engine``: an already started memreader.core.vllm_engine.Engine, else the process's one for this spec
-            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.model, dtype=self.choice.dtype or "auto",
+            self.engine: HFEngine | VLLMEngine = VLLMEngine(settings.evaluator, dtype=self.choice.dtype or "auto",
                                                             max_model_len=settings.max_model_len, engine=engine)
-            self.tokenizer, self.dtype_name, self.evaluator = self.engine.tokenizer, self.engine.dtype, settings.model
+            self.tokenizer, self.dtype_name, self.evaluator = self.engine.tokenizer, self.engine.dtype, settings.evaluator
             self.choice = replace(self.choice, dtype=str(self.dtype_name))
             return
         if model is None:
             from memreader.core.runtime import runtime, shared_causal_lm
 
-            shared = shared_causal_lm(settings.model, rt=runtime(self.choice.device, self.choice.dtype))
+            shared = shared_causal_lm(settings.evaluator, rt=runtime(self.choice.device, self.choice.dtype))
             model, tokenizer = shared.model, shared.tokenizer
-            self.evaluator = settings.model
+            self.evaluator = settings.evaluator
         else:
-            self.evaluator = getattr(model, "name_or_path", "") or settings.model
+            self.evaluator = getattr(model, "name_or_path", "") or settings.evaluator
         self.model, self.tokenizer = model, tokenizer
         param = next(model.parameters())
         self.dtype_name = str(param.dtype).replace("torch.", "")
         self.choice = replace(self.choice, dtype=self.dtype_name, device=self.choice.device or param.device.type)
-        self.engine = HFEngine(model, tokenizer, settings.max_batch_tokens, settings.slice_tokens,
+        self.engine = HFEngine(model, tokenizer, settings.evaluator_batch_tokens, settings.slice_tokens,
                                settings.max_pad_fraction)
 
     @staticmethod
     def _resolve(settings: ScorerSettings) -> EngineChoice:
-        return resolve_engine("scorer", settings.backend, settings.dtype, settings.device)
+        return resolve_engine("scorer", settings.evaluator_backend, settings.evaluator_dtype, settings.evaluator_device)
 
     def answer_ids(self) -> list[int]:
         """Token ids of :data:`ANSWER_WORDS` (checked once)."""
@@ -514,3 +472,15 @@ class EvaluatorScorer:
         chunks = [planner.chunk(core, chunk) for core, chunk in pairs]
         self._run(planner, False)
         return [self._chunk_values(c)[0] for c in chunks]
+
+
+def evaluator_scorer(cfg: EvaluatorConfig, **settings: Any) -> EvaluatorScorer:
+    """The scorer of a stage config's evaluator keys (gen, assess, eval; stage ``scorer`` of
+    :func:`memreader.core.engines.resolve_engine`): its weights or vLLM engine are shared with another stage's that
+    names the same model, dtype and device (the process's caches). ``settings``: more :class:`ScorerSettings` (eval:
+    ``max_model_len``, its answerer's). A ``prob``/``margin`` evaluator without one-token answer words is refused here,
+    before any other work."""
+    scorer = EvaluatorScorer(ScorerSettings.of(cfg, **settings))
+    if cfg.clarity_variant in ("prob", "margin"):
+        scorer.answer_ids()
+    return scorer

@@ -18,41 +18,34 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tqdm.auto import tqdm
 
 from memreader.core.config import ConfigError, field
-from memreader.core.engines import backend_field, device_field, dtype_field, engine_problems
 from memreader.core.paths import sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.schema import read_memories
-from memreader.core.scoring import VARIANTS
+from memreader.core.scoring import evaluator_scorer
+from memreader.core.scoring_settings import EvaluatorConfig
 from memreader.core.stage import Flag, Stage
 
 
 @dataclass
-class AssessConfig:
-    """Settings of one ``memreader assess`` run."""
+class AssessConfig(EvaluatorConfig):
+    """Settings of one ``memreader assess`` run (the evaluator's keys from :class:`EvaluatorConfig`)."""
+
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        "backend": "evaluator_backend", "dtype": "evaluator_dtype", "device": "evaluator_device",
+        "max_batch_tokens": "evaluator_batch_tokens"}
 
     input: str = field("", help="memories JSONL (from gen, read, or a chunking baseline)")
-    evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM (registry name or folder)")
-    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl, prob or margin (see memreader.core.scoring)")
-    backend: str = backend_field("scorer", "the evaluator scorer")
-    dtype: str = dtype_field("the evaluator's weights")
-    device: str = device_field("the evaluator's device")
-    max_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     block: int = field(32, ge=1, help="memories per scorer call (one progress step)")
 
     def problems(self) -> list[str]:
-        """Problems a config can have beyond types."""
-        problems = []
+        """Problems a config can have beyond types and the evaluator's keys."""
         if not self.input:
-            problems.append("input: give a memories JSONL (--input FILE)")
-        elif not Path(self.input).is_file():
-            problems.append(f"input: {self.input} does not exist")
-        if self.clarity_variant not in VARIANTS:
-            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
-        return problems + engine_problems("scorer", self.backend, self.dtype, self.device)
+            return ["input: give a memories JSONL (--input FILE)"]
+        return [] if Path(self.input).is_file() else [f"input: {self.input} does not exist"]
 
 
 def outputs(input_path: str | Path) -> dict[str, Path]:
@@ -67,14 +60,6 @@ def _mean(values: list[float]) -> float | None:
     return round(math.fsum(values) / len(values), 6) if values else None
 
 
-def assess_scorer(cfg: AssessConfig) -> Any:
-    """The evaluator scorer of the settings (stage ``scorer``: the same rule as gen's and eval's evaluator)."""
-    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
-
-    return EvaluatorScorer(ScorerSettings(model=cfg.evaluator, backend=cfg.backend, dtype=cfg.dtype, device=cfg.device,
-                                          clarity_variant=cfg.clarity_variant, max_batch_tokens=cfg.max_batch_tokens))
-
-
 def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     """Score every memory of ``cfg.input``; returns the summary (also written beside the input)."""
     memories = read_memories(cfg.input)
@@ -83,7 +68,7 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     out = outputs(cfg.input)
     write_resolved_config(out["config"].parent, cfg, out["config"].name)
     if scorer is None:
-        scorer = assess_scorer(cfg)
+        scorer = evaluator_scorer(cfg)
         choice = scorer.choice
         print(f"assess: evaluator on {choice.backend} ({choice.dtype}, {choice.device}; {choice.why})")
     t0 = time.perf_counter()

@@ -25,14 +25,13 @@ import time
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tqdm.auto import tqdm
 
 from memreader.core.config import field
 from memreader.core.corpus import CorpusError, Document, read_corpus, split_empty
 from memreader.core.engines import (
-    backend_field,
     device_field,
     dtype_field,
     engine_problems,
@@ -44,9 +43,11 @@ from memreader.core.fusion import rrf_k_field
 from memreader.core.guidance import GuidedConfig, count_fates
 from memreader.core.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.core.prompts import PromptConfig
+from memreader.core.registry import SMOLLM2
 from memreader.core.runlock import RunLock
 from memreader.core.schema import write_memories
-from memreader.core.scoring import VARIANTS
+from memreader.core.scoring import evaluator_scorer
+from memreader.core.scoring_settings import EvaluatorConfig
 from memreader.core.stage import Stage
 from memreader.core.windowing import WindowConfig
 from memreader.data_gen.cache import ReplyCache, ScoreCache
@@ -61,9 +62,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
-    """Settings of one data-generation run (guided-decoding and window keys from :class:`GuidedConfig` and
-    :class:`~memreader.core.windowing.WindowConfig`)."""
+class GenConfig(GuidedConfig, WindowConfig, PromptConfig, EvaluatorConfig):
+    """Settings of one data-generation run (guided-decoding, window and evaluator keys from :class:`GuidedConfig`,
+    :class:`~memreader.core.windowing.WindowConfig` and :class:`~memreader.core.scoring_settings.EvaluatorConfig`)."""
+
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"score_batch_tokens": "evaluator_batch_tokens"}
 
     input: str = field("", help="corpus JSONL, one {'id','text'} per line")
     id_field: str = field("id", help="name of the id field in the corpus")
@@ -76,7 +79,7 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
                          "known sections imply, data_gen/structure_teacher.py; model = the reader's)")
     dtype: str = dtype_field("in-process teacher weights")
     device: str = device_field("teacher=transformers")
-    model: str = field("smollm2-135m-instruct", help="teacher model name (registry name, folder or API model id)")
+    model: str = field(SMOLLM2, help="teacher model name (registry name, folder or API model id)")
     base_url: str = field("", help="OpenAI-compatible base URL (else MEMREADER_TEACHER_BASE_URL)")
     max_concurrency: int = field(8, ge=1, help="parallel requests to an OpenAI-compatible teacher")
     batch_size: int = field(4, ge=1, help="documents per generate call for the local teacher")
@@ -104,14 +107,6 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
     num_candidates: int = field(3, ge=1, help="candidate memories sampled per document (MoM multi-path sampling); "
                                 "the evaluator scores them and RRF keeps one. Raising it reuses cached candidates")
     rrf_k: float = rrf_k_field("candidate selection (the ranks by clarity and by completeness)")
-    evaluator: str = field("smollm2-135m-instruct", help="evaluator causal LM for clarity/completeness (registry "
-                           "name or folder; paper: Qwen2.5-7B-Instruct)")
-    clarity_variant: str = field("ppl", help="atomic-chunk clarity: ppl (conditional perplexity; the default, "
-                                 "measured best on small evaluators), prob or margin (the paper's yes/no question)")
-    evaluator_backend: str = backend_field("scorer", "the evaluator scorer (it shares the teacher's weights or engine when it names the same model, dtype and device)")
-    evaluator_dtype: str = dtype_field("the evaluator's weights")
-    evaluator_device: str = device_field("the evaluator's device")
-    score_batch_tokens: int = field(8192, ge=1, help="evaluator tokens per forward batch")
     score_batch_memories: int = field(64, ge=1, help="most candidate memories scored in one scorer call")
     domain_field: str = field("", help="corpus field naming each document's domain, for balancing and the "
                               "stratified split (empty: one domain)")
@@ -131,10 +126,6 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig):
         if self.on_unusable not in ("skip", "whole"):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
         problems += engine_problems("teacher", self.teacher, self.dtype, self.device, extra=("structure",))
-        problems += engine_problems("scorer", self.evaluator_backend, self.evaluator_dtype, self.evaluator_device,
-                                    prefix="evaluator_")
-        if self.clarity_variant not in VARIANTS:
-            problems.append(f"clarity_variant: {self.clarity_variant!r} is not one of {', '.join(VARIANTS)}")
         if self.max_parts < self.min_parts:
             problems.append(f"min_parts/max_parts: need min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
         return problems
@@ -173,20 +164,6 @@ def _backend(cfg: GenConfig) -> tuple[Any, str]:
         return backend, ""
     backend.check_reachable()
     return backend, backend.base_url or ""
-
-
-def _scorer(cfg: GenConfig) -> Any:
-    """The evaluator (stage ``scorer``): it shares the teacher's weights, or its vLLM engine, when it resolves to the
-    same model, dtype and device (the process's caches)."""
-    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
-
-    scorer = EvaluatorScorer(ScorerSettings(model=cfg.evaluator, backend=cfg.evaluator_backend,
-                                            dtype=cfg.evaluator_dtype, device=cfg.evaluator_device,
-                                            clarity_variant=cfg.clarity_variant,
-                                            max_batch_tokens=cfg.score_batch_tokens))
-    if cfg.clarity_variant in ("prob", "margin"):
-        scorer.answer_ids()  # an evaluator without one-token answer words is refused before any teacher call
-    return scorer
 
 
 def _generate(cfg: GenConfig, out_dir: Path, scorer: Any = None) -> dict[str, Any]:
@@ -392,7 +369,7 @@ async def _flow(cfg: GenConfig, units: list[Unit], backend: Any, base_url: str, 
     dispatcher = Dispatcher(backend, max_concurrency=cfg.max_concurrency, batch_size=cfg.batch_size,
                             compute_lock=lock)
     teacher = CachedTeacher(dispatcher, cache, cfg.model, cfg.teacher, base_url, cfg.retry_unusable)
-    scorer = (scorer or _scorer(cfg)) if cfg.num_candidates > 1 else None
+    scorer = (scorer or evaluator_scorer(cfg)) if cfg.num_candidates > 1 else None
     n = len(units)
     steps = (("outline", n), ("candidates", n * cfg.num_candidates), ("scoring", n), ("com", n))
     bars = {name: tqdm(total=total, desc=f"gen {name}", unit="req" if name != "scoring" else "doc", position=i,

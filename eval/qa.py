@@ -33,13 +33,15 @@ from memreader.core.engines import (
     device_problem,
     dtype_field,
     dtype_problem,
-    engine_problems,
     make_engine,
     resolve_engine,
 )
 from memreader.core.errors import MissingInput
 from memreader.core.paths import memreader_home, run_dir, sha256_file, write_json, write_resolved_config
+from memreader.core.registry import SMOLLM2
 from memreader.core.schema import read_memories
+from memreader.core.scoring import evaluator_scorer
+from memreader.core.scoring_settings import EvaluatorConfig
 from memreader.core.stage import Stage
 from memreader.eval.answering import GenerationProfile
 from memreader.eval.chunkers import METHODS, MODEL_METHODS, ChunkerSettings, chunk_stats, method_memories
@@ -52,8 +54,8 @@ GOLD_SEGMENTS = "gold_segments"
 
 
 @dataclass
-class QAConfig:
-    """Settings of one QA evaluation."""
+class QAConfig(EvaluatorConfig):
+    """Settings of one QA evaluation (the evaluator's keys, for clarity, from :class:`EvaluatorConfig`)."""
 
     dataset: str = field("jsonl", help="question set: " + ", ".join(SETS) + " (eval/suites.py); or gold_segments: "
                          "documents with gold boundaries, scored for segmentation instead of QA (eval/segmentation_run.py)")
@@ -72,7 +74,7 @@ class QAConfig:
     tolerance: float = field(0.10, gt=0, lt=1, help="calibrated mean must be within target x (1 +- tolerance)")
     adapter: str = field("", help="MemReader LoRA adapter for the 'memreader' method when memories is not given")
     teacher_memories: str = field("", help="memories JSONL from `memreader gen` for the 'teacher' method")
-    chunk_lm: str = field("smollm2-135m-instruct", help="LM of the lumber and llm-direct methods (and memreader's base)")
+    chunk_lm: str = field(SMOLLM2, help="LM of the lumber and llm-direct methods (and memreader's base)")
     calibration_docs: int = field(0, ge=0, help="model-based methods calibrate on the first N documents (0 = all)")
     chunk_backend: str = field("auto", help="engine of the lumber, llm-direct and memreader methods' LM: "
                                "transformers, vllm or auto (the measured fastest here, else vllm: docs/ENGINES.md)")
@@ -80,7 +82,7 @@ class QAConfig:
                              "(content-addressed): shared = $MEMREADER_HOME/cache/chunkers/<dataset>-<file hash>, one "
                              "folder per dataset file for every run on it (a 20-question run and the full run read "
                              "their common documents once); run = this run's own folder; or a folder path")
-    answer_model: str = field("smollm2-135m-instruct", help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
+    answer_model: str = field(SMOLLM2, help="instruct LM that answers (paper: Qwen2.5-7B/14B)")
     answer_backend: str = backend_field("answer", "the answering model")
     dtype: str = dtype_field("answering, support and the chunkers' LM weights")
     device: str = device_field("answering and the chunkers' LM on transformers")
@@ -97,12 +99,6 @@ class QAConfig:
     clarity: bool = field(True, help="the evaluator's clarity of every method's chunks")
     clarity_docs: int = field(0, ge=0, help="clarity of the first N documents' memories only (0 = all): the "
                               "evaluator's ppl clarity costs two forward passes per chunk boundary")
-    evaluator: str = field("smollm2-135m-instruct", help="evaluator LM of clarity")
-    evaluator_backend: str = backend_field("scorer", "clarity's evaluator scorer (it shares the answerer's weights or engine when it names the same model, dtype and device)")
-    evaluator_dtype: str = dtype_field("clarity's evaluator weights")
-    evaluator_device: str = device_field("clarity's evaluator device")
-    clarity_variant: str = field("ppl", help="clarity variant: ppl, prob or margin (core/scoring.py); ppl also "
-                                 "gives MoC's boundary clarity from the same forward passes (eval/intrinsic/)")
     stickiness: bool = field(True, help="MoC's chunk stickiness of every method's chunks (the first clarity_docs "
                              "documents): structural entropy of each memory's chunk-similarity graph")
     stickiness_quantile: float = field(0.999, gt=0, lt=1, help="stickiness joins two chunks whose cosine exceeds "
@@ -143,8 +139,7 @@ class QAConfig:
         problems += [p for p in (backend_problem(self.answer_backend, "answer", "answer_backend"),
                                  dtype_problem(self.dtype), device_problem(self.device),
                                  backend_problem(self.chunk_backend, "read", "chunk_backend", local=True)) if p]
-        return problems + engine_problems("scorer", self.evaluator_backend, self.evaluator_dtype,
-                                          self.evaluator_device, prefix="evaluator_")
+        return problems
 
 
 def _chunker_settings(cfg: QAConfig, cache_dir: str = "") -> ChunkerSettings:
@@ -217,24 +212,13 @@ def _dtype_of(answerer: Any) -> str:
     return str(next(answerer.model().parameters()).dtype).replace("torch.", "")
 
 
-def clarity_scorer(cfg: QAConfig) -> Any:
-    """The evaluator scorer of clarity (stage ``scorer``: the same rule as gen's and assess's evaluator); it uses the
-    answerer's weights (or vLLM engine) when it resolves to the same model, dtype and device."""
-    from memreader.core.scoring import EvaluatorScorer, ScorerSettings
-
-    return EvaluatorScorer(ScorerSettings(model=cfg.evaluator, clarity_variant=cfg.clarity_variant,
-                                          backend=cfg.evaluator_backend, dtype=cfg.evaluator_dtype,
-                                          device=cfg.evaluator_device, max_model_len=cfg.max_model_len))
-
-
 def _clarity_fn(cfg: QAConfig) -> tuple[Any, str]:
     if not cfg.clarity:
         return None, "off"
     from memreader.eval.intrinsic import boundary_clarity, chunk_scores, clarity_signature
     from memreader.eval.records import ClarityRecord
 
-    scorer = clarity_scorer(cfg)
-
+    scorer = evaluator_scorer(cfg, max_model_len=cfg.max_model_len)  # it shares the answerer's weights or engine
     signature = clarity_signature(scorer) + (f"|docs:first-{cfg.clarity_docs}" if cfg.clarity_docs else "")
 
     def fn(memories: list[Any]) -> dict[str, Any]:

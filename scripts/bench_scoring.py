@@ -50,10 +50,11 @@ import numpy as np
 import torch
 
 from memreader.core import scoring
-from memreader.core.registry import resolve_model
+from memreader.core.registry import SMOLLM2, resolve_model
 from memreader.core.runtime import load_causal_lm, runtime
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.core.scoring import EvaluatorScorer, ScorerSettings
+from memreader.core.scoring_settings import EVALUATOR_BATCH_TOKENS
 
 _SENT = re.compile(r".+?(?:[。！？!?；;]+[”\"』」]?|\.(?=\s)|\n+|$)", re.S)
 
@@ -254,7 +255,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA; on CPU the faster of fp32 and bf16 by a cached probe) | float32 | bfloat16")
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model folder")
+    ap.add_argument("--model", default=SMOLLM2, help="registry name or model folder")
     ap.add_argument("--random-init", action="store_true",
                     help="random weights of the model's architecture (throughput only; the sanity AUCs are skipped)")
     ap.add_argument("--docs", type=int, default=20)
@@ -265,8 +266,8 @@ def main() -> None:
                          "default 500 on CPU, 0 on CUDA)")
     ap.add_argument("--memory-chars", type=int, default=20000, help="length of the long document of part 4")
     ap.add_argument("--memory-batch-tokens", type=int, default=2048,
-                    help="max_batch_tokens in part 4, below both documents' token counts, so that both fill batches")
-    ap.add_argument("--max-batch-tokens", type=int, default=8192)
+                    help="evaluator_batch_tokens in part 4, below both documents' token counts, so that both fill batches")
+    ap.add_argument("--max-batch-tokens", type=int, default=EVALUATOR_BATCH_TOKENS)
     ap.add_argument("--slice-tokens", type=int, default=256)
     ap.add_argument("--datasets", default="../shared/datasets")
     ap.add_argument("--seed", type=int, default=0)
@@ -295,15 +296,15 @@ def main() -> None:
     else:
         model, tok = load_causal_lm(args.model, rt=rt)
     dtype_name = str(next(model.parameters()).dtype).replace("torch.", "")
-    settings = ScorerSettings(model=args.model, device=device, dtype=dtype_name,
-                              max_batch_tokens=args.max_batch_tokens, slice_tokens=args.slice_tokens)
+    settings = ScorerSettings(evaluator=args.model, evaluator_device=device, evaluator_dtype=dtype_name,
+                              evaluator_batch_tokens=args.max_batch_tokens, slice_tokens=args.slice_tokens)
     scorer = EvaluatorScorer(settings, model, tok)
     naive = Naive(model, tok, settings)
     params = sum(p.numel() for p in model.parameters())
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else f"{torch.get_num_threads()} CPU threads"
     print(f"[{time.perf_counter() - t_start:.0f} s] model {args.model}{' (random init)' if args.random_init else ''}: "
           f"{params / 1e6:.1f}M parameters, "
-          f"{dtype_name}, {device} ({gpu}); max_batch_tokens={args.max_batch_tokens} "
+          f"{dtype_name}, {device} ({gpu}); evaluator_batch_tokens={args.max_batch_tokens} "
           f"slice_tokens={args.slice_tokens} max_chunk_tokens={settings.max_chunk_tokens} "
           f"ppl_target_tokens={settings.ppl_target_tokens}")
     results: dict[str, Any] = {"model": args.model, "random_init": args.random_init, "params": params,
@@ -437,11 +438,11 @@ def main() -> None:
     rows = []
     kind = "CUDA max_memory_allocated" if device.startswith("cuda") else "peak RSS (VmHWM)"
     print(f"\n[4] at {time.perf_counter() - t_start:.0f} s: peak memory ({kind} above the memory held before), "
-          f"scoring one HotpotQA-paragraph document (ppl + completeness), max_batch_tokens={args.memory_batch_tokens}")
-    peak_memory(EvaluatorScorer(ScorerSettings(**{**vars(settings), "max_batch_tokens": args.memory_batch_tokens}),
+          f"scoring one HotpotQA-paragraph document (ppl + completeness), evaluator_batch_tokens={args.memory_batch_tokens}")
+    peak_memory(EvaluatorScorer(ScorerSettings(**{**vars(settings), "evaluator_batch_tokens": args.memory_batch_tokens}),
                                 model, tok), short_mem, device)  # warm-up: one-time allocations stay out of the rows
     for mem, slice_tokens in ((long_mem, 32), (long_mem, 256), (short_mem, 32), (short_mem, 256), (long_mem, 10**9)):
-        probe_settings = {**vars(settings), "slice_tokens": slice_tokens, "max_batch_tokens": args.memory_batch_tokens}
+        probe_settings = {**vars(settings), "slice_tokens": slice_tokens, "evaluator_batch_tokens": args.memory_batch_tokens}
         probe = EvaluatorScorer(ScorerSettings(**probe_settings), model, tok)
         mib, dt, ntok = peak_memory(probe, mem, device)
         label = "unsliced" if slice_tokens >= 10**9 else str(slice_tokens)

@@ -44,7 +44,9 @@ from memreader.core.corpus import Document
 from memreader.core.fusion import RRF_K
 from memreader.core.guidance import approx_tokens
 from memreader.core.memory_grammar import sentence_ends
+from memreader.core.registry import SMOLLM2
 from memreader.core.schema import DocumentMemory, Scenario
+from memreader.core.scoring_settings import EVALUATOR_BATCH_TOKENS
 from memreader.data_gen.selection import METRICS, select_candidates
 from memreader.data_gen.structure_teacher import free_text, lead_sentences, sections_of, snap
 from memreader.eval.stats import bootstrap_ci
@@ -192,8 +194,9 @@ def make_scorer(args: argparse.Namespace) -> Any:
     """The evaluator as ``memreader gen`` builds it for the transformers backend."""
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
-    return EvaluatorScorer(ScorerSettings(model=args.evaluator, device=args.device, dtype=args.dtype,
-                                          clarity_variant=args.clarity_variant, max_batch_tokens=args.batch_tokens))
+    return EvaluatorScorer(ScorerSettings(evaluator=args.evaluator, evaluator_device=args.device,
+                                          evaluator_dtype=args.dtype, clarity_variant=args.clarity_variant,
+                                          evaluator_batch_tokens=args.batch_tokens))
 
 
 def _fmt(b: dict[str, float]) -> str:
@@ -239,11 +242,11 @@ def main(argv: list[str] | None = None, scorer: Any = None) -> int:
                     help="gold JSONL (id, text, lang, sections or boundaries + titles)")
     ap.add_argument("--limit", type=int, default=0, help="first N documents of --lang (0: all)")
     ap.add_argument("--lang", choices=("en", "zh", "all"), default="all", help="documents of this language only")
-    ap.add_argument("--evaluator", default="smollm2-135m-instruct", help="evaluator causal LM (registry name or path)")
+    ap.add_argument("--evaluator", default=SMOLLM2, help="evaluator causal LM (registry name or path)")
     ap.add_argument("--clarity-variant", default="ppl", choices=("ppl", "prob", "margin"), help="atomic-chunk clarity")
     ap.add_argument("--device", default="auto", help="evaluator device: auto, cpu, cuda")
     ap.add_argument("--dtype", default="auto", help="evaluator dtype: auto, float32, bfloat16")
-    ap.add_argument("--batch-tokens", type=int, default=8192, help="evaluator tokens per forward batch")
+    ap.add_argument("--batch-tokens", type=int, default=EVALUATOR_BATCH_TOKENS, help="evaluator tokens per forward batch")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--rrf-k", type=float, default=RRF_K, help=f"RRF smoothing constant (MoM: {RRF_K:g})")
     ap.add_argument("--core-tokens", type=int, default=76,

@@ -122,8 +122,6 @@ CASES += [
     ("gen-zero-candidates", ["gen", "--set", "input={corpus}", "--set", "num_candidates=0"], 2,
      "num_candidates=0 is out of range"),
     ("gen-rrf-k-negative", ["gen", "--set", "input={corpus}", "--set", "rrf_k=-1"], 2, "rrf_k=-1.0 is out of range"),
-    ("gen-bad-clarity-variant", ["gen", "--set", "input={corpus}", "--set", "clarity_variant=vibes"], 2,
-     "clarity_variant: 'vibes' is not one of prob, margin, ppl"),
     ("gen-overlap-half-window", ["gen", "--set", "input={corpus}", "--set", "window_tokens=100", "--set",
                                  "overlap_tokens=60"], 2, "must be under half"),
     ("read-overlap-half-window", ["read", "--set", "input={corpus}", "--set", "window_tokens=100", "--set",
@@ -132,8 +130,6 @@ CASES += [
     ("assess-not-utf8", ["assess", "--input", "{not_utf8}"], 2, "not UTF-8"),
     ("assess-empty", ["assess", "--input", "{empty}"], 2, "holds no memories"),
     ("assess-not-memories", ["assess", "--input", "{corpus}"], 2, "schema_version"),
-    ("assess-bad-variant", ["assess", "--input", "{corpus}", "--set", "clarity_variant=vibes"], 2,
-     "clarity_variant: 'vibes'"),
     ("merge-missing-adapter", ["merge", "--adapter", "{tmp}/nope"], 2, "nope"),
     ("merge-missing-adapter-set", ["merge", "--set", "adapter={tmp}/nope"], 2, "no adapter_config.json"),
     ("merge-missing-config", ["merge", "--config", "{tmp}/nope.yaml"], 2, "does not exist"),
@@ -199,6 +195,26 @@ CASES += [
     ("serve-model-not-here", ["serve", "--model", "{tmp}/no-model"], 2, "no-model': no such folder"),
     ("eval-model-not-here", ["eval", "--set", "qa={corpus}", "--set", "methods=[fixed]", "--set",
                              "answer_model={tmp}/no-model"], 2, "fix: point answer_model at the folder"),
+]
+
+# the evaluator's keys (memreader.core.scoring_settings.EvaluatorConfig): the same keys and checks in every stage
+for stage, given in (("gen", ["--set", "input={corpus}"]), ("assess", ["--input", "{corpus}"]),
+                     ("eval", ["--set", "qa={corpus}"])):
+    CASES += [
+        (f"{stage}-bad-clarity-variant", [stage, *given, "--set", "clarity_variant=vibes"], 2,
+         "clarity_variant: 'vibes' is not one of prob, margin, ppl"),
+        (f"{stage}-evaluator-batch-zero", [stage, *given, "--set", "evaluator_batch_tokens=0"], 2,
+         "evaluator_batch_tokens=0 is out of range: it must be >= 1"),
+        (f"{stage}-evaluator-over-http", [stage, *given, "--set", "evaluator_backend=openai"], 2,
+         "evaluator_backend: 'openai' is not one of transformers, vllm, auto"),
+        (f"{stage}-evaluator-dtype", [stage, *given, "--set", "evaluator_dtype=fp16"], 2,
+         "evaluator_dtype: 'fp16' is not one of auto, float32, bfloat16, float16"),
+    ]
+CASES += [
+    ("assess-renamed-backend", ["assess", "--input", "{corpus}", "--set", "backend=vllm"], 2,
+     "unknown key 'backend': it is now 'evaluator_backend'"),
+    ("gen-renamed-score-batch-tokens", ["gen", "--set", "input={corpus}", "--set", "score_batch_tokens=4096"], 2,
+     "unknown key 'score_batch_tokens': it is now 'evaluator_batch_tokens'"),
 ]
 
 # the commands that were scripts (issue 48): each refuses before any model loads or any file is written

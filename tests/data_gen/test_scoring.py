@@ -126,16 +126,16 @@ def _lang(mem: DocumentMemory) -> str:
 # -- tests -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("slice_tokens,max_batch_tokens", [(3, 40), (100_000, 1_000_000)])
-def test_scores_equal_plain_reference(model, tokenizer, slice_tokens, max_batch_tokens):
+@pytest.mark.parametrize("slice_tokens,batch_tokens", [(3, 40), (100_000, 1_000_000)])
+def test_scores_equal_plain_reference(model, tokenizer, slice_tokens, batch_tokens):
     """All three variants and completeness, with chunks longer than max_chunk_tokens (head/tail truncation),
     equal the unbatched reference, for tiny slices + tiny batches and for one slice + one batch."""
     m, k = 20, 6
     settings = ScorerSettings(max_chunk_tokens=m, ppl_target_tokens=k, slice_tokens=slice_tokens,
-                              max_batch_tokens=max_batch_tokens)
+                              evaluator_batch_tokens=batch_tokens)
     scorer = EvaluatorScorer(settings, model, tokenizer)
     scores = scorer.score(MEMORIES, variants=["ppl", "prob", "margin"])
-    assert scorer.engine.batches > (1 if max_batch_tokens < 100 else 0)
+    assert scorer.engine.batches > (1 if batch_tokens < 100 else 0)
     for mem, score in zip(MEMORIES, scores, strict=True):
         chunks, cores = mem.chunks, mem.cores
         ref = [_ref_boundary(model, tokenizer, chunks[i], chunks[i + 1], _lang(mem), m, k)
@@ -157,8 +157,8 @@ def test_scores_equal_plain_reference(model, tokenizer, slice_tokens, max_batch_
 
 def test_slicing_and_batching_do_not_change_scores(model, tokenizer):
     base = dict(max_chunk_tokens=64, ppl_target_tokens=0)
-    a = EvaluatorScorer(ScorerSettings(slice_tokens=2, max_batch_tokens=16, **base), model, tokenizer)
-    b = EvaluatorScorer(ScorerSettings(slice_tokens=4096, max_batch_tokens=65536, **base), model, tokenizer)
+    a = EvaluatorScorer(ScorerSettings(slice_tokens=2, evaluator_batch_tokens=16, **base), model, tokenizer)
+    b = EvaluatorScorer(ScorerSettings(slice_tokens=4096, evaluator_batch_tokens=65536, **base), model, tokenizer)
     sa, sb = a.score(MEMORIES, ["ppl", "prob"]), b.score(MEMORIES, ["ppl", "prob"])
     assert a.engine.batches > b.engine.batches
     for x, y in zip(sa, sb, strict=True):
@@ -243,11 +243,17 @@ def test_answer_words_must_be_single_tokens(model, tokenizer, monkeypatch):
 def test_settings_are_validated(model, tokenizer):
     with pytest.raises(ScoringError, match="prob, margin, ppl"):
         ScorerSettings(clarity_variant="entropy")
-    for key in ("max_batch_tokens", "slice_tokens", "max_chunk_tokens"):
-        with pytest.raises(ScoringError, match=key):
+    for key in ("evaluator_batch_tokens", "slice_tokens", "max_chunk_tokens"):
+        with pytest.raises(ScoringError, match=f"{key}=0 is out of range: it must be >= 1"):
             ScorerSettings(**{key: 0})
-    with pytest.raises(ScoringError, match="dtype"):
-        ScorerSettings(dtype="int8")
+    with pytest.raises(ScoringError, match="ppl_target_tokens=-1 is out of range"):
+        ScorerSettings(ppl_target_tokens=-1)
+    with pytest.raises(ScoringError, match=r"max_pad_fraction=1.0 is out of range: it must be >= 0 and < 1"):
+        ScorerSettings(max_pad_fraction=1.0)
+    with pytest.raises(ScoringError, match="evaluator_dtype: 'int8' is not one of"):
+        ScorerSettings(evaluator_dtype="int8")
+    with pytest.raises(ScoringError, match="evaluator_backend: 'openai' is not one of"):
+        ScorerSettings(evaluator_backend="openai")
     scorer = EvaluatorScorer(ScorerSettings(), model, tokenizer)
     with pytest.raises(ScoringError, match="prob, margin, ppl"):
         scorer.score(MEMORIES[:1], variants=["ppl", "nope"])

@@ -156,9 +156,9 @@ def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tmp_path, chat: V
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     _, memories = _read(tmp_path, DEMO_CORPUS, chat, limit=4)
-    via_vllm = EvaluatorScorer(ScorerSettings(model=SMOLLM2, backend="vllm", dtype="float32"))
+    via_vllm = EvaluatorScorer(ScorerSettings(evaluator=SMOLLM2, evaluator_backend="vllm", evaluator_dtype="float32"))
     assert via_vllm.engine.engine is chat.engine  # one engine per process and model
-    hf = EvaluatorScorer(ScorerSettings(model=SMOLLM2, dtype="float32"), local.model(), local.tokenizer())
+    hf = EvaluatorScorer(ScorerSettings(evaluator=SMOLLM2, evaluator_dtype="float32"), local.model(), local.tokenizer())
     for a, b in zip(hf.score(memories, ["ppl", "prob"]), via_vllm.score(memories, ["ppl", "prob"]), strict=True):
         assert b.clarity == pytest.approx(a.clarity, abs=2e-4)
         assert b.completeness == pytest.approx(a.completeness, abs=2e-4)

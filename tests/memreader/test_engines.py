@@ -306,24 +306,27 @@ def fake_scorer_engines(monkeypatch):
 
 
 def test_the_evaluator_scorer_means_the_same_in_gen_assess_and_eval(machine, fake_scorer_engines, tmp_path) -> None:
-    from memreader.data_gen.assess import AssessConfig, assess_scorer
-    from memreader.data_gen.pipeline import GenConfig, _scorer
-    from memreader.eval.qa import QAConfig, clarity_scorer
+    from memreader.core.config import problems_of
+    from memreader.core.scoring import evaluator_scorer
+    from memreader.data_gen.assess import AssessConfig
+    from memreader.data_gen.pipeline import GenConfig
+    from memreader.eval.qa import QAConfig
 
     def three(**settings):
-        gen = _scorer(GenConfig(input="x.jsonl", **{f"evaluator_{k}": v for k, v in settings.items()}))
-        assess = assess_scorer(AssessConfig(input="x.jsonl", **settings))
-        clarity = clarity_scorer(QAConfig(qa="q.jsonl", **{f"evaluator_{k}": v for k, v in settings.items()}))
-        return [(s.choice.backend, s.choice.dtype, s.choice.device, s.dtype_name) for s in (gen, assess, clarity)]
+        configs = (GenConfig(input="x.jsonl", **settings), AssessConfig(input="x.jsonl", **settings),
+                   QAConfig(qa="q.jsonl", **settings))
+        return [(s.choice.backend, s.choice.dtype, s.choice.device, s.dtype_name)
+                for s in map(evaluator_scorer, configs)]
 
     assert three() == [("transformers", PROBE, "cpu", PROBE)] * 3  # no measurement: transformers, the probe
     record_all()  # the scorer's recorded row: vllm float32
     assert three() == [("vllm", "float32", "cpu", "float32")] * 3
-    assert three(backend="hf", dtype="float16") == [("transformers", "float16", "cpu", "float16")] * 3
+    hf16 = three(evaluator_backend="hf", evaluator_dtype="float16")
+    assert hf16 == [("transformers", "float16", "cpu", "float16")] * 3
     assert [x[0] for x in fake_scorer_engines] == ["transformers"] * 3 + ["vllm"] * 3 + ["transformers"] * 3
-    for cfg in (GenConfig(input="x", evaluator_backend="openai"), QAConfig(qa="q", evaluator_backend="openai")):
-        assert any("evaluator_backend: 'openai' is not one of transformers, vllm, auto" in p for p in cfg.problems())
-    assert any("backend: 'openai'" in p for p in AssessConfig(input=str(tmp_path), backend="openai").problems())
+    for cfg in (GenConfig(input="x", evaluator_backend="openai"), QAConfig(qa="q", evaluator_backend="openai"),
+                AssessConfig(input=str(tmp_path), evaluator_backend="openai")):
+        assert any("evaluator_backend: 'openai' is not one of transformers, vllm, auto" in p for p in problems_of(cfg))
 
 
 def test_training_precision_asks_the_rule(machine) -> None:
@@ -422,7 +425,8 @@ def test_the_real_factory_builds_a_transformers_engine_whose_weights_every_stage
         (reply,) = chat.generate_many([[{"role": "user", "content": "hi"}]],
                                       GenerationParams(temperature=0.0, max_new_tokens=3))
         assert reply.completion_tokens <= 3
-        scorer = EvaluatorScorer(ScorerSettings(model=tiny_model, backend="hf", dtype="float32", device="cpu"))
+        scorer = EvaluatorScorer(ScorerSettings(evaluator=tiny_model, evaluator_backend="hf", evaluator_dtype="float32",
+                                                evaluator_device="cpu"))
         assert scorer.model is chat.model() and scorer.choice.backend == "transformers"  # one copy of the weights
         answerer = make_engine(resolve_engine("answer", "local", "float32", "cpu"), tiny_model)
         assert answerer.model() is chat.model()

@@ -63,6 +63,7 @@ def test_bare_on_off_reach_string_fields_as_words(tmp_path) -> None:
 def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
     import dataclasses
 
+    from memreader.data_gen.assess import AssessConfig
     from memreader.data_gen.pipeline import GenConfig
     from memreader.demo import DemoConfig
     from memreader.eval.qa import QAConfig
@@ -72,9 +73,27 @@ def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
     from memreader.training.merge import MergeConfig
 
     for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, MemReaderArguments, MergeConfig,
-                ServeConfig, ScoreConfig):
+                ServeConfig, ScoreConfig, AssessConfig):
         for f in dataclasses.fields(cls):
             if f.type in ("int", "float", "int | None", "float | None", int, float):
                 # MemReaderArguments keeps its ranges beside LoRA's and TRL's (TRL's parser reads field metadata)
                 ranged = {"ge", "gt", "le", "lt"} & set(f.metadata) or (cls is MemReaderArguments and f.name in _RANGES)
                 assert ranged, f"{cls.__name__}.{f.name} has no range"
+
+
+def test_gen_assess_and_eval_take_the_same_evaluator_keys() -> None:
+    """One declaration (EvaluatorConfig): every stage that scores has each evaluator key with the same default, help
+    and checks, and the scorer's settings are built from those keys as they are."""
+    import dataclasses
+
+    from memreader.core.scoring_settings import EvaluatorConfig, ScorerSettings
+    from memreader.data_gen.assess import AssessConfig
+
+    want = {f.name: (f.default, dict(f.metadata)) for f in dataclasses.fields(EvaluatorConfig)}
+    assert {"evaluator", "clarity_variant", "evaluator_backend", "evaluator_batch_tokens"} <= set(want)
+    for cls in (GenConfig, AssessConfig, QAConfig, ScorerSettings):
+        assert {f.name: (f.default, dict(f.metadata)) for f in dataclasses.fields(cls) if f.name in want} == want
+    cfg = QAConfig(qa="q.jsonl", evaluator="m", clarity_variant="prob", evaluator_device="cpu", evaluator_batch_tokens=99)
+    settings = ScorerSettings.of(cfg, max_model_len=512)
+    assert (settings.evaluator, settings.clarity_variant, settings.evaluator_device, settings.evaluator_batch_tokens,
+            settings.max_model_len) == ("m", "prob", "cpu", 99, 512)
