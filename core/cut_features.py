@@ -184,8 +184,7 @@ def embedding_drop(text: str, ends: list[int], embedders: dict[str, Any], contex
     if not ends:
         return np.zeros(0, dtype=np.float32)
     model = embedders[detect_language(text)]
-    vecs = encode(model, [text[max(0, e - context):e] for e in ends] + [text[e:e + context] for e in ends],
-                  batch_size=64)
+    vecs = encode(model, [text[max(0, e - context):e] for e in ends] + [text[e:e + context] for e in ends])
     return (1.0 - (vecs[:len(ends)] * vecs[len(ends):]).sum(1)).astype(np.float32)
 
 

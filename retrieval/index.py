@@ -50,6 +50,7 @@ from typing import Any
 from pymilvus import DataType
 from tqdm import tqdm
 
+from memreader.core.embedders import EMBED_BATCH
 from memreader.core.fusion import (
     ALL_LAYERS,
     BM25,
@@ -188,7 +189,7 @@ class MemoryIndex(MilvusCollection):
         self,
         memories: Iterable[DocumentMemory],
         embedder: Embedder | None = None,
-        batch_size: int = 64,
+        batch_size: int = EMBED_BATCH,
         embedder_name: str = "unnamed",
         replace: bool = True,
         progress: bool = True,

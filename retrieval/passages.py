@@ -30,7 +30,7 @@ import numpy as np
 from pymilvus import DataType
 from tqdm import tqdm
 
-from memreader.core.embedders import embedding_dim, encode
+from memreader.core.embedders import EMBED_BATCH, embedding_dim, encode
 from memreader.retrieval.lexical import bm25_search, resolve_language
 from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, get_rows
 from memreader.retrieval.rows import MAX_DOC_ID_BYTES
@@ -172,7 +172,7 @@ class PassageStore(MilvusCollection):
         return rows
 
     def build(self, passages: Iterable[Any], embedder: Any = None, embedder_name: str = "unnamed",
-              batch_size: int = 64, bm25_language: str = "auto", progress: bool = True, tokenizer: str = "") -> int:
+              batch_size: int = EMBED_BATCH, bm25_language: str = "auto", progress: bool = True, tokenizer: str = "") -> int:
         """Drop and rebuild the collection from ``passages``; returns how many were stored.
 
         ``passages``: ``(id, doc_id, text)`` triples or objects with ``id``, ``title`` (stored as

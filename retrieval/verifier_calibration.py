@@ -88,7 +88,7 @@ class EmbeddingVerifier:
 
         started = time.perf_counter()
         q = encode(self.embedder, [question], batch_size=1, kind="query")[0]
-        p = encode(self.embedder, list(passages), batch_size=32, kind="document") if passages else []
+        p = encode(self.embedder, list(passages), kind="document") if passages else []
         self.seconds += time.perf_counter() - started
         return [float(x) for x in (np.asarray(p) @ np.asarray(q))] if len(passages) else []
 

@@ -184,9 +184,9 @@ def run(task: Task, embedder: Any) -> tuple[np.ndarray, float]:
     from memreader.core.embedders import encode
 
     started = time.perf_counter()
-    docs = encode(embedder, task.candidates, batch_size=32, kind="document")
+    docs = encode(embedder, task.candidates, kind="document")
     rate = len(task.candidates) / (time.perf_counter() - started)
-    queries = encode(embedder, task.questions, batch_size=32, kind="query")
+    queries = encode(embedder, task.questions, kind="query")
     scores = queries @ docs.T
     return np.array([task.score(q, scores[q]) for q in range(len(task.questions))]), rate
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from memreader.core.embedders import encode
+from memreader.core.embedders import EMBED_BATCH, encode
 from memreader.core.errors import MemReaderError
 from memreader.core.paths import sha256_file, write_json
 from memreader.core.registry import MINILM
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None, embedder: Any = None) -> int:
                     help="also score NAME+outline rows: outline + chunk embedded, for methods with outlines")
     ap.add_argument("--embedder", default=MINILM, help=f"embedder name (default {MINILM})")
     ap.add_argument("--device", default="auto", help="embedder device (default auto)")
-    ap.add_argument("--batch-size", type=int, default=64, help="encoding batch size (default 64)")
+    ap.add_argument("--batch-size", type=int, default=EMBED_BATCH, help=f"encoding batch size (default {EMBED_BATCH})")
     ap.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples (default 1000)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default {DEFAULT_SEED})")
     ap.add_argument("--out", type=Path, help="write the comparison as JSON here")

@@ -63,7 +63,7 @@ class OfflineEmbeddings(BaseEmbeddings):
     def embed_batch(self, texts: list[str]) -> list[np.ndarray]:
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if todo:
-            for t, v in zip(todo, encode(self.model, todo, batch_size=32), strict=True):
+            for t, v in zip(todo, encode(self.model, todo), strict=True):
                 self._cache[t] = v
             self.encoded += len(todo)
         return [self._cache[t] for t in texts]

@@ -167,7 +167,7 @@ def stickiness_record(memories: Sequence[Any], embedder: Any, embedder_name: str
     started = time.perf_counter()
     chunks = [list(m.chunks) for m in memories]
     flat = [c for cs in chunks for c in cs]
-    vectors = np.asarray(encode(embedder, flat, batch_size=32, kind="document"), dtype=np.float32) if flat else \
+    vectors = np.asarray(encode(embedder, flat, kind="document"), dtype=np.float32) if flat else \
         np.zeros((0, 1), dtype=np.float32)
     groups, at = [], 0
     for cs in chunks:
