@@ -54,6 +54,7 @@ COMMANDS: dict[str, str] = {
     "score": "memreader.eval.score_cli",
     "checkpoint": "memreader.eval.checkpoint",
     "calibrate-meve": "memreader.eval.meve_calibrate",
+    "train-verifier": "memreader.eval.cross_encoder_training",
     "measure-engines": "memreader.eval.engine_speed",
     "setup-wordnet": "memreader.eval.wordnet",
     "view": "memreader.viewer.page",

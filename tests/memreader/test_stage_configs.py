@@ -8,6 +8,7 @@ import pytest
 
 from memreader.core.config import load_config
 from memreader.data_gen.pipeline import GenConfig
+from memreader.eval.cross_encoder_training import TrainVerifierConfig
 from memreader.eval.qa import QAConfig
 from memreader.eval.score_cli import ScoreConfig
 from memreader.inference.distributed import DistributedReadConfig
@@ -20,7 +21,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STAGES = {"data_gen": GenConfig, "inference": ReadConfig, "eval": QAConfig, "retrieval": RetrievalConfig}
 # YAMLs of a second command in a stage folder, by file-name prefix (training recipes: tests/training)
 BY_PREFIX = {("inference", "serve_"): ServeConfig, ("inference", "ray_cluster"): DistributedReadConfig,
-             ("inference", "smollm2_ray"): DistributedReadConfig, ("eval", "score"): ScoreConfig, ("retrieval", "chat_"): ChatConfig}
+             ("inference", "smollm2_ray"): DistributedReadConfig, ("eval", "score"): ScoreConfig, ("retrieval", "chat_"): ChatConfig,
+             ("retrieval", "train_verifier"): TrainVerifierConfig}
 
 
 def _config_class(path: Path) -> type:
@@ -73,7 +75,7 @@ def test_every_numeric_field_of_every_stage_config_has_a_range() -> None:
     from memreader.training.merge import MergeConfig
 
     for cls in (GenConfig, ReadConfig, DemoConfig, QAConfig, RetrievalConfig, MemReaderArguments, MergeConfig,
-                ServeConfig, ScoreConfig, AssessConfig):
+                ServeConfig, ScoreConfig, AssessConfig, TrainVerifierConfig):
         for f in dataclasses.fields(cls):
             if f.type in ("int", "float", "int | None", "float | None", int, float):
                 # MemReaderArguments keeps its ranges beside LoRA's and TRL's (TRL's parser reads field metadata)
