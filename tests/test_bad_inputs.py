@@ -231,6 +231,9 @@ CASES += [
     ("measure-engines-bad-row", ["measure-engines", "--set", "rows=[vllm:fp8]"], 2, "'vllm:fp8' is not backend:dtype"),
     ("setup-wordnet-no-source", ["setup-wordnet", "--set", "source={tmp}/none", "--set", "dest={tmp}/d", "--set",
                                  "download=false"], 2, "has no WordNet 3.0 database"),
+    ("train-verifier-unknown-exclude", ["train-verifier", "--exclude", "nope"], 2, "exclude: unknown corpus 'nope'"),
+    ("train-verifier-no-files", ["train-verifier", "--data-dir", "{tmp}"], 2, "hotpotqa_100_qa.json"),
+    ("train-verifier-out-exists", ["train-verifier", "--out", "{tmp}"], 2, "exists; pass --overwrite"),
 ]
 
 
