@@ -65,6 +65,7 @@ from memreader.core.guidance import GuidedConfig, MemoryGrammars, count_fates, c
 from memreader.core.language import detect_language
 from memreader.core.paths import run_dir, sha256_file, write_json, write_resolved_config
 from memreader.core.prompts import PromptConfig
+from memreader.core.registry import SMOLLM2
 from memreader.core.runlock import RunLock
 from memreader.core.schema import MemoryValidationError, iter_memories, write_memories
 from memreader.core.stage import Stage
@@ -93,7 +94,7 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
     compile_mode: str = field("auto", help="backend=vllm: eager (no torch.compile / CUDA graphs) or compiled; auto = "
                               "eager on CPU (the 72 s compile pays off only past ~60k generated tokens), compiled on GPU")
     max_lora_rank: int = field(64, ge=1, help="backend=vllm, lora_mode=request: the largest adapter rank the engine takes")
-    model: str = field("smollm2-135m-instruct", help="base model (registry name, folder, hub id, or served name)")
+    model: str = field(SMOLLM2, help="base model (registry name, folder, hub id, or served name)")
     adapter: str = field("", help="LoRA adapter folder (empty: base model only)")
     cut_head: str = field("auto", help="cut scorer head whose breaks go into each memory grammar: auto = the "
                           "adapter's cut_head/ when it has one, none = off, or a head folder (docs/TRAINING.md)")

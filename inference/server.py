@@ -45,6 +45,7 @@ from memreader.core.config import field
 from memreader.core.errors import MemReaderError
 from memreader.core.generation import GenerationParams, generate_chat_batch
 from memreader.core.paths import run_dir, write_resolved_config
+from memreader.core.registry import SMOLLM2
 from memreader.core.stage import Flag, Stage
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class ServeConfig:
     """One server: the model, its adapter, the address and the request limits (the API key is not a config
     key: it comes from --api-key or $MEMREADER_SERVE_API_KEY, so it never lands in a config file)."""
 
-    model: str = field("smollm2-135m-instruct", help="model name from the registry, a local folder, or a hub id")
+    model: str = field(SMOLLM2, help="model name from the registry, a local folder, or a hub id")
     adapter: str | None = field(None, help="optional LoRA adapter folder (a training run's train/ folder)")
     host: str = field("127.0.0.1", help="interface to bind (0.0.0.0 exposes it to the network: set an API key)")
     port: int = field(8000, ge=0, le=65535, help="TCP port; 0 picks a free one")

@@ -13,6 +13,7 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.engines import backend_field, dtype_field
+from memreader.core.registry import SMOLLM2
 from memreader.retrieval.verifier import KINDS
 from memreader.retrieval.verifier_calibration import CALIBRATIONS
 
@@ -61,7 +62,7 @@ class MeVeSettings:
     budget_share: float = field(0.0, ge=0, le=1, help="MeVe phase 5: when > 0, the budget is also at most this share "
                                 "of what plain top-k would hand over (the k kNN candidates' tokens and separators), "
                                 "so it follows the corpus's passage lengths; 0: t_max alone (the paper)")
-    verifier: str = field("smollm2-135m-instruct", help="MeVe phase 2 model: an instruct LM (registry name, folder, "
+    verifier: str = field(SMOLLM2, help="MeVe phase 2 model: an instruct LM (registry name, folder, "
                           "hub id) for verifier_kind=lm or lm_likelihood, or a CrossEncoder folder for "
                           "verifier_kind=cross_encoder")
     verifier_kind: str = field("lm_likelihood", help="lm (normalised P(yes) of an instruct LM), lm_likelihood (how much the "
@@ -80,7 +81,7 @@ class MeVeSettings:
     verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
                                      "tokens shown to the verifier (longer passages are cut for the judgement only; "
                                      "bounds the LM's cost per passage, which dominates MeVe's time on a CPU)")
-    budget_tokenizer: str = field("smollm2-135m-instruct", help="MeVe phase 5: tokenizer that counts t_max, the "
+    budget_tokenizer: str = field(SMOLLM2, help="MeVe phase 5: tokenizer that counts t_max, the "
                                   "answering model's (registry name, folder or hub id)")
     verify: bool = field(True, help="MeVe ablation switch: false keeps every kNN passage (score = its cosine)")
     fallback: bool = field(True, help="MeVe ablation switch: false never runs the BM25 fallback")

@@ -34,7 +34,7 @@ from memreader.core.cut_features import DROP_CONTEXT, cached_rows, embedding_dro
 from memreader.core.cut_head import CutScorer, min_gap, pick_breaks
 from memreader.core.language import detect_language
 from memreader.core.memory_grammar import sentence_ends
-from memreader.core.registry import AUTO_EMBEDDERS
+from memreader.core.registry import AUTO_EMBEDDERS, SMOLLM2
 from memreader.core.runtime import load_embedder
 from memreader.eval.segmentation import match_boundaries, pk, window_diff
 from memreader.training.cut_fit import THRESHOLDS, boundary_f1, load_gold, split_tune
@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--gold", required=True)
     ap.add_argument("--tune-docs", type=int, default=200,
                     help="documents of the tuning split (a seeded sample) the drop's threshold is chosen on (0 = all)")
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="the base model the heads were fitted on")
+    ap.add_argument("--model", default=SMOLLM2, help="the base model the heads were fitted on")
     ap.add_argument("--cache", default="artifacts/cache/cut_features", help="feature cache folder ('' = none)")
     ap.add_argument("--out", default="artifacts/bench/cut_levers.json")
     args = ap.parse_args()

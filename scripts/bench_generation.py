@@ -19,6 +19,7 @@ import torch
 from memreader.core.corpus import read_corpus
 from memreader.core.language import detect_language
 from memreader.core.prompts import render
+from memreader.core.registry import SMOLLM2
 from memreader.core.runtime import load_causal_lm, runtime
 from memreader.demo import DEMO_DATA
 
@@ -29,7 +30,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
     parser.add_argument("--doc", type=int, default=0, help="index of the demo document used as the prompt")
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model folder")
+    parser.add_argument("--model", default=SMOLLM2, help="registry name or model folder")
     args = parser.parse_args()
     rt = runtime("cpu", "float32", args.threads)
     model, tok = load_causal_lm(args.model, rt=rt)

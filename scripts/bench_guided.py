@@ -31,6 +31,7 @@ from memreader.core.language import detect_language
 from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, memory_grammar
 from memreader.core.parser import ParseError
 from memreader.core.prompts import render
+from memreader.core.registry import SMOLLM2
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "memreader" / "demo_data" / "corpus.jsonl"
@@ -87,7 +88,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--speed-tokens", type=int, default=128, help="tokens per row in the speed comparison")
     ap.add_argument("--skip-unguided", action="store_true", help="usable rate for guided only (faster)")
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="registry name or model folder")
+    ap.add_argument("--model", default=SMOLLM2, help="registry name or model folder")
     args = ap.parse_args()
 
     settings = GrammarSettings(max_scenarios=6)

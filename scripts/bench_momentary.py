@@ -39,6 +39,7 @@ from pathlib import Path
 
 from memreader.core.fusion import RRF_K
 from memreader.core.paths import run_dir
+from memreader.core.registry import SMOLLM2
 from memreader.core.runtime import load_embedder
 from memreader.eval.datasets import load_cmrc2018
 from memreader.retrieval.conversation_store import ConversationStore
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=50, help="turns each signal proposes")
     parser.add_argument("--max-tokens", type=int, default=1024, help="L_max in SmolLM2 tokens")
     parser.add_argument("--seed", type=int, default=0, help="conversation-building seed")
-    parser.add_argument("--tokenizer", default="smollm2-135m-instruct",
+    parser.add_argument("--tokenizer", default=SMOLLM2,
                         help="the tokenizer tokens are counted with (registry name or model folder)")
     parser.add_argument("--out", default="", help="also write the markdown report here")
     args = parser.parse_args(argv)

@@ -54,6 +54,7 @@ from typing import Any
 from memreader.core.config import ConfigError, coerce_value, field, read_config_data, unknown_key_problem
 from memreader.core.engines import EngineChoice, resolve_engine
 from memreader.core.paths import memreader_home, run_name_problem
+from memreader.core.registry import SMOLLM2
 from memreader.training.preflight import POLICIES
 
 
@@ -65,7 +66,7 @@ class MemReaderArguments:
                             "needed with cut_only")
     val_file: str | None = field(None, help="optional validation JSONL in the same format; its loss is logged "
                                  "(at eval_steps with eval_strategy: steps, else once at the end)")
-    model: str = field("smollm2-135m-instruct", help="base model: registry name, local folder or hub id "
+    model: str = field(SMOLLM2, help="base model: registry name, local folder or hub id "
                        "(e.g. Qwen/Qwen2.5-7B-Instruct)")
     run: str | None = field(None, help="run name; outputs go to $MEMREADER_HOME/runs/<run>/train "
                             "(default: a timestamp; required when launched on several processes)")

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from memreader.core.boundaries import match_boundaries, prf
 from memreader.core.cut_features import FEATURES_VERSION, CutFeatures, CutScorerError, cached_rows, labels_for
 from memreader.core.cut_head import FOLDER, HEAD_FORMAT, CutHead, build_head, min_gap, pick_breaks
+from memreader.core.registry import SMOLLM2
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class CutFitSettings:
     """How a cut head is fitted."""
 
     data: str = ""
-    model: str = "smollm2-135m-instruct"
+    model: str = SMOLLM2
     layers: int = 12
     window: int = 32
     max_tokens: int = 1024

@@ -24,12 +24,13 @@ from memreader.core.generation.params import (
     Messages,
     Reply,
 )
+from memreader.core.registry import SMOLLM2
 
 __all__ = ["ChatBackend", "GenerationParams", "GenerationRequestError", "LocalChat", "Messages", "OpenAIChat",
            "Reply", "generate_chat_batch", "make_chat"]
 
 
-def make_chat(kind: str, model: str = "smollm2-135m-instruct", dtype: str = "auto", device: str = "auto",
+def make_chat(kind: str, model: str = SMOLLM2, dtype: str = "auto", device: str = "auto",
               **settings: Any) -> Any:
     """A chat engine on backend ``kind`` (``transformers``/``local``, ``vllm``, ``openai`` or ``auto``), for scripts
     and examples: :func:`memreader.core.engines.make_engine` of the stage ``chat``'s

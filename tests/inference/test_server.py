@@ -15,10 +15,11 @@ import yaml
 
 from memreader.cli import main
 from memreader.core.generation import GenerationParams, GenerationRequestError, OpenAIChat
+from memreader.core.registry import SMOLLM2
 from memreader.inference.server import STAGE, ChatServer, build_server
 
 pytestmark = pytest.mark.integration
-MODEL = "smollm2-135m-instruct"
+MODEL = SMOLLM2
 CONFIGS = Path(__file__).resolve().parents[2] / "configs/inference"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pymilvus import MilvusClient
 
+from memreader.core.registry import SMOLLM2
 from memreader.retrieval.conversation_store import ConversationStore, ConversationStoreError
 from memreader.retrieval.momentary import (
     MomentaryError,
@@ -56,7 +57,7 @@ def embedders(embedder: Any) -> dict[str, Any]:
 def counter(smollm2_path: str) -> TokenCounter:
     from transformers import AutoTokenizer
 
-    return TokenCounter(AutoTokenizer.from_pretrained(smollm2_path), name="smollm2-135m-instruct")
+    return TokenCounter(AutoTokenizer.from_pretrained(smollm2_path), name=SMOLLM2)
 
 
 @pytest.fixture(scope="module")

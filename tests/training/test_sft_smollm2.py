@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from memreader.core.registry import SMOLLM2
 from memreader.training.config import load_train_config
 from memreader.training.sft import train
 
@@ -21,7 +22,7 @@ def test_two_lora_steps_on_smollm2(smollm2_path, tiny_records, write_jsonl):
     cfg = load_train_config(SMOKE_YAML, [
         f"train_file={train_file}", "val_file=null", "max_steps=2", "run=smollm2-two-steps", "overwrite=true",
     ])
-    assert cfg.project.model == "smollm2-135m-instruct"
+    assert cfg.project.model == SMOLLM2
     summary = train(cfg)
     assert summary["steps"] == 2 and summary["device"] == "cpu" and not summary["bf16"]
     assert summary["first_loss"] is not None and summary["last_loss"] is not None
