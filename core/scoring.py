@@ -475,11 +475,9 @@ class EvaluatorScorer:
 
 
 def evaluator_scorer(cfg: EvaluatorConfig, **settings: Any) -> EvaluatorScorer:
-    """The scorer of a stage config's evaluator keys (gen, assess, eval; stage ``scorer`` of
-    :func:`memreader.core.engines.resolve_engine`): its weights or vLLM engine are shared with another stage's that
-    names the same model, dtype and device (the process's caches). ``settings``: more :class:`ScorerSettings` (eval:
-    ``max_model_len``, its answerer's). A ``prob``/``margin`` evaluator without one-token answer words is refused here,
-    before any other work."""
+    """The scorer of a stage config's evaluator keys (gen, assess, eval), sharing another stage's weights or engine
+    of the same model, dtype and device; ``settings``: more :class:`ScorerSettings` (eval: its answerer's
+    ``max_model_len``). A ``prob``/``margin`` evaluator without one-token answer words is refused here, at once."""
     scorer = EvaluatorScorer(ScorerSettings.of(cfg, **settings))
     if cfg.clarity_variant in ("prob", "margin"):
         scorer.answer_ids()

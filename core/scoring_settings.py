@@ -1,13 +1,10 @@
 """The evaluator scorer's settings: one set of keys, defaults and checks for every stage that scores memories.
 
-    @dataclass
     class AssessConfig(EvaluatorConfig): ...     # gen, assess and eval inherit the keys: each YAML stays flat
     scorer = evaluator_scorer(cfg)               # memreader.core.scoring: the one function that builds it
 
-:class:`EvaluatorConfig` holds the keys a stage config exposes (``evaluator``, ``clarity_variant``,
-``evaluator_backend``, ``evaluator_dtype``, ``evaluator_device``, ``evaluator_batch_tokens``), each checked by its
-field (:func:`memreader.core.config.field`), so a stage's own ``problems()`` does not repeat them.
-:class:`ScorerSettings` adds the scorer's own knobs (truncation, slicing, padding; see :mod:`memreader.core.scoring`).
+Each key is checked by its field (:func:`memreader.core.config.field`), so no stage's ``problems()`` repeats it;
+:class:`ScorerSettings` adds the scorer's own knobs (truncation, slicing, padding; :mod:`memreader.core.scoring`).
 """
 
 from __future__ import annotations
