@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export MEMREADER_HOME ?= $(CURDIR)/artifacts
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -51,8 +51,14 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/memreader demo
 
+# two workers (tests/conftest.py: a module goes whole to one worker, Ray's modules share one)
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+# the inner loop (about a minute): no servers, clusters, subprocesses or embedded-model loads; a test that starts a
+# process without its `heavy` marker fails here (tests/conftest.py). `make test` stays the whole suite (CI).
+test-fast: setup
+	MEMREADER_TEST_FAST=1 $(BIN)/python -m pytest -m "not slow and not integration and not heavy"
 
 lint: setup
 	$(BIN)/ruff check .

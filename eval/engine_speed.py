@@ -237,7 +237,7 @@ def bench_verifier(chat: Any, backend: str, questions: list[str], contexts: list
     """MeVe's LM verifier: P(yes) of every (question, retrieved chunk) pair, 24 questions x 8 chunks."""
     from memreader.retrieval.verifier import LMVerifier
 
-    verifier = LMVerifier(chat.engine if backend == "vllm" else chat.model(), chat.tokenizer(), batch_size=8)
+    verifier = LMVerifier(chat.engine if backend == "vllm" else chat.model(), chat.tokenizer())
     t0 = time.perf_counter()
     for q, c in zip(questions, contexts, strict=True):
         verifier.score(q, c)

@@ -14,7 +14,7 @@ from typing import Any
 from memreader.core.config import field
 from memreader.core.engines import backend_field, dtype_field
 from memreader.core.registry import SMOLLM2
-from memreader.retrieval.verifier import KINDS
+from memreader.retrieval.verifier import KINDS, VERIFIER_BATCH
 from memreader.retrieval.verifier_calibration import CALIBRATIONS
 
 __all__ = ["DEFAULT_OPERATING_POINT", "DEFAULT_POINT", "PAPER_SETTINGS", "POINT_KEYS", "VERIFIER_KINDS", "MeVeSettings"]
@@ -77,7 +77,7 @@ class MeVeSettings:
                                  "audit, which says when the settings leave the default point")
     verifier_backend: str = backend_field("verifier", "MeVe phase 2, verifier_kind=lm or lm_likelihood (its device is the config's device)")
     verifier_dtype: str = dtype_field("MeVe phase 2: the LM verifier's weights")
-    verifier_batch_size: int = field(8, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")
+    verifier_batch_size: int = field(VERIFIER_BATCH, ge=1, help="MeVe phase 2: passages per verifier forward pass (transformers)")
     verifier_max_tokens: int = field(128, ge=1, help="MeVe phase 2, verifier_kind=lm or lm_likelihood: passage "
                                      "tokens shown to the verifier (longer passages are cut for the judgement only; "
                                      "bounds the LM's cost per passage, which dominates MeVe's time on a CPU)")

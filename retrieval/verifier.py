@@ -52,15 +52,19 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from memreader.core.errors import MemReaderError
+from memreader.core.registry import SMOLLM2
 from memreader.core.scoring_engines import TokenNLL, sigmoid
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KINDS", "CrossEncoderVerifier", "LMVerifier", "QueryLikelihoodVerifier", "Verifier", "VerifierError",
-           "build_verifier", "sigmoid"]
+__all__ = ["KINDS", "VERIFIER_BATCH", "CrossEncoderVerifier", "LMVerifier", "QueryLikelihoodVerifier", "Verifier",
+           "VerifierError", "build_verifier", "sigmoid"]
 
 KINDS = ("lm", "lm_likelihood", "cross_encoder")
 """Verifier kinds :func:`build_verifier` knows."""
+
+VERIFIER_BATCH = 8
+"""(question, passage) pairs per verifier forward pass: the default of every verifier and of MeVe's settings."""
 
 DEFAULT_SYSTEM = ""
 """Empty: the chat template's own default system prompt (if it has one) is used."""
@@ -150,7 +154,7 @@ class _CausalLMVerifier(_MarginVerifier):
     label = "{name}"
     """How :meth:`load` names the verifier in audits, from the model name."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, batch_size: int = 8,
+    def __init__(self, model: Any, tokenizer: Any, name: str, batch_size: int = VERIFIER_BATCH,
                  max_passage_tokens: int = 128) -> None:
         if batch_size < 1 or max_passage_tokens < 1:
             raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
@@ -167,7 +171,7 @@ class _CausalLMVerifier(_MarginVerifier):
         it."""
 
     @classmethod
-    def load(cls, name: str = "smollm2-135m-instruct", device: str = "auto", backend: str = "transformers",
+    def load(cls, name: str = SMOLLM2, device: str = "auto", backend: str = "transformers",
              dtype: str = "auto", max_model_len: int = 4096, **kwargs: Any) -> Any:
         """Load the LM by registry name, folder or hub id (default: the embedded SmolLM2) on ``backend``
         (``transformers``, ``vllm`` or ``auto``) in ``dtype`` on ``device``, as
@@ -206,7 +210,7 @@ class _CausalLMVerifier(_MarginVerifier):
 class LMVerifier(_CausalLMVerifier):
     """An instruct LM as relevance judge: the normalised P(yes) of its next token (see the module)."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str = "lm", batch_size: int = 8,
+    def __init__(self, model: Any, tokenizer: Any, name: str = "lm", batch_size: int = VERIFIER_BATCH,
                  max_passage_tokens: int = 128, prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM) -> None:
         if "{passage}" not in prompt or "{question}" not in prompt:
             raise VerifierError("the verifier prompt must contain {passage} and {question}",
@@ -287,7 +291,7 @@ class QueryLikelihoodVerifier(_CausalLMVerifier):
 
     label = "{name} (likelihood)"
 
-    def __init__(self, model: Any, tokenizer: Any, name: str = "lm_likelihood", batch_size: int = 8,
+    def __init__(self, model: Any, tokenizer: Any, name: str = "lm_likelihood", batch_size: int = VERIFIER_BATCH,
                  max_passage_tokens: int = 128) -> None:
         super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
 
@@ -346,7 +350,7 @@ class CrossEncoderVerifier(_MarginVerifier):
         return [float(x) for x in logits.float().reshape(len(passages)).tolist()]
 
 
-def build_verifier(kind: str, name: str, device: str = "auto", batch_size: int = 8,
+def build_verifier(kind: str, name: str, device: str = "auto", batch_size: int = VERIFIER_BATCH,
                    max_passage_tokens: int = 128, backend: str = "transformers", dtype: str = "auto") -> Verifier:
     """A verifier by kind (``lm``, ``lm_likelihood`` or ``cross_encoder``) and model name or path; the LM kinds run
     on ``backend`` (``transformers``, ``vllm`` or ``auto``) in ``dtype``."""

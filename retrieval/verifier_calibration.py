@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memreader.retrieval.verifier import VerifierError, _check_input, sigmoid
+from memreader.retrieval.verifier import VERIFIER_BATCH, VerifierError, _check_input, sigmoid
 
 __all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "build_meve_verifier",
            "calibrate", "calibrated_margins"]
@@ -155,7 +155,7 @@ def calibrate(verifier: Any, mode: str) -> Any:
     return CalibratedVerifier(verifier, mode)
 
 
-def build_meve_verifier(kind: str, name: str, calibration: str = "none", device: str = "auto", batch_size: int = 8,
+def build_meve_verifier(kind: str, name: str, calibration: str = "none", device: str = "auto", batch_size: int = VERIFIER_BATCH,
                         max_passage_tokens: int = 128, backend: str = "transformers", dtype: str = "auto") -> Any:
     """MeVe's phase-2 verifier from its settings: ``kind`` (a :data:`memreader.retrieval.verifier.KINDS` kind, or
     ``embedding``) with ``calibration`` applied."""

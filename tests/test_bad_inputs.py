@@ -310,6 +310,7 @@ def test_refused_resume_leaves_the_earlier_record_unchanged(home: Path, capsys) 
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.heavy
 def test_second_writer_is_refused_naming_the_holder(home: Path, capsys) -> None:
     corpus = _files(home)["corpus"]
     folder = home / "home" / "runs" / "busy" / "read"
@@ -326,6 +327,7 @@ def test_second_writer_is_refused_naming_the_holder(home: Path, capsys) -> None:
         holder.wait()
 
 
+@pytest.mark.heavy
 def test_stale_lock_is_taken_over(home: Path) -> None:
     from memreader.core.runlock import RunLock
 

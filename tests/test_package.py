@@ -15,6 +15,8 @@ import pytest
 
 from memreader.demo import DEMO_CONFIGS, DemoConfig, demo_steps
 
+pytestmark = pytest.mark.heavy
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -65,6 +65,7 @@ def valid_keys(stage: str) -> set[str]:
     return {f.name for f in dataclasses.fields(cli_stage(stage).config)}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_is_valid_bash(script: str) -> None:
     subprocess.run(["bash", "-n", str(REPO / script)], check=True)

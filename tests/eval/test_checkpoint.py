@@ -122,6 +122,7 @@ def _command(*args: str, home: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.heavy
 def test_the_command_finds_the_run_and_cache_from_the_config(demo_files, tmp_path) -> None:  # noqa: F811
     home = Path(demo_files["home"])
     config = tmp_path / "eval.yaml"

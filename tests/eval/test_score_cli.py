@@ -160,6 +160,7 @@ def test_cli_errors_name_the_problem(files: dict[str, Path], tmp_path: Path, cap
     assert "bleu_smoothing: 'exp' is not one of none, add1" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_python_dash_m_entry_point(files: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     proc = subprocess.run(

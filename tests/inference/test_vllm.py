@@ -35,7 +35,7 @@ from memreader.core.vllm_engine import (
     shutdown_engines,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets"
@@ -135,8 +135,15 @@ def _zh_documents(path: Path) -> Path:
     return path
 
 
-def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp_path, chat: VLLMChat) -> None:
-    summary, memories = _read(tmp_path / "demo", DEMO_CORPUS, chat)
+@pytest.fixture(scope="module")
+def demo_read(tmp_path_factory: pytest.TempPathFactory, chat: VLLMChat):
+    """The demo corpus read once through vLLM (summary, memories): the tiling and the scorer tests share it."""
+    return _read(tmp_path_factory.mktemp("demo_read"), DEMO_CORPUS, chat)
+
+
+def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp_path, chat: VLLMChat,
+                                                                              demo_read) -> None:
+    summary, memories = demo_read
     assert summary["read"] == 8 and summary["guided"] == 8 and summary["failed"] == {}
     assert summary["fallback_whole_document"] == 0 and summary["engine"]["backend"] == "vllm"
     corpus = _zh_documents(tmp_path / "zh.jsonl")
@@ -152,10 +159,10 @@ def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp
         assert m.document == texts[m.doc_id]
 
 
-def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tmp_path, chat: VLLMChat, local: LocalChat) -> None:
+def test_prompt_logprobs_scorer_equals_the_transformers_scorer(chat: VLLMChat, local: LocalChat, demo_read) -> None:
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
-    _, memories = _read(tmp_path, DEMO_CORPUS, chat, limit=4)
+    memories = demo_read[1][:4]
     via_vllm = EvaluatorScorer(ScorerSettings(evaluator=SMOLLM2, evaluator_backend="vllm", evaluator_dtype="float32"))
     assert via_vllm.engine.engine is chat.engine  # one engine per process and model
     hf = EvaluatorScorer(ScorerSettings(evaluator=SMOLLM2, evaluator_dtype="float32"), local.model(), local.tokenizer())

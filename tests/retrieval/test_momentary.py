@@ -240,6 +240,7 @@ def test_a_store_of_another_schema_version_or_other_embedders_is_refused(
         ConversationStore(tmp_path / "other.db", {}, bm25_language="auto")
 
 
+@pytest.mark.heavy
 def test_a_lite_file_held_by_another_process_is_refused_clearly(tmp_path: Path, embedders: dict[str, Any]) -> None:
     db = tmp_path / "held.db"
     code = "import sys; from pymilvus import MilvusClient; MilvusClient(sys.argv[1]); print('open', flush=True); sys.stdin.read()"
