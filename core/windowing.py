@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 from memreader.core.config import field as config_field
 from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
+from memreader.core.generation.params import chat_prompt_tokens
 from memreader.core.language import is_chinese
 from memreader.core.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings
 from memreader.core.schema import DocumentMemory, Scenario
@@ -376,8 +377,7 @@ def prompt_tokens_of(messages: list[dict[str, str]], backend: Any, count_tokens:
     get = getattr(backend, "tokenizer", None)
     tok = get() if callable(get) else None
     if tok is not None and hasattr(tok, "apply_chat_template"):
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return len(tok(text, add_special_tokens=False)["input_ids"])
+        return chat_prompt_tokens(tok, messages)
     return sum(count_tokens(m["content"]) + 8 for m in messages) + 8
 
 

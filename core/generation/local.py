@@ -9,28 +9,21 @@ Prompts are batched (left padding, grouped by length); a row with a grammar is d
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from memreader.core.generation.params import (
+    BatchChat,
     GenerationParams,
     GenerationRequestError,
     Messages,
-    OnReply,
     Reply,
-    check_messages,
-    log_summary,
 )
 from memreader.core.registry import SMOLLM2
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -108,10 +101,12 @@ def generate_chat_batch(model: Any, tokenizer: Any, batch: Sequence[Messages], p
     return results
 
 
-class LocalChat:
+class LocalChat(BatchChat):
     """In-process transformers generation (the embedded SmolLM2 by default); loads on first use. The weights are
     the process's shared copy (:func:`memreader.core.runtime.shared_causal_lm`): another stage naming the same
     model, adapter, dtype and device uses the same ones."""
+
+    LOG_NAME = "local"
 
     def __init__(self, model: str = SMOLLM2, device: str = "auto", batch_size: int = 4,
                  adapter: str | None = None, dtype: str = "auto") -> None:
@@ -170,61 +165,28 @@ class LocalChat:
         return [Reply(g.text, finish_reason=g.finish_reason, prompt_tokens=g.prompt_tokens,
                       completion_tokens=g.completion_tokens, guided=g.guided) for g in gens]
 
-    async def agenerate(self, messages: Messages, params: GenerationParams, grammar: str | None = None) -> Reply:
-        """One reply, generated in a worker thread so the event loop stays responsive."""
-        check_messages(messages)
-        return (await asyncio.to_thread(self._generate, [messages], params, [grammar]))[0]
-
-    def generate_many(
-        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
-        on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
-        seeds: Sequence[int | None] | None = None,
-    ) -> list[Any]:
-        """Batched generation, prompts grouped by length to cut padding; results in input order.
-
-        ``seeds[i]`` (default ``params.seed``) seeds prompt ``i``'s own sampler: the same prompt and
-        seed give the same reply whatever the batch size or the neighbours in its batch.
-        """
-        for m in list_of_messages:
-            check_messages(m)
-        start = time.perf_counter()
-        replies: list[Any] = [None] * len(list_of_messages)
-        for i, error in self._too_long(list_of_messages, params).items():
-            if not return_exceptions:
-                raise error
-            replies[i] = error
-        order = sorted((i for i, r in enumerate(replies) if r is None), key=lambda i: len(str(list_of_messages[i])))
+    def _replies(self, messages_list: Sequence[Messages], todo: list[int], params: GenerationParams,
+                 grammars: list[str | None], seeds: list[int | None],
+                 progress_desc: str | None) -> Iterator[tuple[int, Reply]]:
+        """Batches of ``batch_size`` prompts grouped by length to cut padding; ``seeds[i]`` seeds prompt ``i``'s own
+        sampler, so the same prompt and seed give the same reply whatever its batch."""
+        order = sorted(todo, key=lambda i: len(str(messages_list[i])))
         # No description: the caller shows its own progress (reader batches), so no second bar.
         with tqdm(total=len(order), desc=progress_desc, unit="reply", disable=progress_desc is None) as bar:
             for lo in range(0, len(order), self.batch_size):
                 idx = order[lo: lo + self.batch_size]
-                rows = None if grammars is None else [grammars[i] for i in idx]
-                row_seeds = None if seeds is None else [seeds[i] for i in idx]
-                outs = self._generate([list_of_messages[i] for i in idx], params, rows, row_seeds)
-                for i, reply in zip(idx, outs, strict=True):
-                    replies[i] = reply
-                    if on_reply is not None:
-                        on_reply(i, reply)
+                outs = self._generate([messages_list[i] for i in idx], params, [grammars[i] for i in idx],
+                                      [seeds[i] for i in idx])
+                yield from zip(idx, outs, strict=True)
                 bar.update(len(idx))
-        assert all(r is not None for r in replies), "every prompt gets exactly one reply"
-        log_summary(f"local {self.model_name}", len(order), time.perf_counter() - start,
-                    sum(r.completion_tokens or 0 for r in replies if isinstance(r, Reply)), 0, progress_desc is not None)
-        return replies
 
-    def _too_long(self, list_of_messages: Sequence[Messages], params: GenerationParams) -> dict[int, Any]:
-        """Prompts that with ``max_new_tokens`` would not fit the model's window, as request errors."""
+    def _request_error(self, messages: Messages, grammar: str | None, params: GenerationParams) -> Exception | None:
+        """A prompt that with ``max_new_tokens`` would not fit the model's window, as a request error."""
         window = self.model_window()
-        if not window:
-            return {}
-        out = {}
-        for i, m in enumerate(list_of_messages):
-            text = self._tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-            n = len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
-            if n + params.max_new_tokens > window:
-                out[i] = GenerationRequestError(
-                    f"the prompt has {n} tokens; with max_new_tokens={params.max_new_tokens} it exceeds the model's "
-                    f"window of {window} tokens — fix: split the document into windows (window_tokens: 0 sizes "
-                    "them to the model, a set value must be lower) or lower max_new_tokens")
-        return out
-
-
+        n = self.prompt_tokens(messages) if window else 0
+        if not window or n + params.max_new_tokens <= window:
+            return None
+        return GenerationRequestError(
+            f"the prompt has {n} tokens; with max_new_tokens={params.max_new_tokens} it exceeds the model's "
+            f"window of {window} tokens — fix: split the document into windows (window_tokens: 0 sizes "
+            "them to the model, a set value must be lower) or lower max_new_tokens")

@@ -1,4 +1,5 @@
-"""What every generation backend shares: decoding settings, the reply type, the failure type.
+"""What every generation backend shares: decoding settings, the reply type, the failure type; and the request
+loop of the in-process backends (:class:`BatchChat`).
 
 A :class:`Reply` is a ``str`` holding the message content, plus what the backend said about it:
 ``finish_reason`` (``"stop"`` or ``"length"``), token counts, and ``guided`` (whether a grammar
@@ -8,7 +9,8 @@ constrained it). Callers that only want text use it as a string.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -149,3 +151,66 @@ def log_summary(name: str, n: int, seconds: float, completion_tokens: int, retri
     log.log(logging.INFO if loud else logging.DEBUG, "%s: %d replies in %.1f s (%.2f/s%s), %d retries", name, n, seconds, rate, tok, retries)
 
 
+def chat_prompt_tokens(tokenizer: Any, messages: Messages) -> int:
+    """Tokens of the prompt ``messages`` become through ``tokenizer``'s chat template, the assistant turn opened."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+class BatchChat:
+    """The request loop of the in-process backends (``LocalChat``, ``VLLMChat``): a request that cannot run
+    (:meth:`_request_error`) raises or, with ``return_exceptions``, is the exception in its slot; the others go to
+    the backend's :meth:`_replies`; ``on_reply`` as each reply arrives; one summary line named ``LOG_NAME``."""
+
+    LOG_NAME = ""
+    concurrent_requests = False  # a batch backend: the teacher's dispatcher feeds it whole batches
+    model_name: str
+
+    async def agenerate(self, messages: Messages, params: GenerationParams, grammar: str | None = None) -> Reply:
+        """One reply: the batch of one in a worker thread, so the event loop stays responsive."""
+        import asyncio
+
+        return (await asyncio.to_thread(self.generate_many, [messages], params, None, None, False, [grammar]))[0]
+
+    def prompt_tokens(self, messages: Messages) -> int:
+        """Tokens of the prompt ``messages`` become (the chat template with the assistant turn opened)."""
+        return chat_prompt_tokens(self.tokenizer(), messages)
+
+    def _request_error(self, messages: Messages, grammar: str | None, params: GenerationParams) -> Exception | None:
+        """Why this request cannot run (a prompt too long, a grammar the engine refuses), else None."""
+        raise NotImplementedError
+
+    def _replies(self, messages_list: Sequence[Messages], todo: list[int], params: GenerationParams,
+                 grammars: list[str | None], seeds: list[int | None],
+                 progress_desc: str | None) -> Iterable[tuple[int, Reply]]:
+        """``(i, reply)`` for every index in ``todo``, each as soon as the backend has it."""
+        raise NotImplementedError
+
+    def generate_many(
+        self, messages_list: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
+        on_reply: OnReply | None = None, return_exceptions: bool = False,
+        grammars: Sequence[str | None] | None = None, seeds: Sequence[int | None] | None = None,
+    ) -> list[Any]:
+        """One reply per conversation, in input order (:meth:`ChatBackend.generate_many`). ``seeds[i]`` (default
+        ``params.seed``) seeds request ``i`` on its own, so a reply does not depend on its batch."""
+        for m in messages_list:
+            check_messages(m)
+        rows = list(grammars) if grammars is not None else [None] * len(messages_list)
+        row_seeds = list(seeds) if seeds is not None else [params.seed] * len(messages_list)
+        out: list[Any] = [None] * len(messages_list)
+        for i, (m, g) in enumerate(zip(messages_list, rows, strict=True)):
+            error = self._request_error(m, g, params)
+            if error is not None:
+                if not return_exceptions:
+                    raise error
+                out[i] = error
+        todo = [i for i, r in enumerate(out) if r is None]
+        start = time.perf_counter()
+        for i, reply in self._replies(messages_list, todo, params, rows, row_seeds, progress_desc):
+            out[i] = reply
+            if on_reply is not None:
+                on_reply(i, reply)
+        n_tok = sum(r.completion_tokens or 0 for r in out if isinstance(r, Reply))
+        log_summary(f"{self.LOG_NAME} {self.model_name}", len(todo), time.perf_counter() - start, n_tok, 0,
+                    progress_desc is not None)
+        return out

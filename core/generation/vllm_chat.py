@@ -15,27 +15,25 @@ uses: :mod:`memreader.core.generation.stream`).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from memreader.core.generation.params import (
+    BatchChat,
     GenerationParams,
     GenerationRequestError,
     Messages,
-    OnReply,
     Reply,
     check_messages,
-    log_summary,
 )
 from memreader.core.generation.stream import StreamRequest
 from memreader.core.vllm_engine import Engine, EngineSpec, get_engine
 
 
-class VLLMChat:
+class VLLMChat(BatchChat):
     """Batched chat generation with a shared vLLM engine, optionally through a LoRA adapter."""
 
-    concurrent_requests = False  # a batch backend: the teacher's dispatcher feeds it whole batches
+    LOG_NAME = "vllm"
 
     def __init__(
         self,
@@ -84,17 +82,8 @@ class VLLMChat:
         """Tokens the engine's KV cache holds."""
         return self.engine.kv_capacity_tokens()
 
-    def prompt_tokens(self, messages: Messages) -> int:
-        """Tokens of the prompt ``messages`` become (the chat template with the assistant turn opened)."""
-        return len(self._prompt_ids(messages))
-
-    def _prompt_ids(self, messages: Messages) -> list[int]:
-        tok = self.tokenizer()
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(tok(text, add_special_tokens=False)["input_ids"])
-
     def _request_error(self, messages: Messages, grammar: str | None, params: GenerationParams) -> Exception | None:
-        n = len(self._prompt_ids(messages))
+        n = self.prompt_tokens(messages)
         if n + 1 > self.engine.max_model_len:
             return GenerationRequestError(
                 f"the prompt has {n} tokens and does not fit the vLLM engine's max_model_len="
@@ -112,52 +101,19 @@ class VLLMChat:
                 return GenerationRequestError(f"the engine cannot compile this request's grammar: {exc}")
         return None
 
-    def generate_many(
-        self, messages_list: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
-        on_reply: OnReply | None = None, return_exceptions: bool = False,
-        grammars: Sequence[str | None] | None = None, seeds: Sequence[int | None] | None = None,
-    ) -> list[Any]:
-        """One reply per conversation, in input order (vLLM schedules the batch itself; ``on_reply`` is
-        called for each reply once the batch returns). ``seeds[i]`` (default ``params.seed``) seeds request
-        ``i`` on its own (vLLM's per-request generator), so a reply does not depend on its batch. A request
-        that cannot run (too long, grammar rejected) is an exception in its slot with ``return_exceptions``."""
-        for m in messages_list:
-            check_messages(m)
-        rows = list(grammars) if grammars is not None else [None] * len(messages_list)
-        row_seeds = list(seeds) if seeds is not None else [params.seed] * len(messages_list)
-        out: list[Any] = [None] * len(messages_list)
-        for i, (m, g) in enumerate(zip(messages_list, rows, strict=True)):
-            error = self._request_error(m, g, params)
-            if error is not None:
-                if not return_exceptions:
-                    raise error
-                out[i] = error
-        todo = [i for i, r in enumerate(out) if r is None]
-
-        t0 = time.perf_counter()
+    def _replies(self, messages_list: Sequence[Messages], todo: list[int], params: GenerationParams,
+                 grammars: list[str | None], seeds: list[int | None],
+                 progress_desc: str | None) -> Iterator[tuple[int, Reply]]:
+        """The whole batch through vLLM, which schedules it itself: the replies arrive once it returns."""
         outs = self.llm.chat([list(messages_list[i]) for i in todo],
-                             [_sampling(params, rows[i], row_seeds[i]) for i in todo],
+                             [_sampling(params, grammars[i], seeds[i]) for i in todo],
                              lora_request=self.lora, use_tqdm=progress_desc is not None) if todo else []
-        for i, o in zip(todo, outs, strict=True):
-            out[i] = _reply(o, rows[i] is not None)
-        if on_reply is not None:
-            for i in range(len(out)):
-                if isinstance(out[i], Reply):
-                    on_reply(i, out[i])
-        n_tok = sum(r.completion_tokens or 0 for r in out if isinstance(r, Reply))
-        log_summary(f"vllm {self.model_name}", len(todo), time.perf_counter() - t0, n_tok, 0, progress_desc is not None)
-        return out
+        return ((i, _reply(o, grammars[i] is not None)) for i, o in zip(todo, outs, strict=True))
 
     def stream(self, window: int) -> VLLMStream:
         """A stream into the running engine (:mod:`memreader.core.generation.stream`): up to ``window`` requests in
         it at once, each leaving it the step it finishes."""
         return VLLMStream(self, window)
-
-    async def agenerate(self, messages: Messages, params: GenerationParams, grammar: str | None = None) -> Reply:
-        """One reply (vLLM's offline engine is synchronous: this runs the batch of one in a worker thread)."""
-        import asyncio
-
-        return (await asyncio.to_thread(self.generate_many, [messages], params, None, None, False, [grammar]))[0]
 
 
 def _sampling(params: GenerationParams, grammar: str | None, seed: int | None) -> Any:

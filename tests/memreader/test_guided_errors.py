@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import sys
 
@@ -60,3 +61,6 @@ def test_document_longer_than_the_window_is_a_named_request_error(tiny_model) ->
     assert not isinstance(outs[1], Exception) and outs[1].completion_tokens <= 4
     with pytest.raises(GenerationRequestError, match="max_new_tokens"):
         chat.generate_many([[{"role": "user", "content": long_doc}]], GenerationParams(max_new_tokens=4))
+    # one reply at a time (the teacher's flow) goes through the same checks
+    with pytest.raises(GenerationRequestError, match="window of 1024 tokens"):
+        asyncio.run(chat.agenerate([{"role": "user", "content": long_doc}], GenerationParams(max_new_tokens=4)))
