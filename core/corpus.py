@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memreader.core.config import field as config_field
 from memreader.core.errors import MemReaderError
 
 DOCUMENT_SUFFIXES = (".pdf", ".docx", ".doc", ".html", ".htm", ".md", ".markdown", ".rtf", ".odt")
@@ -20,6 +21,26 @@ T = TypeVar("T")
 
 class CorpusError(MemReaderError, ValueError):
     """A corpus file is unreadable or a record lacks a field; the message names file and line."""
+
+
+@dataclass
+class CorpusConfig:
+    """The corpus keys of a stage that reads one (``gen``, ``read``, ``read-dist``). A stage config names it first
+    among its bases, so these keys come right before its own."""
+
+    input: str = config_field("", help="corpus JSONL, one {'id','text'} per line")
+    id_field: str = config_field("id", help="name of the id field in the corpus")
+    text_field: str = config_field("text", help="name of the text field in the corpus")
+    limit: int = config_field(0, ge=0, help="only the first N documents (0 = all)")
+
+    def corpus_problems(self) -> list[str]:
+        """The corpus keys' problem: no corpus given."""
+        return [] if self.input else ["input: give a corpus JSONL path (input=...)"]
+
+    def no_text(self, empty: list[str]) -> CorpusError:
+        """The error of a corpus whose every document has empty text (``empty``: their ids)."""
+        return CorpusError(f"every document of {self.input} has empty text ({len(empty)}: {empty[:5]})",
+                           "give documents with text")
 
 
 @dataclass

@@ -174,13 +174,32 @@ def device_problem(device: str, key: str = "device") -> str | None:
     return None if _DEVICE.match(str(device)) else f"{key}: {device!r} is not one of auto, cpu, cuda, cuda:N"
 
 
-def engine_problems(stage: str, backend: str = "auto", dtype: str = "auto", device: str = "auto",
-                    prefix: str = "", extra: tuple[str, ...] = ()) -> list[str]:
-    """Every problem of a stage's three engine settings, named by their keys (``prefix`` + backend/dtype/device;
-    the teacher's backend key is ``teacher``)."""
-    backend_key = "teacher" if stage == "teacher" else f"{prefix}backend"
-    return [p for p in (backend_problem(backend, stage, backend_key, extra), dtype_problem(dtype, f"{prefix}dtype"),
-                        device_problem(device, f"{prefix}device")) if p]
+@dataclass(frozen=True)
+class EngineKeys:
+    """The keys of a stage's config that pick its engine: the stage :func:`resolve_engine` decides for, the names of
+    its backend, dtype and device keys, and what its backend key takes besides the engines (``extra``)."""
+
+    stage: str
+    backend: str = "backend"
+    dtype: str = "dtype"
+    device: str = "device"
+    extra: tuple[str, ...] = ()
+
+    def check(self, backend: str, dtype: str, device: str) -> list[str]:
+        """Every problem of these three values, each named by its key."""
+        return [p for p in (backend_problem(backend, self.stage, self.backend, self.extra),
+                            dtype_problem(dtype, self.dtype), device_problem(device, self.device)) if p]
+
+    def problems(self, cfg: Any) -> list[str]:
+        """Every problem of ``cfg``'s engine keys."""
+        return self.check(*self._values(cfg))
+
+    def choice(self, cfg: Any) -> EngineChoice:
+        """What runs ``cfg``'s model (:func:`resolve_engine` of its three keys)."""
+        return resolve_engine(self.stage, *self._values(cfg))
+
+    def _values(self, cfg: Any) -> tuple[str, str, str]:
+        return getattr(cfg, self.backend), getattr(cfg, self.dtype), getattr(cfg, self.device)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,7 +374,7 @@ def resolve_engine(stage: str, backend: str = "auto", dtype: str = "auto", devic
     """The one decision of ``backend`` x ``dtype`` x ``device`` for ``stage`` (see the module docstring).
     Bad values raise :class:`EngineError` naming the value and the fix."""
     _check_stage(stage)
-    problems = engine_problems(stage, backend, dtype, device)
+    problems = EngineKeys(stage).check(backend, dtype, device)
     if problems:
         raise EngineError("; ".join(problems), f"{stage} runs on {', '.join(STAGE_BACKENDS[stage])} or auto; dtype "
                           f"is one of {', '.join(DTYPES)}; device auto, cpu, cuda or cuda:N (docs/ENGINES.md)")

@@ -30,14 +30,8 @@ from typing import Any, ClassVar
 from tqdm.auto import tqdm
 
 from memreader.core.config import field
-from memreader.core.corpus import CorpusError, Document, read_corpus, split_empty
-from memreader.core.engines import (
-    device_field,
-    dtype_field,
-    engine_problems,
-    make_engine,
-    resolve_engine,
-)
+from memreader.core.corpus import CorpusConfig, CorpusError, Document, read_corpus, split_empty
+from memreader.core.engines import EngineKeys, device_field, dtype_field, make_engine
 from memreader.core.errors import RunFailed
 from memreader.core.fusion import rrf_k_field
 from memreader.core.guidance import GuidedConfig, count_fates
@@ -60,18 +54,16 @@ from memreader.data_gen.units import make_units, merge_units
 
 log = logging.getLogger(__name__)
 
+ENGINE = EngineKeys("teacher", backend="teacher", extra=("structure",))
+
 
 @dataclass
-class GenConfig(GuidedConfig, WindowConfig, PromptConfig, EvaluatorConfig):
+class GenConfig(CorpusConfig, GuidedConfig, WindowConfig, PromptConfig, EvaluatorConfig):
     """Settings of one data-generation run (guided-decoding, window and evaluator keys from :class:`GuidedConfig`,
     :class:`~memreader.core.windowing.WindowConfig` and :class:`~memreader.core.scoring_settings.EvaluatorConfig`)."""
 
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"score_batch_tokens": "evaluator_batch_tokens"}
 
-    input: str = field("", help="corpus JSONL, one {'id','text'} per line")
-    id_field: str = field("id", help="name of the id field in the corpus")
-    text_field: str = field("text", help="name of the text field in the corpus")
-    limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("gen", help="run name: outputs go to $MEMREADER_HOME/runs/<run>/gen/")
     teacher: str = field("auto", help="teacher backend: transformers (in process; alias local), vllm (in-process "
                          "vLLM engine), openai (any OpenAI-compatible endpoint), auto (the fastest measured on this "
@@ -121,11 +113,10 @@ class GenConfig(GuidedConfig, WindowConfig, PromptConfig, EvaluatorConfig):
     def problems(self) -> list[str]:
         """Problems a config file can have beyond types."""
         problems = self.guided_problems(**self.marker()) + self.windows().problems() + self.prompt_problems()
-        if not self.input:
-            problems.append("input: give a corpus JSONL path (input=...)")
+        problems += self.corpus_problems()
         if self.on_unusable not in ("skip", "whole"):
             problems.append(f"on_unusable: {self.on_unusable!r} is not 'skip' or 'whole'")
-        problems += engine_problems("teacher", self.teacher, self.dtype, self.device, extra=("structure",))
+        problems += ENGINE.problems(self)
         if self.max_parts < self.min_parts:
             problems.append(f"min_parts/max_parts: need min_parts <= max_parts, got {self.min_parts}/{self.max_parts}")
         return problems
@@ -148,7 +139,7 @@ def resolve_teacher(cfg: GenConfig) -> GenConfig:
     ``transformers`` kept under its older name ``local`` (part of every cached reply's key)."""
     if cfg.teacher == "structure":
         return structure_config(cfg)
-    choice = resolve_engine("teacher", cfg.teacher, cfg.dtype, cfg.device)
+    choice = ENGINE.choice(cfg)
     teacher = "local" if choice.backend == "transformers" else choice.backend
     if teacher != cfg.teacher:
         log.info("gen: teacher backend %s (%s)", teacher, choice.why)
@@ -157,9 +148,8 @@ def resolve_teacher(cfg: GenConfig) -> GenConfig:
 
 def _backend(cfg: GenConfig) -> tuple[Any, str]:
     """The teacher engine (:func:`memreader.core.engines.make_engine`) and, for a server, its URL."""
-    backend = make_engine(resolve_engine("teacher", cfg.teacher, cfg.dtype, cfg.device), cfg.model,
-                          batch_size=cfg.batch_size, base_url=cfg.base_url, max_concurrency=cfg.max_concurrency,
-                          guided=cfg.guided)
+    backend = make_engine(ENGINE.choice(cfg), cfg.model, batch_size=cfg.batch_size, base_url=cfg.base_url,
+                          max_concurrency=cfg.max_concurrency, guided=cfg.guided)
     if cfg.teacher != "openai":
         return backend, ""
     backend.check_reachable()
@@ -169,8 +159,7 @@ def _backend(cfg: GenConfig) -> tuple[Any, str]:
 def _generate(cfg: GenConfig, out_dir: Path, scorer: Any = None) -> dict[str, Any]:
     docs, empty = split_empty(read_corpus(cfg.input, cfg.id_field, cfg.text_field, cfg.limit or None))
     if not docs:
-        raise CorpusError(f"every document of {cfg.input} has empty text ({len(empty)}: {empty[:5]})",
-                          "give documents with text")
+        raise cfg.no_text(empty)
     if empty:  # before any paid call
         log.warning("skipping %d document(s) with empty text: %s", len(empty), empty[:5])
     if cfg.domain_field:

@@ -27,14 +27,12 @@ from typing import Any
 
 from memreader.core.config import field
 from memreader.core.engines import (
+    EngineKeys,
     backend_field,
     backend_problem,
     device_field,
-    device_problem,
     dtype_field,
-    dtype_problem,
     make_engine,
-    resolve_engine,
 )
 from memreader.core.errors import MissingInput
 from memreader.core.paths import memreader_home, run_dir, sha256_file, write_json, write_resolved_config
@@ -51,6 +49,7 @@ from memreader.eval.suites import SETS, load_eval_set
 
 GOLD_SEGMENTS = "gold_segments"
 """The data set kind of documents with gold boundaries: `memreader eval` scores segmentation, not QA."""
+ENGINE = EngineKeys("answer", backend="answer_backend")
 
 
 @dataclass
@@ -136,10 +135,8 @@ class QAConfig(EvaluatorConfig):
             problems.append("chunk_cache: empty; give shared (the default), run, or a folder")
         elif self.chunk_cache not in ("shared", "run") and Path(self.chunk_cache).is_file():
             problems.append(f"chunk_cache: {self.chunk_cache} is a file; give a folder, shared or run")
-        problems += [p for p in (backend_problem(self.answer_backend, "answer", "answer_backend"),
-                                 dtype_problem(self.dtype), device_problem(self.device),
-                                 backend_problem(self.chunk_backend, "read", "chunk_backend", local=True)) if p]
-        return problems
+        chunk_backend = backend_problem(self.chunk_backend, "read", "chunk_backend", local=True)
+        return problems + ENGINE.problems(self) + ([chunk_backend] if chunk_backend else [])
 
 
 def _chunker_settings(cfg: QAConfig, cache_dir: str = "") -> ChunkerSettings:
@@ -178,7 +175,7 @@ def _given_memories(cfg: QAConfig, documents: dict[str, str]) -> tuple[list[Any]
 
 def _answerer(cfg: QAConfig) -> tuple[Any, dict[str, Any]]:
     """The answering engine (stage ``answer``) and the record of what it is (backend, dtype, device, why)."""
-    choice = resolve_engine("answer", cfg.answer_backend, cfg.dtype, cfg.device)
+    choice = ENGINE.choice(cfg)
     chat = make_engine(choice, cfg.answer_model, batch_size=cfg.batch_size, max_model_len=cfg.max_model_len,
                        base_url=cfg.base_url, env_prefix="MEMREADER_QA")
     if choice.backend == "openai":

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import field
-from memreader.core.corpus import CorpusError
 from memreader.core.errors import RunFailed
 from memreader.core.paths import run_dir, write_json, write_resolved_config
 from memreader.core.registry import resolve_model
@@ -125,8 +124,7 @@ def read_distributed(cfg: DistributedReadConfig) -> dict[str, Any]:
 def _run(cfg: DistributedReadConfig, out_dir: Path) -> dict[str, Any]:
     plan = plan_file_shards(cfg.input, cfg.shard_size, cfg.id_field, cfg.text_field, cfg.limit or None)
     if not plan.shards:
-        raise CorpusError(f"every document of {cfg.input} has empty text ({len(plan.empty)}: {plan.empty[:5]})",
-                          "give documents with text")
+        raise cfg.no_text(plan.empty)
     key = read_key(cfg)
     if cfg.backend == "vllm" and cfg.adapter and (cfg.lora_mode == "merge" or (cfg.lora_mode == "auto" and
                                                                                  not cfg.worker_gpus())):

@@ -39,7 +39,7 @@ from typing import Any
 from tqdm import tqdm
 
 from memreader.core.config import field
-from memreader.core.corpus import CorpusError, Document, iter_corpus
+from memreader.core.corpus import CorpusConfig, Document, iter_corpus
 from memreader.core.cut_features import CUT_DTYPES, CutScorerError, cut_dtype
 from memreader.core.cut_head import (
     CutScorer,
@@ -50,13 +50,11 @@ from memreader.core.cut_head import (
     resolve_head_folder,
 )
 from memreader.core.engines import (
-    EngineChoice,
+    EngineKeys,
     backend_field,
     device_field,
     dtype_field,
-    engine_problems,
     make_engine,
-    resolve_engine,
 )
 from memreader.core.errors import RunFailed
 from memreader.core.generation import GenerationParams
@@ -75,15 +73,13 @@ from memreader.inference.reading import Reading, Tally, cut_ahead
 
 log = logging.getLogger(__name__)
 
+ENGINE = EngineKeys("read")
+
 
 @dataclass
-class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
+class ReadConfig(CorpusConfig, GuidedConfig, WindowConfig, PromptConfig):
     """Settings of one MemReader reading run (the guided-decoding keys come from :class:`GuidedConfig`)."""
 
-    input: str = field("", help="corpus JSONL, one {'id','text'} per line")
-    id_field: str = field("id", help="name of the id field in the corpus")
-    text_field: str = field("text", help="name of the text field in the corpus")
-    limit: int = field(0, ge=0, help="only the first N documents (0 = all)")
     run: str = field("read", help="outputs go to $MEMREADER_HOME/runs/<run>/read/")
     backend: str = backend_field("read", "the reading model")
     dtype: str = dtype_field("transformers/vllm weights")
@@ -138,9 +134,8 @@ class ReadConfig(GuidedConfig, WindowConfig, PromptConfig):
         if self.backend == "openai" and not (self.base_url or os.environ.get("MEMREADER_READER_BASE_URL")):
             problems.append("base_url: backend=openai needs the reading server's URL (base_url=... or "
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
-        if not self.input:
-            problems.append("input: give a corpus JSONL path (input=...)")
-        for problem in (*engine_problems("read", self.backend, self.dtype, self.device),
+        problems += self.corpus_problems()
+        for problem in (*ENGINE.problems(self),
                         None if self.lora_mode in LORA_MODES else
                         f"lora_mode: {self.lora_mode!r} is not one of {', '.join(LORA_MODES)}",
                         None if self.compile_mode in COMPILE_MODES else
@@ -214,16 +209,11 @@ def _drop_torn_tail(path: Path) -> None:
             fh.truncate(start)
 
 
-def engine_choice(cfg: ReadConfig) -> EngineChoice:
-    """What reads (:func:`memreader.core.engines.resolve_engine`, stage ``read``)."""
-    return resolve_engine("read", cfg.backend, cfg.dtype, cfg.device)
-
-
 def resolved(cfg: ReadConfig) -> ReadConfig:
-    """``cfg`` with ``backend`` and ``dtype`` decided (``auto`` → :func:`engine_choice`), so the read key and every
-    memory record what produced it (an HTTP server's dtype setting is kept as given: it names nothing). ``device``
-    is decided where the engine is built (a read-dist worker's GPU is not the driver's)."""
-    choice = engine_choice(cfg)
+    """``cfg`` with ``backend`` and ``dtype`` decided (``auto`` → ``ENGINE.choice``, stage ``read``), so the read key
+    and every memory record what produced it (an HTTP server's dtype setting is kept as given: it names nothing).
+    ``device`` is decided where the engine is built (a read-dist worker's GPU is not the driver's)."""
+    choice = ENGINE.choice(cfg)
     out = replace(cfg, backend=choice.backend, dtype=cfg.dtype if choice.backend == "openai" else choice.dtype)
     if (out.backend, out.dtype) != (cfg.backend, cfg.dtype):
         log.info("read: backend %s, dtype %s, device %s (%s)", out.backend, out.dtype, choice.device, choice.why)
@@ -231,10 +221,10 @@ def resolved(cfg: ReadConfig) -> ReadConfig:
 
 
 def make_backend(cfg: ReadConfig, **settings: Any) -> Any:
-    """The generation engine :func:`engine_choice` names (``settings``: more engine settings, e.g. a worker's
+    """The generation engine ``ENGINE.choice`` names (``settings``: more engine settings, e.g. a worker's
     ``tensor_parallel_size``)."""
     cfg = resolved(cfg)
-    return make_engine(engine_choice(cfg), cfg.model, adapter=cfg.adapter, batch_size=cfg.batch_size,
+    return make_engine(ENGINE.choice(cfg), cfg.model, adapter=cfg.adapter, batch_size=cfg.batch_size,
                        max_model_len=cfg.max_model_len, lora_mode=cfg.lora_mode, kv_cache_gib=cfg.kv_cache_gib,
                        max_lora_rank=cfg.max_lora_rank, compile_mode=cfg.compile_mode, base_url=cfg.base_url,
                        max_concurrency=cfg.batch_size, guided=cfg.guided, env_prefix="MEMREADER_READER",
@@ -382,8 +372,7 @@ def _survey(docs: Iterator[Document], done: dict[str, tuple[str | None, str | No
 def _check_resumable(cfg: ReadConfig, survey: _Survey, out_path: Path) -> None:
     """Refuse a corpus with no text at all, and a resume that would mix memories of other texts or settings."""
     if len(survey.empty) == survey.n_docs:
-        raise CorpusError(f"every document of {cfg.input} has empty text ({len(survey.empty)}: {survey.empty[:5]})",
-                          "give documents with text")
+        raise cfg.no_text(survey.empty)
     if survey.stale:
         raise MemoryValidationError(
             f"{out_path} already holds {len(survey.stale)} of these documents read from other text or with other "

@@ -28,14 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from memreader.core.config import field
-from memreader.core.engines import (
-    backend_field,
-    device_field,
-    dtype_field,
-    engine_problems,
-    make_engine,
-    resolve_engine,
-)
+from memreader.core.engines import EngineKeys, backend_field, device_field, dtype_field, make_engine
 from memreader.core.errors import MemReaderError
 from memreader.core.fusion import rrf_k_field
 from memreader.core.paths import run_dir, write_json, write_resolved_config
@@ -59,6 +52,7 @@ from memreader.retrieval.momentary import (
     format_context,
 )
 
+ENGINE = EngineKeys("chat")
 ENV_PREFIX = "MEMREADER_CHAT"
 """An OpenAI-compatible endpoint reads MEMREADER_CHAT_BASE_URL and MEMREADER_CHAT_API_KEY."""
 HELP = "commands: /context (the last context with its scores), /help, /quit; any other line is a question"
@@ -128,7 +122,7 @@ class ChatConfig:
         if self.bm25_language not in LANGUAGES:
             problems.append(f"bm25_language: {self.bm25_language!r} is not one of {', '.join(LANGUAGES)} (the store "
                             "is created before any text exists, so there is no auto)")
-        problems += engine_problems("chat", self.backend, self.dtype, self.device)
+        problems += ENGINE.problems(self)
         if self.backend == "openai" and not self.tokenizer:
             problems.append("tokenizer: required for backend=openai, to count max_tokens (e.g. tokenizer="
                             "smollm2-135m-instruct, or the folder of the served model's tokenizer)")
@@ -162,7 +156,7 @@ class ChatSession:
         """Load the embedders and the answering model, open (or create) the store."""
         from memreader.core.runtime import load_embedder
 
-        choice = resolve_engine("chat", cfg.backend, cfg.dtype, cfg.device)
+        choice = ENGINE.choice(cfg)
         embedders = {canonical_name(n): load_embedder(canonical_name(n), device=cfg.device) for n in cfg.embedders}
         # the store first: what it cannot do (BM25 on a Milvus server older than 2.5) is refused before the model loads
         store = ConversationStore(cfg.db(), embedders, bm25_language=cfg.bm25_language, collection=cfg.collection,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -144,10 +145,14 @@ def test_bad_settings_name_the_value_and_the_fix(machine) -> None:
         resolve_engine("chat", "auto", "auto", "gpu")
     with pytest.raises(ValueError, match="stage 'reading' is not one of read, teacher"):
         resolve_engine("reading")
-    assert engines.engine_problems("teacher", "structure", extra=("structure",)) == []
-    assert engines.engine_problems("scorer", "hf", "fp16", "tpu", prefix="evaluator_") == [
+    assert engines.EngineKeys("teacher", "teacher", extra=("structure",)).check("structure", "auto", "auto") == []
+    keys = engines.EngineKeys("scorer", "evaluator_backend", "evaluator_dtype", "evaluator_device")
+    assert keys.check("hf", "fp16", "tpu") == [
         "evaluator_dtype: 'fp16' is not one of auto, float32, bfloat16, float16",
         "evaluator_device: 'tpu' is not one of auto, cpu, cuda, cuda:N"]
+    cfg = SimpleNamespace(answer_backend="tgi", dtype="auto", device="auto")  # a config's keys, by their names
+    assert engines.EngineKeys("answer", "answer_backend").problems(cfg) == [
+        "answer_backend: 'tgi' is not one of transformers, vllm, openai, auto, local, hf"]
     assert engines.backend_problem("openai", "read", "chunk_backend", local=True) == (
         "chunk_backend: 'openai' is not one of transformers, vllm, auto, local, hf")
 
