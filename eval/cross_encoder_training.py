@@ -41,8 +41,8 @@ from memreader.eval.support_corpora import (
     CORPORA,
     SupportCorpus,
     corpus_embedder,
+    corpus_store,
     load_support_corpus,
-    passage_store,
 )
 
 __all__ = ["Pair", "TrainVerifierConfig", "base_model", "build_pairs", "corpus_pairs", "dev_metrics", "knn_hits",
@@ -312,17 +312,11 @@ def build_pairs(corpora: list[SupportCorpus], hits_for: Callable[[SupportCorpus]
 def _corpora(cfg: TrainVerifierConfig, out_dir: Path) -> tuple[list[Pair], dict[str, Any], set[str]]:
     """The training corpora's pairs (kNN over each one's store), their counts, and the languages the model will read
     (the held-out corpus's too)."""
-    from memreader.core.runtime import load_embedder
-
     corpora = [load_support_corpus(name, cfg.data_dir) for name in cfg.training_corpora()]
-    embedders: dict[str, Any] = {}
     with ExitStack() as stack:
         def hits_for(corpus: SupportCorpus) -> Callable:
-            name = corpus_embedder(corpus, cfg.embedder)
-            embedder = embedders.setdefault(name, load_embedder(name, device=cfg.device))
-            store = stack.enter_context(passage_store(out_dir / corpus.name / "passages.db", corpus.passages,
-                                                      embedder, name))
-            return knn_hits(store, embedder, cfg.k)
+            _, embedder, store = corpus_store(corpus, out_dir / corpus.name / "passages.db", cfg.embedder, cfg.device)
+            return knn_hits(stack.enter_context(store), embedder, cfg.k)
 
         pairs, stats = build_pairs(corpora, hits_for)
     for c in corpora:

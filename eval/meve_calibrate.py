@@ -30,9 +30,8 @@ from memreader.core.paths import run_dir, write_json
 from memreader.core.stage import Flag, Stage
 from memreader.eval.support_corpora import (
     CORPORA,
-    corpus_embedder,
+    corpus_store,
     load_support_corpus,
-    passage_store,
     support_recall,
     top_k_run,
 )
@@ -114,13 +113,9 @@ class Corpus:
     """One support corpus: its store, its calibrator (phase-1 candidates, scores) and its top-k baselines."""
 
     def __init__(self, name: str, cfg: CalibrateConfig, tokenizer: Any, out_dir: Path) -> None:
-        from memreader.core.runtime import load_embedder
-
-        self.data = load_support_corpus(name, cfg.data_dir)
-        self.name, self.embedder_name = name, corpus_embedder(self.data, cfg.embedder)
-        self.embedder = load_embedder(self.embedder_name, device=cfg.device)
-        self.store = passage_store(out_dir / name / "passages.db", self.data.passages, self.embedder,
-                                   self.embedder_name)
+        self.name, self.data = name, load_support_corpus(name, cfg.data_dir)
+        self.embedder_name, self.embedder, self.store = corpus_store(self.data, out_dir / name / "passages.db",
+                                                                     cfg.embedder, cfg.device)
         # what the kept verifier scores were computed over (scores.json is reused while it is the same)
         source = {"corpus": self.data.source, "embedder": self.embedder_name,
                   "passages": hashlib.sha256(json.dumps(self.data.passages).encode()).hexdigest()}

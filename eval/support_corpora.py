@@ -221,6 +221,16 @@ def passage_store(db: Path, passages: list[tuple[str, str, str]], embedder: Any,
     return store
 
 
+def corpus_store(corpus: SupportCorpus, db: Path, embedder: str | None, device: str) -> tuple[str, Any, Any]:
+    """``(embedder name, embedder, :func:`passage_store`)`` of ``corpus`` at ``db``, the embedder on ``device``
+    (``embedder``, else the corpus language's: :func:`corpus_embedder`)."""
+    from memreader.core.runtime import load_embedder
+
+    name = corpus_embedder(corpus, embedder)
+    model = load_embedder(name, device=device)
+    return name, model, passage_store(db, corpus.passages, model, name)
+
+
 def top_k_run(store: Any, embedder: Any, tokenizer: Any, question: str, k: int) -> dict[str, Any]:
     """Plain top-k, the baseline MeVe is judged against: embed, search, join every passage by MeVe's separator (timed
     like MeVe's phases, tokens counted after): ``doc_ids``, ``ids``, ``tokens``, ``ms`` (``knn``,
