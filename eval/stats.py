@@ -62,13 +62,6 @@ class PairedTest:
         return out
 
 
-def _check(n_resamples: int, confidence: float) -> None:
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-
-
 def resample_weights(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
     """Blocks of bootstrap draws as ``(block, n)`` integer weight matrices (rows sum to ``n``).
 
@@ -76,6 +69,8 @@ def resample_weights(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray
     """
     if n < 1:
         raise ValueError("cannot resample an empty set of examples")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
     rng = np.random.default_rng(seed)
     probs = np.full(n, 1.0 / n)
     done = 0
@@ -99,6 +94,8 @@ def percentile_interval(
     draws: np.ndarray, confidence: float, n_resamples: int, seed: int
 ) -> Interval:
     """The central ``confidence`` interval of bootstrap ``draws``."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(draws, [tail, 100.0 - tail])
     return Interval(float(low), float(high), confidence, n_resamples, seed)
@@ -111,7 +108,6 @@ def bootstrap_ci(
     seed: int = DEFAULT_SEED,
 ) -> Interval:
     """Percentile bootstrap interval of the mean of ``values``."""
-    _check(n_resamples, confidence)
     v = np.asarray(values, dtype=float)
     draws = bootstrap_distribution(len(v), lambda w: w @ v / len(v), n_resamples, seed)
     return percentile_interval(draws, confidence, n_resamples, seed)
@@ -125,7 +121,6 @@ def bootstrap_cis(
 ) -> list[Interval]:
     """:func:`bootstrap_ci` for every column of an ``(n, k)`` matrix, from one set of draws (the
     draws depend only on ``n`` and ``seed``, so each interval equals its single-column version)."""
-    _check(n_resamples, confidence)
     m = np.asarray(columns, dtype=float)
     draws = bootstrap_distribution(len(m), lambda w: w @ m / len(m), n_resamples, seed)
     return [percentile_interval(draws[:, j], confidence, n_resamples, seed) for j in range(m.shape[1])]
@@ -165,7 +160,6 @@ def paired_bootstrap(
     seed: int = DEFAULT_SEED,
 ) -> PairedTest:
     """Compare two systems scored on the same items (``a[i]`` and ``b[i]`` are the same item)."""
-    _check(n_resamples, confidence)
     va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if va.shape != vb.shape:
         raise ValueError(f"paired scores must align: {len(va)} vs {len(vb)} items")
@@ -227,7 +221,6 @@ def paired_bootstrap_statistic(
 ) -> tuple[Interval, float]:
     """Interval and bootstrap p-value of ``statistic_a - statistic_b`` for non-mean statistics
     (corpus BLEU), both evaluated on the same draws."""
-    _check(n_resamples, confidence)
     draws = bootstrap_distribution(n, lambda w: statistic_a(w) - statistic_b(w), n_resamples, seed)
     return percentile_interval(draws, confidence, n_resamples, seed), _bootstrap_p(draws, observed)
 

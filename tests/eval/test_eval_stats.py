@@ -15,6 +15,7 @@ from memreader.eval.stats import (
     corpus_bleu_from_counts,
     paired_bootstrap,
     paired_test,
+    percentile_interval,
     permutation_p,
     resample_weights,
 )
@@ -109,5 +110,9 @@ def test_bad_arguments() -> None:
         bootstrap_ci([])
     with pytest.raises(ValueError, match="confidence"):
         bootstrap_ci([1.0, 2.0], confidence=95)
+    with pytest.raises(ValueError, match="n_resamples must be at least 1"):
+        paired_bootstrap([1.0, 2.0], [2.0, 1.0], n_resamples=0)
+    with pytest.raises(ValueError, match="confidence must lie strictly between 0 and 1"):
+        percentile_interval(np.array([0.1, 0.2]), 1.0, 2, seed=0)  # what score and the intrinsic measures call
     with pytest.raises(ValueError, match="align"):
         paired_bootstrap([1.0, 2.0], [1.0])
