@@ -26,6 +26,7 @@ from memreader.eval.cross_encoder_training import (
 )
 from memreader.eval.support_corpora import SupportCorpus, SupportQuestion, passage_store
 from memreader.retrieval.verifier import build_verifier
+from tests.tiny_models import word_tokenizer
 
 TOPICS = {
     "tea": "Green tea is brewed with water at eighty degrees for two minutes.",
@@ -115,21 +116,12 @@ def test_dev_metrics_auc_and_accuracy_at_one_half() -> None:
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 2-layer BERT (no head, no dropout) with a word-level tokenizer over the corpus, as a base folder."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertModel
 
-    words = sorted({w.strip(".,?").lower() for text in [*TOPICS.values(), *QUESTIONS.values()] for w in text.split()})
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tk.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                        sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+    tokenizer = word_tokenizer([*TOPICS.values(), *QUESTIONS.values()], model_max_length=64)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny_base")
-    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0, initializer_range=0.2)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -39,6 +39,7 @@ from memreader.retrieval.verifier import (
     build_verifier,
 )
 from tests.retrieval.retrieval_samples import CORPUS, QUESTION, TEA, VOLCANO
+from tests.tiny_models import word_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -365,19 +366,10 @@ def test_lm_verifiers_prefer_the_on_topic_passage(smollm2_path: str) -> None:
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A random 1-layer BERT cross-encoder (one relevance logit) with a word-level tokenizer built offline."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification
 
-    words = sorted({w.strip(".,;?").lower() for _, _, text in CORPUS for w in (text + " " + QUESTION).split()})
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tk.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                        sep_token="[SEP]", mask_token="[MASK]", model_max_length=128)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    tokenizer = word_tokenizer([*(text for _, _, text in CORPUS), QUESTION], model_max_length=128)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=128, num_labels=1, initializer_range=0.5)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny_cross_encoder")
