@@ -51,9 +51,8 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/memreader demo
 
-# two workers (tests/conftest.py: a module goes whole to one worker, Ray's modules share one)
 test: setup
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest
 
 # the inner loop (about a minute): no servers, clusters, subprocesses or embedded-model loads; a test that starts a
 # process without its `heavy` marker fails here (tests/conftest.py). `make test` stays the whole suite (CI).

@@ -58,20 +58,10 @@ def _refuse_processes_outside_heavy_tests() -> None:
 PROCESS_FIXTURES = frozenset({"browser"})
 
 
-# `make test` runs the suite on two pytest-xdist workers (most of a serial run waits on start-ups, not the CPU): each
-# test module goes whole to one worker, so its module fixtures (a Milvus server, a vLLM engine) start once; the
-# modules that start Ray share one group, so two Ray instances never start side by side.
-RAY_MODULES = frozenset({"tests/inference/test_ray_cluster.py", "tests/inference/test_distributed.py"})
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    in_workers = config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no"
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.heavy)
-        if in_workers:
-            module = item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
 
 
 def pytest_configure(config: pytest.Config) -> None:
