@@ -224,7 +224,7 @@ def test_an_unreachable_ray_address_fails_fast_with_the_fix(tmp_path, monkeypatc
         address = address.format(closed=_closed_port(), silent=silent.getsockname()[1])
         t0 = time.perf_counter()
         with pytest.raises(RayUnreachable) as info:
-            read_distributed(_cfg(corpus, "org/unused-model", ray_address=address, connect_timeout_s=3))
+            read_distributed(_cfg(corpus, str(tmp_path), ray_address=address, connect_timeout_s=3))  # never loaded
         assert time.perf_counter() - t0 < 8  # ray.init alone waits minutes, then exits the process
     message = str(info.value)
     assert f"no Ray cluster answers at ray_address={address!r} ({reason}" in message

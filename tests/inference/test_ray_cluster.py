@@ -174,7 +174,7 @@ def test_a_worker_no_node_has_room_for_is_named_after_worker_start_timeout_s(tmp
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
     t0 = time.perf_counter()
     with pytest.raises(MemReaderError) as info:
-        read_distributed(_cfg(corpus, cluster, "org/unused-model", cpus_per_worker=2, num_workers=0,
+        read_distributed(_cfg(corpus, cluster, str(tmp_path), cpus_per_worker=2, num_workers=0,  # not loaded
                               worker_start_timeout_s=3))
     assert time.perf_counter() - t0 < 30
     message = str(info.value)
