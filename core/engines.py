@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -94,8 +95,13 @@ def engine_logging() -> None:
     ``MEMREADER_VERBOSE=1`` (its ~200 start-up lines would bury the stages' progress bars; each engine's start says
     itself in one line of ours). A user's own ``VLLM_LOGGING_*`` settings win."""
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    if os.environ.get(VERBOSE_ENV, "") in ("", "0"):
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    if os.environ.get(VERBOSE_ENV, "") in ("", "0") and "VLLM_LOGGING_LEVEL" not in os.environ:
+        os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+        # some vLLM modules log while they are imported, before vLLM configures its logger (the Triton probe's three
+        # lines, through the root logger a command sets up): held at the same level from the start
+        logging.getLogger("vllm").setLevel(logging.ERROR)
+        # and its import-time deprecation notices of torch APIs (torch.distributed.reduce_op): nothing a user can act on
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
 
 
 def import_vllm() -> Any:
