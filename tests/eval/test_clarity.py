@@ -10,7 +10,8 @@ import torch
 from scipy import stats as sps
 
 from memreader.core.schema import DocumentMemory, Scenario
-from memreader.eval.intrinsic import CorrelationError, MethodRow, chunk_clarity, clarity_summary, correlate
+from memreader.eval.intrinsic import CorrelationError, MethodRow, chunk_scores, clarity_signature, correlate
+from memreader.eval.records import ClarityRecord
 
 # Hand-made table: 4 methods, 6 questions, 4 documents (one method has a single-chunk document).
 # Method means: clarity x = 0.1, 0.2, 0.3, 0.6; ROUGE-L y = 0.2, 0.25, 0.5, 0.55.
@@ -73,7 +74,7 @@ def test_too_few_methods_and_misaligned_rows():
         correlate([*ROWS[:2], MethodRow("x", [0.1] * 6, [None] * 4)])
 
 
-# -- chunk_clarity with the real evaluator scorer on a tiny random model
+# -- chunk_scores with the real evaluator scorer on a tiny random model
 
 
 def _memory(doc_id: str, chunks: list[str]) -> DocumentMemory:
@@ -106,12 +107,12 @@ def test_chunk_clarity_uses_the_scorer_and_marks_single_chunks(scorer):
     memories = [_memory("a", ["The cat sat on the mat. ", "Stock markets fell on Monday. ", "It rained."]),
                 _memory("b", ["Only one chunk here."]),
                 _memory("c", ["厦门大学位于福建省。", "它创办于1921年。"])]
-    values = chunk_clarity(scorer, memories, block=2)
+    values = [None if s.single_chunk else float(s.clarity) for s in chunk_scores(scorer, memories, block=2)]
     direct = scorer.score(memories)
     assert values[1] is None and direct[1].single_chunk
     assert values[0] == pytest.approx(float(np.mean(direct[0].boundaries)))
     assert values[2] == pytest.approx(direct[2].clarity)
-    summary = clarity_summary(scorer, memories)
+    summary = ClarityRecord.of(values, [m.doc_id for m in memories], clarity_signature(scorer)).to_dict()
     assert summary["n_single_chunk"] == 1 and summary["doc_ids"] == ["a", "b", "c"]
     assert summary["mean"] == pytest.approx((values[0] + values[2]) / 2)
     assert summary["signature"].startswith("Clarity|variant:ppl|")
