@@ -203,7 +203,8 @@ def _answers(item: JsonItem, key: str) -> list[str]:
     return [value] if isinstance(value, str) else _str_list(item, key, item.require_type(key, list))
 
 
-def _iter_jsonl(path: str | Path) -> Iterator[JsonItem]:
+def iter_jsonl(path: str | Path) -> Iterator[JsonItem]:
+    """The records of a JSONL file, one :class:`JsonItem` per non-blank line (errors name file and line)."""
     text = read_text(path)
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
@@ -217,11 +218,6 @@ def _iter_jsonl(path: str | Path) -> Iterator[JsonItem]:
         if not isinstance(record, dict):
             raise DatasetError(path, f"expected a JSON object per line, got {type(record).__name__}", number)
         yield JsonItem(record, path, number)
-
-
-def iter_jsonl(path: str | Path) -> Iterator[JsonItem]:
-    """The records of a JSONL file, one :class:`JsonItem` per non-blank line (errors name file and line)."""
-    return _iter_jsonl(path)
 
 
 def _json_array(path: str | Path, key: str | None = None) -> Iterator[JsonItem]:
@@ -245,7 +241,7 @@ def _json_array(path: str | Path, key: str | None = None) -> Iterator[JsonItem]:
 def load_longbench(path: str | Path) -> list[QARecord]:
     """LongBench JSONL (e.g. MultiFieldQA-zh): ``_id, input, context, answers`` (+ length, language...)."""
     out = []
-    for item in _iter_jsonl(path):
+    for item in iter_jsonl(path):
         answers = _str_list(item, "answers", _literal_list(item, "answers"))
         meta = {k: item.record[k] for k in ("length", "dataset", "language", "all_classes") if k in item.record}
         doc_id = item.str("_id")
@@ -280,7 +276,7 @@ def load_crud_event_summary(path: str | Path) -> list[QARecord]:
     """CRUD-RAG event summary JSONL (``ID, title, text, event, summary, time, url``): the question is the
     ``event``, the answer the reference ``summary``, the document the news article."""
     out = []
-    for item in _iter_jsonl(path):
+    for item in iter_jsonl(path):
         doc = Passage(item.str("text"), title=item.str("title"), id=item.str("ID"))
         meta = {k: item.record[k] for k in ("time", "url") if k in item.record}
         out.append(QARecord(item.str("ID"), item.str("event"), [item.str("summary")], [doc], meta))
@@ -356,7 +352,7 @@ def load_jsonl(
     """
     out = []
     used = {k for k in (id, question, answers, documents) if k}
-    for item in _iter_jsonl(path):
+    for item in iter_jsonl(path):
         rid = str(item.id(id)) if id else str(item.line)
         docs = None
         if documents:
@@ -375,31 +371,33 @@ def load_jsonl(
     return out
 
 
-def load_predictions(path: str | Path) -> dict[str, str]:
-    """Prediction JSONL, one ``{"id": ..., "prediction": "..."}`` per line; ids compared as strings."""
-    out: dict[str, str] = {}
+def _by_id(path: str | Path, value: Callable[[JsonItem], Any]) -> dict[str, Any]:
+    """``value(item)`` of every record of a JSONL file keyed by its ``id`` (as a string); a repeated id is an error."""
+    out: dict[str, Any] = {}
     lines: dict[str, int] = {}
-    for item in _iter_jsonl(path):
+    for item in iter_jsonl(path):
         key = str(item.id("id"))
         if key in out:
             raise item.error("id", f"duplicate id {key!r} (first on line {lines[key]})")
-        out[key], lines[key] = item.str("prediction"), item.line
+        out[key], lines[key] = value(item), item.line
     return out
+
+
+def load_predictions(path: str | Path) -> dict[str, str]:
+    """Prediction JSONL, one ``{"id": ..., "prediction": "..."}`` per line; ids compared as strings."""
+    return _by_id(path, lambda item: item.str("prediction"))
+
+
+def _reference(item: JsonItem) -> list[str]:
+    present = [k for k in ("answer", "answers") if k in item.record]
+    if len(present) != 1:
+        raise item.error("answer", "each reference needs exactly one of 'answer' (string) or 'answers' (list)")
+    return _answers(item, present[0])
 
 
 def load_references(path: str | Path) -> dict[str, list[str]]:
     """Reference JSONL, one ``{"id": ..., "answer": "..."}`` or ``{"id": ..., "answers": [...]}`` per line."""
-    out: dict[str, list[str]] = {}
-    lines: dict[str, int] = {}
-    for item in _iter_jsonl(path):
-        key = str(item.id("id"))
-        if key in out:
-            raise item.error("id", f"duplicate id {key!r} (first on line {lines[key]})")
-        present = [k for k in ("answer", "answers") if k in item.record]
-        if len(present) != 1:
-            raise item.error("answer", "each reference needs exactly one of 'answer' (string) or 'answers' (list)")
-        out[key], lines[key] = _answers(item, present[0]), item.line
-    return out
+    return _by_id(path, _reference)
 
 
 LOADERS: dict[str, Callable[..., list[QARecord]]] = {

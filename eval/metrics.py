@@ -18,6 +18,7 @@ reproduce; tests cross-check it against sacrebleu. Scoring whole sets: :mod:`mem
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import math
 from collections import Counter
@@ -152,12 +153,9 @@ class BleuStats:
     ref_len: int
 
     def __add__(self, other: BleuStats) -> BleuStats:
-        return BleuStats(
-            tuple(a + b for a, b in zip(self.matches, other.matches, strict=True)),
-            tuple(a + b for a, b in zip(self.possible, other.possible, strict=True)),
-            self.hyp_len + other.hyp_len,
-            self.ref_len + other.ref_len,
-        )
+        add = lambda a, b: tuple(x + y for x, y in zip(a, b, strict=True))  # noqa: E731
+        return BleuStats(add(self.matches, other.matches), add(self.possible, other.possible),
+                         self.hyp_len + other.hyp_len, self.ref_len + other.ref_len)
 
 
 @dataclass(frozen=True)
@@ -208,12 +206,9 @@ def bleu_from_stats(stats: BleuStats, config: MetricConfig) -> tuple[float, floa
     An empty hypothesis has penalty 0 and an empty reference penalty 1 (nmt-BLEU divides by zero).
     """
     order = config.bleu_max_order
-    precisions = []
-    for m, p in zip(stats.matches, stats.possible, strict=True):
-        if config.bleu_smoothing == "add1":
-            precisions.append((m + 1.0) / (p + 1.0))
-        else:
-            precisions.append(float(m) / p if p > 0 else 0.0)
+    add1 = config.bleu_smoothing == "add1"
+    precisions = [(m + 1.0) / (p + 1.0) if add1 else float(m) / p if p > 0 else 0.0
+                  for m, p in zip(stats.matches, stats.possible, strict=True)]
     geo_mean = math.exp(sum((1.0 / order) * math.log(p) for p in precisions)) if min(precisions) > 0 else 0.0
     if stats.hyp_len == 0:
         bp = 0.0
@@ -284,13 +279,7 @@ class _Scorers:
             self.wordnet = NoWordNet()
 
 
-_SCORERS: dict[MetricConfig, _Scorers] = {}
-
-
-def _scorers(config: MetricConfig) -> _Scorers:
-    if config not in _SCORERS:
-        _SCORERS[config] = _Scorers(config)
-    return _SCORERS[config]
+_scorers = functools.cache(_Scorers)
 
 
 def prepare(config: MetricConfig) -> None:
@@ -330,16 +319,9 @@ def reopen_wordnet_files() -> None:
 def _meteor(hyp: list[str], ref: list[str], config: MetricConfig, scorers: _Scorers) -> float:
     from nltk.translate.meteor_score import single_meteor_score
 
-    return single_meteor_score(
-        ref,
-        hyp,
-        preprocess=str.lower if config.meteor_lowercase else str,
-        stemmer=scorers.stemmer,
-        wordnet=scorers.wordnet,
-        alpha=config.meteor_alpha,
-        beta=config.meteor_beta,
-        gamma=config.meteor_gamma,
-    )
+    return single_meteor_score(ref, hyp, preprocess=str.lower if config.meteor_lowercase else str,
+                               stemmer=scorers.stemmer, wordnet=scorers.wordnet, alpha=config.meteor_alpha,
+                               beta=config.meteor_beta, gamma=config.meteor_gamma)
 
 
 def score_example(prediction: str, references: str | Sequence[str], config: MetricConfig) -> ExampleScores:
@@ -383,7 +365,4 @@ def score_example(prediction: str, references: str | Sequence[str], config: Metr
 def corpus_bleu(scores: Sequence[ExampleScores], config: MetricConfig) -> tuple[float, float]:
     """Corpus-level ``(BLEU-1, BLEU-Avg)``: statistics pooled over examples before the ratios."""
     order = config.bleu_max_order
-    total = BleuStats((0,) * order, (0,) * order, 0, 0)
-    for s in scores:
-        total = total + s.bleu_stats
-    return bleu_from_stats(total, config)
+    return bleu_from_stats(sum((s.bleu_stats for s in scores), BleuStats((0,) * order, (0,) * order, 0, 0)), config)

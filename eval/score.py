@@ -111,17 +111,11 @@ class ScoreReport:
 
     def to_dict(self, per_example: bool = True) -> dict[str, Any]:
         """JSON-ready report: settings, versions, values, intervals, signatures (and per-example scores)."""
-        return {
-            "profile": self.profile,
-            "config": asdict(self.config),
-            "n": self.n,
-            "n_total": len(self.ids),
-            "excluded_ids": self.excluded,
-            "metrics": {name: m.to_dict(per_example) for name, m in self.metrics.items()},
-            "ids": self.ids if per_example else None,
-            "versions": {"mr-eval": EVAL_VERSION, **{lib: importlib.metadata.version(lib) for lib in _LIBRARIES}},
-            "seconds": round(self.seconds, 3),
-        }
+        return {"profile": self.profile, "config": asdict(self.config), "n": self.n, "n_total": len(self.ids),
+                "excluded_ids": self.excluded, "metrics": {name: m.to_dict(per_example) for name, m in self.metrics.items()},
+                "ids": self.ids if per_example else None,
+                "versions": {"mr-eval": EVAL_VERSION, **{lib: importlib.metadata.version(lib) for lib in _LIBRARIES}},
+                "seconds": round(self.seconds, 3)}
 
 
 def _score_chunk(job: tuple[MetricConfig, list[str], list[list[str]]]) -> list[ExampleScores]:
@@ -134,13 +128,8 @@ def _init_worker(config: MetricConfig) -> None:
     prepare(config)
 
 
-def score_examples(
-    predictions: Sequence[str],
-    references: Sequence[str | Sequence[str]],
-    config: MetricConfig,
-    workers: int | None = None,
-    progress: bool = False,
-) -> list[ExampleScores]:
+def score_examples(predictions: Sequence[str], references: Sequence[str | Sequence[str]], config: MetricConfig,
+                   workers: int | None = None, progress: bool = False) -> list[ExampleScores]:
     """Score many examples, in ``workers`` processes (default: all CPUs; 1 = in this process).
 
     Each example is scored independently by :func:`score_example`, so the result equals the
@@ -154,26 +143,17 @@ def score_examples(
     workers = cpu_cores() if workers is None else workers
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    if workers == 1 or len(preds) < 64:
-        iterator = zip(preds, refs, strict=True)
-        if progress:
-            from tqdm import tqdm
+    from tqdm import tqdm
 
-            iterator = tqdm(iterator, total=len(preds), desc="scoring", unit="ex")
-        return [score_example(p, r, config) for p, r in iterator]
+    if workers == 1 or len(preds) < 64:
+        return [score_example(p, r, config) for p, r in tqdm(zip(preds, refs, strict=True), total=len(preds),
+                                                              desc="scoring", unit="ex", disable=not progress)]
     # Several chunks per worker even out uneven lengths; order is kept by ``map``.
     size = max(16, math.ceil(len(preds) / (workers * 8)))
     jobs = [(config, preds[i : i + size], refs[i : i + size]) for i in range(0, len(preds), size)]
-    out: list[ExampleScores] = []
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(config,)) as pool:
-        results = pool.map(_score_chunk, jobs)
-        if progress:
-            from tqdm import tqdm
-
-            results = tqdm(results, total=len(jobs), desc=f"scoring ({workers} procs)", unit="chunk")
-        for chunk in results:
-            out.extend(chunk)
-    return out
+        return [e for chunk in tqdm(pool.map(_score_chunk, jobs), total=len(jobs), desc=f"scoring ({workers} procs)",
+                                    unit="chunk", disable=not progress) for e in chunk]
 
 
 def _included(examples: Sequence[ExampleScores], config: MetricConfig) -> np.ndarray:
@@ -185,19 +165,10 @@ def _counts(examples: Sequence[ExampleScores]) -> np.ndarray:
                      for e in examples], dtype=float)
 
 
-def score_pairs(
-    predictions: Sequence[str],
-    references: Sequence[str | Sequence[str]],
-    profile: str = "mom",
-    *,
-    ids: Sequence[str] | None = None,
-    workers: int | None = None,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-    progress: bool = False,
-    **overrides: Any,
-) -> ScoreReport:
+def score_pairs(predictions: Sequence[str], references: Sequence[str | Sequence[str]], profile: str = "mom", *,
+                ids: Sequence[str] | None = None, workers: int | None = None, n_resamples: int = DEFAULT_RESAMPLES,
+                confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED, progress: bool = False,
+                **overrides: Any) -> ScoreReport:
     """Score ``predictions[i]`` against ``references[i]`` (a string or a list of strings).
 
     ``profile`` picks the settings (``mom`` or ``crud``); keyword ``overrides`` change single

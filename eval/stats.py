@@ -73,26 +73,22 @@ def resample_weights(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
     rng = np.random.default_rng(seed)
     probs = np.full(n, 1.0 / n)
-    done = 0
-    while done < n_resamples:
-        size = min(_BLOCK, n_resamples - done)
+    for size in _blocks(n_resamples):
         yield rng.multinomial(n, probs, size=size)
-        done += size
 
 
-def bootstrap_distribution(
-    n: int,
-    statistic: Callable[[np.ndarray], np.ndarray],
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> np.ndarray:
+def _blocks(n_resamples: int) -> list[int]:
+    """Sizes of the blocks ``n_resamples`` draws are made in (at most :data:`_BLOCK` each)."""
+    return [min(_BLOCK, n_resamples - done) for done in range(0, n_resamples, _BLOCK)]
+
+
+def bootstrap_distribution(n: int, statistic: Callable[[np.ndarray], np.ndarray], n_resamples: int = DEFAULT_RESAMPLES,
+                           seed: int = DEFAULT_SEED) -> np.ndarray:
     """``statistic`` (weights ``(b, n)`` -> values ``(b,)``) evaluated on every bootstrap draw."""
     return np.concatenate([np.asarray(statistic(w), dtype=float) for w in resample_weights(n, n_resamples, seed)])
 
 
-def percentile_interval(
-    draws: np.ndarray, confidence: float, n_resamples: int, seed: int
-) -> Interval:
+def percentile_interval(draws: np.ndarray, confidence: float, n_resamples: int, seed: int) -> Interval:
     """The central ``confidence`` interval of bootstrap ``draws``."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
@@ -101,24 +97,16 @@ def percentile_interval(
     return Interval(float(low), float(high), confidence, n_resamples, seed)
 
 
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> Interval:
+def bootstrap_ci(values: Sequence[float] | np.ndarray, n_resamples: int = DEFAULT_RESAMPLES,
+                 confidence: float = DEFAULT_CONFIDENCE, seed: int = DEFAULT_SEED) -> Interval:
     """Percentile bootstrap interval of the mean of ``values``."""
     v = np.asarray(values, dtype=float)
     draws = bootstrap_distribution(len(v), lambda w: w @ v / len(v), n_resamples, seed)
     return percentile_interval(draws, confidence, n_resamples, seed)
 
 
-def bootstrap_cis(
-    columns: np.ndarray,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> list[Interval]:
+def bootstrap_cis(columns: np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+                  seed: int = DEFAULT_SEED) -> list[Interval]:
     """:func:`bootstrap_ci` for every column of an ``(n, k)`` matrix, from one set of draws (the
     draws depend only on ``n`` and ``seed``, so each interval equals its single-column version)."""
     m = np.asarray(columns, dtype=float)
@@ -133,45 +121,33 @@ def _bootstrap_p(draws: np.ndarray, observed: float) -> float:
     return float((np.sum(centred >= abs(observed)) + 1) / (len(draws) + 1))
 
 
-def permutation_p(
-    diffs: Sequence[float] | np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-) -> float:
+def permutation_p(diffs: Sequence[float] | np.ndarray, n_resamples: int = DEFAULT_RESAMPLES,
+                  seed: int = DEFAULT_SEED) -> float:
     """Two-sided paired permutation (sign-flip) test of ``mean(diffs) == 0``; add-one p-value."""
     d = np.asarray(diffs, dtype=float)
     if len(d) == 0:
         raise ValueError("cannot test an empty set of differences")
     observed = abs(d.mean())
     rng = np.random.default_rng(seed)
-    hits, done = 0, 0
-    while done < n_resamples:
-        size = min(_BLOCK, n_resamples - done)
+    hits = 0
+    for size in _blocks(n_resamples):
         signs = rng.choice(np.array([-1.0, 1.0]), size=(size, len(d)))
         # A tiny tolerance so ties with the observed statistic count despite float rounding.
         hits += int(np.sum(np.abs(signs @ d / len(d)) >= observed - 1e-12))
-        done += size
     return (hits + 1) / (n_resamples + 1)
 
 
-def paired_bootstrap(
-    a: Sequence[float] | np.ndarray,
-    b: Sequence[float] | np.ndarray,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> PairedTest:
+def paired_bootstrap(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                     n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+                     seed: int = DEFAULT_SEED) -> PairedTest:
     """Compare two systems scored on the same items (``a[i]`` and ``b[i]`` are the same item)."""
     va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if va.shape != vb.shape:
         raise ValueError(f"paired scores must align: {len(va)} vs {len(vb)} items")
     d = va - vb
     draws = bootstrap_distribution(len(d), lambda w: w @ d / len(d), n_resamples, seed)
-    return PairedTest(
-        delta=float(d.mean()),
-        interval=percentile_interval(draws, confidence, n_resamples, seed),
-        p_bootstrap=_bootstrap_p(draws, float(d.mean())),
-        p_permutation=permutation_p(d, n_resamples, seed),
-        n=len(d),
-    )
+    return PairedTest(float(d.mean()), percentile_interval(draws, confidence, n_resamples, seed),
+                      _bootstrap_p(draws, float(d.mean())), permutation_p(d, n_resamples, seed), len(d))
 
 
 class NotComparable(ValueError):
@@ -190,16 +166,9 @@ def _unique_by_id(ids: Sequence[Any], values: Sequence[Any], drop: Sequence[Any]
     return by_id(ids, values, drop)
 
 
-def paired_test(
-    a_ids: Sequence[Any],
-    a: Sequence[float | None],
-    b_ids: Sequence[Any],
-    b: Sequence[float | None],
-    drop: Sequence[Any] = (),
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> PairedTest:
+def paired_test(a_ids: Sequence[Any], a: Sequence[float | None], b_ids: Sequence[Any], b: Sequence[float | None],
+                drop: Sequence[Any] = (), n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+                seed: int = DEFAULT_SEED) -> PairedTest:
     """System ``a`` minus system ``b`` (:func:`paired_bootstrap`) on the items both scored: ids (compared as
     strings) in both lists, neither score None, none in ``drop`` (e.g. the items either system excluded); in
     ``a``'s order. :class:`NotComparable` when no item is left or an id repeats."""
@@ -210,24 +179,18 @@ def paired_test(
     return paired_bootstrap([va[i] for i in common], [vb[i] for i in common], n_resamples, confidence, seed)
 
 
-def paired_bootstrap_statistic(
-    n: int,
-    statistic_a: Callable[[np.ndarray], np.ndarray],
-    statistic_b: Callable[[np.ndarray], np.ndarray],
-    observed: float,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-) -> tuple[Interval, float]:
+def paired_bootstrap_statistic(n: int, statistic_a: Callable[[np.ndarray], np.ndarray],
+                               statistic_b: Callable[[np.ndarray], np.ndarray], observed: float,
+                               n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+                               seed: int = DEFAULT_SEED) -> tuple[Interval, float]:
     """Interval and bootstrap p-value of ``statistic_a - statistic_b`` for non-mean statistics
     (corpus BLEU), both evaluated on the same draws."""
     draws = bootstrap_distribution(n, lambda w: statistic_a(w) - statistic_b(w), n_resamples, seed)
     return percentile_interval(draws, confidence, n_resamples, seed), _bootstrap_p(draws, observed)
 
 
-def corpus_bleu_from_counts(
-    counts: np.ndarray, max_order: int, smoothing: str, brevity_penalty: bool
-) -> tuple[np.ndarray, np.ndarray]:
+def corpus_bleu_from_counts(counts: np.ndarray, max_order: int, smoothing: str,
+                            brevity_penalty: bool) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised corpus ``(BLEU-1, BLEU-Avg)`` for rows of summed counts.
 
     ``counts`` columns: matches[1..N], possible[1..N], hyp_len, ref_len (as in

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,11 +96,9 @@ def _check_answers(path: str | Path, records: list[QARecord]) -> None:
         raise DatasetError(path, f"{len(empty)} question(s) have no reference answer (ids {', '.join(empty[:5])}"
                            f"{', ...' if len(empty) > 5 else ''}); every metric needs one: drop those questions or "
                            "add their answers")
-    seen: set[str] = set()
-    for r in records:
-        if r.id in seen:
-            raise DatasetError(path, f"question id {r.id!r} occurs twice; ids must be unique")
-        seen.add(r.id)
+    twice = next((i for i, n in Counter(r.id for r in records).items() if n > 1), None)
+    if twice is not None:
+        raise DatasetError(path, f"question id {twice!r} occurs twice; ids must be unique")
 
 
 def load_eval_set(name: str, path: str | Path, *, limit: int = 0, sample: int = 0, seed: int = 0,
@@ -144,14 +143,9 @@ def _jsonl_set(path: str | Path, memories: str | Path, limit: int, sample: int, 
 def write_corpus(eset: EvalSet, out: str | Path) -> Path:
     """The pooled corpus as a reading corpus JSONL (``{"id", "text"}`` per line), e.g. for ``memreader read``
     on a GPU before ``memreader eval --set memories=...``."""
-    import json
+    from memreader.core.paths import write_jsonl
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
-        for doc_id, text in eset.documents.items():
-            fh.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
-    return out
+    return write_jsonl(Path(out), [{"id": doc_id, "text": text} for doc_id, text in eset.documents.items()])
 
 
 def main(argv: list[str] | None = None) -> int:

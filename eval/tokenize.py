@@ -15,23 +15,18 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import cache
 
 TOKENIZERS = ("jieba", "char", "whitespace", "13a")
 
-_jieba_ready = False
 
-
+@cache
 def init_jieba() -> None:
     """Load jieba's dictionary once per process and silence its start-up chatter."""
-    global _jieba_ready
-    if _jieba_ready:
-        return
     import jieba
 
     jieba.setLogLevel(logging.WARNING)
     jieba.initialize()
-    _jieba_ready = True
 
 
 def _jieba_tokens(text: str) -> list[str]:
@@ -41,15 +36,7 @@ def _jieba_tokens(text: str) -> list[str]:
     return list(jieba.cut(text))
 
 
-def _char_tokens(text: str) -> list[str]:
-    return list(text)
-
-
-def _whitespace_tokens(text: str) -> list[str]:
-    return text.split()
-
-
-@lru_cache(maxsize=1)
+@cache
 def _tokenizer_13a() -> Callable[[str], str]:
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
@@ -62,8 +49,8 @@ def _tokens_13a(text: str) -> list[str]:
 
 _FUNCTIONS: dict[str, Callable[[str], list[str]]] = {
     "jieba": _jieba_tokens,
-    "char": _char_tokens,
-    "whitespace": _whitespace_tokens,
+    "char": list,
+    "whitespace": str.split,
     "13a": _tokens_13a,
 }
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memreader.core.paths import write_json
 from memreader.core.schema import DocumentMemory
 from memreader.eval.chunkers.base import (
     METHODS,
@@ -25,7 +26,6 @@ from memreader.eval.chunkers.calibrate import SizeParam, search
 from memreader.eval.chunkers.model_memories import (
     ReaderChunker,
     check_adapter,
-    dump,
     llm_param,
     teacher_memories,
 )
@@ -80,7 +80,7 @@ def method_memories(method: str, documents: dict[str, str], settings: ChunkerSet
     cal = Calibration(method, param.name, value, settings.target_chars, settings.tolerance, round(stats.mean, 2),
                       round(stats.std, 2), stats.n_chunks, ok, [(shown(v), round(m, 2)) for v, m in found.tried],
                       "; ".join(notes), len(documents), len(calibrate_on))
-    dump(work_dir / method / "calibration.json", cal.to_dict())
+    write_json(work_dir / method / "calibration.json", cal.to_dict())
     if progress:
         print(f"{method}: {param.name}={value} → mean {cal.mean_chars} ± {cal.std_chars} chars over "
               f"{cal.n_chunks} chunks of {cal.n_docs} documents (target {cal.target_chars} ±{cal.tolerance:.0%})")
@@ -145,5 +145,5 @@ def _teacher(documents: dict[str, str], settings: ChunkerSettings,
         log.warning("teacher: %s", note)
     cal = Calibration("teacher", "", None, settings.target_chars, settings.tolerance, round(stats.mean, 2),
                       round(stats.std, 2), stats.n_chunks, ok, [], note, len(documents), 0)
-    dump(work_dir / "teacher" / "calibration.json", cal.to_dict())
+    write_json(work_dir / "teacher" / "calibration.json", cal.to_dict())
     return memories, cal

@@ -18,7 +18,6 @@ is only reported (with a loud note when it is outside the tolerance).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -83,9 +82,7 @@ class ReaderChunker:
         self.backend()
         backend, dtype = self.engine
         return ReadConfig(input=str(corpus), model=s.lm, adapter=self.adapter, batch_size=s.batch_size,
-                          backend=backend, dtype=dtype,
-                          max_model_len=8192,
-                          max_new_tokens=s.max_new_tokens, guided="on", min_chunk_chars=lo,
+                          backend=backend, dtype=dtype, max_model_len=8192, max_new_tokens=s.max_new_tokens, guided="on", min_chunk_chars=lo,
                           max_chunk_chars=max(lo, round(chunk_chars * (1 + s.llm_spread))), cjk_char_weight=1.0,
                           max_scenarios=s.max_scenarios, limit=limit, run=f"{self.method}-chunker")
 
@@ -161,15 +158,6 @@ def teacher_memories(documents: dict[str, str], path: str) -> list[DocumentMemor
     if changed:
         raise ChunkerError(f"{path}: the teacher memory of {len(changed)} document(s) was made from other text: "
                            f"{changed[:8]}", "regenerate the teacher memories from this corpus")
-    out = []
     for d in documents:
-        mem = by_id[d]
-        mem.meta = {**mem.meta, "chunker": "teacher", "source": str(path)}
-        out.append(mem)
-    return out
-
-
-def dump(path: Path, data: Any) -> None:
-    """A small JSON record next to a method's outputs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        by_id[d].meta = {**by_id[d].meta, "chunker": "teacher", "source": str(path)}
+    return [by_id[d] for d in documents]
