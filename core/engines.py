@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from memreader.core.config import field
 from memreader.core.errors import ConfigError, MemReaderError
 from memreader.core.paths import memreader_home, write_atomic
 
@@ -123,11 +124,6 @@ def vllm_import_error() -> str | None:
     except VLLMUnavailable as exc:
         return str(exc.__cause__ or exc)
     return None
-
-
-def vllm_available() -> bool:
-    """True when vLLM imports here (the ``auto`` backends ask this; they log the cause when it does not)."""
-    return vllm_import_error() is None
 
 
 @dataclass(frozen=True)
@@ -215,24 +211,18 @@ class EngineKeys:
 def backend_field(stage: str, what: str) -> Any:
     """A config's backend key for ``stage``: default ``auto`` and one help text everywhere (the engines the stage
     takes, what ``auto`` means, the aliases); ``what`` says which model it runs."""
-    from memreader.core.config import field
-
     return field("auto", help=f"{what}: {' | '.join(STAGE_BACKENDS[stage])} | auto (the fastest measured on this "
                  f"machine, else {DEFAULTS[stage]}; local and hf are transformers; docs/ENGINES.md)")
 
 
 def dtype_field(what: str) -> Any:
     """A config's dtype key: default ``auto``, one help text everywhere."""
-    from memreader.core.config import field
-
     return field("auto", help=f"{what}: auto (the measured fastest, else bf16 on a GPU with bf16, on a CPU the faster "
                  "of fp32 and bf16 by a cached matmul probe), float32, bfloat16 or float16")
 
 
 def device_field(what: str) -> Any:
     """A config's device key: default ``auto``, one help text everywhere."""
-    from memreader.core.config import field
-
     return field("auto", help=f"{what}: auto (CUDA when available), cpu, cuda or cuda:N")
 
 
@@ -278,10 +268,7 @@ def machine_key() -> str:
 
     from memreader.core.hardware import cpu_cores, cpu_model
 
-    if torch.cuda.is_available():
-        device = "cuda:" + torch.cuda.get_device_name(0)
-    else:
-        device = "cpu:" + cpu_model()
+    device = "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu:" + cpu_model()
     return f"{device}|torch={torch.__version__}|cores={cpu_cores()}"
 
 
@@ -390,10 +377,7 @@ def resolve_engine(stage: str, backend: str = "auto", dtype: str = "auto", devic
     home = machine_device()
     dev = home if device == "auto" else device
     row = measured_choices().get(stage) if stage in MEASURED_STAGES and dev.split(":")[0] == home else None
-    if name == "auto":
-        name, why = _auto_backend(stage, row, dev, home)
-    else:
-        why = "set"
+    name, why = _auto_backend(stage, row, dev, home) if name == "auto" else (name, "set")
     why = "backend: " + why
     if name == "vllm" and dev.split(":")[0] != home:
         raise EngineError(f"backend=vllm with device={device}: vLLM runs on {home} here (its build decides)",

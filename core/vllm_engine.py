@@ -35,13 +35,10 @@ from typing import Any
 from memreader.core.config import ConfigError
 from memreader.core.engines import (  # noqa: F401  (vLLM's import check lives with the engine rule; named here too)
     DTYPES,
-    INSTALL_HINT,
     VLLMUnavailable,
     device_dtype,
     engine_logging,
     import_vllm,
-    vllm_available,
-    vllm_import_error,
 )
 from memreader.core.errors import MemReaderError
 from memreader.core.registry import resolve_model
@@ -124,9 +121,7 @@ class Engine:
     def prefix_cache_tokens(self) -> int:
         """Tokens the engine's KV cache holds when automatic prefix caching is on; 0 when it is off, so that a
         caller planning on cache hits does not."""
-        if not self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching:
-            return 0
-        return self.kv_capacity_tokens()
+        return self.kv_capacity_tokens() if self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching else 0
 
     def kv_capacity_tokens(self) -> int:
         """Tokens the engine's KV cache holds (its blocks times their size)."""
@@ -191,7 +186,6 @@ def get_engine(spec: EngineSpec) -> Engine:
     model_path = resolve_model(spec.model)
     if spec.adapter:
         _check_adapter(spec, lora_mode)
-    lora = None
     if spec.adapter and lora_mode == "merge":
         from memreader.core.lora import merged_model
 
@@ -221,6 +215,7 @@ def get_engine(spec: EngineSpec) -> Engine:
     t0 = time.perf_counter()
     llm = vllm.LLM(**kwargs)
     startup = time.perf_counter() - t0
+    lora = None
     if kwargs["enable_lora"]:
         from vllm.lora.request import LoRARequest
 
@@ -264,8 +259,5 @@ def prompt_nlls(engine: Engine, sequences: Any) -> list[Any]:
     outs = engine.llm.generate([{"prompt_token_ids": list(ids)} for ids, _ in sequences],
                                SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False,
                                lora_request=engine.lora)
-    result = []
-    for (ids, start), out in zip(sequences, outs, strict=True):
-        lp = out.prompt_logprobs
-        result.append(np.array([-float(lp[p][ids[p]].logprob) for p in range(start, len(ids))], dtype=np.float64))
-    return result
+    return [np.array([-float(out.prompt_logprobs[p][ids[p]].logprob) for p in range(start, len(ids))], dtype=np.float64)
+            for (ids, start), out in zip(sequences, outs, strict=True)]
