@@ -39,7 +39,8 @@ from memreader.core.registry import resolve_model
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.core.structure import structural_breaks
 from memreader.core.windowing import prompt_tokens_of
-from memreader.data_gen.teacher_flow import Unit, UnitResult
+from memreader.data_gen.teacher_flow import NOT_RANKED, UnitResult, candidate_row
+from memreader.data_gen.units import window_units
 
 FIX = ("ingest the documents from a structured format (memreader ingest: Markdown, HTML, Word keep their "
        "headings), or give each corpus record 'sections' ([{title, text}] that concatenate to its text) or "
@@ -228,30 +229,21 @@ def structure_results(cfg: Any, docs: list[Document]) -> tuple[list[UnitResult],
     breaks = [structural_breaks(d.meta) for d in usable]
     wplan, plans, plan_errors = plan_guided_windows(texts, grammars, cfg.max_new_tokens,
                                                     breaks if any(breaks) else None, **sizing)
-    flat, window_texts = wplan.flat(), wplan.texts(texts)
     refused = dict(wplan.errors)
     for j, error in plan_errors.items():
-        refused.setdefault(flat[j][0], error)
-    results, windows = [], {}
-    for j, (d, w) in enumerate(flat):
-        doc = usable[d]
-        if d in refused:
-            continue
-        single = len(wplan.windows[d]) == 1
-        windows[doc.doc_id] = wplan.windows[d]
-        unit = Unit(doc, doc.doc_id if single else f"{doc.doc_id}#w{w.index}", window_texts[j],
-                    detect_language(window_texts[j]), plans[j], None if single else w)
+        refused.setdefault(wplan.flat()[j][0], error)
+    units, windows = window_units(usable, wplan, plans, refused)
+    results = []
+    for unit in units:
+        doc = unit.doc
+        w = unit.window or windows[doc.doc_id][0]
         inside = [(max(0, s - w.start), t) for s, t in sections[doc.doc_id] if s < w.end]
         inside = [p for k, p in enumerate(inside) if k + 1 == len(inside) or inside[k + 1][0] > 0]
         res = UnitResult(unit)
-        mem = structure_memory(unit.unit_id, unit.text, inside, plans[j], count)  # type: ignore[arg-type]
+        mem = structure_memory(unit.unit_id, unit.text, inside, unit.plan, count)
         mem.meta["source_sha256"] = doc.sha256
         res.memory, res.fates = mem, ["structure"]
-        res.candidates.append({"doc_id": doc.doc_id, "unit_id": unit.unit_id, "candidate": 0, "clarity": None,
-                               "completeness": None, "rank_clarity": None, "rank_completeness": None, "rrf": None,
-                               "selected": True, "scores": None, "scenarios": len(mem.scenarios),
-                               "spans": [[s.start, s.end] for s in mem.scenarios], "outline": mem.outline,
-                               "fate": "structure"})
+        res.candidates.append(candidate_row(unit, mem, {**NOT_RANKED, "selected": True, "scores": None}))
         results.append(res)
     for d, error in sorted(refused.items()):
         failures.append({"doc_id": usable[d].doc_id, "stage": "guidance", "error": error})

@@ -72,11 +72,20 @@ class UnitResult:
 
 def outline_lines(reply: str) -> list[str]:
     """Outline topics from an outline reply; tolerant of a missing tag."""
-    text = reply
-    if "<outline>" in reply:
-        text = reply.split("<outline>", 1)[1].split("</outline>", 1)[0]
-    lines = [ln.strip(" -*•\t") for ln in text.splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith("<")]
+    text = reply.split("<outline>", 1)[1].split("</outline>", 1)[0] if "<outline>" in reply else reply
+    return [ln for ln in (line.strip(" -*•\t") for line in text.splitlines()) if ln and not ln.startswith("<")]
+
+
+NOT_RANKED = {"clarity": None, "completeness": None, "rank_clarity": None, "rank_completeness": None, "rrf": None}
+"""The selection columns of a candidate that was not scored."""
+
+
+def candidate_row(unit: Unit, mem: DocumentMemory, selection: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One row of ``candidates.jsonl``: the candidate (``meta["candidate"]``; the structure teacher's only one is 0),
+    its ``selection`` columns (scores, ranks, RRF, ``selected``) and its chunks."""
+    return {"doc_id": unit.doc.doc_id, "unit_id": unit.unit_id, "candidate": mem.meta.get("candidate", 0),
+            **selection, "scenarios": len(mem.scenarios), "spans": [[s.start, s.end] for s in mem.scenarios],
+            "outline": mem.outline, "fate": mem.meta["generation"]["fate"], **extra}
 
 
 class TeacherFlow:
@@ -137,24 +146,13 @@ class TeacherFlow:
         self.bars["scoring"].update(1)
         rows = select_candidates([{"clarity": (s or {}).get("clarity"), "completeness": (s or {}).get("completeness")}
                                   for s in scores], cfg.rrf_k) if scores[0] is not None else \
-            [{"clarity": None, "completeness": None, "rank_clarity": None, "rank_completeness": None, "rrf": None,
-              "selected": i == 0} for i in range(len(pool))]
-        for mem, row, score in zip(pool, rows, scores, strict=True):
-            res.candidates.append({"doc_id": unit.doc.doc_id, "unit_id": unit.unit_id,
-                                   "candidate": mem.meta["candidate"], **row, "scores": score,
-                                   "scenarios": len(mem.scenarios), "spans": [[s.start, s.end] for s in mem.scenarios],
-                                   "outline": mem.outline, "fate": mem.meta["generation"]["fate"]})
+            [{**NOT_RANKED, "selected": i == 0} for i in range(len(pool))]
+        res.candidates += [candidate_row(unit, mem, {**row, "scores": score})
+                           for mem, row, score in zip(pool, rows, scores, strict=True)]
         in_pool = {id(m) for m in pool}
-        for mem in memories:
-            if id(mem) not in in_pool:
-                res.candidates.append({"doc_id": unit.doc.doc_id, "unit_id": unit.unit_id,
-                                       "candidate": mem.meta["candidate"], "clarity": None, "completeness": None,
-                                       "rank_clarity": None, "rank_completeness": None, "rrf": None,
-                                       "selected": False, "scores": None, "scenarios": len(mem.scenarios),
-                                       "spans": [[s.start, s.end] for s in mem.scenarios],
-                                       "outline": mem.outline, "fate": mem.meta["generation"]["fate"],
-                                       "excluded": "whole-document fallback" if "fallback" in mem.meta else
-                                       "cut off (kept flagged)"})
+        res.candidates += [candidate_row(unit, mem, {**NOT_RANKED, "selected": False, "scores": None},
+                                         excluded="whole-document fallback" if "fallback" in mem.meta else
+                                         "cut off (kept flagged)") for mem in memories if id(mem) not in in_pool]
         res.candidates.sort(key=lambda r: r["candidate"])
         w = next(i for i, r in enumerate(rows) if r["selected"])
         winner = pool[w]

@@ -54,7 +54,7 @@ def make_units(cfg: Any, docs: list[Document], backend: Any) -> tuple[list[Unit]
     wplan, plans, plan_errors = plan_guided_windows(
         texts, grammars, cfg.max_new_tokens, count_tokens=count, settings=cfg.windows(), prompt_tokens=prompt_tokens,
         max_new_tokens=budget, model_window=model_window_of(backend), grammar=grammars.settings if grammars else None)
-    flat, window_texts = wplan.flat(), wplan.texts(texts)
+    flat = wplan.flat()
     refused = dict(wplan.errors)
     for j, error in plan_errors.items():
         d, w = flat[j]
@@ -63,16 +63,23 @@ def make_units(cfg: Any, docs: list[Document], backend: Any) -> tuple[list[Unit]
     for d, error in sorted(refused.items()):
         failures.append({"doc_id": docs[d].doc_id, "stage": "guidance", "error": error})
         log.warning("doc %s: no memory possible (%s)", docs[d].doc_id, error)
+    return (*window_units(docs, wplan, plans, refused), failures)
+
+
+def window_units(docs: list[Document], wplan: Any, plans: list[Any], refused: dict[int, str]
+                 ) -> tuple[list[Unit], dict[str, list[Any]]]:
+    """A unit per window of every document not ``refused`` (``<doc_id>#w<index>`` when it has several windows;
+    ``plans``: each window's grammar plan), and each of those documents' windows."""
     units, windows = [], {}
-    for j, (d, w) in enumerate(flat):
+    for (d, w), text, plan in zip(wplan.flat(), wplan.texts([d.text for d in docs]), plans, strict=True):
         if d in refused:
             continue
         doc = docs[d]
         single = len(wplan.windows[d]) == 1
         windows[doc.doc_id] = wplan.windows[d]
-        units.append(Unit(doc, doc.doc_id if single else f"{doc.doc_id}#w{w.index}", window_texts[j],
-                          detect_language(window_texts[j]), plans[j], None if single else w))
-    return units, windows, failures
+        units.append(Unit(doc, doc.doc_id if single else f"{doc.doc_id}#w{w.index}", text, detect_language(text),
+                          plan, None if single else w))
+    return units, windows
 
 
 def merge_units(results: list[UnitResult], windows: dict[str, list[Any]], overlap_tokens: int
