@@ -42,22 +42,33 @@ def cache_key(template_id: str, model: str, params: dict[str, Any], messages: li
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class ReplyCache:
-    """Key → (reply text, how it was made, usable?), persisted after every insert."""
+class _Table:
+    """One table of the cache's SQLite file (:func:`connect`), created when missing; ``hits`` counts the rows found."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, table: str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = connect(self.path)
-        self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table}")
+        self._db.commit()
+        self.hits = 0
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+
+class ReplyCache(_Table):
+    """Key → (reply text, how it was made, usable?), persisted after every insert."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path, "replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(replies)")}
         if "info" not in columns:  # caches written before replies carried their metadata
             self._db.execute("ALTER TABLE replies ADD COLUMN info TEXT")
         if "usable" not in columns:
             self._db.execute("ALTER TABLE replies ADD COLUMN usable INTEGER")
         self._db.commit()
-        self.hits = 0
-        self.misses = 0
         self.reasked = 0
 
     def get(self, key: str, retry_unusable: bool = False) -> tuple[str, dict[str, Any]] | None:
@@ -71,7 +82,6 @@ class ReplyCache:
                 self.hits += 1
                 return row[0], info
             self.reasked += 1
-        self.misses += 1
         return None
 
     def put(self, key: str, reply: str, info: dict[str, Any] | None = None) -> None:
@@ -85,27 +95,14 @@ class ReplyCache:
         self._db.execute("UPDATE replies SET usable = 0 WHERE key = ?", (key,))
         self._db.commit()
 
-    def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
-
-    def close(self) -> None:
-        """Close the database."""
-        self._db.close()
-
-
-class ScoreCache:
+class ScoreCache(_Table):
     """Evaluator scores of candidate memories, one row per (memory, evaluator settings), committed at once.
 
     Lives in the same SQLite file as the replies (its own table), so a resumed run rescores nothing.
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = connect(self.path)
-        self._db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, score TEXT NOT NULL)")
-        self._db.commit()
-        self.hits = 0
+        super().__init__(path, "scores (key TEXT PRIMARY KEY, score TEXT NOT NULL)")
 
     @staticmethod
     def key(memory: Any, scorer: Any) -> str:
@@ -127,7 +124,3 @@ class ScoreCache:
         """Store one score and commit at once."""
         self._db.execute("INSERT OR REPLACE INTO scores (key, score) VALUES (?, ?)", (key, json.dumps(score)))
         self._db.commit()
-
-    def close(self) -> None:
-        """Close the database."""
-        self._db.close()

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,12 +44,11 @@ def sft_record(
 def stratum(rec: dict[str, Any], length_edges: list[int]) -> tuple[str, str, str]:
     """(language, domain, length bucket) of a record: the strata of balancing and of the split.
     Length buckets are document characters cut at ``length_edges`` (``<1000``, ``1000-3000``, ``>=3000``)."""
-    chars = rec["meta"]["chars"] if "chars" in rec["meta"] else 0
-    edges = sorted(length_edges)
-    lo = max([e for e in edges if e <= chars], default=None)
-    hi = min([e for e in edges if e > chars], default=None)
-    bucket = f"<{hi}" if lo is None and hi is not None else f">={lo}" if hi is None and lo is not None else \
-        f"{lo}-{hi}" if lo is not None else "all"
+    chars = rec["meta"].get("chars", 0)
+    lo = max((e for e in length_edges if e <= chars), default=None)
+    hi = min((e for e in length_edges if e > chars), default=None)
+    bucket = "all" if lo is None and hi is None else f"<{hi}" if lo is None else f">={lo}" if hi is None else \
+        f"{lo}-{hi}"
     return rec["meta"]["lang"], str(rec["meta"].get("domain", "-")), bucket
 
 
@@ -58,18 +59,25 @@ def balance(records: list[dict[str, Any]], length_edges: list[int], max_per_stra
     Returns the kept records (by id) and how many each stratum dropped."""
     if max_per_stratum <= 0:
         return records, {}
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for rec in records:
-        groups.setdefault(stratum(rec, length_edges), []).append(rec)
-    rng = random.Random(seed)
     kept, dropped = [], {}
-    for key in sorted(groups):
-        group = sorted(groups[key], key=lambda r: r["id"])
-        rng.shuffle(group)
+    for key, group in _shuffled_strata(records, length_edges, seed):
         kept += group[:max_per_stratum]
         if len(group) > max_per_stratum:
             dropped["/".join(key)] = len(group) - max_per_stratum
     return sorted(kept, key=lambda r: r["id"]), dropped
+
+
+def _shuffled_strata(records: list[dict[str, Any]], length_edges: list[int],
+                     seed: int) -> Iterator[tuple[tuple[str, str, str], list[dict[str, Any]]]]:
+    """Each stratum (in order) with its records sorted by id, then shuffled by one generator seeded with ``seed``."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault(stratum(rec, length_edges), []).append(rec)
+    rng = random.Random(seed)
+    for key in sorted(groups):
+        group = sorted(groups[key], key=lambda r: r["id"])
+        rng.shuffle(group)
+        yield key, group
 
 
 def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction: float, seed: int,
@@ -79,14 +87,8 @@ def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction:
     records appears on both sides, and at least one record is held out whenever ``val_fraction > 0``
     and there are two or more. Returns counts per side and stratum, and each file's sha256."""
     edges = list(length_edges or [])
-    by_stratum: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for rec in records:
-        by_stratum.setdefault(stratum(rec, edges), []).append(rec)
-    rng = random.Random(seed)
     train, val = [], []
-    for key in sorted(by_stratum):
-        group = sorted(by_stratum[key], key=lambda r: r["id"])
-        rng.shuffle(group)
+    for _, group in _shuffled_strata(records, edges, seed):
         n_val = max(1, round(len(group) * val_fraction)) if val_fraction > 0 and len(group) > 1 else 0
         val += group[:n_val]
         train += group[n_val:]
@@ -97,16 +99,9 @@ def write_sft_splits(out_dir: Path, records: list[dict[str, Any]], val_fraction:
         path = out_dir / f"{name}.jsonl"
         write_jsonl(path, rows)
         files[name], sums[name] = str(path), sha256_file(path)
-    by_lang: dict[str, int] = {}
-    for rec in records:
-        by_lang[rec["meta"]["lang"]] = by_lang.get(rec["meta"]["lang"], 0) + 1
 
     def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in rows:
-            k = "/".join(stratum(r, edges))
-            out[k] = out.get(k, 0) + 1
-        return dict(sorted(out.items()))
+        return dict(sorted(Counter("/".join(stratum(r, edges)) for r in rows).items()))
 
-    return {"train": len(train), "val": len(val), "by_lang": by_lang,
+    return {"train": len(train), "val": len(val), "by_lang": dict(Counter(r["meta"]["lang"] for r in records)),
             "strata": {"train": counts(train), "val": counts(val)}, "files": files, "sha256": sums}
