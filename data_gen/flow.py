@@ -21,15 +21,12 @@ was never idle below the concurrency limit).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memreader.core.generation import GenerationParams, GenerationRequestError, Reply
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -28,9 +28,11 @@ test is never tuned on. Outputs in ``out`` (default ``$MEMREADER_HOME/datasets/s
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,10 +93,7 @@ def _split_of(unit: str, seed: int, share: float) -> str:
 
 def _record(doc_id: str, parts: list[tuple[str, str]], lang: str, source: str, kind: str, group: str) -> dict:
     text = "".join(t for _, t in parts)
-    bounds, pos = [], 0
-    for _, t in parts[:-1]:
-        pos += len(t)
-        bounds.append(pos)
+    bounds = list(itertools.accumulate(len(t) for _, t in parts[:-1]))
     return {"id": doc_id, "text": text, "lang": lang, "source": source, "kind": kind, "group": group,
             "boundaries": bounds, "titles": [h for h, _ in parts], "sections": [{"title": h, "text": t} for h, t in parts]}
 
@@ -245,22 +244,14 @@ def build(cfg: StructureDataConfig) -> tuple[dict[str, list[dict]], dict[str, An
     for a, b in (("train", "dev"), ("train", "test"), ("dev", "test")):
         if units[a] & units[b]:
             raise StructureDataError(f"{a} and {b} share units {sorted(units[a] & units[b])[:3]}", "a bug: report it")
-    uses = [n for s in SPLITS for n in _uses(out[s])]
+    # how often each passage (or section) text was used, per split
+    uses = [n for s in SPLITS for n in Counter(sec["text"].strip() for d in out[s] for sec in d["sections"]).values()]
     facts = {"dev_questions": dev_q, "test_questions": test_q, "ranges": {"en": EN_RANGE, "zh": ZH_RANGE},
              "passages": {s: {"en": sum(p.lang == "en" for p in pool[s]), "zh": sum(p.lang == "zh" for p in pool[s])}
                           for s in SPLITS},
              "passage_uses": {"max": max(uses, default=0), "mean": round(sum(uses) / max(1, len(uses)), 2)},
              "pages": {s: sum(v == s for v in page_split.values()) for s in SPLITS}}
     return out, facts
-
-
-def _uses(docs: list[dict]) -> list[int]:
-    count: dict[str, int] = {}
-    for d in docs:
-        for sec in d["sections"]:
-            key = sec["text"].strip()
-            count[key] = count.get(key, 0) + 1
-    return list(count.values())
 
 
 def _summary(records: list[dict]) -> dict[str, Any]:

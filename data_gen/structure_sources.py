@@ -167,10 +167,8 @@ def markdown_pages(folder: Path) -> list[Page]:
     pages = []
     for path in sorted(folder.glob("*.md")):
         parts = re.split(r"(?m)^(?=## )", path.read_text(encoding="utf-8"))
-        secs = []
-        for part in parts[1:]:
-            heading, _, body = part.partition("\n")
-            secs.append(Section(heading.lstrip("#").strip(), body.lstrip("\n")))
+        secs = [Section(heading.lstrip("#").strip(), body.lstrip("\n"))
+                for heading, _, body in (part.partition("\n") for part in parts[1:])]
         pages.append(Page(f"docs:{path.name}", "en", f"docs/{path.name}", secs))
     return pages
 
