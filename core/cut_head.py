@@ -48,8 +48,7 @@ def check_threshold(value: float, what: str = "cut_threshold") -> float:
 
 def min_gap(text: str, grammar: GrammarSettings | None = None) -> int:
     """The grammar's shortest chunk for ``text``'s language: two breaks closer than this are one topic change."""
-    g = grammar or GrammarSettings()
-    return max(1, round(g.min_chunk_chars / (g.cjk_char_weight if is_chinese(text[:4000]) else 1.0)))
+    return (grammar or GrammarSettings()).chunk_range(is_chinese(text[:4000]))[0]
 
 
 def pick_breaks(ends: list[int], p: np.ndarray, threshold: float, gap: int) -> list[int]:

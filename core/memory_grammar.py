@@ -84,6 +84,12 @@ class GrammarSettings:
     def __post_init__(self) -> None:
         validate_config(self, GuidanceError, "grammar")
 
+    def chunk_range(self, cjk: bool) -> tuple[int, int]:
+        """Shortest and longest chunk in characters of a CJK (``cjk``) or other text."""
+        weight = self.cjk_char_weight if cjk else 1.0
+        low = max(1, round(self.min_chunk_chars / weight))
+        return low, max(low, round(self.max_chunk_chars / weight))
+
 
 # A sentence ends after terminal punctuation (plus closing quotes/brackets) followed by a blank or
 # the end; CJK terminal punctuation needs no blank. A paragraph or line ends at a newline.
@@ -129,9 +135,7 @@ class BoundaryGraph:
         if not document.strip():
             raise GuidanceError("the document is empty (or only whitespace): there is nothing to read",
                                 "drop empty documents from the corpus")
-        weight = settings.cjk_char_weight if is_chinese(document[:4000]) else 1.0
-        min_chars = max(1, round(settings.min_chunk_chars / weight))
-        max_chars = max(min_chars, round(settings.max_chunk_chars / weight))
+        min_chars, max_chars = settings.chunk_range(is_chinese(document[:4000]))
         # Longer documents get longer chunks, so that no path has more than max_scenarios chunks.
         min_chars = max(min_chars, math.ceil(n / settings.max_scenarios))
         if min_chars > max_chars:
@@ -183,16 +187,10 @@ class BoundaryGraph:
 
 
 def _ends(document: str, pattern: re.Pattern[str]) -> list[int]:
-    """Chunk ends after each match, moved past following whitespace (the next chunk starts at text)."""
-    out = set()
-    n = len(document)
-    for m in pattern.finditer(document):
-        p = m.end()
-        while p < n and document[p].isspace():
-            p += 1
-        if 0 < p < n and document[:p].strip():
-            out.add(p)
-    return sorted(out)
+    """Chunk ends after each match, moved past following whitespace (the next chunk starts at text), with text
+    before them and after them."""
+    n, first = len(document), len(document) - len(document.lstrip())
+    return sorted({p for m in pattern.finditer(document) if first < (p := past_space(document, m.end())) < n})
 
 
 def sentence_ends(document: str) -> list[int]:

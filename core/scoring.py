@@ -56,17 +56,9 @@ Core-content completeness ``S_comp = 1/n · Σ_i 1 / (PPL(a_i | c_i) · log(max(
     term can take, as every real term is > 0) and its ``chunk_ppl`` entry is ``None``.
     A chunk-only memory (every core empty) has ``completeness=None``: only clarity is computed.
 
-Computation (HF backend): forward passes only, under ``torch.inference_mode``. Every request of a
-call (all boundaries, prompts and chunks of all memories) is one token sequence; a sequence that is
-a prefix of another is merged into it (exact for a causal LM), which makes ``P + a_j``, the
-context-free target of boundary ``j-1``, share the forward of ``P + a_j + SEP + a_{j+1}``; identical
-chunks of different candidates are computed once. Sequences are sorted by length and packed into
-right-padded batches of at most ``evaluator_batch_tokens`` (padded) tokens and at most
-``max_pad_fraction`` padding, one body forward per batch.
-The LM head and the log-softmax run only on the hidden states of scored positions (and on the last
-prompt position for ``prob``/``margin``), ``slice_tokens`` rows at a time, so no
-``[batch, seq, vocab]`` tensor exists: the extra memory is at most ``slice_tokens × vocab`` fp32.
-:class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs``.
+Computation: forward passes only, every request of a call (all boundaries, prompts and chunks of all memories) in
+one pass of :mod:`memreader.core.scoring_engines` (a sequence that is a prefix of another is merged into it, which
+makes ``P + a_j`` share the forward of ``P + a_j + SEP + a_{j+1}``; identical chunks are computed once).
 """
 
 from __future__ import annotations
@@ -226,9 +218,7 @@ class _Planner:
             out.texts["ppl_unconditional"] = {"prefix": t.prefix_text, "target": tgt_text,
                                               "text": t.prefix_text + tgt_text}
         if prompt:
-            a = t.tail(first)[1]
-            b = t.head(second)[1]
-            messages, tpl = render("chunk_boundary", lang, first=a, second=b)
+            messages, tpl = render("chunk_boundary", lang, first=t.tail(first)[1], second=t.head(second)[1])
             text = t.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             out.prompt = self.pool.answer(t.tok(text, add_special_tokens=False)["input_ids"])
             out.texts["prompt"] = {"template": tpl.id, "messages": messages, "text": text}
@@ -311,7 +301,8 @@ class EvaluatorScorer:
         if model is not None and engine is not None:
             raise ScoringError("EvaluatorScorer got both a model and a vLLM engine", "pass one of them")
         if model is None and engine is None:
-            self.choice = self._resolve(settings)
+            self.choice = resolve_engine("scorer", settings.evaluator_backend, settings.evaluator_dtype,
+                                         settings.evaluator_device)
         else:
             backend = "vllm" if engine is not None else "transformers"
             if canonical_backend(settings.evaluator_backend) not in ("auto", backend):
@@ -340,10 +331,6 @@ class EvaluatorScorer:
         self.choice = replace(self.choice, dtype=self.dtype_name, device=self.choice.device or param.device.type)
         self.engine = HFEngine(model, tokenizer, settings.evaluator_batch_tokens, settings.slice_tokens,
                                settings.max_pad_fraction)
-
-    @staticmethod
-    def _resolve(settings: ScorerSettings) -> EngineChoice:
-        return resolve_engine("scorer", settings.evaluator_backend, settings.evaluator_dtype, settings.evaluator_device)
 
     def answer_ids(self) -> list[int]:
         """Token ids of :data:`ANSWER_WORDS` (checked once)."""
@@ -422,12 +409,9 @@ class EvaluatorScorer:
             clarity = {v: (float(np.mean(per_variant[v])) if values else SINGLE_CHUNK_CLARITY[v]) for v in variants}
             details = {k: [row[k] for row in values] for k in ("nll_cond", "nll_uncond", "p_split", "p_keep")
                        if values and k in values[0]}
-            terms = ppls = core_tokens = None
-            completeness = None
+            terms = ppls = core_tokens = completeness = None
             if plan.chunks is not None:
-                pairs = [self._chunk_values(c) for c in plan.chunks]
-                terms = [t for t, _ in pairs]
-                ppls = [p for _, p in pairs]
+                terms, ppls = map(list, zip(*(self._chunk_values(c) for c in plan.chunks), strict=True))
                 core_tokens = [c.core_tokens for c in plan.chunks]
                 completeness = float(np.mean(terms))
             primary = variants[0]

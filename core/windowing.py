@@ -50,7 +50,7 @@ from memreader.core.config import validate as validate_config
 from memreader.core.errors import MemReaderError
 from memreader.core.generation.params import chat_prompt_tokens
 from memreader.core.language import is_chinese
-from memreader.core.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings
+from memreader.core.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings, _ends
 from memreader.core.schema import DocumentMemory, Scenario
 
 T = TypeVar("T")
@@ -157,26 +157,11 @@ class Window:
 _SPACE_RUN = re.compile(r"\s+")
 
 
-def _boundaries(text: str, pattern: re.Pattern[str]) -> list[int]:
-    """Positions after each match moved past following blanks, with text before them and after them
-    (the rule of :func:`memreader.core.memory_grammar._ends`, linear in the text)."""
-    n, first = len(text), len(text) - len(text.lstrip())
-    out = set()
-    for m in pattern.finditer(text):
-        p = m.end()
-        blank = _SPACE_RUN.match(text, p)
-        p = blank.end() if blank else p
-        if first < p < n:
-            out.add(p)
-    return sorted(out)
-
-
 def _tiers(text: str) -> list[list[int]]:
     """Window-end candidates, best first: sentence/paragraph ends, clause ends, blanks."""
-    sentence = _boundaries(text, _SENTENCE_END)
     first = len(text) - len(text.lstrip())
     blanks = sorted({m.end() for m in _SPACE_RUN.finditer(text) if first < m.end() < len(text)})
-    return [sentence, _boundaries(text, _CLAUSE_END), blanks]
+    return [_ends(text, _SENTENCE_END), _ends(text, _CLAUSE_END), blanks]
 
 
 def _fit_end(text: str, start: int, limit: int, count: CountTokens, tokens: int | None) -> int:
@@ -283,9 +268,7 @@ def grammar_chars(text: str, grammar: GrammarSettings, conservative: bool = Fals
         cjk = any(is_chinese(text[i : i + 4000]) for i in range(0, max(len(text) - 2000, 1), 2000))
     else:
         cjk = is_chinese(text[:4000])
-    weight = grammar.cjk_char_weight if cjk else 1.0
-    min_chars = max(1, round(grammar.min_chunk_chars / weight))
-    return grammar.max_scenarios * max(min_chars, round(grammar.max_chunk_chars / weight))
+    return grammar.max_scenarios * grammar.chunk_range(cjk)[1]
 
 
 @dataclass
@@ -446,9 +429,7 @@ def merge_window_memories(doc_id: str, document: str, windows: Sequence[Window],
             if key in mem.meta:
                 entry[key] = mem.meta[key]
         info.append(entry)
-    out = dict(meta or {})
-    out.update(_aggregate(windows, memories, cuts, len(document)))
-    out["windows"] = info
+    out = {**(meta or {}), **_aggregate(windows, memories, cuts, len(document)), "windows": info}
     reasoning = "\n\n".join(m.reasoning for m in memories if m.reasoning) or None
     merged = DocumentMemory(doc_id, document, scenarios, reasoning, out)
     merged.validate()
