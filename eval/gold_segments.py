@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from memreader.core.errors import MemReaderError
@@ -86,6 +87,11 @@ def _titles(item: JsonItem, n_segments: int) -> tuple[str, ...] | None:
     return tuple(titles)
 
 
+def _first_difference(a: str, b: str) -> int:
+    """The first offset where ``a`` and ``b`` differ (the shorter one's length when one is a prefix of the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def _check_sections(item: JsonItem, text: str, boundaries: tuple[int, ...],
                     titles: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """Check ``sections`` against text, boundaries and titles; their titles when ``titles`` is absent."""
@@ -94,14 +100,11 @@ def _check_sections(item: JsonItem, text: str, boundaries: tuple[int, ...],
     texts, heads = [p.str("text") for p in parts], [p.str("title") for p in parts]
     joined = "".join(texts)
     if joined != text:
-        at = next((i for i, (a, b) in enumerate(zip(joined, text, strict=False)) if a != b), min(len(joined), len(text)))
+        at = _first_difference(joined, text)
         raise item.error("sections", f"the section texts joined ({len(joined)} chars) differ from text ({len(text)} "
                          f"chars) from offset {at}: {joined[at:at + 30]!r} vs {text[at:at + 30]!r}; they must "
                          "concatenate to text exactly (keep the separators inside the sections)")
-    starts, pos = [], 0
-    for t in texts[:-1]:
-        pos += len(t)
-        starts.append(pos)
+    starts = list(accumulate(len(t) for t in texts[:-1]))
     if tuple(starts) != boundaries:
         raise item.error("sections", f"sections start at {starts[:10]}, boundaries are {list(boundaries)[:10]}; "
                          "they must agree (no empty section; a boundary where each section after the first starts)")
@@ -178,8 +181,7 @@ def score_memories(gold: Sequence[GoldDocument], memories: str | Path | Sequence
         if m is None:
             continue
         if m.document != g.text:
-            at = next((i for i, (a, b) in enumerate(zip(m.document, g.text, strict=False)) if a != b),
-                      min(len(m.document), len(g.text)))
+            at = _first_difference(m.document, g.text)
             raise GoldMismatchError(
                 f"{where}: the memory of {g.id!r} has another text than the gold document (line {g.line}): "
                 f"{len(m.document)} vs {len(g.text)} characters, first difference at offset {at} "

@@ -141,15 +141,14 @@ def _save_answers(fh: Any, method: str, done: dict[str, dict[str, Any]], batch: 
     """Append the rows of ``batch[i]`` for ``i`` in ``idx`` to answers.jsonl, durably (called as each cache group
     of :func:`memreader.eval.answering.answer_and_support` finishes: a kill loses at most the group in flight)."""
     for i in idx:
-        q, hs, (kept, cut), sup = batch[i], hits[i], fitted[i], got.support[i]
+        q, hs, (kept, cut), sup = batch[i], hits[i], fitted[i], got.support[i] or {}
         if cut:
             print(f"eval: {method}: WARNING: question {q.id}: the {cut} lowest-ranked of {len(hs)} chunks do "
                   "not fit the answering model's window and were left out of its prompt", flush=True)
         row = {"id": q.id, "question": q.question, "answers": q.answers, "prediction": str(got.replies[i]).strip(),
                "retrieved": [h.to_dict() for h in hs], "chunks_left_out": cut, "context_chars": sum(map(len, kept)),
-               "support_nll": None if sup is None else sup["nll"],
-               "support_tokens": None if sup is None else sup["n_tokens"],
-               "support_truncated": None if sup is None else sup["truncated"]}
+               "support_nll": sup.get("nll"), "support_tokens": sup.get("n_tokens"),
+               "support_truncated": sup.get("truncated")}
         done[q.id] = row
         fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     fh.flush()

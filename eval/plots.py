@@ -119,11 +119,8 @@ def clarity_scatter(points: Mapping[str, tuple[float, float]], path: Path, pears
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     if _points_with_fit(ax, points, label_fit=True):
         ax.legend(fontsize=8, loc="lower right")
-    stats = []
-    if pearson is not None and not math.isnan(pearson):
-        stats.append(f"Pearson r = {pearson:.3f}")
-    if spearman is not None and not math.isnan(spearman):
-        stats.append(f"Spearman rho = {spearman:.3f}")
+    stats = [f"{name} = {v:.3f}" for name, v in (("Pearson r", pearson), ("Spearman rho", spearman))
+             if v is not None and not math.isnan(v)]
     ax.set_title("; ".join(stats) or "clarity vs ROUGE-L", fontsize=10)
     ax.set_xlabel("mean atomic-chunk clarity")
     ax.set_ylabel("mean ROUGE-L")

@@ -19,6 +19,7 @@ method's chunks (:mod:`memreader.eval.intrinsic`) are measured too. Outputs: ``$
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass, replace
@@ -324,12 +325,8 @@ def _evaluate_methods(cfg: QAConfig, ctx: MethodContext) -> tuple[dict[str, Any]
     methods: dict[str, records.MethodRecord] = {}
     reports = {}
     for method in cfg.methods:
-        if method == "memreader" and cfg.memories:
-            def make(_work: Path) -> tuple[list[Any], dict[str, Any]]:
-                return _given_memories(cfg, eset.documents)
-        else:
-            def make(work: Path, method: str = method) -> tuple[list[Any], Any]:
-                return method_memories(method, eset.documents, settings, work)
+        make = ((lambda _work: _given_memories(cfg, eset.documents)) if method == "memreader" and cfg.memories
+                else functools.partial(method_memories, method, eset.documents, settings))
         result = run_method(ctx, method, make)
         rows = result["rows"]
         t0 = time.perf_counter()
@@ -380,10 +377,9 @@ def _write_summary(cfg: QAConfig, ctx: MethodContext, methods: dict[str, Any], r
         top_k=cfg.top_k, methods=methods, profile=records.ProfileRecord(**profile.to_dict()),
         engine=records.EngineRecord(**engine_record), seconds=round(time.perf_counter() - t_run, 1))
     write_json(out_dir / "summary.json", summary.to_dict())
-    (out_dir / "report.txt").write_text(settings_line + "\n" + table + "\n" + profile.line() + "\n", encoding="utf-8")
-    print(settings_line)
-    print(table)
-    print(profile.line())
+    report = settings_line + "\n" + table + "\n" + profile.line() + "\n"
+    (out_dir / "report.txt").write_text(report, encoding="utf-8")
+    print(report, end="")
     if cfg.report:
         from memreader.eval.report import write_report
 

@@ -112,24 +112,26 @@ def _counts(boundaries: Sequence[int], length: int, k: int) -> np.ndarray:
     return below[k:] - below[: length - k]
 
 
-def pk(predicted: Sequence[int], gold: Sequence[int], length: int, k: int | None = None) -> float:
-    """Pk of ``predicted`` against ``gold`` boundaries of a ``length``-character text (0 = perfect)."""
+def _probes(predicted: Sequence[int], gold: Sequence[int], length: int, k: int | None) -> tuple[np.ndarray, ...]:
+    """Gold and predicted :func:`_counts` of every probe (none when ``length < 2``: no probe fits, no boundary)."""
     _check(gold, length, "gold")
     _check(predicted, length, "predicted")
     if length < 2:
-        return 0.0  # no probe fits, and no boundary can exist
+        return np.zeros(1), np.zeros(1)
     k = _window(gold, length, k)
-    return float(np.mean((_counts(gold, length, k) > 0) != (_counts(predicted, length, k) > 0)))
+    return _counts(gold, length, k), _counts(predicted, length, k)
+
+
+def pk(predicted: Sequence[int], gold: Sequence[int], length: int, k: int | None = None) -> float:
+    """Pk of ``predicted`` against ``gold`` boundaries of a ``length``-character text (0 = perfect)."""
+    g, p = _probes(predicted, gold, length, k)
+    return float(np.mean((g > 0) != (p > 0)))
 
 
 def window_diff(predicted: Sequence[int], gold: Sequence[int], length: int, k: int | None = None) -> float:
     """WindowDiff of ``predicted`` against ``gold`` boundaries of a ``length``-character text (0 = perfect)."""
-    _check(gold, length, "gold")
-    _check(predicted, length, "predicted")
-    if length < 2:
-        return 0.0
-    k = _window(gold, length, k)
-    return float(np.mean(_counts(gold, length, k) != _counts(predicted, length, k)))
+    g, p = _probes(predicted, gold, length, k)
+    return float(np.mean(g != p))
 
 
 def _title_tokens(text: str) -> list[str]:
@@ -264,13 +266,8 @@ def ratios(results: dict[str, SegmentationScores]) -> dict[str, dict[str, float 
     """Every method's value of each table column divided by the first method's (None where either is
     None or the first is 0)."""
     base = next(iter(results.values()))
-    out = {}
-    for name, s in results.items():
-        out[name] = {}
-        for key, _ in COLUMNS:
-            v, b = _value(s, key), _value(base, key)
-            out[name][key] = None if v is None or not b else v / b
-    return out
+    return {name: {key: None if (v := _value(s, key)) is None or not (b := _value(base, key)) else v / b
+                   for key, _ in COLUMNS} for name, s in results.items()}
 
 
 def format_table(results: dict[str, SegmentationScores]) -> str:

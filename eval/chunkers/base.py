@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from memreader.core.errors import MemReaderError
@@ -203,10 +204,8 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     from chonkie.chunker.base import split_text_by_delimiters
 
     parts = split_text_by_delimiters(text, SENTENCE_DELIMITERS, "prev", MIN_SENTENCE_CHARS)
-    spans, pos = [], 0
-    for part in parts:
-        spans.append((pos, pos + len(part)))
-        pos += len(part)
+    ends = list(accumulate(len(p) for p in parts))
+    spans = list(zip([0, *ends], ends, strict=False))
     if "".join(parts) != text:
         return anchor_spans(text, [(s, e, p) for (s, e), p in zip(spans, parts, strict=True)], "sentence units")
     return spans

@@ -52,7 +52,6 @@ class OfflineEmbeddings(BaseEmbeddings):
         self.model = load_embedder(name, device=device)
         self._dim = embedding_dim(self.model)
         self._cache: dict[str, np.ndarray] = {}
-        self.encoded = 0  # texts actually sent to the model
 
     def __repr__(self) -> str:
         return f"OfflineEmbeddings({self.name!r})"
@@ -63,9 +62,7 @@ class OfflineEmbeddings(BaseEmbeddings):
     def embed_batch(self, texts: list[str]) -> list[np.ndarray]:
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if todo:
-            for t, v in zip(todo, encode(self.model, todo), strict=True):
-                self._cache[t] = v
-            self.encoded += len(todo)
+            self._cache.update(zip(todo, encode(self.model, todo), strict=True))
         return [self._cache[t] for t in texts]
 
     @property

@@ -153,17 +153,12 @@ def stickiness_record(memories: Sequence[Any], embedder: Any, embedder_name: str
     flat = [c for cs in chunks for c in cs]
     vectors = np.asarray(encode(embedder, flat, kind="document"), dtype=np.float32) if flat else \
         np.zeros((0, 1), dtype=np.float32)
-    groups, at = [], 0
-    for cs in chunks:
-        groups.append(vectors[at: at + len(cs)])
-        at += len(cs)
+    groups = np.split(vectors, np.cumsum([len(cs) for cs in chunks])[:-1]) if chunks else []
     threshold = null_threshold([g for g in groups if len(g)], quantile, seed)
-    per_memory: list[float | None] = []
-    edges = []
-    for g in groups:
-        cs, m = chunk_stickiness(g, threshold)
-        per_memory.append(cs if len(g) > 1 else None)  # one chunk: no graph (as clarity: no boundary)
-        edges.append(m)
+    graphs = [chunk_stickiness(g, threshold) for g in groups]
+    # one chunk: no graph (as clarity: no boundary)
+    per_memory = [cs if len(g) > 1 else None for g, (cs, _) in zip(groups, graphs, strict=True)]
+    edges = [m for _, m in graphs]
     scored = [v for v in per_memory if v is not None]
     return {"per_memory": per_memory, "edges": edges, "doc_ids": [m.doc_id for m in memories],
             "mean": float(np.mean(scored)) if scored else None, "threshold": threshold,
