@@ -1,9 +1,5 @@
-"""Answer generation for the QA evaluation: the prompt, batched generation, and a profile of where time goes.
-
-    messages = answer_messages(question, chunks)          # the qa_answer template, the question's language
-    timer = ForwardTimer(model)                            # sums the wall time of the model's forward passes
-    with timer: replies = chat.generate_many(...)
-    timer.share(total_seconds)                             # forward time / generation wall time
+"""Answer generation for the QA evaluation: the prompt, batched generation, and a profile of where time goes
+(:class:`ForwardTimer` sums the wall time of the model's forward passes).
 
 The same :func:`answer_messages` conditions the informational-support score (:mod:`memreader.eval.support`), so the
 support of a reference answer is measured under exactly the prompt the answer was generated from;

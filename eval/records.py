@@ -6,11 +6,9 @@
     write_json(folder / "summary.json", summary.to_dict())
     summary = EvalSummary.read(folder / "summary.json")        # or EvalSummary.from_dict(data, source)
 
-``to_dict`` writes the JSON every run has written (its keys are the field names). ``from_dict`` reads every field
-by its type annotation and checks what types cannot say (per-item lists align with their ids, a tolerance is a
-fraction); it raises one :class:`SummaryError` that names the file, every bad key (dotted:
-``methods.fixed.scores.ids``) and the fix (re-run ``memreader eval``: it reuses the finished memories, answers and
-clarity and writes the summary again).
+``to_dict`` writes the JSON (its keys are the field names). ``from_dict`` reads every field by its type annotation
+and checks what types cannot say (per-item lists align with their ids, a tolerance is a fraction); it raises one
+:class:`SummaryError` that names the file, every bad key (dotted: ``methods.fixed.scores.ids``) and the fix.
 
 A field with a default is optional: absent or null, it reads as its default. So summaries of older runs still
 report: a method's ``support``, ``clarity`` or ``calibration`` may be null or absent (not measured, not

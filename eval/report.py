@@ -3,15 +3,12 @@
     memreader report my-run                      # $MEMREADER_HOME/runs/my-run/eval/ -> .../eval/report/
     python -m memreader.eval.report artifacts/runs/my-run/eval --out /tmp/report
 
-Reads ``<eval>/summary.json`` and ``<eval>/methods/<method>/{memories,answers}.jsonl`` (written by the
-evaluation stage; layout in docs/EVALUATION.md, "Report") and writes ``report.md``, ``metrics.png``
-(values with 95% intervals), ``chunk_lengths.png``, ``clarity_rouge.png`` (when three or more methods
-have clarity), ``intrinsic_rouge.png``, ``report.json`` (the derived statistics: support intervals, paired
-tests, the correlation table) and ``report.html`` (the same as one offline page, plus what each method retrieved and
-answered per question: :mod:`memreader.eval.report_page`). Paired tests are every method minus ``memreader`` on the same items
-(:func:`memreader.eval.stats.paired_test`, as ``memreader score --baseline``); the correlations are
-:func:`memreader.eval.intrinsic.correlation_table`'s. :func:`build_report` runs the steps: load, statistics,
-figures, Markdown sections, files.
+Reads ``<eval>/summary.json`` and ``<eval>/methods/<method>/{memories,answers}.jsonl`` (layout in
+docs/EVALUATION.md, "Report") and writes ``report.md`` with its PNG figures, ``report.json`` (the derived
+statistics: support intervals, paired tests, the correlation table) and ``report.html`` (the same as one offline
+page, plus what each method retrieved and answered per question: :mod:`memreader.eval.report_page`). Paired tests
+are every method minus ``memreader`` on the same items (:func:`memreader.eval.stats.paired_test`, as ``memreader
+score --baseline``).
 """
 
 from __future__ import annotations

@@ -10,15 +10,10 @@ From Python (the QA harness)::
 From the shell (``memreader score``, :mod:`memreader.eval.score_cli`)::
 
     memreader score --config configs/eval/score.yaml --set pred=preds.jsonl --set ref=refs.jsonl
-    python -m memreader.eval.score --set pred=preds.jsonl --set ref=refs.jsonl --set profile=crud --set meteor_wordnet=false
-    memreader score --pred preds.jsonl --ref refs.jsonl --profile mom     # shortcut flags for the same keys
+    memreader score --pred preds.jsonl --ref refs.jsonl --profile crud --set meteor_wordnet=false
 
-The keys are those of :class:`memreader.eval.score_cli.ScoreConfig`; a ``--set`` of a metric setting (``meteor_wordnet=false``)
-is shorthand for that key of its ``metrics`` mapping. ``preds.jsonl`` holds ``{"id": ..., "prediction":
-"..."}`` per line, ``refs.jsonl`` holds ``{"id": ..., "answer": "..."}`` or ``{"id": ..., "answers":
-[...]}``; they are joined by id (compared as strings) and every id must appear in both files. The JSON
-report goes to ``$MEMREADER_HOME/runs/<run>/score/scores.json`` (or ``out``) with the resolved config
-beside it (``config.yaml`` in the run folder, ``<out stem>.config.yaml`` next to an explicit ``out``).
+Predictions and references are joined by id (compared as strings; every id must appear in both files). The JSON
+report goes to ``$MEMREADER_HOME/runs/<run>/score/scores.json`` (or ``out``) with the resolved config beside it.
 """
 
 from __future__ import annotations

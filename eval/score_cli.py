@@ -90,12 +90,8 @@ def _run_stage(cfg: ScoreConfig) -> int:
         data["baseline"] = {"pred": str(cfg.baseline), "pred_sha256": sha256_file(cfg.baseline),
                             "report": base.to_dict(per_example=cfg.per_example),
                             "paired_tests": {m: t.to_dict() for m, t in tests.items()}}
-    if cfg.out:
-        out = Path(cfg.out)
-        config_path = write_resolved_config(out.parent, cfg, f"{out.stem}.config.yaml")
-    else:
-        out = run_dir(cfg.run, "score") / "scores.json"
-        config_path = write_resolved_config(out.parent, cfg)
+    out = Path(cfg.out) if cfg.out else run_dir(cfg.run, "score") / "scores.json"
+    config_path = write_resolved_config(out.parent, cfg, f"{out.stem}.config.yaml" if cfg.out else "config.yaml")
     write_json(out, data)
     print(format_table(reports))
     if cfg.baseline:

@@ -11,10 +11,9 @@ take segment masses or boundary strings, and nltk's are O(n*k) Python loops).
 
 - Boundary precision / recall / F1: predicted and gold boundaries are matched one-to-one when at most
   ``tolerance`` characters apart (a separator is a space in English and nothing in Chinese, and the
-  aligner may give whitespace to the earlier chunk). Matching sweeps both sorted lists left to right
-  and pairs each gold boundary with the earliest unmatched prediction in reach: for equal-width
-  windows on a line this gives the largest possible number of pairs (greedy by distance can give
-  fewer). P = matched/predicted, R = matched/gold; with no gold and no predicted boundary
+  aligner may give whitespace to the earlier chunk), as many pairs as possible
+  (:func:`memreader.core.boundaries.match_boundaries`; greedy by distance can give fewer).
+  P = matched/predicted, R = matched/gold; with no gold and no predicted boundary
   P = R = F1 = 1, with only one side empty the ratio of the empty side is 0 (and F1 = 0).
 - Pk (Beeferman, Berger & Lafferty 1999) and WindowDiff (Pevzner & Hearst 2002) over character
   positions: probes ``i`` in ``[0, n - k)``; Pk counts those where "``i`` and ``i + k`` lie in the same

@@ -5,19 +5,10 @@
 ``measure(value)`` chunks the calibration documents with the parameter at ``value`` and returns
 the memories. The mean chunk length is taken as monotone in the parameter (increasing, or
 decreasing where :attr:`SizeParam.increasing` is False), which holds for every size parameter
-here up to noise. The search:
-
-1. measures ``start``;
-2. while there is no bracket (no trial on each side of the target), steps towards the target:
-   proportionally (``value * target / mean``) for a scale parameter, else half-way to the bound;
-   a step that would leave ``[lo, hi]`` stops at the bound, and a bound already measured on the
-   wrong side means the target is out of reach;
-3. once bracketed, interpolates between the tightest pair (secant), falling back to the midpoint
-   when the secant lands outside or at the bracket ends; integer parameters round and stop when no
-   untried integer is left in the bracket.
-
-It stops as soon as a trial is within ±tolerance, or raises :class:`ChunkerError` naming the
-method, the target and the closest mean reached, with the value that gave it.
+here up to noise. The search steps from ``start`` towards the target until a trial lies on each
+side of it, then interpolates inside that bracket (:func:`_next_value`). It stops as soon as a trial
+is within ±tolerance, or raises :class:`ChunkerError` naming the method, the target and the closest
+mean reached, with the value that gave it.
 """
 
 from __future__ import annotations
@@ -94,7 +85,10 @@ def search(param: SizeParam, measure: Callable[[float], list[DocumentMemory]], m
 
 
 def _next_value(param: SizeParam, tried: dict[float, tuple[float, Any]], target: float) -> float | None:
-    """The next value to measure, or None when nothing untried can help."""
+    """The next value to measure, or None when nothing untried can help: without a bracket, a step towards the
+    target (proportional for a scale parameter, else half-way to the bound, stopping at the bound); with one, the
+    secant between the tightest pair (the midpoint when it lands outside or at the ends; integers: the nearest
+    untried one inside)."""
     below = [(x, m) for x, (m, _) in tried.items() if m < target]  # chunks too short
     above = [(x, m) for x, (m, _) in tried.items() if m > target]  # chunks too long
     if below and above:

@@ -37,6 +37,7 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -187,11 +188,8 @@ class LumberChunker:
                 for d, valid, _, _, key in asks:
                     cuts[d].append(self._checked(self.cache.answers[key], valid, d))
             pending = {d for d in pending if cuts[d][-1] < len(units[d])}
-        out = {}
-        for d, text in documents.items():
-            bounds = [units[d][i][0] for i in cuts[d][:-1]] + [len(text)]
-            out[d] = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
-        return out
+        return {d: list(pairwise([units[d][i][0] for i in cuts[d][:-1]] + [len(text)]))
+                for d, text in documents.items()}
 
     def _checked(self, answer: int, valid: Sequence[int], doc_id: str) -> int:
         if answer not in valid:
