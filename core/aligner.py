@@ -67,19 +67,14 @@ def _fuzzy(doc: str, needle: str, lo: int, window: int, threshold: float) -> tup
     """Best fuzzy start of ``needle`` in ``doc[lo:lo+window]`` (start, score) or (-1, score)."""
     if len(needle) < 3 or lo >= len(doc):
         return -1, 0.0
-    hay = doc[lo : lo + window]
-    res = fuzz.partial_ratio_alignment(needle, hay, score_cutoff=threshold)
+    res = fuzz.partial_ratio_alignment(needle, doc[lo : lo + window], score_cutoff=threshold)
     if res is None:
         return -1, 0.0
     return lo + res.dest_start, float(res.score)
 
 
-def align_markers(
-    document: str,
-    markers: list[tuple[str, str]],
-    fuzzy_threshold: float = 85.0,
-    fuzzy_window: int = 20000,
-) -> Alignment:
+def align_markers(document: str, markers: list[tuple[str, str]], fuzzy_threshold: float = 85.0,
+                  fuzzy_window: int = 20000) -> Alignment:
     """Turn ``(head, tail)`` markers into tiling spans of ``document``.
 
     ``fuzzy_threshold`` is rapidfuzz's 0-100 partial-ratio score a fuzzy head/tail must reach;
@@ -158,8 +153,7 @@ def _place(document: str, cur_tail: str, head: str, prev: int, lower: int, fuzzy
         hp, hs = _fuzzy(document, head, lower, fuzzy_window, fuzzy_threshold)
         tp, ts = _fuzzy(document, cur_tail, prev, fuzzy_window, fuzzy_threshold)
         te = tp + len(cur_tail) if tp >= 0 else -1
-        cands = [(hs, hp, "fuzzy-head"), (ts, te, "fuzzy-tail")]
-        cands = [c for c in cands if c[1] >= lower]
+        cands = [c for c in [(hs, hp, "fuzzy-head"), (ts, te, "fuzzy-tail")] if c[1] >= lower]
         if cands:
             _, p, method = max(cands)
     if p >= 0 and method.startswith(("tail", "fuzzy-tail")):
@@ -184,14 +178,7 @@ def _close(document: str, boundaries: list[int], methods: list[str], cur_tail: s
         gap_chars += n_doc - tail_end
     spans = [(b, boundaries[i + 1] if i + 1 < len(boundaries) else n_doc) for i, b in enumerate(boundaries)]
     exact_starts = {i for i, m in enumerate(methods) if m in ("junction", "head", "tail", "exact")}
-    exact_chars = 0
-    for i, (s, e) in enumerate(spans):
-        end_ok = (i + 1 in exact_starts) if i + 1 < len(spans) else end_exact
-        if i in exact_starts and end_ok:
-            exact_chars += e - s
-    report = {
-        "methods": {m: methods.count(m) for m in sorted(set(methods))},
-        "gap_chars": gap_chars,
-        "coverage_exact": round(exact_chars / n_doc, 6),
-    }
-    return spans, report
+    exact_chars = sum(e - s for i, (s, e) in enumerate(spans)
+                      if i in exact_starts and ((i + 1 in exact_starts) if i + 1 < len(spans) else end_exact))
+    return spans, {"methods": {m: methods.count(m) for m in sorted(set(methods))}, "gap_chars": gap_chars,
+                   "coverage_exact": round(exact_chars / n_doc, 6)}

@@ -12,13 +12,16 @@ from memreader.core.schema import DocumentMemory, Scenario
 log = logging.getLogger(__name__)
 
 
-def memory_from_parsed(
-    doc_id: str,
-    document: str,
-    parsed: ParsedOutput,
-    meta: dict[str, Any] | None = None,
-    fuzzy_threshold: float = 85.0,
-) -> DocumentMemory:
+def _memory(doc_id: str, document: str, scenarios: list[Scenario], reasoning: str | None,
+            meta: dict[str, Any] | None, **info: Any) -> DocumentMemory:
+    """A validated memory whose meta is ``meta`` plus ``info``."""
+    mem = DocumentMemory(doc_id, document, scenarios, reasoning, {**(meta or {}), **info})
+    mem.validate()
+    return mem
+
+
+def memory_from_parsed(doc_id: str, document: str, parsed: ParsedOutput, meta: dict[str, Any] | None = None,
+                       fuzzy_threshold: float = 85.0) -> DocumentMemory:
     """Align parsed markers to the document; scenarios whose marker could not be placed are
     merged into the previous one (outline items joined with " / ", core contents by newline)."""
     alignment = align_markers(document, [(s.head, s.tail) for s in parsed.scenarios], fuzzy_threshold)
@@ -28,12 +31,8 @@ def memory_from_parsed(
         outline = " / ".join(m.outline for m in members if m.outline)
         core = "\n".join(m.core for m in members if m.core)
         scenarios.append(Scenario(outline=outline, core=core, start=start, end=end))
-    info = dict(meta or {})
-    info["parse_diagnostics"] = parsed.diagnostics
-    info["alignment"] = alignment.report
-    mem = DocumentMemory(doc_id=doc_id, document=document, scenarios=scenarios, reasoning=parsed.reasoning, meta=info)
-    mem.validate()
-    return mem
+    return _memory(doc_id, document, scenarios, parsed.reasoning, meta, parse_diagnostics=parsed.diagnostics,
+                   alignment=alignment.report)
 
 
 def grammar_path(document: str, edges: dict[int, list[int]], parsed: ParsedOutput, head_chars: int,
@@ -70,15 +69,9 @@ def grammar_path(document: str, edges: dict[int, list[int]], parsed: ParsedOutpu
     return walk(0, 0)
 
 
-def memory_from_output(
-    doc_id: str,
-    document: str,
-    output: str,
-    meta: dict[str, Any] | None = None,
-    on_unparseable: str = "raise",
-    fuzzy_threshold: float = 85.0,
-    graph: Any | None = None,
-) -> DocumentMemory:
+def memory_from_output(doc_id: str, document: str, output: str, meta: dict[str, Any] | None = None,
+                       on_unparseable: str = "raise", fuzzy_threshold: float = 85.0,
+                       graph: Any | None = None) -> DocumentMemory:
     """Parse and align one model output.
 
     ``on_unparseable="whole"`` turns output without any chunk into a one-chunk memory whose
@@ -95,23 +88,15 @@ def memory_from_output(
         if on_unparseable == "raise":
             raise
         log.warning("doc %s: unparseable output, kept the whole document as one chunk (%s)", doc_id, exc)
-        info = dict(meta or {})
-        info["fallback"] = "unparseable output: whole document kept as one chunk"
-        info["raw_output_head"] = output[:500]
         scenarios = [Scenario("", "", 0, len(document))] if document else []  # nothing to index but the chunk
-        mem = DocumentMemory(doc_id, document, scenarios, None, info)
-        mem.validate()
-        return mem
+        return _memory(doc_id, document, scenarios, None, meta,
+                       fallback="unparseable output: whole document kept as one chunk", raw_output_head=output[:500])
     if graph is not None:
         spans = grammar_path(document, graph.edges, parsed, graph.head_chars, graph.tail_chars)
         if spans is not None:
             scenarios = [Scenario(p.outline, p.core, s, e) for p, (s, e) in zip(parsed.scenarios, spans, strict=True)]
-            info = dict(meta or {})
-            info["parse_diagnostics"] = parsed.diagnostics
-            info["alignment"] = {"markers": len(spans), "chunks": len(spans), "merged": 0,
-                                 "methods": {"grammar-path": len(spans)}, "gap_chars": 0, "coverage_exact": 1.0}
-            mem = DocumentMemory(doc_id, document, scenarios, parsed.reasoning, info)
-            mem.validate()
-            return mem
+            return _memory(doc_id, document, scenarios, parsed.reasoning, meta, parse_diagnostics=parsed.diagnostics,
+                           alignment={"markers": len(spans), "chunks": len(spans), "merged": 0,
+                                      "methods": {"grammar-path": len(spans)}, "gap_chars": 0, "coverage_exact": 1.0})
         log.warning("doc %s: output is not a path of the document's grammar; aligning it by search", doc_id)
     return memory_from_parsed(doc_id, document, parsed, meta, fuzzy_threshold)

@@ -18,6 +18,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from memreader.core.config import field as config_field
 from memreader.core.structure import where_from_json
 
 K = TypeVar("K", bound=Hashable)
@@ -62,16 +63,13 @@ def rrf_k_problem(k: Any) -> str | None:
 
 def check_rrf_k(k: Any) -> None:
     """Raise ``ValueError`` when :func:`rrf_k_problem` finds ``k`` wrong."""
-    problem = rrf_k_problem(k)
-    if problem:
+    if problem := rrf_k_problem(k):
         raise ValueError(problem)
 
 
 def rrf_k_field(what: str) -> Any:
     """The ``rrf_k`` key of every config that fuses rankings: the same default, range and check
     (:func:`rrf_k_problem`) wherever it appears. ``what`` says what is fused."""
-    from memreader.core.config import field as config_field
-
     return config_field(RRF_K, ge=RRF_K_MIN, check=rrf_k_problem,
                         help=f"reciprocal rank fusion constant k for {what}: score = sum 1/(k + rank) "
                         f"(a finite number >= {RRF_K_MIN:g}; usual value {RRF_K:g})")
@@ -90,9 +88,7 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = RRF_K) ->
         seen: set[K] = set()
         for rank, key in enumerate(ranking, start=1):
             if key in seen:
-                raise ValueError(
-                    f"ranking {li} lists {key!r} more than once; deduplicate each ranking before fusing"
-                )
+                raise ValueError(f"ranking {li} lists {key!r} more than once; deduplicate each ranking before fusing")
             seen.add(key)
             terms.setdefault(key, []).append(1.0 / (k + rank))
     scored = [(key, math.fsum(parts)) for key, parts in terms.items()]
@@ -101,10 +97,8 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = RRF_K) ->
         # a tie), then stably by score: equal scores keep key order.
         scored.sort(key=lambda item: item[0])  # type: ignore[arg-type, return-value]
     except TypeError as exc:
-        raise TypeError(
-            f"RRF breaks ties by the key, so keys must be mutually orderable ({exc}); "
-            "use ints, strings or tuples of them as keys"
-        ) from exc
+        raise TypeError(f"RRF breaks ties by the key, so keys must be mutually orderable ({exc}); use ints, strings "
+                        "or tuples of them as keys") from exc
     scored.sort(key=lambda item: -item[1])
     return scored
 
@@ -183,21 +177,11 @@ class Hit:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (provenance without the repeated span fields)."""
-        return {
-            "doc_id": self.doc_id,
-            "scenario": self.scenario,
-            "start": self.start,
-            "end": self.end,
-            "score": self.score,
-            "text": self.text,
-            "source": self.where.get("source"),
-            "pages": self.where.get("pages", []),
-            "headings": self.where.get("headings", []),
-            "provenance": [
-                {"layer": p.layer, "signal": p.signal, "rank": p.rank, "similarity": p.similarity, "text": p.text}
-                for p in self.provenance
-            ],
-        }
+        return {"doc_id": self.doc_id, "scenario": self.scenario, "start": self.start, "end": self.end,
+                "score": self.score, "text": self.text, "source": self.where.get("source"),
+                "pages": self.where.get("pages", []), "headings": self.where.get("headings", []),
+                "provenance": [{"layer": p.layer, "signal": p.signal, "rank": p.rank, "similarity": p.similarity,
+                                "text": p.text} for p in self.provenance]}
 
 
 def fuse_layer_hits(

@@ -82,14 +82,11 @@ def _split_chunk(raw: str, diags: list[str], index: int) -> tuple[str, str]:
 def _scenario_bodies(text: str, diags: list[str]) -> list[str]:
     """Bodies of ``<scenario>`` blocks, or of ``<chunk>``-started sections when there are none."""
     opens = list(re.finditer(r"<scenario\s*>", text, re.IGNORECASE))
-    if not opens:
-        chunk_opens = list(re.finditer(r"<chunk\s*>", text, re.IGNORECASE))
-        if chunk_opens:
+    keep_open_tag = not opens
+    if keep_open_tag:
+        opens = list(re.finditer(r"<chunk\s*>", text, re.IGNORECASE))
+        if opens:
             diags.append("no <scenario> tags: split scenarios at each <chunk>")
-        opens = chunk_opens
-        keep_open_tag = True
-    else:
-        keep_open_tag = False
     bodies = []
     for i, m in enumerate(opens):
         end = opens[i + 1].start() if i + 1 < len(opens) else len(text)
@@ -143,17 +140,13 @@ def parse_output(text: str, document: str | None = None) -> ParsedOutput:
         scenarios.append(ParsedScenario(head, tail, core))
 
     if not scenarios:
-        raise ParseError(
-            "the output contains no <scenario> or <chunk> block, so no chunk can be aligned; "
-            f"first 200 characters were: {text[:200]!r}. Check the prompt template and the model's "
-            "max_new_tokens (a cut-off generation often loses every scenario)."
-        )
+        raise ParseError("the output contains no <scenario> or <chunk> block, so no chunk can be aligned; first 200 "
+                         f"characters were: {text[:200]!r}. Check the prompt template and the model's "
+                         "max_new_tokens (a cut-off generation often loses every scenario).")
 
     if len(outline) != len(scenarios):
-        diags.append(
-            f"outline has {len(outline)} item(s) for {len(scenarios)} scenario(s); "
-            "missing items taken from the core content, extra items dropped"
-        )
+        diags.append(f"outline has {len(outline)} item(s) for {len(scenarios)} scenario(s); missing items taken "
+                     "from the core content, extra items dropped")
     for i, sc in enumerate(scenarios):
         if i < len(outline):
             sc.outline = outline[i]
@@ -166,8 +159,6 @@ def parse_output(text: str, document: str | None = None) -> ParsedOutput:
         doc_zh = is_chinese(document)
         out_zh = is_chinese([*(sc.core for sc in scenarios), *outline])
         if doc_zh != out_zh:
-            diags.append(
-                f"language mismatch: document looks {'Chinese' if doc_zh else 'non-Chinese'}, "
-                f"outline/core look {'Chinese' if out_zh else 'non-Chinese'}"
-            )
+            diags.append(f"language mismatch: document looks {'Chinese' if doc_zh else 'non-Chinese'}, "
+                         f"outline/core look {'Chinese' if out_zh else 'non-Chinese'}")
     return ParsedOutput(unescape_markup(reasoning.strip()) if reasoning else None, outline, scenarios, diags)

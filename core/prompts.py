@@ -29,15 +29,8 @@ from memreader.core.errors import MemReaderError
 from memreader.core.markup import escape_markup
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
-TEMPLATES = (
-    "teacher_outline",
-    "teacher_extraction",
-    "memreader",
-    "memreader_think",
-    "reverse_com",
-    "chunk_boundary",
-    "qa_answer",
-)
+TEMPLATES = ("teacher_outline", "teacher_extraction", "memreader", "memreader_think", "reverse_com", "chunk_boundary",
+             "qa_answer")
 LANGS = ("en", "zh")
 PRE_ESCAPED = frozenset({"memory"})
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -181,7 +174,8 @@ class ReaderPrompt:
 
 
 def render_template(tpl: Template, values: dict[str, object]) -> tuple[list[dict[str, str]], Template]:
-    """:func:`render` for a template from a file: the values it does not use are left out."""
+    """Chat messages of ``tpl`` (:func:`render` for a template from a file: the values it does not use are left
+    out)."""
     used = {k: v for k, v in values.items() if k in tpl.fields}
     safe = {k: (str(v) if k in PRE_ESCAPED else escape_markup(str(v))) for k, v in used.items()}
     return [{"role": "system", "content": _fill(tpl.system, safe)},
@@ -191,15 +185,7 @@ def render_template(tpl: Template, values: dict[str, object]) -> tuple[list[dict
 def render(name: str, lang: str, **values: object) -> tuple[list[dict[str, str]], Template]:
     """Chat messages for template ``name`` in ``lang``; every placeholder must be given."""
     tpl = load_template(name, lang)
-    missing = tpl.fields - values.keys()
-    extra = values.keys() - tpl.fields
+    missing, extra = tpl.fields - values.keys(), values.keys() - tpl.fields
     if missing or extra:
-        raise ValueError(
-            f"template {tpl.id}: missing values {sorted(missing)}, unexpected values {sorted(extra)}"
-        )
-    safe = {k: (str(v) if k in PRE_ESCAPED else escape_markup(str(v))) for k, v in values.items()}
-    messages = [
-        {"role": "system", "content": _fill(tpl.system, safe)},
-        {"role": "user", "content": _fill(tpl.user, safe)},
-    ]
-    return messages, tpl
+        raise ValueError(f"template {tpl.id}: missing values {sorted(missing)}, unexpected values {sorted(extra)}")
+    return render_template(tpl, values)

@@ -68,15 +68,9 @@ class DocumentMemory:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialisable form; the outline is written too, for readers of the raw JSONL."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "doc_id": self.doc_id,
-            "document": self.document,
-            "outline": self.outline,
-            "scenarios": [asdict(s) for s in self.scenarios],
-            "reasoning": self.reasoning,
-            "meta": self.meta,
-        }
+        return {"schema_version": SCHEMA_VERSION, "doc_id": self.doc_id, "document": self.document,
+                "outline": self.outline, "scenarios": [asdict(s) for s in self.scenarios], "reasoning": self.reasoning,
+                "meta": self.meta}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "<dict>") -> DocumentMemory:
@@ -85,29 +79,19 @@ class DocumentMemory:
             raise MemoryValidationError(f"{where}: expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise MemoryValidationError(
-                f"{where}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
-                "regenerate the memories with this version of memreader"
-            )
+            raise MemoryValidationError(f"{where}: schema_version {version!r} is not supported (expected "
+                                        f"{SCHEMA_VERSION}); regenerate the memories with this version of memreader")
         missing = [k for k in ("doc_id", "document", "scenarios") if k not in data]
         if missing:
             raise MemoryValidationError(f"{where}: missing field(s) {', '.join(missing)}")
         try:
-            scenarios = [
-                Scenario(str(s["outline"]), str(s["core"]), int(s["start"]), int(s["end"]))
-                for s in data["scenarios"]
-            ]
+            scenarios = [Scenario(str(s["outline"]), str(s["core"]), int(s["start"]), int(s["end"]))
+                         for s in data["scenarios"]]
         except (KeyError, TypeError, ValueError) as exc:
-            raise MemoryValidationError(
-                f"{where}: bad scenario ({exc!r}); each needs outline, core, start, end"
-            ) from exc
-        mem = cls(
-            doc_id=str(data["doc_id"]),
-            document=str(data["document"]),
-            scenarios=scenarios,
-            reasoning=data.get("reasoning"),
-            meta=dict(data.get("meta") or {}),
-        )
+            raise MemoryValidationError(f"{where}: bad scenario ({exc!r}); each needs outline, core, start, "
+                                        "end") from exc
+        mem = cls(str(data["doc_id"]), str(data["document"]), scenarios, data.get("reasoning"),
+                  dict(data.get("meta") or {}))
         outline = data.get("outline")
         if outline is not None and list(outline) != mem.outline:
             raise MemoryValidationError(f"{where}: 'outline' disagrees with the scenarios' outline items")
@@ -172,10 +156,8 @@ def iter_memories(path: str | Path) -> Iterator[DocumentMemory]:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise MemoryValidationError(
-                    f"{where}: not valid JSON ({exc.msg}); the file may be truncated — delete the line "
-                    "and rerun the stage to regenerate it"
-                ) from None
+                raise MemoryValidationError(f"{where}: not valid JSON ({exc.msg}); the file may be truncated — "
+                                            "delete the line and rerun the stage to regenerate it") from None
             yield DocumentMemory.from_dict(data, where=where)
 
 
