@@ -162,9 +162,6 @@ def parse_override(item: str) -> tuple[str, Any]:
                           "quote the value, e.g. --set 'key=\"[text\"'") from None
 
 
-_parse_override = parse_override  # the earlier private name
-
-
 def _yaml_reason(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -190,9 +187,7 @@ def read_config_data(path: str | Path | None = None, overrides: list[str] | None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping of field: value")
         data.update(loaded)
-    for item in overrides or []:
-        key, value = parse_override(item)
-        data[key] = value
+    data.update(parse_override(item) for item in overrides or [])
     return data, where
 
 
@@ -220,10 +215,8 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     problems = [f"unknown key {k!r}: it is now {renamed[k]!r}" if k in renamed else unknown_key_problem(k, fields)
                 for k in data if k not in fields]
     kwargs = {k: coerce_value(v, hints[k], k, problems) for k, v in data.items() if k in fields}
-    missing = [
-        n for n, f in fields.items()
-        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
+    missing = [n for n, f in fields.items()
+               if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     problems += [f"missing required key {n!r}: {fields[n].metadata.get('help', '')}" for n in missing]
     cfg = None
     if not missing:
@@ -239,8 +232,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     if "run" in fields and isinstance(run_name, str):
         from memreader.core.paths import run_name_problem
 
-        bad_run = run_name_problem(run_name)
-        if bad_run:
+        if bad_run := run_name_problem(run_name):
             problems.append(bad_run)
     own = getattr(cfg, "problems", None)
     if callable(own):
@@ -261,8 +253,7 @@ def describe_config(cls: type) -> str:
     lines = []
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)"
-        )
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
         lines.append(f"  {f.name} = {default!r}\n      {f.metadata.get('help', '')}")
     return "config keys (set in YAML or with --set key=value):\n" + "\n".join(lines)
 

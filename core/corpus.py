@@ -57,18 +57,15 @@ class Document:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
-def iter_corpus(
-    path: str | Path, id_field: str = "id", text_field: str = "text", limit: int | None = None
-) -> Iterator[Document]:
+def iter_corpus(path: str | Path, id_field: str = "id", text_field: str = "text",
+                limit: int | None = None) -> Iterator[Document]:
     """Documents of a JSONL corpus one at a time, read line by line (memory does not grow with the file, only
     the set of ids seen); duplicate ids, missing fields and bad bytes are errors naming file and line."""
-    for doc, _, _ in iter_corpus_spans(path, id_field, text_field, limit):
-        yield doc
+    return (doc for doc, _, _ in iter_corpus_spans(path, id_field, text_field, limit))
 
 
-def iter_corpus_spans(
-    path: str | Path, id_field: str = "id", text_field: str = "text", limit: int | None = None
-) -> Iterator[tuple[Document, int, int]]:
+def iter_corpus_spans(path: str | Path, id_field: str = "id", text_field: str = "text",
+                      limit: int | None = None) -> Iterator[tuple[Document, int, int]]:
     """:func:`iter_corpus` with each record's line as byte offsets ``[start, end)`` of the file."""
     path = Path(path)
     if not path.is_file():
@@ -118,9 +115,8 @@ def record_document(rec: dict[str, Any], id_field: str = "id", text_field: str =
     return Document(str(rec[id_field]), rec[text_field], {k: v for k, v in rec.items() if k not in (id_field, text_field)})
 
 
-def read_corpus(
-    path: str | Path, id_field: str = "id", text_field: str = "text", limit: int | None = None
-) -> list[Document]:
+def read_corpus(path: str | Path, id_field: str = "id", text_field: str = "text",
+                limit: int | None = None) -> list[Document]:
     """Every document of a JSONL corpus in a list (:func:`iter_corpus` for one at a time)."""
     return list(iter_corpus(path, id_field, text_field, limit))
 

@@ -47,11 +47,9 @@ def cut_dtype(setting: str) -> str:
     if setting not in CUT_DTYPES:
         raise CutScorerError(f"cut_dtype={setting!r} is not one of {', '.join(CUT_DTYPES)}",
                              "set cut_dtype to auto, float32 or bfloat16")
-    if setting != "auto":
-        return setting
     from memreader.core.hardware import cpu_dtype
 
-    return cpu_dtype()
+    return setting if setting != "auto" else cpu_dtype()
 
 
 def model_signature(config: Any) -> dict[str, Any]:
@@ -206,8 +204,7 @@ def text_key(text: str, features: CutFeatures) -> str:
              features.max_tokens, features.overlap, text]
     if features.dtype != "float32":  # bf16 rows never mix with the fp32 rows a head is fitted on (fp32 keys as before)
         parts.append(features.dtype)
-    blob = json.dumps(parts, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:24]
 
 
 def cached_rows(features: CutFeatures, text: str, cache_dir: Path | None) -> tuple[list[int], np.ndarray]:

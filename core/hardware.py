@@ -28,16 +28,18 @@ _CACHE_NAME = "hardware.json"
 _memo: dict[str, dict[str, Any]] = {}
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), or the platform's description."""
+def _cpuinfo(name: str) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line that starts with ``name`` (None where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(name)), None)
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return None
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), or the platform's description."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_cores() -> int:
@@ -74,15 +76,8 @@ def cpu_label() -> str:
 
 
 def _flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-                    return [x for x in line.split(":", 1)[1].split() if x in wanted]
-    except OSError:
-        pass
-    return []
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return [x for x in (_cpuinfo("flags") or "").split() if x in wanted]
 
 
 def matmul_rate(dtype: str, n: int = PROBE_N, seconds: float = PROBE_SECONDS) -> float:
@@ -124,7 +119,6 @@ def matmul_rates(threads: int | None = None, refresh: bool = False) -> dict[str,
             cache = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             log.warning("%s is unreadable (%s); probing again", path, exc)
-            cache = {}
     if not refresh and isinstance(cache.get(key), dict) and "best" in cache[key]:
         _memo[key] = cache[key]
         return cache[key]

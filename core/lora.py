@@ -88,10 +88,8 @@ def adapter_base(adapter_dir: Path) -> str:
     return str(base)
 
 
-def merge_adapter(
-    adapter_dir: str, output_dir: str | None = None, base: str | None = None, dtype: str = CHECKPOINT,
-    overwrite: bool = False,
-) -> Path:
+def merge_adapter(adapter_dir: str, output_dir: str | None = None, base: str | None = None, dtype: str = CHECKPOINT,
+                  overwrite: bool = False) -> Path:
     """Load ``base`` + the LoRA in ``adapter_dir``, ``merge_and_unload`` and save model + tokenizer to
     ``output_dir`` (default ``<adapter_dir>/merged``) in ``dtype`` (:data:`MERGE_DTYPES`); returns the output
     folder."""
@@ -122,20 +120,16 @@ def merge_adapter(
         dtype = resolve_engine("merge", "transformers", "auto").dtype
     torch_dtype = "auto" if dtype == CHECKPOINT else getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
-    model = PeftModel.from_pretrained(model, str(adapter))
-    merged = model.merge_and_unload()
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(str(out))
     tokenizer_src = adapter if (adapter / "tokenizer_config.json").is_file() else Path(base_path)
     AutoTokenizer.from_pretrained(str(tokenizer_src)).save_pretrained(str(out))
     seconds = time.perf_counter() - start
-    write_json(out / "merge_manifest.json", {
-        "base": base_name, "base_path": base_path, "adapter": str(adapter), "dtype": str(merged.dtype),
-        "seconds": round(seconds, 2),
-    })
+    write_json(out / "merge_manifest.json", {"base": base_name, "base_path": base_path, "adapter": str(adapter),
+                                              "dtype": str(merged.dtype), "seconds": round(seconds, 2)})
     log.info("merged %s into %s in %.1f s -> %s", adapter, base_name, seconds, out)
     return out
-
 
 
 def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = CHECKPOINT) -> Path:

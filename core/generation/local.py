@@ -85,8 +85,7 @@ def generate_chat_batch(model: Any, tokenizer: Any, batch: Sequence[Messages], p
         row_seeds = list(seeds) if seeds is not None else [params.seed] * len(batch)
         sampler = SeededSampler([None if s is None else row_seed(s, m) for s, m in zip(row_seeds, batch, strict=True)],
                                 params.temperature, params.top_p)
-        processors = [processor] if processor is not None else []
-        kwargs["logits_processor"] = LogitsProcessorList([*processors, sampler])
+        kwargs["logits_processor"] = LogitsProcessorList([p for p in (processor, sampler) if p is not None])
     with torch.inference_mode():
         out = model.generate(**enc, **kwargs)
     new = out[:, enc["input_ids"].shape[1]:].tolist()

@@ -234,8 +234,8 @@ class OpenAIChat:
         extras = choice.message.model_extra or {}
         usage = response.usage
         return Reply(choice.message.content or "", extras.get("reasoning_content") or extras.get("reasoning"),
-                            choice.finish_reason, usage.prompt_tokens if usage else None,
-                            usage.completion_tokens if usage else None, guided)
+                     choice.finish_reason, usage.prompt_tokens if usage else None,
+                     usage.completion_tokens if usage else None, guided)
 
     async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm,
                        on_reply: OnReply | None, return_exceptions: bool,
