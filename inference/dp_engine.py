@@ -61,8 +61,7 @@ def process_gpus(cfg: Any) -> list[list[str]]:
 
 def run_data_parallel(cfg: Any, todo: list[Shard], out_dir: Path, key: str) -> dict[int, dict[str, Any]]:
     """Read ``todo`` with one process per GPU group; shard index → its marker (or ``{"error": ...}``)."""
-    groups = process_gpus(cfg)
-    groups = groups[:len(todo)]  # no idle process
+    groups = process_gpus(cfg)[:len(todo)]  # no idle process
     jobs = ShardStore(out_dir).dir / ".dp-jobs"
     shutil.rmtree(jobs, ignore_errors=True)
     jobs.mkdir(parents=True)

@@ -134,16 +134,10 @@ class ReadConfig(CorpusConfig, GuidedConfig, WindowConfig, PromptConfig):
         if self.backend == "openai" and not (self.base_url or os.environ.get("MEMREADER_READER_BASE_URL")):
             problems.append("base_url: backend=openai needs the reading server's URL (base_url=... or "
                             "MEMREADER_READER_BASE_URL); the reader never falls back to the teacher's endpoint")
-        problems += self.corpus_problems()
-        for problem in (*ENGINE.problems(self),
-                        None if self.lora_mode in LORA_MODES else
-                        f"lora_mode: {self.lora_mode!r} is not one of {', '.join(LORA_MODES)}",
-                        None if self.compile_mode in COMPILE_MODES else
-                        f"compile_mode: {self.compile_mode!r} is not one of {', '.join(COMPILE_MODES)}",
-                        None if self.cut_dtype in CUT_DTYPES else
-                        f"cut_dtype: {self.cut_dtype!r} is not one of {', '.join(CUT_DTYPES)}"):
-            if problem:
-                problems.append(problem)
+        problems += self.corpus_problems() + ENGINE.problems(self)
+        for key, allowed in (("lora_mode", LORA_MODES), ("compile_mode", COMPILE_MODES), ("cut_dtype", CUT_DTYPES)):
+            if getattr(self, key) not in allowed:
+                problems.append(f"{key}: {getattr(self, key)!r} is not one of {', '.join(allowed)}")
         return problems
 
 

@@ -227,8 +227,7 @@ def cut_ahead(docs: Iterator[Document], cutter: Callable[[str], Any] | None,
     leave the GIL during their kernels). Without a head: ``(doc, None)``. An error in the head surfaces at its
     document. ``depth`` 0: no thread (each document is scored by :meth:`Reading.plan`)."""
     if cutter is None or depth == 0:
-        for doc in docs:
-            yield doc, None
+        yield from ((doc, None) for doc in docs)
         return
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor

@@ -277,14 +277,15 @@ class _Handler(BaseHTTPRequestHandler):
             log.info("client went away before the %d answer was sent", status)
 
     def _error(self, err: RequestError) -> None:
-        kind = "not_found_error" if err.status == 404 else "invalid_request_error"
+        kind = {401: "authentication_error", 404: "not_found_error", 500: "server_error"}.get(err.status,
+                                                                                               "invalid_request_error")
         self._send(err.status, {"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}})
 
     def _refuse_unauthorized(self) -> bool:
         if self.server.authorized(self.headers.get("Authorization")):
             return False
-        self._send(401, {"error": {"message": "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                   "type": "authentication_error", "param": None, "code": "invalid_api_key"}})
+        self._error(RequestError("missing or wrong API key: send 'Authorization: Bearer <key>'", status=401,
+                                 code="invalid_api_key"))
         return True
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
@@ -325,8 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except Exception:  # a server-side failure: traceback to the log only, a generic 500 (clients retry 5xx)
             log.exception("POST %s failed", path)
-            self._send(500, {"error": {"message": "internal server error (details are in the server log)",
-                                       "type": "server_error", "param": None, "code": None}})
+            self._error(RequestError("internal server error (details are in the server log)", status=500))
             return
         usage = answer["usage"]
         log.info("POST %s -> 200, %d+%d tokens in %.2f s", path, usage["prompt_tokens"],

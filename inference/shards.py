@@ -178,7 +178,6 @@ def plan_file_shards(path: str | Path, shard_size: int, id_field: str = "id", te
     refs: list[tuple[str, str]] = []
     empty: list[str] = []
     start = end = 0
-    n = 0
 
     def close() -> None:
         shards.append(Shard(len(shards), refs=list(refs), span=FileSpan(str(path.resolve()), start, end, id_field,
@@ -193,13 +192,11 @@ def plan_file_shards(path: str | Path, shard_size: int, id_field: str = "id", te
             start = line_start
         refs.append((doc.doc_id, doc.sha256))
         end = line_end
-        n += 1
         if len(refs) == shard_size:
             close()
     if refs:
         close()
-    return FilePlan(shards, n, empty)
-
+    return FilePlan(shards, sum(len(s.refs) for s in shards), empty)
 
 
 class ShardStore:
@@ -309,8 +306,7 @@ def merge_shards(store: ShardStore, shards: list[Shard], out_path: Path) -> int:
     seen: dict[str, str] = {}
     n = 0
     try:
-        with tmp.open("w", encoding="utf-8"):
-            pass
+        tmp.write_text("", encoding="utf-8")
         for shard in shards:
             path = store.path(shard)
             if not path.is_file():
