@@ -21,6 +21,7 @@ A file that cannot give text raises :class:`FileProblem` with a kind (``encrypte
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,9 +135,7 @@ def _markdown(path: Path) -> Extracted:
     from markdown_it import MarkdownIt
 
     text = _decode(path.read_bytes(), path)
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
+    starts = [0, *itertools.accumulate(len(line) for line in text.splitlines(keepends=True))]
     tokens = MarkdownIt("commonmark").parse(text)
     headings, trail = [], []
     for i, token in enumerate(tokens):

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import glob
 import json
-import logging
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +43,6 @@ from memreader.core.hardware import cpu_cores
 from memreader.core.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
 from memreader.core.stage import Flag, Stage
 from memreader.ingest.formats import FORMATS, FileProblem, extract, format_of
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -178,9 +176,7 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
     rows = _unique_rows(records)
     current = {str(s.path.resolve()) for s in sources}
     removed = sorted(src for src in previous if src not in current)
-    counts: dict[str, int] = {}
-    for fate in fates.values():
-        counts[fate["fate"]] = counts.get(fate["fate"], 0) + 1
+    counts = dict(Counter(fate["fate"] for fate in fates.values()))
     if rows:
         write_atomic(corpus_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     summary = {"corpus": str(corpus_path) if rows else None, "documents": len(rows), "n_files": len(sources),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,8 +27,6 @@ from memreader.core.boundaries import match_boundaries, prf
 from memreader.core.cut_features import FEATURES_VERSION, CutFeatures, CutScorerError, cached_rows, labels_for
 from memreader.core.cut_head import FOLDER, HEAD_FORMAT, CutHead, build_head, min_gap, pick_breaks
 from memreader.core.registry import SMOLLM2
-
-log = logging.getLogger(__name__)
 
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.05, 0.96, 0.05))
 
@@ -142,13 +139,8 @@ def choose_threshold(probs: list[np.ndarray], rows: _Rows, tolerance: int) -> tu
     """(threshold, boundary F1) with the best F1 on ``rows``' documents."""
     gaps = [min_gap(d.text) for d in rows.docs]
     gold = [d.boundaries for d in rows.docs]
-    best = (0.5, -1.0)
-    for t in THRESHOLDS:
-        f1 = boundary_f1([pick_breaks(e, p, t, g) for e, p, g in zip(rows.ends, probs, gaps, strict=True)], gold,
-                         tolerance)
-        if f1 > best[1]:
-            best = (t, f1)
-    return best
+    return max(((t, boundary_f1([pick_breaks(e, p, t, g) for e, p, g in zip(rows.ends, probs, gaps, strict=True)],
+                                gold, tolerance)) for t in THRESHOLDS), key=lambda tf: tf[1])  # ties: the lowest
 
 
 def fit_cut_head(settings: CutFitSettings, out: str | Path, threads: int = 0) -> dict[str, Any]:

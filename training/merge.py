@@ -18,7 +18,6 @@ resolved config (``merge_config.yaml``). Merging a 7B model needs ~16 GB of CPU 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from memreader.core.config import field
@@ -27,9 +26,6 @@ from memreader.core.paths import write_resolved_config
 from memreader.core.stage import Flag, Stage
 
 __all__ = ["STAGE", "MergeConfig", "MergeError", "adapter_base", "merge_adapter"]
-
-log = logging.getLogger(__name__)
-
 
 
 @dataclass

@@ -107,15 +107,6 @@ def load_sft_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):  # stops at the shorter one
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def measure(records: list[dict[str, Any]], tokenizer: Any, batch_size: int = 256) -> list[ExampleLength]:
     """Token lengths of each record, tokenized the way TRL's SFTTrainer does for conversational
     prompt-completion data: the completion starts where ``prompt + generation prompt`` and
@@ -134,7 +125,8 @@ def measure(records: list[dict[str, Any]], tokenizer: Any, batch_size: int = 256
         prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
         full_ids = tokenizer(fulls, add_special_tokens=False)["input_ids"]
         for record, p_ids, f_ids in zip(batch, prompt_ids, full_ids, strict=True):
-            prompt_len = _common_prefix(p_ids, f_ids)
+            prompt_len = next((i for i, (x, y) in enumerate(zip(p_ids, f_ids, strict=False)) if x != y),
+                              min(len(p_ids), len(f_ids)))  # the tokens the two share from the start
             out.append(ExampleLength(
                 id=record["id"], prompt=prompt_len, completion=len(f_ids) - prompt_len, total=len(f_ids),
                 prompt_is_prefix=prompt_len == len(p_ids),
