@@ -13,7 +13,6 @@ as ``<name>.scores.config.yaml``. The evaluation harness uses it to score chunki
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any, ClassVar
 from tqdm.auto import tqdm
 
 from memreader.core.config import ConfigError, field
-from memreader.core.paths import sha256_file, write_atomic, write_json, write_resolved_config
+from memreader.core.paths import sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.core.schema import read_memories
 from memreader.core.scoring import evaluator_scorer
 from memreader.core.scoring_settings import EvaluatorConfig
@@ -76,10 +75,10 @@ def assess(cfg: AssessConfig, scorer: Any | None = None) -> dict[str, Any]:
     with tqdm(total=len(memories), desc="assess", unit="memory") as bar:
         for lo in range(0, len(memories), cfg.block):
             block = memories[lo: lo + cfg.block]
-            for mem, score in zip(block, scorer.score(block), strict=True):
-                rows.append({"doc_id": mem.doc_id, **score.to_dict()})
+            rows += [{"doc_id": mem.doc_id, **score.to_dict()} for mem, score in zip(block, scorer.score(block),
+                                                                                      strict=True)]
             bar.update(len(block))
-    write_atomic(out["scores"], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_jsonl(out["scores"], rows)
     seconds = time.perf_counter() - t0
     clarity = [r["clarity"] for r in rows if not r.get("single_chunk")]
     completeness = [r["completeness"] for r in rows if r.get("completeness") is not None]

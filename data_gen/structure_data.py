@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import field
-from memreader.core.paths import memreader_home
+from memreader.core.paths import memreader_home, sha256_file, write_jsonl
 from memreader.core.stage import Stage
 from memreader.data_gen.structure_sources import (
     EN_RANGE,
@@ -266,14 +266,7 @@ def write_structure_data(cfg: StructureDataConfig) -> dict[str, Any]:
     """Build and write the three splits and the manifest; returns the manifest."""
     out_dir = Path(cfg.out) if cfg.out else memreader_home() / "datasets" / "structure"
     docs, facts = build(cfg)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sha = {}
-    for split in SPLITS:
-        path = out_dir / f"{split}.jsonl"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in docs[split]), encoding="utf-8")
-        tmp.replace(path)
-        sha[split] = hashlib.sha256(path.read_bytes()).hexdigest()
+    sha = {split: sha256_file(write_jsonl(out_dir / f"{split}.jsonl", docs[split])) for split in SPLITS}
     inputs = sorted(Path(cfg.shared).glob("*.json*"))
     manifest = {"settings": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k != "out"}, **facts,
                 **{split: _summary(docs[split]) for split in SPLITS}, "sha256": sha,

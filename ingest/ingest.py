@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from memreader.core.config import field
 from memreader.core.errors import ConfigError, RunFailed
 from memreader.core.hardware import cpu_cores
-from memreader.core.paths import run_dir, sha256_file, write_atomic, write_json, write_resolved_config
+from memreader.core.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.core.stage import Flag, Stage
 from memreader.ingest.formats import FORMATS, FileProblem, extract, format_of
 
@@ -178,7 +178,7 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
     removed = sorted(src for src in previous if src not in current)
     counts = dict(Counter(fate["fate"] for fate in fates.values()))
     if rows:
-        write_atomic(corpus_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        write_jsonl(corpus_path, rows)
     summary = {"corpus": str(corpus_path) if rows else None, "documents": len(rows), "n_files": len(sources),
                "counts": counts, "removed": removed, "seconds": round(time.perf_counter() - started, 2),
                "files": {s.doc_id: {"source": str(s.path), **fates[s.doc_id]} for s in sources}}

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.config import ConfigError
-from memreader.core.paths import sha256_file, write_json, write_resolved_config
+from memreader.core.paths import sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.core.registry import resolve_model
 from memreader.core.stage import PrintAction, Stage
 from memreader.training.config import (
@@ -283,9 +283,7 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
     summary = _summarize(cfg, trainer, seconds, counts, resume_from)
     if trainer.is_world_process_zero():
         (out / "trainer_args.json").write_text(args.to_json_string(), encoding="utf-8")
-        with (out / "curves.jsonl").open("w", encoding="utf-8") as handle:
-            for entry in trainer.state.log_history:
-                handle.write(json.dumps(entry) + "\n")
+        write_jsonl(out / "curves.jsonl", trainer.state.log_history)
         write_json(out / "summary.json", summary)
         if project.merge:
             from memreader.training.merge import merge_adapter
