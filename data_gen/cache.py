@@ -96,10 +96,8 @@ class ReplyCache(_Table):
         self._db.commit()
 
 class ScoreCache(_Table):
-    """Evaluator scores of candidate memories, one row per (memory, evaluator settings), committed at once.
-
-    Lives in the same SQLite file as the replies (its own table), so a resumed run rescores nothing.
-    """
+    """Evaluator scores of candidate memories, one row per (memory, evaluator settings), committed at once (in the
+    replies' SQLite file, its own table), so a resumed run rescores nothing."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path, "scores (key TEXT PRIMARY KEY, score TEXT NOT NULL)")

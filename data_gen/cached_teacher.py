@@ -23,12 +23,9 @@ def sample_seed(seed: int | None, sample: int | None) -> int | None:
 
 
 class CachedTeacher:
-    """Replies for ``(template_id, messages)`` items through a cache keyed by everything that shapes them.
-
-    ``backend`` and ``base_url`` are part of every key, so a reply from one endpoint is never
-    replayed for another; so is the grammar that guided a reply, and the sample index of a
-    candidate (so raising ``num_candidates`` reuses the candidates already paid for).
-    """
+    """Replies for ``(template_id, messages)`` items through a cache keyed by everything that shapes them
+    (:func:`~memreader.data_gen.cache.cache_key`: a candidate's sample index too, so raising ``num_candidates``
+    reuses the candidates already paid for)."""
 
     def __init__(self, dispatcher: Dispatcher, cache: ReplyCache, model: str, backend: str = "",
                  base_url: str = "", retry_unusable: bool = False) -> None:

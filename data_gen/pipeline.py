@@ -59,8 +59,7 @@ ENGINE = EngineKeys("teacher", backend="teacher", extra=("structure",))
 
 @dataclass
 class GenConfig(CorpusConfig, GuidedConfig, WindowConfig, PromptConfig, EvaluatorConfig):
-    """Settings of one data-generation run (guided-decoding, window and evaluator keys from :class:`GuidedConfig`,
-    :class:`~memreader.core.windowing.WindowConfig` and :class:`~memreader.core.scoring_settings.EvaluatorConfig`)."""
+    """Settings of one data-generation run (the guided-decoding, window, prompt and evaluator keys of its bases)."""
 
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"score_batch_tokens": "evaluator_batch_tokens"}
 
@@ -228,8 +227,8 @@ def _teach(cfg: GenConfig, docs: list[Document], backend: Any, base_url: str, ca
         teacher, flow = None, None
     else:
         units, windows, failures = make_units(cfg, docs, backend)
-        results = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache, scorer)) if units else ([], None, None)
-        unit_results, teacher, flow = results
+        unit_results, teacher, flow = asyncio.run(_flow(cfg, units, backend, base_url, cache, score_cache, scorer)) \
+            if units else ([], None, None)
     got = _Taught(unit_results, windows, failures, teacher, flow)
     for res in unit_results:
         got.failures += res.failures

@@ -185,12 +185,11 @@ class TeacherFlow:
                 "generation": {**reply.info(), "fate": fate, "grammar": unit.plan.meta() if unit.plan else None}}
         if fate == "truncated-kept":
             meta["truncated"] = True
-        on_unparseable = "whole" if cfg.on_unusable == "whole" else "raise"
         # the params the kept reply was asked with (a retried reply had twice the budget)
         used = self.extract_params if fate != "retried" else GenerationParams(
             cfg.temperature, cfg.top_p, cfg.max_new_tokens * 2, seed=cfg.seed)
         try:
-            mem = memory_from_output(unit.unit_id, unit.text, reply, meta, on_unparseable,
+            mem = memory_from_output(unit.unit_id, unit.text, reply, meta, "whole" if cfg.on_unusable == "whole" else "raise",
                                      graph=unit.plan.graph if unit.plan is not None and reply.guided else None)
         except ParseError as exc:
             self.teacher.mark_unusable(item, used, grammar, j)

@@ -45,10 +45,8 @@ def make_units(cfg: Any, docs: list[Document], backend: Any) -> tuple[list[Unit]
     """Units for every document (windows of long ones), each window's grammar, and the documents
     refused before any call (no window fits, no grammar possible: each message names the fix)."""
     count = count_tokens_for(backend)
-    grammars = None
-    if wants_grammar(cfg.guided, cfg.teacher):
-        grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
-                                  may_go_unguided=cfg.teacher == "openai" and cfg.guided == "auto")
+    grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count, may_go_unguided=cfg.teacher == "openai"
+                              and cfg.guided == "auto") if wants_grammar(cfg.guided, cfg.teacher) else None
     texts = [d.text for d in docs]
     prompt_tokens, budget = _prompt_room(cfg, backend, count, sorted({detect_language(t) for t in texts}))
     wplan, plans, plan_errors = plan_guided_windows(

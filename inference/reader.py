@@ -381,8 +381,7 @@ def cut_ahead_depth(setting: int, engine: dict[str, Any]) -> int:
     a server) and the CPU would otherwise wait."""
     if setting >= 0:
         return setting
-    local_cpu = engine.get("backend") in ("transformers", "vllm") and engine.get("device", "cpu") == "cpu"
-    return 0 if local_cpu else 2
+    return 0 if engine.get("backend") in ("transformers", "vllm") and engine.get("device", "cpu") == "cpu" else 2
 
 
 def open_cutter(cfg: ReadConfig, grammars: Any) -> Cutter | None:
@@ -400,8 +399,7 @@ def open_cutter(cfg: ReadConfig, grammars: Any) -> Cutter | None:
                              "its breaks are memory-grammar breaks", "set guided=auto, or cut_head=none")
     scorer = CutScorer.load(folder, cfg.model, dtype=cfg.cut_dtype)
     threshold = check_threshold(cfg.cut_threshold) if cfg.cut_threshold else scorer.threshold
-    settings = grammars.settings
-    return Cutter(scorer, threshold, lambda text: min_gap(text, settings))
+    return Cutter(scorer, threshold, lambda text: min_gap(text, grammars.settings))
 
 
 def _open_backend(cfg: ReadConfig, backend: Any | None, prompt: Any, langs: set[str]) -> tuple[Any, Any, dict]:
@@ -410,10 +408,8 @@ def _open_backend(cfg: ReadConfig, backend: Any | None, prompt: Any, langs: set[
     if callable(getattr(backend, "check_reachable", None)):
         backend.check_reachable()  # an unreachable server is a configuration error, before any document
     count = count_tokens_for(backend)
-    grammars = None
-    if wants_grammar(cfg.guided, cfg.backend):
-        grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count,
-                                  may_go_unguided=cfg.backend == "openai" and cfg.guided == "auto")
+    grammars = MemoryGrammars(cfg.grammar_settings(**cfg.marker()), count, may_go_unguided=cfg.backend == "openai"
+                              and cfg.guided == "auto") if wants_grammar(cfg.guided, cfg.backend) else None
     sizing = {"count_tokens": count, "settings": cfg.windows(), "max_new_tokens": cfg.max_new_tokens,
               "prompt_tokens": max(prompt_tokens_of(prompt.render(lang, "")[0], backend, count)
                                    for lang in sorted(langs)),

@@ -258,10 +258,8 @@ def training_engine(use_cpu: bool = False) -> EngineChoice:
 
 def _apply_defaults(lora: dict[str, Any], sft: dict[str, Any], run: Any) -> str:
     """The project defaults for the keys not given (the module docstring's table); returns the run folder name."""
-    for key, value in LORA_DEFAULTS.items():
-        lora.setdefault(key, value)
-    for key, value in SFT_DEFAULTS.items():
-        sft.setdefault(key, value)
+    lora.update({k: v for k, v in LORA_DEFAULTS.items() if k not in lora})
+    sft.update({k: v for k, v in SFT_DEFAULTS.items() if k not in sft})
     engine = training_engine(bool(sft.get("use_cpu")))
     if "bf16" not in sft and not sft.get("fp16"):
         sft["bf16"] = engine.dtype == "bfloat16"
@@ -327,8 +325,8 @@ def resolved_values(cfg: TrainConfig) -> dict[str, Any]:
     derived from the run and the machine and was not given (:data:`DERIVED`) and secrets; ``--config`` on
     that file rebuilds the same config on any machine (``trainer_args.json`` keeps the exact values)."""
     out: dict[str, Any] = {k: _plain(v) for k, v in dataclasses.asdict(cfg.project).items()}
-    lora = cfg.lora.to_dict()
-    out.update({k: _plain(v) for k, v in lora.items() if k in key_sets()["lora"]})
+    lora_keys = key_sets()["lora"]
+    out.update({k: _plain(v) for k, v in cfg.lora.to_dict().items() if k in lora_keys})
     sft = {f.name: getattr(cfg.sft, f.name) for f in dataclasses.fields(cfg.sft) if f.init}
     out.update({k: _plain(v) for k, v in sft.items() if k not in _SECRET})
     for key in DERIVED:
@@ -353,12 +351,8 @@ def describe_keys() -> str:
         for f in dataclasses.fields(cls):
             if f.name not in keys[part]:
                 continue
-            if f.default is not dataclasses.MISSING:
-                default = repr(f.default)
-            elif f.default_factory is not dataclasses.MISSING:
-                default = repr(f.default_factory())
-            else:
-                default = "(required)"
+            default = (repr(f.default) if f.default is not dataclasses.MISSING else repr(f.default_factory())
+                       if f.default_factory is not dataclasses.MISSING else "(required)")
             lines.append(f"  {f.name} = {default}\n      {f.metadata.get('help', '')}")
         lines.append("")
     return "\n".join(lines)
