@@ -55,8 +55,6 @@ class DemoConfig:
         return [] if self.teacher in teachers else [f"teacher: {self.teacher!r} is not one of {', '.join(teachers)}"]
 
 
-
-
 def adapter_changed(adapter_dir: Path) -> float:
     """Largest |lora_B| entry of a saved adapter. PEFT initialises every lora_B to zero, so a
     positive value proves the weights moved away from their initialisation."""

@@ -43,7 +43,6 @@ _EXPORTS = {
     "format_hits": "memreader.retrieval.search",
     "run_ask": "memreader.retrieval.search",
     "run_index": "memreader.retrieval.search",
-    "run_meve_ask": "memreader.retrieval.search",
 }
 
 __all__ = sorted(_EXPORTS)

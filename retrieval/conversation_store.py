@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,6 @@ class Turn:
     def pk(self) -> str:
         """The row's primary key."""
         return primary_key(self.conversation, self.index)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return asdict(self)
 
 
 @dataclass
@@ -202,10 +198,6 @@ class ConversationStore(MilvusCollection):
     def count(self, conversation: str) -> int:
         """How many turns ``conversation`` holds."""
         return self._count(f"conversation == {string_literal(check_conversation_id(conversation))}")
-
-    def add_turn(self, conversation: str, speaker: str, text: str, timestamp: float | None = None) -> Turn:
-        """Append one turn (embedded by every embedder of the store) and return it."""
-        return self.add_turns(conversation, [(speaker, text)], None if timestamp is None else [timestamp])[0]
 
     def add_turns(self, conversation: str, items: Sequence[tuple[str, str]],
                   timestamps: Sequence[float] | None = None, batch_size: int = EMBED_BATCH) -> list[Turn]:

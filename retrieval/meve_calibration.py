@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memreader.core.errors import MemReaderError
 from memreader.retrieval.meve import Candidate, MeVePipeline
 
-__all__ = ["CalibrationError", "Calibrator", "FixedScores", "OperatingPoint", "RememberingSource", "as_rows", "choose",
+__all__ = ["CalibrationError", "Calibrator", "FixedScores", "OperatingPoint", "RememberingSource", "choose",
            "margin", "tau_grid"]
 
 
@@ -56,13 +56,7 @@ class OperatingPoint:
 
     def settings(self) -> dict[str, Any]:
         """The MeVe keys of this point."""
-        budget = {"t_max": self.t_max, "budget_share": self.budget_share}
-        if self.redundancy is not None:
-            budget["redundancy"] = self.redundancy
-        if self.verifier == "off":
-            return {"verify": False, **budget}
-        kind, calibration = self.verifier.split("/")
-        return {"verify": True, "verifier_kind": kind, "verifier_calibration": calibration, "tau": self.tau, **budget}
+        return _settings(self.verifier, self.tau, self.t_max, self.budget_share, self.redundancy)
 
     def budget_text(self) -> str:
         """``t_max=768`` or ``budget_share=0.3 (t_max=8192)``."""
@@ -77,6 +71,18 @@ class OperatingPoint:
         if target is not None:
             line += f" (target recall >= {target:.3f})"
         return line + (f" on {on}" if on else "")
+
+
+def _settings(verifier: str, tau: float, t_max: int, budget_share: float, redundancy: float | None) -> dict[str, Any]:
+    """The MeVe keys of a point (``verifier`` "off": verify=false; ``redundancy`` None: the pipeline's own)."""
+    budget: dict[str, Any] = {"t_max": t_max, "budget_share": budget_share}
+    if redundancy is not None:
+        budget["redundancy"] = redundancy
+    if verifier == "off":
+        return {"verify": False, **budget}
+    kind, calibration = verifier.split("/")
+    kind = kind.partition("@")[0]  # "cross_encoder@hotpotqa": the scores of the model that never saw hotpotqa
+    return {"verify": True, "verifier_kind": kind, "verifier_calibration": calibration, "tau": tau, **budget}
 
 
 class FixedScores:
@@ -157,16 +163,8 @@ class Calibrator:
               redundancy: float | None = None) -> OperatingPoint:
         """Phases 2-5 at one setting over every question (``name`` "off": no verification; ``redundancy`` None: the
         pipeline's own)."""
-        budget: dict[str, Any] = {"t_max": t_max, "budget_share": budget_share}
-        if redundancy is not None:
-            budget["redundancy"] = redundancy
-        if name == "off":
-            pipeline = self.pipeline_for({"verify": False, **budget}, None)
-        else:
-            kind, calibration = name.split("/")
-            verifier = FixedScores(name, self.scores[name])
-            pipeline = self.pipeline_for({"verify": True, "verifier_kind": kind, "verifier_calibration": calibration,
-                                          "tau": tau, **budget}, verifier)
+        pipeline = self.pipeline_for(_settings(name, tau, t_max, budget_share, redundancy),
+                                     None if name == "off" else FixedScores(name, self.scores[name]))
         recalls, tokens, passages, fallback = [], [], [], []
         for q, gold in zip(self.questions, self.gold, strict=True):
             result = pipeline.finish(q, [replace(c) for c in self.found[q]])
@@ -235,8 +233,3 @@ def choose(points: Sequence[OperatingPoint], recall_target: float | Sequence[flo
                            f"error(s) to spare; the closest is {closest.describe()} ({spare[closest]:+.3f} short)",
                            "lower the recall target, raise t_max (more passages fit), or try another verifier or "
                            "calibration")
-
-
-def as_rows(points: Sequence[OperatingPoint]) -> list[dict[str, Any]]:
-    """Plain dicts (for JSON)."""
-    return [{k: v for k, v in asdict(p).items() if k != "per_question"} for p in points]

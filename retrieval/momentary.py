@@ -225,10 +225,6 @@ class CutTurn:
     tokens: int
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return asdict(self)
-
 
 @dataclass
 class MomentaryContext:
@@ -269,7 +265,7 @@ class MomentaryContext:
                 "tokens": self.tokens, "stored_turns": self.stored_turns, "candidates": self.candidates,
                 "tokenizer": self.tokenizer, "settings": self.settings, "seconds": round(self.seconds, 4),
                 "normalisation": {s: n.to_dict() for s, n in self.normalisation.items()},
-                "turns": [t.to_dict() for t in self.turns], "cut": [c.to_dict() for c in self.cut], "hits": self.hits}
+                "turns": [t.to_dict() for t in self.turns], "cut": [asdict(c) for c in self.cut], "hits": self.hits}
 
     def format(self) -> str:
         """Human-readable table of the context with scores."""

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from memreader.core.embedders import EMBED_BATCH, embedding_dim, encode
 from memreader.retrieval.lexical import bm25_search, resolve_language
-from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, get_rows
+from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError
 from memreader.retrieval.rows import MAX_DOC_ID_BYTES
 
 __all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
@@ -128,11 +128,6 @@ class PassageStore(MilvusCollection):
 
     def _tokens(self, entity: dict[str, Any]) -> int | None:
         return int(entity["tokens"]) if self.token_key and "tokens" in entity else None
-
-    @property
-    def embedder_name(self) -> str:
-        """The embedder the store was built with."""
-        return str(self.meta["embedder"])
 
     @staticmethod
     def _validate(passages: Iterable[Any]) -> list[tuple[str, str, str]]:
@@ -263,13 +258,4 @@ class PassageStore(MilvusCollection):
 
     def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
         """The stored unit vectors of ``ids`` (every id must exist)."""
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return {}
-        rows = get_rows(self._client, self.collection, ids, ["pk", "vector"])
-        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise PassageStoreError(f"{self.uri} has no passage with id {missing[:3]}",
-                                    "ask for ids that a search returned, or rebuild the store")
-        return found
+        return self.stored_vectors(ids, "ask for ids that a search returned, or rebuild the store")

