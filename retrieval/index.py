@@ -71,7 +71,7 @@ from memreader.core.fusion import (
 )
 from memreader.core.schema import DocumentMemory
 from memreader.retrieval.lexical import bm25_search, resolve_language
-from memreader.retrieval.milvus import CONNECT_TIMEOUT, MAX_LIMIT, MilvusCollection, get_rows, string_literal
+from memreader.retrieval.milvus import CONNECT_TIMEOUT, MAX_LIMIT, MilvusCollection, string_literal
 from memreader.retrieval.rows import (
     MAX_DOC_ID_BYTES,
     MAX_ORIGIN_BYTES,
@@ -117,7 +117,7 @@ _SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 512}),
            ("scenario", DataType.INT64, {}), ("start", DataType.INT64, {}), ("end", DataType.INT64, {}),
            ("doc_hash", DataType.VARCHAR, {"max_length": 64}), ("generation", DataType.INT64, {}),
            ("origin", DataType.VARCHAR, {"max_length": MAX_ORIGIN_BYTES})]
-_OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text", "doc_hash", "generation", "origin"]
+_OUTPUT_FIELDS = ["doc_id", "scenario", "start", "end", "text", "doc_hash", "generation", "origin", "layer"]
 
 
 def _hit(label: str, score: float, entity: dict[str, Any]) -> LayerHit:
@@ -320,12 +320,7 @@ class MemoryIndex(MilvusCollection):
         if layer not in ALL_LAYERS:
             raise ValueError(f"unknown layer {layer!r}; choose from {', '.join(ALL_LAYERS)}")
         self._check_limit("limit", limit)
-        (results,) = self._client.search(
-            self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer == {string_literal(layer)} and {visible or self._visible()}", output_fields=_OUTPUT_FIELDS,
-            search_params={"metric_type": "COSINE"},
-        )
-        return newest_only([rank_hits([_hit(layer, float(r["distance"]), r["entity"]) for r in results], limit)])[0]
+        return newest_only([rank_hits(self._search_vector(vector, [layer], limit, visible or self._visible()), limit)])[0]
 
     def search_bm25(self, query: str, layer: str, limit: int, visible: str = "") -> list[LayerHit]:
         """The ``limit`` rows of one layer that best match ``query`` by BM25, best first (ranks 1..n).
@@ -343,13 +338,7 @@ class MemoryIndex(MilvusCollection):
         self.require_bm25(f"a BM25 search of the {layer} layer", _DENSE_FIX)
         if not _HAS_TERM.search(query):
             return []
-        found = bm25_search(self._client, self.collection, query, limit,
-                            filter=f"layer == {string_literal(layer)} and {visible}", output_fields=_OUTPUT_FIELDS)
-        return newest_only([rank_hits([_hit(bm25_label(layer), score, e) for e, score in found], limit)])[0]
-
-    def rows_by_pk(self, pks: Sequence[str], output_fields: Sequence[str]) -> list[dict[str, Any]]:
-        """Rows by primary key (``"{layer}/{scenario}/{doc_id}"``), any quotes in doc_ids escaped."""
-        return get_rows(self._client, self.collection, list(pks), list(output_fields))
+        return newest_only([rank_hits(self._search_text(query, [layer], limit, visible), limit)])[0]
 
     def chunk_texts(self, hits: Iterable[LayerHit]) -> dict[ChunkKey, str]:
         """The chunk text of each hit's scenario (of the hit's version), fetched by primary key."""
@@ -434,7 +423,7 @@ class MemoryIndex(MilvusCollection):
         names = ", ".join(string_literal(layer) for layer in layers)
         (results,) = self._client.search(
             self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer in [{names}] and {visible}", output_fields=[*_OUTPUT_FIELDS, "layer"],
+            filter=f"layer in [{names}] and {visible}", output_fields=_OUTPUT_FIELDS,
             search_params={"metric_type": "COSINE"},
         )
         return [_hit(r["entity"]["layer"], float(r["distance"]), r["entity"]) for r in results]
@@ -447,7 +436,7 @@ class MemoryIndex(MilvusCollection):
         """
         names = ", ".join(string_literal(layer) for layer in layers)
         found = bm25_search(self._client, self.collection, query, limit, filter=f"layer in [{names}] and {visible}",
-                            output_fields=[*_OUTPUT_FIELDS, "layer"])
+                            output_fields=_OUTPUT_FIELDS)
         return [_hit(bm25_label(e["layer"]), score, e) for e, score in found]
 
     def check_mode(self, mode: str) -> None:

@@ -65,12 +65,4 @@ class MemoryChunkSource:
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored chunk vectors by primary key."""
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return {}
-        rows = self.index.rows_by_pk(ids, ["pk", "vector"])
-        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise MeVeError(f"index {self.index.uri} has no chunk row {missing[:3]}", "rebuild it with `memreader index`")
-        return found
+        return self.index.stored_vectors(ids, self.index.REBUILD_FIX)

@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -48,7 +48,7 @@ from memreader.retrieval.milvus_server import (
 )
 
 __all__ = ["BM25_SINCE", "CONNECT_TIMEOUT", "MAX_LIMIT", "MAX_TEXT_BYTES", "TOKEN_ENV", "MilvusCollection", "StoreError",
-           "connect", "disconnect", "get_rows", "is_server_uri", "resolve_token", "resolve_uri", "string_literal",
+           "connect", "disconnect", "is_server_uri", "resolve_token", "resolve_uri", "string_literal",
            "version_tuple"]
 
 CONNECT_TIMEOUT = 5.0
@@ -186,15 +186,6 @@ def string_literal(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
-def get_rows(client: MilvusClient, collection: str, pks: list[str], output_fields: list[str]) -> list[dict]:
-    """Rows by string primary key. Not ``client.get``: pymilvus quotes string ids with ``'`` unescaped,
-    so an id like ``chunk/0/Women's League`` breaks its filter; :func:`string_literal` escapes."""
-    if not pks:
-        return []
-    ids = ", ".join(string_literal(pk) for pk in pks)
-    return list(client.query(collection, filter=f"pk in [{ids}]", output_fields=output_fields))
-
-
 class MilvusCollection:
     """One Milvus collection of a store, with the store's metadata in one collection property.
 
@@ -278,6 +269,24 @@ class MilvusCollection:
             raise self.error(f"more than {limit} rows of {self._where()} have {field} in {list(values)[:3]}",
                              "ask for fewer values at a time")
         return rows
+
+    def rows_by_pk(self, pks: Sequence[str], output_fields: Sequence[str]) -> list[dict[str, Any]]:
+        """Rows by string primary key. Not ``client.get``: pymilvus quotes string ids with ``'`` unescaped,
+        so an id like ``chunk/0/Women's League`` breaks its filter; :func:`string_literal` escapes."""
+        if not pks:
+            return []
+        ids = ", ".join(string_literal(pk) for pk in pks)
+        return list(self._client.query(self.collection, filter=f"pk in [{ids}]", output_fields=list(output_fields)))
+
+    def stored_vectors(self, ids: Iterable[str], fix: str) -> dict[str, np.ndarray]:
+        """The stored unit ``vector`` (float32) of each primary key in ``ids``; an id without a row is an error."""
+        ids = list(dict.fromkeys(ids))
+        rows = self.rows_by_pk(ids, ["pk", "vector"])
+        found = {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise self.error(f"{self._where()} has no row with primary key {missing[:3]}", fix)
+        return found
 
     def _where(self) -> str:
         return f"{self.KIND} {self.uri} (collection {self.collection!r})"
