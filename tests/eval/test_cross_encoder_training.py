@@ -254,3 +254,20 @@ def test_the_command_trains_on_two_corpora_with_their_own_embedders(tiny_base: P
     assert record["training"]["steps"] == 2 and record["held_out"] is None
     assert "-> " + str(out) in capsys.readouterr().out
     assert main(argv) == 2 and "exists; pass --overwrite" in capsys.readouterr().err
+
+
+def test_layers_cut_the_base_and_the_saved_folder_loads_cut(tiny_base: Path, tmp_path: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from memreader.eval.cross_encoder_training import keep_layers
+
+    model = CrossEncoder(str(tiny_base), num_labels=1, max_length=64, device="cpu")
+    with pytest.raises(ConfigError, match="layers=3, but the base has 2"):
+        keep_layers(model.model, 3)
+    before = model.predict([("tea", "green tea")])
+    keep_layers(model.model, 1)
+    assert len(model.model.base_model.encoder.layer) == 1
+    assert model.predict([("tea", "green tea")]) != pytest.approx(before)  # the second layer no longer runs
+    model.save(str(tmp_path / "cut"))
+    reloaded = CrossEncoder(str(tmp_path / "cut"), device="cpu")
+    assert reloaded.model.config.num_hidden_layers == 1 and len(reloaded.model.base_model.encoder.layer) == 1
