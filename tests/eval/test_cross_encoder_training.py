@@ -271,3 +271,20 @@ def test_layers_cut_the_base_and_the_saved_folder_loads_cut(tiny_base: Path, tmp
     model.save(str(tmp_path / "cut"))
     reloaded = CrossEncoder(str(tmp_path / "cut"), device="cpu")
     assert reloaded.model.config.num_hidden_layers == 1 and len(reloaded.model.base_model.encoder.layer) == 1
+
+
+def test_a_cross_encoder_for_another_language_or_a_missing_one_is_named_with_the_fix(trained, tmp_path: Path) -> None:
+    import shutil
+
+    from memreader.retrieval.verifier import VerifierError
+
+    with pytest.raises(VerifierError, match="not found .*memreader train-verifier"):
+        build_verifier("cross_encoder", str(tmp_path / "nothing-here"), device="cpu")
+    english = tmp_path / "english"
+    shutil.copytree(trained[0], english)
+    record = json.loads((english / "training.json").read_text())
+    (english / "training.json").write_text(json.dumps({**record, "languages": ["en"]}))
+    verifier = build_verifier("cross_encoder", str(english), device="cpu")
+    assert len(verifier.score("where is the green tea grown", ["green tea grows on hills"])) == 1
+    with pytest.raises(VerifierError, match="trained for en, and the question is Chinese.*Chinese corpus"):
+        verifier.score("绿茶产自哪里", ["green tea grows on hills"])
