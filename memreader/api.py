@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memreader.core.config import load_config
 from memreader.core.errors import ConfigError
+from memreader.core.paths import run_dir
 from memreader.core.schema import DocumentMemory, read_memories, write_memories
 
 if TYPE_CHECKING:
@@ -76,8 +77,6 @@ def read_texts(texts: Mapping[str, str] | Sequence[str], run: str = "read", conf
                **settings: Any) -> list[DocumentMemory]:
     """:func:`read` over texts given in Python (``{id: text}``, or a list whose ids are ``doc-0``, ``doc-1``...);
     they are written to ``runs/<run>/read/input.jsonl`` first, so the run resumes like any other."""
-    from memreader.core.paths import run_dir
-
     items = dict(texts) if isinstance(texts, Mapping) else {f"doc-{i}": t for i, t in enumerate(texts)}
     if not items:
         raise ConfigError("read_texts: no texts given; pass {id: text} or a list of strings")
@@ -146,7 +145,6 @@ def index(memories: str | Path | Iterable[DocumentMemory], run: str = "read", co
     documents the memories no longer hold); ``settings`` are ``memreader index``'s keys (``db_path``,
     ``embedder``, ``mode``, ``top_k``...). Memory objects are written to ``runs/<run>/retrieval/memories.jsonl``
     first, so the index manifest names a file."""
-    from memreader.core.paths import run_dir
     from memreader.retrieval.search import RetrievalConfig, run_index
 
     if not isinstance(memories, (str, Path)):

@@ -72,21 +72,17 @@ def stage(name: str) -> Stage:
     raise LookupError(f"{COMMANDS[name]} defines no stage named {name!r}")
 
 
-def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<15} {stage(name).help}" for name in COMMANDS)
-    return argparse.ArgumentParser(
-        prog="memreader",
-        description="Document memories with small language models: generate, train, read, index, ask, evaluate.",
-        epilog=f"commands:\n{lines}\n\nrun 'memreader <command> --help' for a command's options",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Dispatch ``memreader <command> ...`` (and ``python -m <stage module> ...``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        _top_parser().print_help()
+        lines = "\n".join(f"  {name:<15} {stage(name).help}" for name in COMMANDS)
+        argparse.ArgumentParser(
+            prog="memreader",
+            description="Document memories with small language models: generate, train, read, index, ask, evaluate.",
+            epilog=f"commands:\n{lines}\n\nrun 'memreader <command> --help' for a command's options",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        ).print_help()
         return 0
     verbose = "-v" in argv or "--verbose" in argv
     argv = [a for a in argv if a not in ("-v", "--verbose")]
@@ -103,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return chosen(args)
     except Exception as exc:
-        if verbose or not _is_user_error(exc):
+        # Errors raised on purpose for the user (MemReaderError and its subclasses) name the problem and the fix: no
+        # traceback. Anything else, a plain FileNotFoundError or KeyError from the project's own code too, is a bug
+        # or an unforeseen case and keeps its traceback.
+        if verbose or not isinstance(exc, MemReaderError):
             raise
-        # Our own exception types carry a message that names the problem and the fix: no traceback.
         print(f"memreader {name}: error: {exc}\n(run with -v for the traceback)", file=sys.stderr)
         return 1 if isinstance(exc, RunFailed) else 2
 
@@ -113,13 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 def module_main(name: str) -> int:
     """``python -m <stage module> ARGS`` = ``memreader <name> ARGS`` (the stage modules' ``__main__`` blocks)."""
     return main([name, *sys.argv[1:]])
-
-
-def _is_user_error(exc: BaseException) -> bool:
-    """Errors raised on purpose for the user (:class:`MemReaderError` and its subclasses: each names the problem
-    and the fix). Anything else, a plain ``FileNotFoundError`` or ``KeyError`` from the project's own code too, is
-    a bug or an unforeseen case and keeps its traceback."""
-    return isinstance(exc, MemReaderError)
 
 
 _CHATTY = ("httpx", "httpcore", "openai", "urllib3", "grpc", "milvus_lite", "faiss", "faiss.loader",
@@ -131,7 +122,6 @@ def _quiet_libraries(verbose: bool) -> None:
     builds, model-loading bars) stays at WARNING unless ``-v``; the engines' logs: core.engines.engine_logging."""
     if verbose:
         return
-
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
     # pymilvus logs every failed call at ERROR with its traceback, then raises it: the store turns it into one

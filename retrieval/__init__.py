@@ -41,7 +41,6 @@ _EXPORTS = {
     "ask": "memreader.retrieval.search",
     "build_index_from_file": "memreader.retrieval.search",
     "format_hits": "memreader.retrieval.search",
-    "run_ask": "memreader.retrieval.search",
     "run_index": "memreader.retrieval.search",
 }
 

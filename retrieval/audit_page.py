@@ -4,11 +4,9 @@
         result = s.meve(question)
         write_audit_page(s.index, question, result, "meve.html")     # or a list of layer Hits
 
-MeVe: the question, the operating point and the budget line, then each phase's candidates with their scores and
-what became of them (kept, dropped and why, added by the fallback), then every passage of the context shown inside
-its document. Layers: each hit with the layers (dense and BM25 lists) that found it, their ranks and scores, its
-outline item and core, and the hit inside its document. Documents come from the index itself (its chunk rows, by
-the hit's version), so the page shows what was retrieved from, not a file that may have changed since.
+MeVe: each phase's candidates with their scores and fate; layers: which lists found each hit; then every hit inside
+its document. Documents come from the index itself (its chunk rows, by the hit's version), so the page shows what
+was retrieved from, not a file that may have changed since.
 """
 
 from __future__ import annotations

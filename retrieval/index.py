@@ -1,10 +1,7 @@
 """The memory index: document memories as vectors in Milvus, one row per scenario and layer.
 
-Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server (``http://``,
-``https://``, ``tcp://`` or ``unix:`` URI), connected, created, opened and closed by the shared
-store base :class:`~memreader.retrieval.milvus.MilvusCollection`. A server's token is the ``token`` argument,
-else ``$MILVUS_TOKEN``; a server that does not answer within :data:`CONNECT_TIMEOUT` seconds is
-reported at once, naming the URI.
+Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server URI, through the shared store base
+:class:`~memreader.retrieval.milvus.MilvusCollection` (a server's token, connect timeout and errors: there).
 
 Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``core`` / ``chunk``
 / ``single``) rather than one collection per layer, because
@@ -18,23 +15,15 @@ Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``
 - the ``single`` rows (one averaged vector per scenario) sit in the same build, so the paper's
   three-layer-vs-single comparison is measured on identical data.
 
-Each row's ``text`` also feeds Milvus' built-in BM25 (an analyzer per language, :mod:`memreader.retrieval.lexical`),
-so :meth:`MemoryIndex.search_bm25` ranks a layer's rows by keywords in the same collection, and the
-``hybrid`` / ``chunk_hybrid`` modes fuse those BM25 lists with the vector lists (:data:`MODES`).
-
-Each row keeps ``doc_id``, ``scenario`` (index in the memory), the chunk span ``start``/``end``,
-its own ``text`` (outline item, core content or chunk; empty for ``single``), ``layer``, a
-unit-normalised ``vector`` searched with the COSINE metric, the memory's content hash ``doc_hash``, the
-``generation`` that wrote it and the scenario's ``origin`` (source file, pages, heading path; how
-memories become rows: :mod:`memreader.retrieval.rows`). The primary key is
-``"{layer}/{scenario}/{hash[:16]}/{doc_id}"``, deterministic, so an outline or core hit finds its chunk
-row by key.
+Each row's ``text`` also feeds Milvus' built-in BM25 (:mod:`memreader.retrieval.lexical`), so the ``hybrid`` /
+``chunk_hybrid`` modes fuse a layer's keyword ranking from the same collection with the vector lists (:data:`MODES`).
+How memories become rows (text, unit vector searched by COSINE, content hash, generation, origin):
+:mod:`memreader.retrieval.rows`; the primary key is deterministic, so an outline or core hit finds its chunk row by key.
 
 Builds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and recreates the
 collection — idempotent, and no stale rows survive from documents no longer in the input. With
-``replace=False`` it updates the index in place by content hash: unchanged documents are skipped,
-new and changed ones written, documents gone from the input removed with ``prune`` (how, and what
-readers see meanwhile: :mod:`memreader.retrieval.updates`).
+``replace=False`` it updates the index in place by content hash (how, and what readers see meanwhile:
+:mod:`memreader.retrieval.updates`).
 """
 
 from __future__ import annotations
@@ -133,11 +122,8 @@ class MemoryIndex(MilvusCollection):
     Use as a context manager (or call :meth:`close`): Milvus Lite serves each open file from this
     process. ``embedder`` is the sentence-transformers model used for queries (and builds);
     ``embedder_name``, when given, must be the name the index was built with (vectors of two
-    embedders are not comparable even at the same dimension). ``token`` and ``timeout`` are for a
-    server URI (see :func:`~memreader.retrieval.milvus.connect`). ``batch_layers`` (default) asks Milvus once
-    for all the layers a query searches and splits the answer per layer (:meth:`search_lists`);
-    ``False`` sends one search per layer. Both give each layer's own exact top k. :attr:`meta` is the
-    build record: ``format``, ``embedder``, ``dim``, ``metric``, ``bm25_language``, ``status``.
+    embedders are not comparable even at the same dimension). ``batch_layers`` (default) asks Milvus once
+    for all the layers a query searches (:meth:`search_lists`); ``False`` sends one search per layer.
     """
 
     KIND = "index"
@@ -198,13 +184,11 @@ class MemoryIndex(MilvusCollection):
     ) -> BuildSummary:
         """Embed and write the outline, core, chunk and single rows of every scenario.
 
-        ``replace=True`` drops and recreates the collection; ``replace=False`` updates it by content
-        hash, creating it if missing, and with ``prune`` deletes the documents the input lacks (see the
-        module docstring; the summary's ``plan`` says what changed). ``embedder_name`` is recorded so that
-        queries use the same model. ``bm25_language`` (``auto``, ``en``, ``zh``) picks the BM25 analyzer
-        when the collection is created (``auto``: from the chunks' text). The whole input is validated
-        first; a full build that stops half-way leaves the index marked unfinished, and opening it then
-        says so; an update that stops half-way leaves the old versions searchable.
+        ``replace=False`` updates by content hash (creating the collection if missing; ``prune`` deletes the
+        documents the input lacks; the summary's ``plan`` says what changed). ``embedder_name`` is recorded so that
+        queries use the same model; ``bm25_language`` picks the analyzer when the collection is created. The whole
+        input is validated first; a full build that stops half-way leaves the index marked unfinished, and opening
+        it then says so; an update that stops half-way leaves the old versions searchable.
         """
         embedder = embedder or self.embedder
         if embedder is None:
@@ -448,15 +432,8 @@ class MemoryIndex(MilvusCollection):
             self.require_bm25(f"search mode {mode!r}", _DENSE_FIX)
 
     def search(self, query: str, top_k: int = 8, mode: str = "three_layer", rrf_k: float = RRF_K) -> list[Hit]:
-        """Retrieve the ``top_k`` best chunks for ``query``.
-
-        ``three_layer`` searches outline, core and chunk rows independently (``top_k`` each), maps
-        each hit to its chunk and fuses the three lists with RRF; ``single`` searches the averaged
-        vectors and ``chunk_only`` the raw chunks (the score is then RRF over that one list).
-        ``hybrid`` adds a BM25 list per layer to the three vector lists (six lists fused), and
-        ``chunk_hybrid`` fuses the chunk layer's vector and BM25 lists. A BM25 list that matches
-        nothing simply contributes no votes.
-        """
+        """Retrieve the ``top_k`` best chunks for ``query``: the lists of ``mode`` (:data:`MODES`, ``top_k`` rows
+        each), every hit mapped to its chunk, fused with RRF (a BM25 list that matches nothing gives no votes)."""
         self.check_mode(mode)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
@@ -473,12 +450,8 @@ class MemoryIndex(MilvusCollection):
         fused = fuse_layer_hits(lists, k=rrf_k)[:top_k]
         texts = {h.key: h.text for hits in lists for h in hits if h.base_layer == CHUNK}
         texts.update(self.chunk_texts(provenance[0] for key, _, provenance in fused if key not in texts))
-        hits = []
-        for key, score, provenance in fused:
-            first = provenance[0]
-            hits.append(Hit(doc_id=key[0], scenario=key[1], start=first.start, end=first.end,
-                            text=texts[key], score=score, provenance=provenance, where=first.where))
-        return hits
+        return [Hit(doc_id=key[0], scenario=key[1], start=prov[0].start, end=prov[0].end, text=texts[key], score=score,
+                    provenance=prov, where=prov[0].where) for key, score, prov in fused]
 
 
 def _validated_texts(memories: Iterable[DocumentMemory]) -> tuple[dict[str, list[ScenarioTexts]], dict[str, str],

@@ -1,10 +1,8 @@
 """BM25 full-text search inside Milvus: analyzers per language, the schema pieces, the search call.
 
-Milvus (Lite included) computes BM25 itself: a ``VARCHAR`` field with an analyzer feeds a ``BM25``
-function that writes a sparse vector field, and a search on that field with a query *string*
-ranks rows by BM25 over the collection's own statistics. No hand-written BM25 and no second store:
-the lexical side lives in the same collection as the dense vectors, so a row's dense and BM25
-scores always describe the same text.
+Milvus (Lite included) computes BM25 itself over the collection's own statistics (an analyzed ``VARCHAR`` field
+feeds a ``BM25`` function writing a sparse field). No hand-written BM25 and no second store: the lexical side lives
+in the same collection as the dense vectors, so a row's dense and BM25 scores always describe the same text.
 
 Analyzers (what Milvus Lite 3 supports): ``jieba`` word segmentation for Chinese, the ``standard``
 tokenizer with lower-casing for English and other space-separated text. One field has one analyzer,
@@ -42,38 +40,34 @@ def resolve_language(language: str, texts: Iterable[str]) -> str:
     return language
 
 
-def analyzer_params(language: str) -> dict[str, Any]:
-    """Milvus analyzer parameters for a language of :data:`LANGUAGES`."""
+def text_field_params(language: str) -> dict[str, Any]:
+    """Keyword arguments for ``schema.add_field`` of the text field that BM25 reads: the analyzer of a language
+    of :data:`LANGUAGES`."""
     if language == "zh":
         # jieba keeps punctuation as tokens: without the stop filter a question ending in "？" would
         # match every row holding a "？".
-        return {"tokenizer": "jieba", "filter": ["lowercase", {"type": "stop", "stop_words": list(PUNCTUATION)}]}
-    if language == "en":
-        return {"tokenizer": "standard", "filter": ["lowercase"]}
-    raise LexicalSearchError(f"bm25 language {language!r} is not one of {', '.join(LANGUAGES)}")
+        analyzer = {"tokenizer": "jieba", "filter": ["lowercase", {"type": "stop", "stop_words": list(PUNCTUATION)}]}
+    elif language == "en":
+        analyzer = {"tokenizer": "standard", "filter": ["lowercase"]}
+    else:
+        raise LexicalSearchError(f"bm25 language {language!r} is not one of {', '.join(LANGUAGES)}")
+    return {"enable_analyzer": True, "analyzer_params": analyzer}
 
 
-def text_field_params(language: str) -> dict[str, Any]:
-    """Keyword arguments for ``schema.add_field`` of the text field that BM25 reads."""
-    return {"enable_analyzer": True, "analyzer_params": analyzer_params(language)}
-
-
-def add_bm25(schema: Any, index_params: Any, text_field: str = "text", sparse_field: str = SPARSE_FIELD) -> None:
-    """Add the sparse field, the BM25 function that fills it from ``text_field``, and its index.
-
-    ``text_field`` must already be in ``schema``, added with :func:`text_field_params`.
-    """
+def add_bm25(schema: Any, index_params: Any) -> None:
+    """Add the sparse field, the BM25 function that fills it from the field ``text`` (already in ``schema``, added
+    with :func:`text_field_params`), and its index."""
     from pymilvus import DataType, Function, FunctionType
 
-    schema.add_field(sparse_field, DataType.SPARSE_FLOAT_VECTOR)
-    schema.add_function(Function(name=f"bm25_{text_field}", function_type=FunctionType.BM25,
-                                 input_field_names=[text_field], output_field_names=[sparse_field]))
-    index_params.add_index(field_name=sparse_field, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    schema.add_field(SPARSE_FIELD, DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(Function(name="bm25_text", function_type=FunctionType.BM25, input_field_names=["text"],
+                                 output_field_names=[SPARSE_FIELD]))
+    index_params.add_index(field_name=SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
 
 
 def bm25_search(
     client: Any, collection: str, query: str, limit: int, filter: str = "",  # noqa: A002
-    output_fields: Sequence[str] = (), sparse_field: str = SPARSE_FIELD,
+    output_fields: Sequence[str] = (),
 ) -> list[tuple[dict[str, Any], float]]:
     """The ``limit`` best rows for ``query`` by BM25: ``(entity, score)`` best first, scores > 0.
 
@@ -85,7 +79,7 @@ def bm25_search(
     if limit < 1:
         raise LexicalSearchError(f"the BM25 limit must be >= 1, got {limit}")
     (results,) = client.search(
-        collection, data=[query], anns_field=sparse_field, limit=limit, filter=filter,
+        collection, data=[query], anns_field=SPARSE_FIELD, limit=limit, filter=filter,
         output_fields=list(output_fields), search_params={"metric_type": "BM25"},
     )
     return [(dict(r["entity"]), abs(float(r["distance"]))) for r in results]

@@ -20,14 +20,10 @@ chunk layer of a :class:`~memreader.retrieval.index.MemoryIndex`; ``verifier`` o
    passage whose stored embedding has cosine ``> redundancy`` with one already kept.
 5. **Pack**: greedy *first fit* in priority order: a passage is added when the context with it
    (passages joined by :data:`SEPARATOR`, the separators counted) is at most ``t_max`` tokens of
-   the tokenizer; one that does not fit is skipped and the next one tried. Each passage is tokenised
-   once; the joined text is tokenised only near the budget's edge and once at the end (unless the last
-   passage packed was checked that way already), and when that final count were over ``t_max`` the
-   walk is redone counting the joined text at every step. So the packed context never exceeds
-   ``t_max``; a skipped passage would have taken it over by the exact count, or by the estimate when
-   that was more than the slack over. With ``budget_share`` > 0 the budget is the smaller of ``t_max`` and that
-   share of what plain top-k would hand over (the k candidates' own counts plus the separators'), so one setting
-   cuts English paragraphs of 140 tokens and Chinese ones of 1,100 alike (``t_max`` stays the hard cap).
+   the tokenizer; one that does not fit is skipped and the next one tried (the packed context never exceeds
+   ``t_max``; how the join is counted cheaply: :meth:`MeVePipeline._fit`). With ``budget_share`` > 0 the budget
+   is also at most that share of what plain top-k would hand over, so one setting cuts English paragraphs of 140
+   tokens and Chinese ones of 1,100 alike (``t_max`` stays the hard cap).
 
 Beside a verifier that runs a model (the last verification took more than 50 ms), the work that does not
 need its scores runs in a worker thread while it scores: reading the candidates' stored vectors (phase 1
@@ -153,15 +149,12 @@ class MeVePipeline:
         # a source whose knn takes with_vectors (PassageStore) can leave the vectors to the read beside the verifier
         self._knn_skips_vectors = "with_vectors" in inspect.signature(source.knn).parameters
         # what a separator adds between two passages (its tokens can differ inside text from on its own)
-        self._sep_between = self.count("a" + SEPARATOR + "b") - self.count("a") - self.count("b")
-        self._sep_tokens = max(self.count(SEPARATOR), self._sep_between)
+        count = self.counter.count
+        self._sep_between = count("a" + SEPARATOR + "b") - count("a") - count("b")
+        self._sep_tokens = max(count(SEPARATOR), self._sep_between)
         self._pool: ThreadPoolExecutor | None = None
         # whether the verifier is slow enough to hide work behind: until measured, a verifier that runs a model
         self._last_verifier_ms = 0.0 if getattr(verifier, "wants_similarities", False) else float("inf")
-
-    def count(self, text: str) -> int:
-        """Tokens of ``text`` in the budget tokenizer (no special tokens)."""
-        return self.counter.count(text)
 
     def _beside_verifier(self) -> bool:
         """Whether phase 2 runs a model slow enough that independent work should run beside it."""
@@ -185,7 +178,7 @@ class MeVePipeline:
     def _check_question(self, question: str) -> None:
         if not isinstance(question, str) or not question.strip():
             raise MeVeError("the question is empty", "ask a question")
-        n = self.count(question)
+        n = self.counter.count(question)
         if n > self.settings.t_max:
             raise MeVeError(f"the question is {n} tokens, over the context budget t_max={self.settings.t_max}",
                             "shorten the question or raise t_max")
@@ -194,10 +187,8 @@ class MeVePipeline:
         """Phase 1 alone: the ``k`` nearest passages as candidates (what :meth:`finish` takes)."""
         vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
         # beside a slow verifier the vectors are read while it runs, off the critical path
-        if self._knn_skips_vectors and self._beside_verifier():
-            hits = self.source.knn(vector.tolist(), self.settings.k, with_vectors=False)
-        else:
-            hits = self.source.knn(vector.tolist(), self.settings.k)
+        skip = {"with_vectors": False} if self._knn_skips_vectors and self._beside_verifier() else {}
+        hits = self.source.knn(vector.tolist(), self.settings.k, **skip)
         return [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where, tokens=self._stored(h),
                           vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
 
@@ -363,8 +354,8 @@ class MeVePipeline:
         """Greedy first fit under ``budget`` tokens (default ``t_max``). The joined text's tokens are estimated as the
         sum of the passages' own counts plus the separators' (the passages are tokenised once); only a passage whose
         estimate lands within the slack of the budget is checked by tokenising the joined text (every passage with
-        ``exact``). Also returns the packed context's exact count when the last passage packed was checked that way
-        (else None)."""
+        ``exact``; :meth:`_pack` redoes the walk that way when the final count is over the budget). Also returns the
+        packed context's exact count when the last passage packed was checked that way (else None)."""
         budget = self.settings.t_max if budget is None else budget
         packed: list[Candidate] = []
         dropped = []
@@ -412,7 +403,7 @@ class MeVePipeline:
         texts = [c.text for c in passages]
         summed = self.counter.join_count(texts, [int(c.tokens or 0) for c in passages], SEPARATOR, self._sep_between)
         return summed if summed is not None and all(c.tokens is not None for c in passages) else \
-            self.count(SEPARATOR.join(texts))
+            self.counter.count(SEPARATOR.join(texts))
 
     def _pack(self, ordered: list[Candidate], audit: dict[str, Any], ms: dict[str, float],
               found: list[Candidate] | None = None) -> tuple[list[Candidate], str, int]:
@@ -421,7 +412,7 @@ class MeVePipeline:
         self._count_missing(ordered)
         if not s.pack:
             context = SEPARATOR.join(c.text for c in ordered)
-            tokens = self.count(context) if context else 0
+            tokens = self.counter.count(context) if context else 0
             ms["pack"] = _ms(t)
             audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [],
                              "tokens": tokens}

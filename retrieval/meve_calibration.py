@@ -3,11 +3,8 @@ context tokens, on questions whose supporting passages are known.
 
     cal = Calibrator(pipeline_for, questions, gold)          # gold: the supporting doc_ids of each question
     cal.add_scores("lm/content_free", scores)                 # per question, one score per phase-1 candidate
-    points = cal.sweep("lm/content_free", taus=tau_grid(scores), t_maxes=(512, 1024))
+    points = [cal.point("lm/content_free", tau, t_max) for t_max in (512, 1024) for tau in tau_grid(scores)]
     best = choose(points, recall_target=top5_recalls)         # CalibrationError: no point meets it (closest named)
-
-A point's budget is ``t_max`` alone or, with ``budget_share`` > 0, also that share of plain top-k's tokens (a budget
-that follows the corpus's passage lengths; ``t_max`` the cap).
 
 Phase 1 runs once per question (:meth:`memreader.retrieval.meve.MeVePipeline.candidates`); every point then replays phases
 2-5 over fresh copies of the same candidates with the cached verifier scores (:meth:`MeVePipeline.finish`), so a
@@ -175,12 +172,6 @@ class Calibrator:
         mean = statistics.fmean
         return OperatingPoint(name, tau if name != "off" else 0.0, t_max, mean(recalls), mean(tokens), mean(passages),
                               mean(fallback), len(self.questions), tuple(recalls), budget_share, redundancy)
-
-    def sweep(self, name: str, taus: Sequence[float], t_maxes: Sequence[int],
-              budget_shares: Sequence[float] = (0.0,)) -> list[OperatingPoint]:
-        """Every (tau, t_max, budget_share) point of verifier ``name`` ("off": one point per budget)."""
-        taus = [0.0] if name == "off" else taus
-        return [self.point(name, tau, t, share) for share in budget_shares for t in t_maxes for tau in taus]
 
 
 def tau_grid(scores: dict[str, list[float]], n: int = 24) -> list[float]:

@@ -6,12 +6,9 @@
 naming it; a Lite file that another process holds is refused with the fix.
 
 :class:`MilvusCollection` is the base of the memory index (:mod:`memreader.retrieval.index`), the passage
-store (:mod:`memreader.retrieval.passages`) and the conversation store (:mod:`memreader.retrieval.conversation_store`).
-It connects by URI (:func:`connect`), creates the collection (the store's fields, ``text`` with
-Milvus' BM25, one COSINE vector field per embedder), keeps the store's metadata as JSON in one
-collection property and checks it on reading (ours, this schema version, completely built), opens,
-loads and closes the collection, and raises one error family: :class:`StoreError`, of which each
-store has its own subclass, with messages that name the problem and the fix.
+store (:mod:`memreader.retrieval.passages`) and the conversation store (:mod:`memreader.retrieval.conversation_store`):
+it keeps each store's metadata as JSON in one collection property, checked on reading, and raises one error family,
+:class:`StoreError`, with messages that name the problem and the fix.
 
 On a server older than Milvus 2.5 (no BM25 functions) a store is created without its BM25 field, says so,
 and refuses what needs BM25 before any work (:meth:`MilvusCollection.require_bm25`, naming the version).
@@ -106,13 +103,9 @@ def resolve_token(uri: str | Path, token: str = "") -> str:
 
 def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
             error: type[StoreError] = StoreError) -> MilvusClient | ServerClient:
-    """A ``MilvusClient`` for ``uri`` (resolve it with :func:`resolve_uri` first), failing clearly
-    with ``error``.
-
-    A server gets ``token`` (else ``$MILVUS_TOKEN``) and ``timeout`` seconds to answer; a Milvus
-    Lite file is served from this process (one process per file at a time) until the last client
-    :func:`connect` gave for it is closed with :func:`disconnect`.
-    """
+    """A ``MilvusClient`` for ``uri`` (resolve it with :func:`resolve_uri` first), failing clearly with ``error``.
+    A Milvus Lite file is served from this process (one process per file at a time) until the last client
+    :func:`connect` gave for it is closed with :func:`disconnect`."""
     uri = str(uri)
     if not is_server_uri(uri):
         try:
@@ -193,9 +186,7 @@ class MilvusCollection:
     record), ``VERSION`` and ``VERSION_FIELD`` (the schema version this code reads and the record's
     key for it), ``MISSING_FIX`` and ``REBUILD_FIX`` (the fix for a missing store, and for one of
     another version or whose build did not finish), ``BUILT`` (the record has a build ``status``) and
-    ``error`` (its :class:`StoreError` subclass). Use as a context manager (or call :meth:`close`):
-    Milvus Lite serves each open file from this process. ``token`` and ``timeout`` are for a server
-    URI; ``must_exist`` refuses a Milvus Lite file that does not exist yet.
+    ``error`` (its :class:`StoreError` subclass). Use as a context manager (or call :meth:`close`).
     """
 
     KIND: ClassVar[str]
@@ -221,8 +212,7 @@ class MilvusCollection:
         self._meta: dict[str, Any] | None = None
 
     def close(self) -> None:
-        """Close the client; the last client of a Milvus Lite file in this process also stops its
-        server and frees the file (:func:`disconnect`)."""
+        """Close the client (the last one of a Milvus Lite file frees the file: :func:`disconnect`)."""
         disconnect(self._client, self.uri)
 
     def __enter__(self: _C) -> _C:
@@ -322,20 +312,15 @@ class MilvusCollection:
         """True where new collections can have BM25 functions: Milvus Lite, or a server of 2.5 or later."""
         return self.server_version == "lite" or version_tuple(self.server_version) >= BM25_SINCE
 
-    @property
-    def has_bm25(self) -> bool:
-        """True if this collection has the BM25 field; for a collection not created yet, whether the server
-        can give it one. Every collection made before ``bm25`` was recorded has the field."""
-        if self._meta is not None:
-            return bool(self._meta.get("bm25", True))
-        if self._client.has_collection(self.collection):
-            return self._stored_bm25()
-        return self.server_has_bm25()
-
     def require_bm25(self, what: str, fix: str) -> None:
-        """Refuse ``what`` (a search mode, a fallback, a signal) on a store without BM25, naming the server
-        version: called before any work is done."""
-        if not self.has_bm25:
+        """Refuse ``what`` (a search mode, a fallback, a signal) on a store without BM25 (for a collection not
+        created yet: on a server that cannot give it one), naming the server version: called before any work is
+        done. Every collection made before ``bm25`` was recorded has the field."""
+        if self._meta is not None:
+            has_bm25 = bool(self._meta.get("bm25", True))
+        else:
+            has_bm25 = self._stored_bm25() if self._client.has_collection(self.collection) else self.server_has_bm25()
+        if not has_bm25:
             since = ".".join(map(str, BM25_SINCE))
             raise self.error(
                 f"{what} needs BM25 full-text search, which {self._where()} does not have: the Milvus server is "
@@ -378,9 +363,8 @@ class MilvusCollection:
 
     def _create(self, fields: Sequence[tuple[str, DataType, dict[str, Any]]], vectors: Mapping[str, int],
                 language: str, meta: dict[str, Any]) -> None:
-        """Create the collection with ``meta`` as its record: ``fields`` (``(name, type, params)``,
-        the primary key first), ``text`` (with BM25 in ``language``'s analyzer), then one COSINE
-        vector field per ``vectors`` name → dimension."""
+        """Create the collection with ``meta`` as its record: ``fields`` (``(name, type, params)``, the primary key
+        first), ``text`` (BM25 in ``language``'s analyzer), one COSINE vector field per ``vectors`` name → dim."""
         bm25 = self.server_has_bm25()
         if not bm25 and not vectors:
             raise self.error(f"{self._where()} needs at least one embedder: the server (version "
@@ -401,7 +385,7 @@ class MilvusCollection:
             schema.add_field(name, DataType.FLOAT_VECTOR, dim=dim)
             index_params.add_index(field_name=name, index_type="AUTOINDEX", metric_type="COSINE")
         if bm25:
-            add_bm25(schema, index_params, text_field="text")
+            add_bm25(schema, index_params)
         # Strong consistency: on a server, a search with the default (Bounded) level may miss rows written
         # moments before (a 2.3.5 server returned nothing right after an insert); the stores search what they
         # have just written (an update's commit, a chat turn), so every read waits for all earlier writes.

@@ -88,10 +88,6 @@ class MomentarySettings:
             out.append(f"weights {self.weights} switch every signal off: give bm25 or an embedder a weight > 0")
         return out
 
-    def validate(self) -> None:
-        """Raise one :class:`MomentaryError` naming every problem (:func:`memreader.core.config.validate`)."""
-        validate_config(self, MomentaryError, "momentary context")
-
     @property
     def active(self) -> list[str]:
         """Signals with a weight > 0, in the order given."""
@@ -140,11 +136,8 @@ def _ranking(scores: Mapping[int, float], skip_zero: bool) -> list[int]:
 
 def fuse(raw: Mapping[str, Mapping[int, float]], weights: Mapping[str, float], fusion: str = "weighted",
          rrf_k: float = RRF_K) -> Fused:
-    """Fuse raw scores (signal → turn → score, every signal scoring the same turns) of the active signals.
-
-    ``weighted``: Σ weight · min-max(score); ``rrf``: Σ 1 / (rrf_k + rank) over the signals with a
-    weight > 0. BM25 scores of 0 (no shared term) get no BM25 rank.
-    """
+    """Fuse raw scores (signal → turn → score, every signal scoring the same turns) of the signals with a weight
+    > 0 by ``fusion`` (see the module docstring)."""
     if fusion not in FUSIONS:
         raise MomentaryError(f"fusion={fusion!r} is not one of {', '.join(FUSIONS)}")
     active = [s for s in raw if weights.get(s, 0) > 0]
@@ -276,7 +269,7 @@ def build_context(store: ConversationStore, conversation: str, question: str, se
                   counter: TokenCounter) -> MomentaryContext:
     """Rebuild the context of ``question`` from the turns of ``conversation`` (nothing is stored here)."""
     started = time.perf_counter()
-    settings.validate()
+    validate_config(settings, MomentaryError, "momentary context")  # one error naming every problem
     check_conversation_id(conversation)
     if not isinstance(question, str) or not question.strip():
         raise MomentaryError("the question is empty", "type a question")
@@ -338,10 +331,6 @@ def build_context(store: ConversationStore, conversation: str, question: str, se
                             time.perf_counter() - started, found.hits)
 
 
-def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def format_context(record: Mapping[str, Any], max_chars: int = 160) -> str:
     """A context record (:meth:`MomentaryContext.to_dict`) as text: one line per turn with its scores."""
     s = record["settings"]
@@ -361,7 +350,8 @@ def format_context(record: Mapping[str, Any], max_chars: int = 160) -> str:
         tag = "recent" if t["recent"] else f"#{t['rank']}"
         sig = "  ".join(f"{k} {v:.3f}->{t['normalised'][k]:.2f}" for k, v in t["raw"].items())
         text = t["text"] if len(t["text"]) <= max_chars else t["text"][:max_chars] + " ..."
-        lines.append(f"[turn {t['turn']}] {t['speaker']} {_when(t['timestamp'])} {tag:>6} score {t['score']:.4f} "
+        when = datetime.fromtimestamp(t["timestamp"], tz=timezone.utc)
+        lines.append(f"[turn {t['turn']}] {t['speaker']} {when:%Y-%m-%d %H:%M:%S} {tag:>6} score {t['score']:.4f} "
                      f"{t['tokens']} tok{' (truncated)' if t['truncated'] else ''}  {sig}")
         lines.append(textwrap.indent(text.strip(), "    "))
     for c in record["cut"]:

@@ -8,13 +8,9 @@
 
 Where :class:`~memreader.retrieval.index.MemoryIndex` holds document memories in layers, this holds flat
 passages (a paragraph, a sentence, a chunk of a baseline) for pipelines that retrieve passages
-directly, like MeVe (:mod:`memreader.retrieval.meve`) on HotpotQA. Each row: ``pk`` (the passage id),
-``doc_id`` (its document or title), ``text`` (with Milvus' BM25 analyzer, :mod:`memreader.retrieval.lexical`)
-and a unit ``vector`` searched with the COSINE metric. The build records the embedder's name and
-dimension and the BM25 language in a collection property; opening with another embedder is refused.
-
-Storage: a Milvus Lite ``.db`` file or a Milvus server URI (with ``token``), through the store
-base :class:`~memreader.retrieval.milvus.MilvusCollection`, the same as the index.
+directly, like MeVe (:mod:`memreader.retrieval.meve`) on HotpotQA: each with its id, document or title, text
+(with Milvus' BM25) and unit vector, in a Milvus Lite file or on a server like the index
+(:class:`~memreader.retrieval.milvus.MilvusCollection`). Opening with another embedder than the build's is refused.
 """
 
 from __future__ import annotations
@@ -70,18 +66,9 @@ class PassageHit:
     the store was built (None: not counted)."""
 
 
-def _vector(entity: dict[str, Any]) -> np.ndarray | None:
-    # one conversion in C (a per-float Python loop cost ~0.6 ms for 20 hits of 384 dimensions)
-    return np.asarray(entity["vector"], dtype=np.float32) if "vector" in entity else None
-
-
 class PassageStore(MilvusCollection):
-    """Passages in one Milvus collection: build, open, dense kNN, BM25, stored vectors by id.
-
-    Use as a context manager (or call :meth:`close`): Milvus Lite serves each open file from this
-    process. :attr:`meta` is the build record: ``format``, ``embedder``, ``dim``, ``metric``,
-    ``bm25_language``, ``status``.
-    """
+    """Passages in one Milvus collection: build, open, dense kNN, BM25, stored vectors by id. Use as a context
+    manager (or call :meth:`close`)."""
 
     KIND = "passage store"
     META_KEY = "memreader.passages"
@@ -105,11 +92,8 @@ class PassageStore(MilvusCollection):
     @classmethod
     def open(cls, uri: str | Path, collection: str = DEFAULT_PASSAGE_COLLECTION, embedder: Any = None,
              embedder_name: str | None = None, token: str = "") -> PassageStore:
-        """Open a completely built store for searching.
-
-        ``embedder_name``, when given, must be the embedder the store was built with: vectors of
-        two models live in different spaces, so a query with another model would rank nonsense.
-        """
+        """Open a completely built store for searching; ``embedder_name``, when given, must be the embedder it was
+        built with (vectors of two models live in different spaces: another model would rank nonsense)."""
         store = cls(uri, collection, embedder, token=token, must_exist=True)
         with store._closing_on_error():
             store._check_embedder(embedder_name, store.meta["embedder"])
@@ -126,13 +110,19 @@ class PassageStore(MilvusCollection):
     def _fields(self) -> list[str]:
         return _FIELDS if self.meta.get("format", 1) >= 2 else _FIELDS[:-1]
 
-    def _tokens(self, entity: dict[str, Any]) -> int | None:
-        return int(entity["tokens"]) if self.token_key and "tokens" in entity else None
+    def _hits(self, found: list[tuple[dict[str, Any], float]]) -> list[PassageHit]:
+        """``(entity, score)`` pairs as hits ranked by score, ties by id (reproducible)."""
+        ordered = sorted(found, key=lambda item: (-item[1], item[0]["pk"]))
+        # the vector in one conversion in C (a per-float Python loop cost ~0.6 ms for 20 hits of 384 dimensions)
+        return [PassageHit(id=e["pk"], doc_id=e["doc_id"], text=e["text"], rank=rank, score=score,
+                           vector=np.asarray(e["vector"], dtype=np.float32) if "vector" in e else None,
+                           tokens=int(e["tokens"]) if self.token_key and "tokens" in e else None)
+                for rank, (e, score) in enumerate(ordered, start=1)]
 
     @staticmethod
     def _validate(passages: Iterable[Any]) -> list[tuple[str, str, str]]:
-        """``(id, doc_id, text)`` triples from triples or objects with ``id``/``title``/``text``; every
-        problem of the input is collected before failing."""
+        """``(id, doc_id, text)`` triples from triples or objects with ``id``/``title``/``text`` (such as
+        :class:`memreader.eval.datasets.Passage`); every problem of the input is collected before failing."""
         rows, problems, seen = [], [], set()
         for i, item in enumerate(passages):
             if isinstance(item, (tuple, list)) and len(item) == 3:
@@ -168,14 +158,10 @@ class PassageStore(MilvusCollection):
 
     def build(self, passages: Iterable[Any], embedder: Any = None, embedder_name: str = "unnamed",
               batch_size: int = EMBED_BATCH, bm25_language: str = "auto", progress: bool = True, tokenizer: str = "") -> int:
-        """Drop and rebuild the collection from ``passages``; returns how many were stored.
-
-        ``passages``: ``(id, doc_id, text)`` triples or objects with ``id``, ``title`` (stored as
-        ``doc_id``) and ``text`` such as :class:`memreader.eval.datasets.Passage`. The whole input is checked
-        before the collection is touched; a build that stops half-way leaves the store marked
-        unfinished, and opening it then says so. ``tokenizer`` (a registry name, folder or hub id; MeVe's
-        ``budget_tokenizer``): each passage's tokens in it are counted now and stored, so that MeVe's budget does not
-        tokenise the candidates of every question (:attr:`token_key` says which tokenizer counted).
+        """Drop and rebuild the collection from ``passages`` (:meth:`_validate`: checked whole before the collection
+        is touched; a build that stops half-way leaves the store marked unfinished); returns how many were stored.
+        ``tokenizer`` (MeVe's ``budget_tokenizer``): each passage's tokens in it are counted now and stored, so that
+        MeVe's budget does not tokenise the candidates of every question (:attr:`token_key` says which counted).
         """
         embedder = embedder or self.embedder
         if embedder is None:
@@ -236,11 +222,7 @@ class PassageStore(MilvusCollection):
             output_fields=[*self._fields, "vector"] if with_vectors else self._fields,
             search_params={"metric_type": "COSINE"},
         )
-        # Equal similarities are ordered by id so that results are reproducible.
-        ordered = sorted(results, key=lambda r: (-r["distance"], r["entity"]["pk"]))
-        return [PassageHit(id=e["pk"], doc_id=e["doc_id"], text=e["text"], rank=rank, score=float(r["distance"]),
-                           vector=_vector(e), tokens=self._tokens(e))
-                for rank, (r, e) in enumerate(((r, r["entity"]) for r in ordered), start=1)]
+        return self._hits([(r["entity"], float(r["distance"])) for r in results])
 
     def bm25(self, query: str, k: int, with_vectors: bool = True) -> list[PassageHit]:
         """The ``k`` passages that best match ``query`` by BM25, best first (none when no term
@@ -251,10 +233,7 @@ class PassageStore(MilvusCollection):
         self.require_bm25("a BM25 search of the passages (MeVe's fallback)", "set fallback=false")
         found = bm25_search(self._client, self.collection, query, k,
                             output_fields=[*self._fields, "vector"] if with_vectors else self._fields)
-        ordered = sorted(found, key=lambda item: (-item[1], item[0]["pk"]))
-        return [PassageHit(id=e["pk"], doc_id=e["doc_id"], text=e["text"], rank=rank, score=score, vector=_vector(e),
-                           tokens=self._tokens(e))
-                for rank, (e, score) in enumerate(ordered, start=1)]
+        return self._hits(found)
 
     def vectors(self, ids: Iterable[str]) -> dict[str, np.ndarray]:
         """The stored unit vectors of ``ids`` (every id must exist)."""

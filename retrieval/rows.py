@@ -41,7 +41,6 @@ class Embedder(Protocol):
     def encode(self, sentences: Any, **kwargs: Any) -> Any: ...
 
 
-
 def primary_key(layer: str, scenario: int, doc_id: str, doc_hash: str) -> str:
     """The row id: deterministic, so a rebuild writes the same keys and a chunk is fetched by key. The
     content hash is part of it, so two versions of a document can sit side by side during an update."""

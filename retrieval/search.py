@@ -37,6 +37,7 @@ from memreader.retrieval.index import (
 from memreader.retrieval.lexical import LANGUAGES, detect_language
 from memreader.retrieval.meve import MemoryChunkSource, MeVePipeline, MeVeResult, MeVeSettings, load_tokenizer
 from memreader.retrieval.milvus import is_server_uri
+from memreader.retrieval.verifier_calibration import build_meve_verifier
 
 PIPELINES = ("layers", "meve")
 """What ``memreader ask`` runs: layered search + RRF (``mode``), or MeVe's five phases over the chunk layer."""
@@ -77,14 +78,10 @@ class RetrievalConfig(MeVeSettings):
                           "meve (kNN k chunks, verify, BM25 fallback, prioritise, pack under t_max tokens)")
 
     def problems(self) -> list[str]:
-        """Every problem with the values (empty when fine)."""
+        """Every problem beyond the declared ranges (empty when fine)."""
         problems = []
         if self.mode not in MODES:
             problems.append(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.top_k < 1:
-            problems.append(f"top_k: must be >= 1, got {self.top_k}")
-        if self.batch_size < 1:
-            problems.append(f"batch_size: must be >= 1, got {self.batch_size}")
         if self.db_path and not is_server_uri(self.db_path) and not self.db_path.endswith(".db"):
             problems.append(f"db_path: {self.db_path!r} must end in .db or be a server URI like http://host:19530")
         if self.token and not is_server_uri(self.db()):
@@ -112,10 +109,7 @@ def auto_embedder(memories: list[Any]) -> str:
     return AUTO_EMBEDDERS[language]
 
 
-@lru_cache(maxsize=2)
-def _embedder(name: str, device: str) -> Any:
-    # Cached: a process asking many questions (an eval loop) loads the model once.
-    return load_embedder(name, device=device)
+_embedder = lru_cache(maxsize=2)(load_embedder)  # cached: a process asking many questions (an eval loop) loads it once
 
 
 def build_index_from_file(
@@ -133,13 +127,9 @@ def build_index_from_file(
     check_sources: bool = True,
     check: Callable[[MemoryIndex], None] | None = None,
 ) -> BuildSummary:
-    """Index every memory of a JSONL file (all are read and validated before the index is touched).
-
-    ``replace=False`` updates an existing index by content hash (``prune``: removing the documents the
-    file lacks; :meth:`MemoryIndex.build`). ``token`` is for a server URI (else ``$MILVUS_TOKEN``);
-    ``bm25_language`` picks the BM25 analyzer (``auto``, ``en``, ``zh``). ``check_sources`` refuses
-    memories whose ingested source file changed since (their pages and text would no longer match it).
-    ``check`` is called with the open index before anything is embedded (:func:`check_lexical`)."""
+    """Index every memory of a JSONL file (:meth:`MemoryIndex.build`; all are read and validated first).
+    ``check_sources`` refuses memories whose ingested source file changed since (their pages and text would no
+    longer match it); ``check`` is called with the open index before anything is embedded (:func:`check_lexical`)."""
     path = Path(memories_jsonl)
     if not path.is_file():
         raise MissingInput(
@@ -165,7 +155,7 @@ def build_index_from_file(
     with MemoryIndex(db_path, collection, token=token) as index:
         if check is not None:
             check(index)
-        return index.build(memories, _embedder(name, device), batch_size=batch_size, embedder_name=name,
+        return index.build(memories, _embedder(name, device=device), batch_size=batch_size, embedder_name=name,
                            replace=replace, progress=progress, bm25_language=bm25_language, prune=prune)
 
 
@@ -260,7 +250,7 @@ class Searcher:
             if name == "unnamed":
                 raise MemoryIndexError(f"{self.index.uri} does not record its embedder; set embedder= "
                                        "(ask(): embedder_name=)")
-            self.index.embedder = _embedder(name, cfg.device)
+            self.index.embedder = _embedder(name, device=cfg.device)
 
     def ask(self, question: str, top_k: int | None = None, mode: str | None = None) -> list[Hit]:
         """The ``top_k`` best chunks for ``question`` by ``mode`` (defaults: the config's)."""
@@ -270,9 +260,9 @@ class Searcher:
     def meve(self, question: str) -> MeVeResult:
         """MeVe's five phases over the chunk layer (settings: the config's MeVe keys)."""
         cfg = self.cfg
-        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.verifier_calibration, cfg.device,
-                              cfg.verifier_batch_size, cfg.verifier_max_tokens, cfg.verifier_backend,
-                              cfg.verifier_dtype) if cfg.verify else None)
+        verifier = (_verifier(cfg.verifier_kind, cfg.verifier, cfg.verifier_calibration, device=cfg.device,
+                              batch_size=cfg.verifier_batch_size, max_passage_tokens=cfg.verifier_max_tokens,
+                              backend=cfg.verifier_backend, dtype=cfg.verifier_dtype) if cfg.verify else None)
         pipeline = MeVePipeline(MemoryChunkSource(self.index), self.index.embedder, verifier,
                                 load_tokenizer(cfg.budget_tokenizer), cfg)
         return pipeline.run(question)
@@ -288,16 +278,4 @@ class Searcher:
         self.close()
 
 
-def run_ask(cfg: RetrievalConfig, question: str) -> list[Hit]:
-    """Answer one question with the index and search settings of ``cfg``."""
-    with Searcher(cfg) as searcher:
-        return searcher.ask(question)
-
-
-@lru_cache(maxsize=2)
-def _verifier(kind: str, name: str, calibration: str, device: str, batch_size: int, max_tokens: int,
-              backend: str = "transformers", dtype: str = "auto") -> Any:
-    from memreader.retrieval.verifier_calibration import build_meve_verifier
-
-    return build_meve_verifier(kind, name, calibration, device=device, batch_size=batch_size,
-                               max_passage_tokens=max_tokens, backend=backend, dtype=dtype)
+_verifier = lru_cache(maxsize=2)(build_meve_verifier)  # cached like the embedder

@@ -7,10 +7,9 @@
 A fast (Rust) tokenizer is counted through a private copy of its backend: the same vocabulary, merges,
 normaliser and pre-tokeniser, with truncation and padding off and special tokens treated as the tokenizer
 treats them, so the counts equal ``len(tokenizer(text, add_special_tokens=False)["input_ids"])`` (tested) while
-skipping the Python around that call. The copy is also what
-makes counting thread-safe: a transformers tokenizer re-configures its backend on every call, so two threads
-sharing it can collide (MeVe counts passages in a worker thread beside the verifier). A slow (Python) tokenizer
-is called as it is, under a lock.
+skipping the Python around that call. The copy also makes counting thread-safe: a transformers tokenizer
+re-configures its backend on every call, so two threads sharing it can collide (MeVe counts passages in a worker
+thread beside the verifier). A slow (Python) tokenizer is called as it is, under a lock.
 """
 
 from __future__ import annotations

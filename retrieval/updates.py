@@ -26,7 +26,7 @@ are compacted, and Milvus Lite never compacts. The index records the rows delete
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,30 +112,25 @@ def indexed_versions(client: Any, collection: str, committed: int) -> dict[str, 
 
 def delete_other_versions(client: Any, collection: str, keep: dict[str, str]) -> int:
     """Delete the rows of each document in ``keep`` whose content hash is not the one to keep; returns how many."""
-    deleted = 0
-    items = sorted(keep.items())
-    for start in range(0, len(items), _DELETE_IDS):
-        where = " or ".join(f"(doc_id == {string_literal(d)} and doc_hash != {string_literal(h)})"
-                            for d, h in items[start : start + _DELETE_IDS])
-        deleted += _count(client, collection, where)
-        client.delete(collection, filter=where)
-    return deleted
-
-
-def _count(client: Any, collection: str, where: str) -> int:
-    (row,) = client.query(collection, filter=where, output_fields=["count(*)"])
-    return int(row["count(*)"])
+    return _delete(client, collection, sorted(keep.items()), lambda batch: " or ".join(
+        f"(doc_id == {string_literal(d)} and doc_hash != {string_literal(h)})" for d, h in batch))
 
 
 def delete_docs(client: Any, collection: str, doc_ids: Sequence[str], extra: str = "") -> int:
     """Delete every row of ``doc_ids`` (that also matches ``extra``, a filter expression), in batches; returns
     how many rows went."""
+    return _delete(client, collection, doc_ids, lambda batch: f"doc_id in [{', '.join(map(string_literal, batch))}]"
+                   + (f" and ({extra})" if extra else ""))
+
+
+def _delete(client: Any, collection: str, items: Sequence[Any], where: Callable[[Sequence[Any]], str]) -> int:
+    """Delete the rows matching ``where(batch)`` for each batch of ``items``; returns how many rows went."""
     deleted = 0
-    for start in range(0, len(doc_ids), _DELETE_IDS):
-        ids = ", ".join(string_literal(d) for d in doc_ids[start : start + _DELETE_IDS])
-        where = f"doc_id in [{ids}]" + (f" and ({extra})" if extra else "")
-        deleted += _count(client, collection, where)
-        client.delete(collection, filter=where)
+    for start in range(0, len(items), _DELETE_IDS):
+        where_batch = where(items[start : start + _DELETE_IDS])
+        (row,) = client.query(collection, filter=where_batch, output_fields=["count(*)"])
+        deleted += int(row["count(*)"])
+        client.delete(collection, filter=where_batch)
     return deleted
 
 

@@ -28,7 +28,6 @@ The operating point (which calibration, which tau) is chosen by measurement: :mo
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,31 +65,20 @@ class EmbeddingVerifier:
     wants_similarities = True
     """MeVe passes each candidate's phase-1 cosine, so this verifier costs nothing."""
 
-    def __init__(self, embedder: Any | None = None) -> None:
-        self.embedder = embedder
+    def __init__(self) -> None:
         self.seconds = 0.0
         self.choice: dict[str, Any] = {"stage": "verifier", "backend": "phase-1 cosine", "dtype": "-"}
 
     def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
                 ) -> list[float]:
-        """The cosines: the given ``similarities``, or computed with ``embedder`` when none are given."""
+        """The cosines: the given ``similarities``, one per passage."""
         _check_input(question, passages)
-        if similarities is not None:
-            if len(similarities) != len(passages):
-                raise VerifierError(f"{len(similarities)} similarities for {len(passages)} passages")
-            return [float(x) for x in similarities]
-        if self.embedder is None:
-            raise VerifierError("the embedding verifier was given neither similarities nor an embedder",
-                                "pass similarities= (MeVe does), or build it with EmbeddingVerifier(embedder)")
-        import numpy as np
-
-        from memreader.core.embedders import encode
-
-        started = time.perf_counter()
-        q = encode(self.embedder, [question], batch_size=1, kind="query")[0]
-        p = encode(self.embedder, list(passages), kind="document") if passages else []
-        self.seconds += time.perf_counter() - started
-        return [float(x) for x in (np.asarray(p) @ np.asarray(q))] if len(passages) else []
+        if similarities is None:
+            raise VerifierError("the embedding verifier was given no similarities",
+                                "pass similarities= (phase 1's cosines, as MeVe does)")
+        if len(similarities) != len(passages):
+            raise VerifierError(f"{len(similarities)} similarities for {len(passages)} passages")
+        return [float(x) for x in similarities]
 
     def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
               ) -> list[float]:

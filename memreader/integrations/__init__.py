@@ -13,12 +13,7 @@ from typing import Any
 
 from memreader.core.fusion import CORE, OUTLINE, Hit
 
-__all__ = ["hit_metadata", "hit_id", "retrieve"]
-
-
-def hit_id(hit: Hit) -> str:
-    """A stable id of the retrieved chunk: ``<doc_id>#<scenario>``."""
-    return f"{hit.doc_id}#{hit.scenario}"
+__all__ = ["hit_metadata", "retrieve"]
 
 
 def hit_metadata(hit: Hit, layers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -35,9 +30,9 @@ def hit_metadata(hit: Hit, layers: dict[str, str] | None = None) -> dict[str, An
 
 
 def retrieve(index: Any, query: str, top_k: int, mode: str) -> list[tuple[Hit, str, dict[str, Any]]]:
-    """``(hit, hit_id(hit), hit_metadata(hit, its layers))`` for the ``top_k`` chunks an open
+    """``(hit, its stable id <doc_id>#<scenario>, hit_metadata(hit, its layers))`` for the ``top_k`` chunks an open
     :class:`memreader.api.Index` finds for ``query``; ``mode`` is any search mode of the index (``three_layer``,
     ``single``, ``chunk_only``, ``hybrid``, ``chunk_hybrid``)."""
     hits = index.search(query, top_k=top_k, mode=mode)
     layers = index.layer_texts(hits)
-    return [(h, hit_id(h), hit_metadata(h, layers[(h.doc_id, h.scenario)])) for h in hits]
+    return [(h, f"{h.doc_id}#{h.scenario}", hit_metadata(h, layers[(h.doc_id, h.scenario)])) for h in hits]

@@ -138,15 +138,11 @@ def read_gold(path: str | Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _window_offsets(mem: DocumentMemory) -> dict[str, int]:
-    """Unit id -> where its window starts in the document (a windowed memory's candidates tile their window)."""
-    return {f"{mem.doc_id}#w{w['index']}": int(w["start"]) for w in mem.meta.get("windows") or []
-            if isinstance(w, dict) and "index" in w and "start" in w}
-
-
 def _candidates_of(mem: DocumentMemory, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The page's form of a document's candidate rows: spans moved into document offsets, scores kept."""
-    offsets = _window_offsets(mem)
+    # unit id -> where its window starts in the document (a windowed memory's candidates tile their window)
+    offsets = {f"{mem.doc_id}#w{w['index']}": int(w["start"]) for w in mem.meta.get("windows") or []
+               if isinstance(w, dict) and "index" in w and "start" in w}
     out = []
     for row in rows:
         unit = str(row.get("unit_id") or mem.doc_id)

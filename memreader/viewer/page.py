@@ -5,12 +5,9 @@
     memreader view memories.jsonl --gold gold_segments.jsonl                  # gold boundaries against the memory's
 
 Each document shows its chunks as alternating coloured spans over the exact text (a gap no chunk covers is marked,
-an overlap is flagged, never silently fixed), the outline as a clickable list, each chunk's core and provenance
-(file, pages, heading path) on pointing, and the generation record. ``--candidates``: the candidates of each
-document in a table (clarity, completeness, ranks, RRF, the selected one starred) and as bars on one scale, so their
-boundaries line up. ``--gold``: the gold segmentation as one more bar and as marks in the text. A document list
-with search holds any number of documents; one document is drawn at a time. From Python:
-:func:`write_view`.
+an overlap is flagged, never silently fixed), the outline, each chunk's core and provenance, and the generation
+record; ``--candidates`` adds each document's candidates as a table and as bars on one scale, so their boundaries
+line up, ``--gold`` the gold segmentation. One document is drawn at a time. From Python: :func:`write_view`.
 """
 
 from __future__ import annotations
@@ -105,10 +102,6 @@ class ViewSummary:
                 f"{self.seconds:.1f} s)")
 
 
-def _asset(name: str) -> str:
-    return files("memreader.viewer").joinpath(name).read_text(encoding="utf-8")
-
-
 def write_view(memories: str | Path, out: str | Path | None = None, candidates: str | Path | None = None,
                gold: str | Path | None = None) -> ViewSummary:
     """Write the viewer page of a memories file (with its candidates and a gold segmentation when given)."""
@@ -127,8 +120,8 @@ def write_view(memories: str | Path, out: str | Path | None = None, candidates: 
     notes = "<br>".join(esc(n) for n in attach.notes)
     body = BODY.format(notes=notes, notes_hidden="" if notes else "hidden")
     subtitle = " · ".join(str(p) for p in (memories, candidates, gold) if p)
-    html = page(f"Memories: {memories.name}", body, css=CSS, script=_asset("viewer.js"), data={"docs": docs},
-                subtitle=subtitle)
+    script = files("memreader.viewer").joinpath("viewer.js").read_text(encoding="utf-8")
+    html = page(f"Memories: {memories.name}", body, css=CSS, script=script, data={"docs": docs}, subtitle=subtitle)
     path = write_page(Path(out) if out else memories.with_suffix(".html"), html)
     return ViewSummary(path, len(docs), sum("problems" in d for d in docs), sum("cand" in d for d in docs),
                        sum("gold" in d for d in docs), attach.notes, len(html.encode("utf-8")),

@@ -73,7 +73,7 @@ def test_query_calibration_ignores_the_verifier_scale() -> None:
 def test_embedding_verifier_and_bad_calibrations() -> None:
     v = EmbeddingVerifier()
     assert v.score("q?", ["x", "y"], similarities=[0.7, -0.2]) == [0.7, 0.0]
-    with pytest.raises(VerifierError, match="neither similarities nor an embedder"):
+    with pytest.raises(VerifierError, match="given no similarities"):
         v.score("q?", ["x"])
     with pytest.raises(VerifierError, match="content-free reading"):
         calibrate(EmbeddingVerifier(), "content_free")
@@ -120,7 +120,7 @@ def test_a_sweep_chooses_the_fewest_tokens_that_meet_recall(store, embedder, tok
     gold = [{"Kettles"}, {"Steeping"}]  # (the two green-tea passages are near copies: one is dropped as redundant)
     cal = Calibrator(pipeline_for, questions, gold)
     cal.add_scores("embedding/none", {q: [max(0.0, s) for s in cal.similarities(q)] for q in questions})
-    points = cal.sweep("embedding/none", tau_grid(cal.scores["embedding/none"], n=8), [60, 400])
+    points = [cal.point("embedding/none", tau, t) for t in (60, 400) for tau in tau_grid(cal.scores["embedding/none"], n=8)]
     chosen = choose(points, 1.0, z=0.0)
     assert chosen.recall == 1.0 and chosen.tokens == min(p.tokens for p in points if p.recall == 1.0)
     assert chosen.settings()["verifier_kind"] == "embedding" and "tau=" in chosen.describe(1.0, "2 questions")
@@ -155,7 +155,7 @@ def test_a_sweep_over_shares_and_redundancy_replays_bm25_from_memory(store, embe
     cal = Calibrator(pipeline_for, [QUESTION], [{"Kettles"}])
     cal.add_scores("embedding/none", {QUESTION: [0.0] * len(cal.found[QUESTION])})  # nothing kept: BM25 fills in
     before = len(searched)
-    points = cal.sweep("embedding/none", [0.5], [4000], budget_shares=(0.2, 0.6))
+    points = [cal.point("embedding/none", 0.5, 4000, share) for share in (0.2, 0.6)]
     again = [cal.point("embedding/none", 0.5, 4000, 0.6, redundancy=r) for r in (0.5, 1.0)]
     assert len(searched) - before <= 2  # a search per (question, k) the fallback asks, every later replay from memory
     assert points[0].tokens < points[1].tokens and points[1].budget_share == 0.6

@@ -16,10 +16,10 @@ from memreader.retrieval.index import MemoryIndex, MemoryIndexError
 from memreader.retrieval.rows import memory_hash
 from memreader.retrieval.search import (
     RetrievalConfig,
+    Searcher,
     ask,
     build_index_from_file,
     format_hits,
-    run_ask,
     run_index,
 )
 from tests.retrieval.retrieval_samples import (
@@ -184,7 +184,8 @@ def test_run_index_and_run_ask_pass_bm25_language_and_mode(tmp_path: Path) -> No
     run_index(cfg, progress=False)
     with MemoryIndex.open(db) as index:
         assert index.meta["bm25_language"] == "zh"  # auto would have picked en for this mostly English text
-    hits = run_ask(cfg, "乌龙茶是什么茶？")
+    with Searcher(cfg) as searcher:
+        hits = searcher.ask("乌龙茶是什么茶？")
     assert len(hits) == 2 and all(h.doc_id == TEA.doc_id for h in hits)
     assert all(set(h.layers) <= {"chunk", "chunk/bm25"} for h in hits)
     assert any("chunk/bm25" in h.layers for h in hits)  # jieba found 乌龙茶
