@@ -67,10 +67,11 @@ def local(smollm2_path: str) -> LocalChat:
 
 
 @pytest.fixture(scope="module")
-def adapter(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
+def peft_adapter(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str):
     """A LoRA adapter of the CPU smoke recipe's shape (r=8, alpha 16, every linear layer) with random A and B, so
     it visibly changes the model (a few smoke training steps barely move B away from zero, and a test that the
-    adapter is applied could not fail on it)."""
+    adapter is applied could not fail on it): ``(its folder, the PEFT model it was saved from, in eval mode)``,
+    so the reference logits need no second load of SmolLM2."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -80,11 +81,22 @@ def adapter(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
     peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
     folder = tmp_path_factory.mktemp("adapter")
     peft.save_pretrained(folder)
-    return str(folder)
+    return str(folder), peft.eval()
 
 
-def test_plain_greedy_replies_equal_the_transformers_ones(chat: VLLMChat, local: LocalChat) -> None:
-    replies = chat.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
+@pytest.fixture(scope="module")
+def adapter(peft_adapter) -> str:
+    return peft_adapter[0]
+
+
+@pytest.fixture(scope="module")
+def greedy(chat: VLLMChat) -> list:
+    """vLLM's greedy replies to PROMPTS, generated once: compared with transformers here and with the stream's."""
+    return chat.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
+
+
+def test_plain_greedy_replies_equal_the_transformers_ones(chat: VLLMChat, local: LocalChat, greedy: list) -> None:
+    replies = greedy
     expected = local.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
     assert [str(r) for r in replies] == [str(r) for r in expected]
     assert all(r.finish_reason in ("stop", "length") and r.prompt_tokens and r.completion_tokens for r in replies)
@@ -173,16 +185,14 @@ def test_prompt_logprobs_scorer_equals_the_transformers_scorer(chat: VLLMChat, l
             assert b.boundary_variants[variant] == pytest.approx(a.boundary_variants[variant], abs=2e-4)
 
 
-def test_answering_and_support_through_vllm_equal_transformers(chat: VLLMChat, local: LocalChat) -> None:
-    from memreader.eval.answering import answer_messages
+def test_support_through_vllm_equals_transformers(chat: VLLMChat, local: LocalChat) -> None:
+    """The answers' support NLLs (greedy answers through vLLM equal transformers': see the plain greedy test)."""
     from memreader.eval.support import support_for_answers
 
     docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
     questions = ["How many compost bays are there?", "Who meets in the hall?", "What do members bring?"]
     contexts = [docs[:2], docs[1:3], docs[:1]]
     answers = ["Three bays.", "The compost club.", "Notes about compost."]
-    prompts = [answer_messages(q, c) for q, c in zip(questions, contexts, strict=True)]
-    assert [str(r) for r in chat.generate_many(prompts, GREEDY)] == [str(r) for r in local.generate_many(prompts, GREEDY)]
     via_vllm = support_for_answers(chat, questions, contexts, answers)
     via_hf = support_for_answers(local, questions, contexts, answers)
     for a, b in zip(via_hf, via_vllm, strict=True):
@@ -276,17 +286,12 @@ def test_the_model_chunkers_read_through_vllm(tmp_path, chat: VLLMChat) -> None:
         assert "".join(m.chunks) == m.document and m.meta["generation"]["guided"] and m.meta["backend"] == "vllm"
 
 
-def test_adapter_per_request_and_merged_give_the_peft_model(adapter: str, chat: VLLMChat) -> None:
+def test_adapter_per_request_and_merged_give_the_peft_model(peft_adapter, chat: VLLMChat) -> None:
     import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
-    from memreader.core.registry import resolve_model
-
+    adapter, peft = peft_adapter  # the engines load the saved folder; the reference is the model it was saved from
     tok = chat.tokenizer()
     ids = list(tok(TEXT)["input_ids"])
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(SMOLLM2), dtype=torch.float32)
-    peft = PeftModel.from_pretrained(base, adapter).eval()
     with torch.inference_mode():
         logp = peft(torch.tensor([ids])).logits[0].float().log_softmax(-1)
     expected = np.array([-logp[p - 1, ids[p]].item() for p in range(1, len(ids))])
@@ -339,12 +344,12 @@ def test_a_prompt_too_long_or_a_bad_grammar_fails_only_its_request(chat: VLLMCha
         chat.generate_many([_msgs(long)], GREEDY)
 
 
-def test_the_stream_gives_each_request_its_reply_as_it_finishes(chat: VLLMChat) -> None:
+def test_the_stream_gives_each_request_its_reply_as_it_finishes(chat: VLLMChat, greedy: list) -> None:
     """Requests enter the running engine as they come (two at a time here), and each reply equals the one
     generate_many gives; a request that cannot run comes back as its error; close takes the rest back out."""
     from memreader.core.generation.stream import StreamRequest, open_stream
 
-    expected = chat.generate_many([_msgs(q) for q in PROMPTS], GREEDY)
+    expected = greedy
     stream = open_stream(chat, 1, window=2)
     assert stream.window == 2
     queue = [StreamRequest(i, _msgs(q), GREEDY) for i, q in enumerate(PROMPTS)]
@@ -381,28 +386,37 @@ def test_the_cache_capacity_is_what_kv_cache_gib_buys_and_too_much_is_refused_be
     assert time.perf_counter() - t0 < 5  # refused before any engine starts
 
 
-@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
-def test_vllm_logs_are_quiet_by_default_and_never_on_stdout(smollm2_path: str, verbose: bool) -> None:
+def test_vllm_logs_are_quiet_by_default_and_never_on_stdout(smollm2_path: str) -> None:
     """`memreader ask --pipeline meve --json > file` with the verifier on vLLM: an engine's start-up logs must not
     reach stdout (they broke the demo's meve_answer.json); and by default they are not shown at all (~200 lines that
-    buried the stages' bars), only with `-v` / MEMREADER_VERBOSE=1."""
+    buried the stages' bars), only with `-v` / MEMREADER_VERBOSE=1. The quiet and the verbose process start their
+    engines side by side (most of a start is one core importing vLLM)."""
     code = ("import logging\n"  # a root handler at INFO, as every memreader command sets one up
             "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')\n"
             "from memreader.core.vllm_engine import EngineSpec, get_engine\n"
             "if __name__ == '__main__':\n"
-            f"    get_engine(EngineSpec(model={smollm2_path!r}, dtype='bfloat16', max_model_len=1024))\n"
+            f"    get_engine(EngineSpec(model={smollm2_path!r}, dtype='bfloat16', max_model_len=1024, "
+            "kv_cache_gib=0.25))\n"
             "    print('only this line')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_LOGGING") and k != VERBOSE_ENV}
-    if verbose:
-        env[VERBOSE_ENV] = "1"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout == "only this line\n", out.stdout[-2000:]
-    assert ("non-default args" in out.stderr) == verbose, out.stderr[-2000:]
-    if not verbose:  # neither vLLM's own lines nor its import-time ones through the root handler (Triton's probe)
-        theirs = [line for line in out.stderr.splitlines() if not line.startswith(("INFO memreader", "WARNING memreader"))]
-        assert not [line for line in theirs if " INFO " in line or " WARNING " in line
-                    or line.startswith(("INFO vllm", "WARNING vllm")) or "FutureWarning" in line], out.stderr[-2000:]
+    procs = {verbose: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env={**env, VERBOSE_ENV: "1"} if verbose else env)
+             for verbose in (False, True)}
+    try:
+        outs = {verbose: proc.communicate(timeout=300) for verbose, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for verbose, (stdout, stderr) in outs.items():
+        assert procs[verbose].returncode == 0, (verbose, stderr[-2000:])
+        assert stdout == "only this line\n", (verbose, stdout[-2000:])
+        assert ("non-default args" in stderr) == verbose, (verbose, stderr[-2000:])
+    # quiet: neither vLLM's own lines nor its import-time ones through the root handler (Triton's probe)
+    theirs = [line for line in outs[False][1].splitlines() if not line.startswith(("INFO memreader", "WARNING memreader"))]
+    assert not [line for line in theirs if " INFO " in line or " WARNING " in line
+                or line.startswith(("INFO vllm", "WARNING vllm")) or "FutureWarning" in line], outs[False][1][-2000:]
 
 
 def test_vllm_that_does_not_import_names_the_install_command(monkeypatch) -> None:
@@ -443,7 +457,7 @@ def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, ada
                 break
             except OSError:
                 assert time.time() < deadline, "vllm serve did not come up in 300 s"
-                time.sleep(2)
+                time.sleep(0.5)
         served = {m["id"]: m for m in models["data"]}
         assert served["memreader"]["owned_by"] == "vllm" and "smollm2" in served
         from memreader.core.schema import read_memories
