@@ -159,8 +159,12 @@ def test_the_passage_store_and_meve_on_a_server_match_milvus_lite(server: Milvus
     assert results[0] == results[1]
 
 
-def test_a_chat_on_a_server_carries_on_after_the_server_restarts(server: MilvusServer, tiny_model: str,
-                                                                 memreader_home: Path) -> None:
+def test_a_server_killed_mid_update_keeps_the_old_version_and_a_chat_and_the_rerun_carry_on(
+        server: MilvusServer, lite: dict[str, Any], cli_index: list[str], embedder: Any, tiny_model: str,
+        memreader_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One crash, two survivors: a chat's stored turns (it finished before the crash, with no goodbye after) and an
+    index update the server died in (after its first write). After the restart the chat carries on and the index
+    holds its old version, which the rerun updates."""
     sets = [*chat_overrides(tiny_model, "chat-server"), f"db_path={server.uri}", "collection=chat"]
     with pytest.raises(ConversationStoreError, match=r"BM25 signal \(bm25_weight > 0\).*v2\.3\.5.*bm25_weight=0"):
         run_chat(load_config(ChatConfig, CHAT_CONFIG, sets), stdin=io.StringIO("hello\n"), stdout=io.StringIO(),
@@ -170,8 +174,26 @@ def test_a_chat_on_a_server_carries_on_after_the_server_restarts(server: MilvusS
     assert run_chat(cfg, stdin=io.StringIO("My cat is called Pepper.\nWhat is my cat called?\n"), stdout=out,
                     stderr=io.StringIO()) == 0
     assert "conversation 'default' holds 4 turns (4 new)" in out.getvalue()
-    server.kill()  # no goodbye: the turns must have been made durable when they were stored
+
+    with MemoryIndex(server.uri, "cli", embedder=embedder) as index:  # built from MEMORIES by `memreader index`
+        inserts = 0
+        real_insert = MemoryIndex._insert
+
+        def insert_then_crash(self: MemoryIndex, rows: Any) -> None:  # the server dies after the update's first write
+            nonlocal inserts
+            real_insert(self, rows)
+            inserts += 1
+            server.kill()  # no goodbye: the chat's turns must have been made durable when they were stored
+
+        monkeypatch.setattr(MemoryIndex, "_insert", insert_then_crash)
+        started = time.perf_counter()
+        with pytest.raises(MemoryIndexError) as err:
+            index.build(NEW, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
+        assert time.perf_counter() - started < 15 and inserts == 1
+        assert f"lost the Milvus server at {server.uri}" in str(err.value) and "run the command again" in str(err.value)
+        monkeypatch.setattr(MemoryIndex, "_insert", real_insert)
     server.restart()
+
     out = io.StringIO()
     assert run_chat(cfg, stdin=io.StringIO("/context\nAnd my car?\n"), stdout=out, stderr=io.StringIO()) == 0
     text = out.getvalue()
@@ -184,28 +206,6 @@ def test_a_chat_on_a_server_carries_on_after_the_server_restarts(server: MilvusS
     with pytest.raises(ConversationStoreError, match=r"at least one embedder.*v2\.3\.5"):
         ConversationStore(server.uri, {}, collection="no_signal")
 
-
-def test_a_server_killed_mid_update_keeps_the_old_version_and_the_rerun_finishes(
-        server: MilvusServer, lite: dict[str, Any], cli_index: list[str], embedder: Any,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    with MemoryIndex(server.uri, "cli", embedder=embedder) as index:  # built from MEMORIES by `memreader index`
-        inserts = 0
-        real_insert = MemoryIndex._insert
-
-        def insert_then_crash(self: MemoryIndex, rows: Any) -> None:  # the server dies after the update's first write
-            nonlocal inserts
-            real_insert(self, rows)
-            inserts += 1
-            server.kill()
-
-        monkeypatch.setattr(MemoryIndex, "_insert", insert_then_crash)
-        started = time.perf_counter()
-        with pytest.raises(MemoryIndexError) as err:
-            index.build(NEW, embedder, embedder_name=NAME, replace=False, prune=True, progress=False)
-        assert time.perf_counter() - started < 15 and inserts == 1
-        assert f"lost the Milvus server at {server.uri}" in str(err.value) and "run the command again" in str(err.value)
-        monkeypatch.setattr(MemoryIndex, "_insert", real_insert)
-    server.restart()
     with MemoryIndex.open(server.uri, "cli", embedder=embedder) as index:
         # the old version, searchable
         assert index.meta["generation"] == 1 and _answers(index, ("three_layer",)) == lite["before"]
