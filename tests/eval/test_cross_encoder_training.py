@@ -288,3 +288,36 @@ def test_a_cross_encoder_for_another_language_or_a_missing_one_is_named_with_the
     assert len(verifier.score("where is the green tea grown", ["green tea grows on hills"])) == 1
     with pytest.raises(VerifierError, match="trained for en, and the question is Chinese.*Chinese corpus"):
         verifier.score("绿茶产自哪里", ["green tea grows on hills"])
+
+
+def test_frozen_word_embeddings_are_left_out_and_read_back_from_the_base(tiny_base: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from safetensors import safe_open
+    from sentence_transformers import CrossEncoder
+    from transformers import BertConfig, BertModel
+
+    import memreader.retrieval.verifier as verifier_module
+    from memreader.eval.cross_encoder_training import _save
+    from memreader.retrieval.verifier import WORD_EMBEDDINGS_KEY, VerifierError
+
+    model = CrossEncoder(str(tiny_base), num_labels=1, max_length=64, device="cpu")
+    pairs = [("where is green tea grown", "green tea grows on hills"), ("lava", "molten rock flows")]
+    expected = model.predict(pairs)
+    _save(model, tmp_path / "slim", "minilm-l6")
+    with safe_open(str(tmp_path / "slim" / "model.safetensors"), framework="pt") as f:
+        assert not [k for k in f.keys() if "word_embeddings" in k] and any("position_embeddings" in k for k in f.keys())
+    assert json.loads((tmp_path / "slim" / "config.json").read_text())[WORD_EMBEDDINGS_KEY] == "minilm-l6"
+    monkeypatch.setattr(verifier_module, "word_embeddings_source", lambda name: tiny_base)
+    verifier = build_verifier("cross_encoder", str(tmp_path / "slim"), device="cpu")
+    with safe_open(str(tiny_base / "model.safetensors"), framework="pt") as f:
+        assert torch.equal(verifier.model.model.get_input_embeddings().weight,
+                           f.get_tensor("embeddings.word_embeddings.weight"))
+    got = [1 / (1 + math.exp(-x)) for x in verifier.margins(*pairs[0][:1], [p for _, p in pairs[:1]])]
+    assert got[0] == pytest.approx(float(expected[0]), abs=2e-3)  # the other weights went through fp16
+    other = tmp_path / "other_base"
+    BertModel(BertConfig(vocab_size=7, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(other)
+    monkeypatch.setattr(verifier_module, "word_embeddings_source", lambda name: other)
+    with pytest.raises(VerifierError, match="holds no table of shape"):
+        build_verifier("cross_encoder", str(tmp_path / "slim"), device="cpu")

@@ -159,9 +159,7 @@ def test_batched_layer_search_gives_each_layers_exact_top_k(
 ) -> None:
     """One Milvus search over all layers, split per layer, equals one search per layer — also when
     the batched answer is too shallow for a layer (depth 1) and that layer falls back to its own."""
-    import memreader.retrieval.index as index_module
-
-    monkeypatch.setattr(index_module, "_UNION_DEPTH", depth)
+    monkeypatch.setattr(catalogue, "union_depth", depth)  # the index's own setting (the module constant is its default)
     fallbacks: list[str] = []
     search_layer, search_bm25 = catalogue.search_layer, catalogue.search_bm25
 
