@@ -122,7 +122,7 @@ def _start_cluster() -> Any:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def two_node_cluster():
     """A head node and one more node, one CPU each (the head with fast health checks), shut down at module end."""
     import ray
 
@@ -133,6 +133,16 @@ def cluster():
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def cluster(two_node_cluster):
+    """The module's cluster with its second node: added again only for a test that comes after the node-killing
+    one (which is last in this file, so in a plain run no node is started twice)."""
+    if not two_node_cluster.worker_nodes:
+        two_node_cluster.add_node(num_cpus=1)
+        two_node_cluster.wait_for_nodes()
+    return two_node_cluster
 
 
 @pytest.fixture(scope="module")
@@ -182,64 +192,6 @@ def test_a_worker_no_node_has_room_for_is_named_after_worker_start_timeout_s(tmp
            "found a node with room" in message and "lower cpus_per_worker / gpus_per_worker to what one" in message
 
 
-def _kill_node_when_paused(cluster, node, flag: Path, done: threading.Event, out: dict) -> None:
-    try:
-        while not flag.exists():
-            if done.wait(0.05):
-                return
-        out["pid"], out["shard"] = flag.read_text().split()
-        cluster.remove_node(node, allow_graceful=False)  # the raylet and every other process of the node, SIGKILL
-        out["killed"] = True
-    except Exception as exc:  # raised by the test after the run
-        out["error"] = exc
-
-
-def _gone(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def test_a_node_killed_mid_shard_has_its_shard_read_again_on_the_other_node(tmp_path, monkeypatch, capsys, cluster,
-                                                                            corpus, tiny_model, plain) -> None:
-    head, other = _node_ids(cluster)
-    (node,) = cluster.worker_nodes
-    hooks, flag = tmp_path / "hooks", tmp_path / "paused"
-    hooks.mkdir()
-    (hooks / "sitecustomize.py").write_text(PAUSE_HOOK, encoding="utf-8")
-    monkeypatch.setenv(PAUSE_ENV, f"{other}:{flag}")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hooks), *filter(None, os.environ.get("PYTHONPATH", "").split(
-        os.pathsep))]))
-    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-    done, killed = threading.Event(), {}
-    killer = threading.Thread(target=_kill_node_when_paused, args=(cluster, node, flag, done, killed))
-    killer.start()
-    try:
-        summary = read_distributed(_cfg(corpus, cluster, tiny_model))
-    finally:
-        done.set()
-        killer.join()
-        if node not in cluster.worker_nodes:  # the next tests get two nodes again
-            cluster.add_node(num_cpus=1)
-            cluster.wait_for_nodes()
-    assert "error" not in killed, killed.get("error")
-    assert killed.get("killed"), "the worker on the second node never paused in a shard"
-    assert _gone(int(killed["pid"]))  # the node's death took its worker: no writer left behind
-    assert summary["redone"] == [killed["shard"]] and summary["read"] == DOCS and summary["shards_read"] == 2
-    assert summary["nodes"] == [head]  # every merged shard was read on the surviving node
-    out = Path(summary["memories"]).parent
-    marker = json.loads((out / "shards" / f"{killed['shard']}.done.json").read_text(encoding="utf-8"))
-    assert marker["pid"] != int(killed["pid"]) and marker["written"] == 4  # redone whole by the head's worker
-    assert _records(summary["memories"]) == plain  # each document once, none lost
-    assert not list((out / "shards").glob(".shard-*"))
-    printed = capsys.readouterr().out
-    assert f"WARNING: a worker died in the middle of {killed['shard']} (process killed, out of memory, or its Ray " \
-           "node lost); read again from scratch by another worker and merged once" in printed
-
-
 @pytest.fixture(scope="module")
 def vllm_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
     """A random 2-layer Llama that vLLM's CPU attention takes (head size 32; the shared tiny model's 8 is below the
@@ -287,3 +239,58 @@ def test_vllm_workers_on_the_cluster_and_vllm_dp_equal_the_plain_vllm_reader(tmp
         assert (summary["read"], summary["shards_read"], summary["redone"]) == (DOCS, 2, []), engine
         assert summary["nodes"] == (sorted(_node_ids(cluster)) if engine == "ray" else [])
         assert _records(summary["memories"]) == expected, engine
+
+
+def _kill_node_when_paused(cluster, node, flag: Path, done: threading.Event, out: dict) -> None:
+    try:
+        while not flag.exists():
+            if done.wait(0.05):
+                return
+        out["pid"], out["shard"] = flag.read_text().split()
+        cluster.remove_node(node, allow_graceful=False)  # the raylet and every other process of the node, SIGKILL
+        out["killed"] = True
+    except Exception as exc:  # raised by the test after the run
+        out["error"] = exc
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_node_killed_mid_shard_has_its_shard_read_again_on_the_other_node(tmp_path, monkeypatch, capsys, cluster,
+                                                                            corpus, tiny_model, plain) -> None:
+    head, other = _node_ids(cluster)
+    (node,) = cluster.worker_nodes
+    hooks, flag = tmp_path / "hooks", tmp_path / "paused"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(PAUSE_HOOK, encoding="utf-8")
+    monkeypatch.setenv(PAUSE_ENV, f"{other}:{flag}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hooks), *filter(None, os.environ.get("PYTHONPATH", "").split(
+        os.pathsep))]))
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    done, killed = threading.Event(), {}
+    killer = threading.Thread(target=_kill_node_when_paused, args=(cluster, node, flag, done, killed))
+    killer.start()
+    try:
+        summary = read_distributed(_cfg(corpus, cluster, tiny_model))
+    finally:
+        done.set()
+        killer.join()  # a test after this one gets its second node again from the `cluster` fixture
+    assert "error" not in killed, killed.get("error")
+    assert killed.get("killed"), "the worker on the second node never paused in a shard"
+    assert _gone(int(killed["pid"]))  # the node's death took its worker: no writer left behind
+    assert summary["redone"] == [killed["shard"]] and summary["read"] == DOCS and summary["shards_read"] == 2
+    assert summary["nodes"] == [head]  # every merged shard was read on the surviving node
+    out = Path(summary["memories"]).parent
+    marker = json.loads((out / "shards" / f"{killed['shard']}.done.json").read_text(encoding="utf-8"))
+    assert marker["pid"] != int(killed["pid"]) and marker["written"] == 4  # redone whole by the head's worker
+    assert _records(summary["memories"]) == plain  # each document once, none lost
+    assert not list((out / "shards").glob(".shard-*"))
+    printed = capsys.readouterr().out
+    assert f"WARNING: a worker died in the middle of {killed['shard']} (process killed, out of memory, or its Ray " \
+           "node lost); read again from scratch by another worker and merged once" in printed
