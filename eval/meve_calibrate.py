@@ -11,6 +11,9 @@ quantiles x budgets x redundancies (the goal: support recall above plain top-5's
 at least 57 % below top-20's) and judged unchanged on the one left out. The default is the variant that passes out
 of corpus everywhere with the fewest tokens (the cheapest verifier within 5 %), fitted on all corpora together;
 its MeVe keys are printed and written to the results JSON. None passes everywhere: it says so and picks nothing.
+``cross_encoder`` (opt in: ``kinds``) is trained on the corpora, so each fold scores with the model that never saw
+the corpus it is judged on (``cross_encoders``/cross-encoder-without-<corpus>, from ``memreader train-verifier``),
+and only the model trained on every corpus (``cross-encoder``) can be fitted as the default.
 """
 from __future__ import annotations
 
@@ -101,7 +104,7 @@ class CalibrateConfig(MeVeSettings):
         if "cross_encoder" in self.kinds:
             found += [f"cross_encoders: {f} not found; train it: memreader train-verifier --set run={self.run}"
                       f"{' --exclude ' + f.name.removeprefix('cross-encoder-without-') if '-without-' in f.name else ''}"
-                      for f in map(self.cross_encoder, [*dict.fromkeys(self.corpora), ""])
+                      for f in map(self.cross_encoder, dict.fromkeys(self.corpora))
                       if not (f / "config.json").is_file()]
         if set(self.kinds) - set(CALIBRATIONS):
             found.append(f"kinds: unknown {sorted(set(self.kinds) - set(CALIBRATIONS))}; choose from "
@@ -227,7 +230,10 @@ def score_corpora(corpora: dict[str, Corpus], cfg: CalibrateConfig, cache_path: 
     verifiers: dict[str, Any] = {}
     for kind in cfg.kinds:
         if kind in PER_FOLD:  # each fold's model on every corpus (fitted on the others, judged on its own held-out)
-            for held in [*corpora, ""]:
+            if not (cfg.cross_encoder("") / "config.json").is_file():
+                print(f"cross_encoder: no model trained on every corpus ({cfg.cross_encoder('')}): the folds run, but "
+                      "this kind cannot be the default (train it: memreader train-verifier --set run=<run>)")
+            for held in [*corpora, ""] if (cfg.cross_encoder("") / "config.json").is_file() else corpora:
                 name = str(cfg.cross_encoder(held))
                 for c in corpora.values():
                     kept = _model_raw(kind, name, c, cfg, cache, cache_path, verifiers, f"{kind}@{held}")
@@ -378,6 +384,10 @@ def run_folds(corpora: dict[str, Corpus], variants: list[str], cost: dict[str, f
         print("default: NONE — no variant passes out of corpus on every corpus; nothing is chosen (see the tables)")
         return result
     v = result["default"] = default["variant"]
+    if scored(v, "") != v and not any(scored(v, "") in c.cal.scores for c in corpora.values()):
+        print(f"default: {v} passes out of corpus everywhere, but no model trained on every corpus was scored: train "
+              "it (memreader train-verifier) and rerun to fit its keys; nothing is written")
+        return result
     chosen, line = fit(scored(v, ""), list(corpora.values()), budgets, cfg.grid, cfg.z)
     print(f"default: {v} (passes out of corpus on every corpus: {', '.join(corpora)}; mean out-of-corpus tokens "
           f"{100 * (default['oof_ratio'] - 1):+.1f}% vs top-20); on all corpora: {line}")
