@@ -50,7 +50,8 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -381,24 +382,18 @@ def _shared_embeddings(folder: Path) -> str | None:
     return json.loads(config.read_text()).get(WORD_EMBEDDINGS_KEY) if config.is_file() else None
 
 
-def _quiet_load(quiet: bool) -> Any:
+@contextmanager
+def _quiet_load(quiet: bool) -> Iterator[None]:
     """transformers' load report held back while it would only list the word embeddings restored next."""
-    from contextlib import nullcontext
-
     from transformers.utils import logging as hf_logging
 
-    if not quiet:
-        return nullcontext()
-
-    class Quiet:
-        def __enter__(self) -> None:
-            self.level = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()
-
-        def __exit__(self, *_: Any) -> None:
-            hf_logging.set_verbosity(self.level)
-
-    return Quiet()
+    level = hf_logging.get_verbosity()
+    if quiet:
+        hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def word_embeddings_source(name: str) -> Path:
