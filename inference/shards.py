@@ -147,13 +147,6 @@ class Shard:
         return cls(index, [Document(doc_id, text, meta) for doc_id, text, meta in data["docs"]])
 
 
-def plan_shards(docs: list[Document], shard_size: int) -> list[Shard]:
-    """Consecutive shards of ``shard_size`` documents in corpus order (the last may be smaller)."""
-    if shard_size < 1:
-        raise ValueError(f"shard_size={shard_size} must be >= 1")
-    return [Shard(i, docs[start:start + shard_size]) for i, start in enumerate(range(0, len(docs), shard_size))]
-
-
 @dataclass
 class FilePlan:
     """Shards of a corpus file, and what the scan found besides."""

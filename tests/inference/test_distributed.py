@@ -23,12 +23,17 @@ from memreader.core.schema import read_memories, write_memories
 from memreader.inference.distributed import DistributedReadConfig, read_distributed
 from memreader.inference.ray_engine import RayUnreachable, join_ray, probe_address, start_local_ray
 from memreader.inference.reader import ReadConfig, make_backend, read_corpus_memories, read_key
-from memreader.inference.shards import ShardError, ShardStore, merge_shards, plan_shards, read_shard
+from memreader.inference.shards import Shard, ShardError, ShardStore, merge_shards, read_shard
 
 TOPICS = ["compost", "bees", "rain", "bridges", "trains", "tea", "maps", "clocks"]
 # the grammar and budget of test_reader's guided tiny-model test: three chunks, real (random) outline and cores
 READING = {"backend": "transformers", "batch_size": 2, "max_new_tokens": 200, "min_chunk_chars": 60, "core_tokens": 12, "topic_tokens": 8}
 TIMING = ("seconds", "elapsed_s", "latency_s")  # none of these is in a memory today; dropped if one appears
+
+
+def plan_shards(docs: list, shard_size: int) -> list[Shard]:
+    """Consecutive shards of ``shard_size`` documents held in memory (the plan read-dist makes from the file)."""
+    return [Shard(i, docs[start:start + shard_size]) for i, start in enumerate(range(0, len(docs), shard_size))]
 
 
 def _corpus(path: Path, n: int = 16) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memreader.core.corpus import CorpusError, read_corpus
-from memreader.inference.shards import Shard, ShardError, plan_file_shards, plan_shards
+from memreader.inference.shards import Shard, ShardError, plan_file_shards
 
 
 def _corpus(path: Path) -> Path:
@@ -25,7 +25,7 @@ def test_file_shards_read_back_what_the_corpus_holds(tmp_path: Path) -> None:
     plan = plan_file_shards(path, 3)
     assert plan.documents == 7 and plan.empty == ["blank"]
     docs = [d for d in read_corpus(path) if d.text.strip()]
-    in_memory = plan_shards(docs, 3)
+    in_memory = [Shard(i, docs[start:start + 3]) for i, start in enumerate(range(0, len(docs), 3))]
     assert [s.digest() for s in plan.shards] == [s.digest() for s in in_memory]  # the same plan either way
     assert all(s.docs is None for s in plan.shards)  # the driver holds ids and hashes only
     for shard in plan.shards:
