@@ -61,12 +61,6 @@ def rrf_k_problem(k: Any) -> str | None:
     return None
 
 
-def check_rrf_k(k: Any) -> None:
-    """Raise ``ValueError`` when :func:`rrf_k_problem` finds ``k`` wrong."""
-    if problem := rrf_k_problem(k):
-        raise ValueError(problem)
-
-
 def rrf_k_field(what: str) -> Any:
     """The ``rrf_k`` key of every config that fuses rankings: the same default, range and check
     (:func:`rrf_k_problem`) wherever it appears. ``what`` says what is fused."""
@@ -82,7 +76,8 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: float = RRF_K) ->
     (ascending), so keys must be mutually orderable (ints, strings, tuples of them). A key listed
     twice in one ranking is an error: the ranking would vote for it twice.
     """
-    check_rrf_k(k)
+    if problem := rrf_k_problem(k):
+        raise ValueError(problem)
     terms: dict[K, list[float]] = {}
     for li, ranking in enumerate(rankings):
         seen: set[K] = set()

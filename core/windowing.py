@@ -6,8 +6,7 @@
     # plan.errors: documents refused (message names the fix); plan.windows[i]: document i's windows
     window_texts = plan.texts(texts)          # every window of every document, one flat list
     ... one prompt and one grammar (MemoryGrammars.plan(window_texts, ...)) per window, one generate call ...
-    per_doc = plan.regroup(window_memories)   # back to one list per document
-    memory = merge_window_memories(doc_id, text, plan.windows[i], per_doc[i], meta)
+    memory = merge_window_memories(doc_id, text, plan.windows[i], memories_of_document_i, meta)
 
 **Window size.** ``window_tokens`` is how many *document* tokens one window holds (in the model's
 tokenizer). ``0`` means auto: the model's window minus the prompt (chat template, instructions) minus
@@ -43,7 +42,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from memreader.core.config import field as config_field
 from memreader.core.config import validate as validate_config
@@ -53,7 +52,6 @@ from memreader.core.language import is_chinese
 from memreader.core.memory_grammar import _CLAUSE_END, _SENTENCE_END, GrammarSettings, _ends
 from memreader.core.schema import DocumentMemory, Scenario
 
-T = TypeVar("T")
 CountTokens = Callable[[str], int]
 
 MIN_WINDOW_TOKENS = 32
@@ -290,21 +288,6 @@ class WindowPlan:
     def texts(self, documents: Sequence[str]) -> list[str]:
         """The window texts in :meth:`flat` order."""
         return [w.text(documents[d]) for d, w in self.flat()]
-
-    def regroup(self, values: Sequence[T]) -> list[list[T]]:
-        """Values in :meth:`flat` order (one per window) back into one list per document."""
-        if len(values) != sum(len(ws) for ws in self.windows):
-            raise ValueError(f"{len(values)} values for {sum(len(ws) for ws in self.windows)} windows")
-        out, i = [], 0
-        for ws in self.windows:
-            out.append(list(values[i : i + len(ws)]))
-            i += len(ws)
-        return out
-
-    @property
-    def windowed(self) -> list[int]:
-        """Indices of the documents cut into more than one window."""
-        return [d for d, ws in enumerate(self.windows) if len(ws) > 1]
 
 
 def plan_windows(texts: Sequence[str], count_tokens: CountTokens, settings: WindowSettings, *,

@@ -64,13 +64,6 @@ def compile_matcher(ll_tok: Any, grammar: str) -> Any:
     return matcher
 
 
-def accepts(ll_tok: Any, grammar: str, text: str) -> bool:
-    """True when ``text`` (then end-of-sequence) is a complete sentence of ``grammar``."""
-    matcher = compile_matcher(ll_tok, grammar)
-    tokens = ll_tok.tokenize_str(text)
-    return matcher.consume_tokens(tokens) and matcher.is_accepting()
-
-
 class GuidedLogitsProcessor:
     """A transformers logits processor that keeps each batch row inside its own grammar."""
 

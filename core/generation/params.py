@@ -91,10 +91,6 @@ class Reply(str):
         return {"guided": self.guided, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens}
 
-    def with_think(self) -> str:
-        """Content prefixed by ``<think>reasoning</think>`` when the server returned reasoning."""
-        return f"<think>{self.reasoning}</think>\n{self}" if self.reasoning else str(self)
-
 
 OnReply = Callable[[int, "Reply"], None]
 """Called with (input index, reply) as soon as a reply exists."""

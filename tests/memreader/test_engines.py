@@ -415,8 +415,8 @@ def test_cores_are_counted_one_way_and_the_env_override_is_named(monkeypatch) ->
 
 @pytest.mark.integration
 def test_the_real_factory_builds_a_transformers_engine_whose_weights_every_stage_shares(tiny_model) -> None:
+    from memreader.core import runtime as rt_module
     from memreader.core.generation import GenerationParams, LocalChat
-    from memreader.core.runtime import release_models
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     before = torch.get_num_threads()
@@ -439,4 +439,4 @@ def test_the_real_factory_builds_a_transformers_engine_whose_weights_every_stage
         assert other.model() is not chat.model() and other.describe()["dtype"] == "bfloat16"
     finally:
         torch.set_num_threads(before)
-        release_models()
+        rt_module._MODELS.clear()  # the process cache: later tests load their own copies

@@ -226,7 +226,6 @@ def test_reasoning_content_is_kept_apart(fake: Any) -> None:
     server = fake({"r": ["think"]})
     reply = asyncio.run(_teacher(server.url).agenerate(_msgs("r"), PARAMS))
     assert reply == "echo:r" and reply.reasoning == "let me think"
-    assert reply.with_think() == "<think>let me think</think>\necho:r"
     assert json.dumps([reply]) == '["echo:r"]'
 
 

@@ -88,7 +88,6 @@ def test_guided_row_cut_off_by_its_budget_is_length(tiny, plans) -> None:
 def test_accepts_and_compile_guards(tiny, plans) -> None:
     from memreader.core.generation.guided import (
         GuidedDecodingUnavailable,
-        accepts,
         compile_matcher,
         ll_tokenizer,
     )
@@ -96,7 +95,9 @@ def test_accepts_and_compile_guards(tiny, plans) -> None:
     _, tokenizer = tiny
     ll_tok = ll_tokenizer(tokenizer)
     assert ll_tokenizer(tokenizer) is ll_tok  # built once per tokenizer
-    assert not accepts(ll_tok, plans[0].lark, "<outline>\nfree text\n</outline>\n")
+    matcher = compile_matcher(ll_tok, plans[0].lark)  # free text is no sentence of a memory grammar
+    assert not (matcher.consume_tokens(ll_tok.tokenize_str("<outline>\nfree text\n</outline>\n"))
+                and matcher.is_accepting())
     with pytest.raises(ValueError, match="llguidance rejected the grammar"):
         compile_matcher(ll_tok, "start: missing_rule\n")
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from memreader.core.assemble import memory_from_output
-from memreader.core.generation.guided import accepts
+from memreader.core.generation.guided import compile_matcher
 from memreader.core.markup import render_memory
 from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, GuidanceError, memory_grammar
 
@@ -33,6 +33,12 @@ def ll_tok(hf_tok):
     from memreader.core.generation.guided import ll_tokenizer
 
     return ll_tokenizer(hf_tok)
+
+
+def accepts(ll_tok, grammar: str, text: str) -> bool:
+    """True when ``text`` (then end-of-sequence) is a complete sentence of ``grammar``."""
+    matcher = compile_matcher(ll_tok, grammar)
+    return matcher.consume_tokens(ll_tok.tokenize_str(text)) and matcher.is_accepting()
 
 
 def _count(hf_tok):
@@ -84,7 +90,7 @@ def test_graph_boundaries_follow_sentences_and_chunk_sizes() -> None:
                 assert graph.min_chars <= e - s <= 80, (s, e)
             else:
                 assert e - s <= 80
-    assert len(graph.edges) >= 5 and graph.longest_path() >= 5 and not graph.single_chunk
+    assert len(graph.edges) >= 5 and graph.chunk_counts()[0][1] >= 5 and not graph.single_chunk
 
 
 def test_headings_and_page_breaks_are_not_crossed_when_the_range_allows() -> None:
@@ -136,14 +142,14 @@ def test_state_zero_drops_the_whole_document_edge() -> None:
     _check_graph(graph)
     assert len(doc) not in graph.edges[0] and graph.edges[0]
     assert any(len(doc) in ends for ends in graph.edges.values())
-    assert not graph.single_chunk and graph.longest_path() >= 2
+    assert not graph.single_chunk and graph.chunk_counts()[0][1] >= 2
 
 
 @pytest.mark.parametrize("doc", ["one long run of words with no stop at all " * 2,
                                  "a long stretch without any sentence end " * 40])
 def test_document_without_boundary_is_a_single_chunk(doc: str) -> None:
     graph = BoundaryGraph.build(doc, GrammarSettings(min_chunk_chars=20, max_chunk_chars=400))
-    assert graph.single_chunk and graph.edges == {0: [len(doc)]} and graph.longest_path() == 1
+    assert graph.single_chunk and graph.edges == {0: [len(doc)]} and graph.chunk_counts()[0][1] == 1
 
 
 @pytest.mark.parametrize("doc", ["", "   \n\t "])
@@ -205,7 +211,7 @@ def test_budget_shrinks_cores_then_refuses(hf_tok) -> None:
     graph = BoundaryGraph.build(DOC, SMALL)
     full = memory_grammar(graph, SMALL, 100_000, _count(hf_tok))
     assert full.core_tokens == SMALL.core_tokens and full.topic_tokens == SMALL.topic_tokens
-    assert full.worst_case_tokens <= 100_000 and full.scenarios_max == graph.longest_path()
+    assert full.worst_case_tokens <= 100_000 and full.scenarios_max == graph.chunk_counts()[0][1]
     tight = memory_grammar(graph, SMALL, full.worst_case_tokens - 1, _count(hf_tok))
     assert tight.worst_case_tokens <= full.worst_case_tokens - 1
     assert SMALL.min_core_tokens <= tight.core_tokens < SMALL.core_tokens

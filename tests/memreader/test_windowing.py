@@ -31,6 +31,10 @@ def words(text: str) -> int:
     return len(text.split())
 
 
+def windowed(plan: WindowPlan) -> list[int]:
+    return [d for d, ws in enumerate(plan.windows) if len(ws) > 1]
+
+
 def make_doc(rng: random.Random, chars: int) -> str:
     out, n = [], 0
     while n < chars:
@@ -190,21 +194,20 @@ def test_plan_sizes_windows_to_the_model_and_the_grammar() -> None:
     settings = WindowSettings(window_tokens=0, overlap_tokens=20)
     plan = plan_windows(texts, words, settings, prompt_tokens=100, max_new_tokens=300, model_window=1000)
     budget = 1000 - 100 - 300 - MARGIN_TOKENS
-    assert plan.budget == budget and not plan.errors and plan.windowed == [1]  # 3,200 characters fit
+    assert plan.budget == budget and not plan.errors and windowed(plan) == [1]  # 3,200 characters fit
     assert plan.windows[0] == [Window(0, 0, len(texts[0]))] and len(plan.windows[2]) == 1
     assert all(words(t) <= budget for t in plan.texts(texts))
     flat = plan.flat()
     assert [d for d, _ in flat] == [0] + [1] * len(plan.windows[1]) + [2]
-    assert plan.regroup(list(range(len(flat))))[2] == [len(flat) - 1]
     # guided: windows also fit one memory grammar (here 6 x 500 characters), and every grammar builds
     grammar = GrammarSettings(max_chunk_chars=500, max_scenarios=6, min_chunk_chars=100)
     plan = plan_windows(texts, words, settings, prompt_tokens=100, max_new_tokens=300, model_window=1000,
                         grammar=grammar)
-    assert plan.windowed == [1, 2] and all(len(t) <= 0.75 * 3000 for t in plan.texts(texts))
+    assert windowed(plan) == [1, 2] and all(len(t) <= 0.75 * 3000 for t in plan.texts(texts))
     _, errors = MemoryGrammars(grammar, approx_tokens).plan(plan.texts(texts), 1000)
     assert errors == {}
     # no model window known (an HTTP endpoint) and no grammar: no windows at all
-    assert plan_windows(texts, words, settings).windowed == []
+    assert windowed(plan_windows(texts, words, settings)) == []
 
 
 def test_a_window_smaller_than_the_prompt_is_refused_with_the_fix() -> None:
@@ -222,4 +225,3 @@ def test_a_window_smaller_than_the_prompt_is_refused_with_the_fix() -> None:
         WindowSettings(0, 50).budget(0, 0, 100 + MARGIN_TOKENS)
     assert WindowSettings(100, 60).problems() and WindowSettings(10, 0).problems()
     assert WindowSettings(0, 500).problems() == []  # auto: checked against the window it gets
-    assert WindowPlan([[Window(0, 0, 3)]]).windowed == []
