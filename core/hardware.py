@@ -70,12 +70,8 @@ def use_cpu_threads(threads: int = 0) -> int:
     return threads
 
 
-def cpu_label() -> str:
-    """The CPU a figure was measured on, for a benchmark's report: its model and its bf16-relevant flags."""
-    return f"{cpu_model()} ({', '.join(_flags()) or 'no avx2/avx512/bf16 flags'})"
-
-
-def _flags() -> list[str]:
+def cpu_flags() -> list[str]:
+    """The CPU's flags that decide how fast bf16 runs (``/proc/cpuinfo``)."""
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
     return [x for x in (_cpuinfo("flags") or "").split() if x in wanted]
 
@@ -129,7 +125,7 @@ def matmul_rates(threads: int | None = None, refresh: bool = False) -> dict[str,
     finally:
         torch.set_num_threads(before)
     entry = {**rates, "best": max(CPU_DTYPES, key=lambda d: rates[d]), "n": PROBE_N, "threads": threads,
-             "flags": _flags(), "cpu": cpu_model(), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+             "flags": cpu_flags(), "cpu": cpu_model(), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
     log.info("CPU matmul probe: fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s -> dtype auto = %s (cached in %s)",
              rates["float32"], rates["bfloat16"], entry["best"], path)
     cache[key] = entry

@@ -7,6 +7,9 @@
   ``--data-dir`` (the corpora, their stores and the top-k baseline: memreader.eval.support_corpora).
 - **Report tables** (:func:`mean_cell`, :func:`delta_cell`, :func:`settings_line`, :func:`emit_table`): a mean's and a
   paired difference's cell with their bootstrap intervals, the settings line and the print-and-save of a table, for ``bench_embedders.py``, ``bench_layers.py`` and ``bench_layer_latency.py``.
+- **The CPU** (:func:`cpu_label`): its model and bf16 flags, for ``bench_cut_read.py`` and ``bench_train_speed.py``.
+- **Memories per method** (:func:`method_file`): the ``--method NAME=memories.jsonl`` argument of
+  ``bench_segmentation.py``, ``bench_structure_retrieval.py`` and ``profile_cuts.py``.
 - **Qwen2.5 shapes** (:data:`SHAPES`, :data:`SMOKE`, :func:`versions`): the config values the GPU checks
   ``gpu_sft_mfu.py`` and ``gpu_decode_step.py`` build their random-weight models from.
 
@@ -16,6 +19,7 @@ and a script that uses one helper does not pay for the others' imports.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import re
@@ -58,6 +62,13 @@ def emit_table(lines: Sequence[str], out: str | None) -> int:
     if out:
         Path(out).write_text(table + "\n", encoding="utf-8")
     return 0
+
+
+def cpu_label() -> str:
+    """The CPU a figure was measured on (bench_cut_read, bench_train_speed): its model and its bf16-relevant flags."""
+    from memreader.core.hardware import cpu_flags, cpu_model
+
+    return f"{cpu_model()} ({', '.join(cpu_flags()) or 'no avx2/avx512/bf16 flags'})"
 
 
 # -------- evidence chunks (bench_embedders, bench_layers) --------
@@ -115,6 +126,19 @@ def evidence_chunks(question: str, context: str, spans: list[tuple[int, int]], a
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 """The offline copies of the public benchmark files (``../shared/datasets``): the default ``--data-dir``."""
+
+
+# -------- memories per method (bench_segmentation, bench_structure_retrieval, profile_cuts) --------
+
+
+def method_file(value: str) -> tuple[str, Path]:
+    """A benchmark's ``--method NAME=memories.jsonl`` argument as ``(name, path)`` (argparse ``type=``)."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{value!r}: give NAME=memories.jsonl, e.g. fixed=runs/x/memories.jsonl")
+    if not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"{path} does not exist (the memories of method {name!r})")
+    return name, Path(path)
 
 
 # -------- Qwen2.5 shapes for the GPU checks (gpu_sft_mfu, gpu_decode_step) --------

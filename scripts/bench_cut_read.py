@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from memreader.core.hardware import cpu_label
+from _common import cpu_label
+
 from memreader.core.paths import run_dir
 
 

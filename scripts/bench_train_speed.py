@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memreader.core.hardware import cpu_label
+from _common import cpu_label
 
 DEFAULT_SETTINGS = {
     "fp32, batch 1 x accumulation": "per_device_train_batch_size=1 gradient_accumulation_steps={batch} bf16=false",
