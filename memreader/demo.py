@@ -67,8 +67,8 @@ def adapter_changed(adapter_dir: Path) -> float:
     return max(float(t.abs().max()) for t in b_mats)
 
 
-def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str], str | None]]:
-    """The demo's stages as (title, ``memreader`` command line, file its stdout goes to), with the configs and data
+def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str]]]:
+    """The demo's stages as (title, ``memreader`` command line), with the configs and data
     read from the installed package, so that the demo runs from a wheel outside any checkout."""
     r = run_dir(cfg.run)
     conf = lambda name: str(DEMO_CONFIGS / f"{name}.yaml")  # noqa: E731
@@ -78,30 +78,27 @@ def demo_steps(cfg: DemoConfig, memreader: str) -> list[tuple[str, list[str], st
     return [
         ("1/7 teacher: guided candidate memories, evaluator scores, RRF selection, reasoning paths, SFT data",
          [memreader, "gen", "--config", conf("gen"), *run, "--set", f"teacher={cfg.teacher}",
-          "--set", f"model={cfg.teacher_model}", "--set", f"input={corpus}"], None),
+          "--set", f"model={cfg.teacher_model}", "--set", f"input={corpus}"]),
         (f"2/7 LoRA SFT with TRL on the teacher's data ({cfg.train_steps} steps)",
          [memreader, "train", "--config", conf("train"), *run, "--set", f"max_steps={cfg.train_steps}",
-          "--set", f"train_file={r / 'gen' / 'sft_train.jsonl'}", "--set", f"val_file={r / 'gen' / 'sft_val.jsonl'}"],
-         None),
+          "--set", f"train_file={r / 'gen' / 'sft_train.jsonl'}", "--set", f"val_file={r / 'gen' / 'sft_val.jsonl'}"]),
         ("3/7 MemReader reads the corpus with the new adapter (and SmolLM2's cut head: its breaks in every grammar)",
          [memreader, "read", "--config", conf("read"), *run, "--set", f"adapter={r / 'train'}",
-          "--set", f"input={corpus}", "--set", f"cut_head={DEMO_DATA / 'cut_head'}"], None),
-        ("4/7 three-layer Milvus Lite index", [memreader, "index", "--config", conf("retrieval"), *run], None),
-        ("4/7 one question over the layers", [*retrieval, "--html", str(r / "view" / "layers.html"), cfg.question],
-         None),
-        ("4/7 the same with MeVe (audit saved)", [*retrieval, "--pipeline", "meve", "--json", "--html",
-                                                  str(r / "view" / "meve.html"), cfg.question],
-         str(r / "retrieval" / "meve_answer.json")),
-        ("4/7 the same with MeVe", [*retrieval, "--pipeline", "meve", cfg.question], None),
+          "--set", f"input={corpus}", "--set", f"cut_head={DEMO_DATA / 'cut_head'}"]),
+        ("4/7 three-layer Milvus Lite index", [memreader, "index", "--config", conf("retrieval"), *run]),
+        ("4/7 one question over the layers", [*retrieval, "--html", str(r / "view" / "layers.html"), cfg.question]),
+        ("4/7 the same with MeVe (audit saved)", [*retrieval, "--pipeline", "meve", "--save", str(r / "retrieval" /
+                                                  "meve_answer.json"), "--html", str(r / "view" / "meve.html"),
+                                                  cfg.question]),
         ("5/7 QA evaluation: MemReader memories vs chunkers calibrated to the same chunk length",
          [memreader, "eval", "--config", conf("eval"), *run, "--set", f"memories={r / 'read' / 'memories.jsonl'}",
-          "--set", "report=false", "--set", f"qa={qa}"], None),
-        ("6/7 report (Markdown with plots, report.html)", [memreader, "report", cfg.run], None),
+          "--set", "report=false", "--set", f"qa={qa}"]),
+        ("6/7 report (Markdown with plots, report.html)", [memreader, "report", cfg.run]),
         ("6/7 the viewer page of the run's memories", [memreader, "view", str(r / "read" / "memories.jsonl"),
-                                                       "--out", str(r / "view" / "memories.html")], None),
+                                                       "--out", str(r / "view" / "memories.html")]),
         ("6/7 the viewer page of the teacher's candidates",
          [memreader, "view", str(r / "gen" / "memories.jsonl"), "--candidates", str(r / "gen" / "candidates.jsonl"),
-          "--out", str(r / "view" / "candidates.html")], None),
+          "--out", str(r / "view" / "candidates.html")]),
     ]
 
 
@@ -115,14 +112,9 @@ def run_steps(cfg: DemoConfig) -> int:
     memreader = os.environ.get("MEMREADER", str(Path(sys.executable).with_name("memreader")))
     start = time.monotonic()
     (run_dir(cfg.run) / "read" / "memories.jsonl").unlink(missing_ok=True)  # read with an earlier adapter
-    for title, command, stdout in demo_steps(cfg, memreader):
+    for title, command in demo_steps(cfg, memreader):
         print(f"\n=== [{time.monotonic() - start:.0f} s] {title} ===", flush=True)
-        if stdout:
-            Path(stdout).parent.mkdir(parents=True, exist_ok=True)
-            with open(stdout, "w", encoding="utf-8") as out:
-                code = subprocess.run(command, stdout=out, check=False).returncode
-        else:
-            code = subprocess.run(command, check=False).returncode
+        code = subprocess.run(command, check=False).returncode
         if code:
             print(f"demo: step {title!r} stopped with exit code {code}: {' '.join(command)}", file=sys.stderr)
             return code
@@ -146,7 +138,7 @@ def check_run(run: str) -> tuple[dict[str, str], list[str]]:
     gen = _load(run_dir(run, "gen") / "manifest.json", "step 1 (memreader gen)")
     trained = _load(run_dir(run, "train") / "summary.json", "step 2 (memreader train)")
     read = _load(run_dir(run, "read") / "summary.json", "step 3 (memreader read)")
-    meve = _load(run_dir(run, "retrieval") / "meve_answer.json", "step 4 (memreader ask --pipeline meve --json)")
+    meve = _load(run_dir(run, "retrieval") / "meve_answer.json", "step 4 (memreader ask --pipeline meve --save)")
     qa = _load(run_dir(run, "eval") / "summary.json", "step 5 (memreader eval)")
     memories = read_memories(run_dir(run, "read") / "memories.jsonl")  # validated (tiling) on read
     with MemoryIndex.open(run_dir(run, "retrieval") / "memories.db") as index:

@@ -4,6 +4,7 @@
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo "How many compost bays?"
     memreader ask   --config configs/retrieval/three_layer_minilm.yaml --set run=demo --pipeline meve "question"
     memreader ask   --config ... --pipeline meve --html meve.html "question"   (also an offline HTML audit page)
+    memreader ask   --config ... --pipeline meve --save meve.json "question"   (also the result and audit as JSON)
     python -m memreader.retrieval.cli ask --config ... "question"        (the same, without the memreader command)
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
+from memreader.core.paths import write_json
 from memreader.core.stage import Flag, Stage
 from memreader.retrieval.audit_page import write_audit_page
 from memreader.retrieval.meve import MeVeResult
@@ -26,6 +29,8 @@ def _ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="also write the retrieval as one offline HTML page: MeVe's "
                         "phases (every candidate, kept / dropped and why, the budget) or the layers that found each "
                         "hit, and each hit inside its document")
+    parser.add_argument("--save", metavar="FILE", help="also write the result as one JSON object to FILE (meve: with "
+                        "its audit record), whatever stdout shows")
     parser.add_argument("question", help="the question to retrieve chunks for")
 
 
@@ -45,6 +50,10 @@ def _ask(cfg: RetrievalConfig, args: argparse.Namespace) -> int:
         if args.html:
             page = write_audit_page(searcher.index, args.question, result, args.html, cfg.mode)
             print(f"ask: audit page -> {page}", file=sys.stderr)
+    if args.save:
+        write_json(Path(args.save), result.to_dict() if isinstance(result, MeVeResult) else
+                   {"question": args.question, "hits": [hit.to_dict() for hit in result]})
+        print(f"ask: result -> {args.save}", file=sys.stderr)
     if isinstance(result, MeVeResult):
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) if args.json else format_audit(result))
         return 0

@@ -83,7 +83,7 @@ def test_memreader_demo_names_only_packaged_files() -> None:
     """The demo names the package's configs and data, so it runs without the checkout (configs/demo is a link to the
     package's folder; the stages and keys: tests/test_scripts.py::test_every_demo_call_uses_known_configs_and_keys)."""
     assert (REPO / "configs" / "demo").resolve() == DEMO_CONFIGS.resolve()
-    for _, command, _ in demo_steps(DemoConfig(), "memreader"):
+    for _, command in demo_steps(DemoConfig(), "memreader"):
         paths = [a.split("=", 1)[-1] for a in command if a.endswith((".yaml", ".jsonl")) and "runs" not in a]
         assert all(Path(p).is_file() for p in paths), command
         assert paths or command[1] in ("report", "index", "ask", "view"), command

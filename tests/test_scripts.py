@@ -112,9 +112,9 @@ def test_every_demo_call_uses_known_configs_and_keys() -> None:
     from memreader.demo import DemoConfig, demo_steps
 
     steps = demo_steps(DemoConfig(), "memreader")
-    assert [command[1] for _, command, _ in steps] == ["gen", "train", "read", "index", "ask", "ask", "ask", "eval",
-                                                       "report", "view", "view"]
-    for _, command, _ in steps:
+    assert [command[1] for _, command in steps] == ["gen", "train", "read", "index", "ask", "ask", "eval", "report",
+                                                    "view", "view"]
+    for _, command in steps:
         stage, argv = command[1], command[2:]
         keys: list[str] = []
         for flag, value in zip(argv, argv[1:], strict=False):

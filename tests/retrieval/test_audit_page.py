@@ -4,6 +4,7 @@ additions are marked, each hit is highlighted inside its document, no console er
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -97,9 +98,14 @@ def test_ask_html_shows_which_layer_found_each_hit(built: tuple[Any, Any], tmp_p
     index, _ = built
     out = tmp_path / "layers.html"
     index.close()  # Milvus Lite serves a file to one client at a time: the command opens it itself
+    saved = tmp_path / "hits.json"
     assert main(["ask", "--set", f"db_path={index.uri}", "--set", "device=cpu", "--set", "top_k=3", "--html", str(out),
-                 "How do observatories forecast an eruption?"]) == 0
-    assert f"audit page -> {out}" in capsys.readouterr().err
+                 "--save", str(saved), "How do observatories forecast an eruption?"]) == 0
+    printed = capsys.readouterr()
+    assert f"audit page -> {out}" in printed.err and f"result -> {saved}" in printed.err
+    hits = json.loads(saved.read_text(encoding="utf-8"))  # --save writes JSON whatever stdout shows (text here)
+    assert hits["question"] == "How do observatories forecast an eruption?" and len(hits["hits"]) == 3
+    assert not printed.out.lstrip().startswith("{") and hits["hits"][0]["text"][:60] in printed.out
     open_page(browser, out)
     rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr[data-rank]")
     assert len(rows) == 3
