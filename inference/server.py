@@ -334,9 +334,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, answer)
 
 
-def build_server(model_name: str, adapter: str | None = None, host: str = "127.0.0.1", port: int = 8000, *,
-                 served_model_name: str | None = None, device: str = "auto",
-                 default_max_tokens: int = 512, api_key: str | None = None, max_tokens_cap: int = 4096) -> ChatServer:
+def build_server(cfg: ServeConfig, api_key: str | None = None) -> ChatServer:
     """Load the model (+ LoRA adapter) and bind the server; ``port=0`` picks a free port (see ``.url``).
 
     Served model ids: ``served_model_name`` if given, else the model name, plus ``"memreader"`` when an
@@ -345,13 +343,12 @@ def build_server(model_name: str, adapter: str | None = None, host: str = "127.0
     """
     from memreader.core.runtime import load_causal_lm, runtime
 
-    _check_port(host, port)  # before the (slow) model load
-    model, tokenizer = load_causal_lm(model_name, adapter=adapter, rt=runtime(device))
-    ids = [served_model_name or model_name]
-    if adapter and "memreader" not in ids:
+    _check_port(cfg.host, cfg.port)  # before the (slow) model load
+    model, tokenizer = load_causal_lm(cfg.model, adapter=cfg.adapter, rt=runtime(cfg.device))
+    ids = [cfg.served_model_name or cfg.model]
+    if cfg.adapter and "memreader" not in ids:
         ids.append("memreader")
-    return ChatServer((host, port), model, tokenizer, ids, default_max_tokens=default_max_tokens, api_key=api_key,
-                      max_tokens_cap=max_tokens_cap)
+    return ChatServer((cfg.host, cfg.port), model, tokenizer, ids, cfg.default_max_tokens, api_key, cfg.max_tokens_cap)
 
 
 def _check_port(host: str, port: int) -> None:
@@ -379,9 +376,7 @@ def _run_stage(cfg: ServeConfig, args: argparse.Namespace) -> int:
     if api_key is None and cfg.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who reaches it can use the model "
                     "(set --api-key or MEMREADER_SERVE_API_KEY)", cfg.host)
-    server = build_server(cfg.model, cfg.adapter, cfg.host, cfg.port, served_model_name=cfg.served_model_name,
-                          device=cfg.device, default_max_tokens=cfg.default_max_tokens, api_key=api_key,
-                          max_tokens_cap=cfg.max_tokens_cap)
+    server = build_server(cfg, api_key)
     folder = run_dir(cfg.run or f"serve-{time.strftime('%Y%m%d-%H%M%S')}", "serve")
     write_resolved_config(folder, cfg)
     log.info("serving %s at %s (OpenAI-compatible; Ctrl-C stops); config in %s", ", ".join(server.model_ids),

@@ -16,7 +16,7 @@ import yaml
 from memreader.cli import main
 from memreader.core.generation import GenerationParams, GenerationRequestError, OpenAIChat
 from memreader.core.registry import SMOLLM2
-from memreader.inference.server import STAGE, ChatServer, build_server
+from memreader.inference.server import STAGE, ChatServer, ServeConfig, build_server
 
 pytestmark = pytest.mark.integration
 MODEL = SMOLLM2
@@ -31,7 +31,7 @@ def _serve(server: ChatServer) -> threading.Thread:
 
 @pytest.fixture(scope="module")
 def server(memreader_home: Path) -> Iterator[ChatServer]:
-    srv = build_server(MODEL, None, "127.0.0.1", 0, device="cpu", default_max_tokens=16)
+    srv = build_server(ServeConfig(MODEL, port=0, device="cpu", default_max_tokens=16))
     thread = _serve(srv)
     yield srv
     srv.shutdown()
@@ -125,7 +125,7 @@ def test_serves_a_lora_adapter(memreader_home: Path, tmp_path: Path) -> None:
     base, _ = load_causal_lm(MODEL, rt=runtime("cpu"))
     lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     lora.save_pretrained(tmp_path / "adapter")
-    srv = build_server(MODEL, str(tmp_path / "adapter"), "127.0.0.1", 0, device="cpu")
+    srv = build_server(ServeConfig(MODEL, str(tmp_path / "adapter"), port=0, device="cpu"))
     thread = _serve(srv)
     try:
         assert [m["id"] for m in _http(f"{srv.url}/models")[1]["data"]] == [MODEL, "memreader"]

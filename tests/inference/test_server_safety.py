@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from memreader.core.generation import GenerationParams, generate_chat_batch
-from memreader.inference.server import build_server
+from memreader.inference.server import ServeConfig, build_server
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +30,8 @@ def _post(url: str, body: dict[str, Any], key: str | None = None) -> tuple[int, 
 
 @pytest.fixture()
 def keyed(tiny_model: str):
-    srv = build_server(tiny_model, None, "127.0.0.1", 0, device="cpu", default_max_tokens=4, api_key="k-123",
-                       max_tokens_cap=32)
+    srv = build_server(ServeConfig(tiny_model, port=0, device="cpu", default_max_tokens=4, max_tokens_cap=32),
+                       api_key="k-123")
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield srv
