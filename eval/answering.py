@@ -159,10 +159,6 @@ class ForwardTimer:
             h.remove()
         self._handles = []
 
-    def share(self, total_seconds: float) -> float | None:
-        """Forward time as a fraction of ``total_seconds`` (None when nothing was timed)."""
-        return round(self.seconds / total_seconds, 4) if total_seconds > 0 else None
-
 
 class GenerationProfile:
     """Accumulates answer-generation wall time and forward time over several batches and methods."""

@@ -15,7 +15,7 @@ import ast
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +169,6 @@ class QARecord:
     answers: list[str]
     documents: list[Passage] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return asdict(self)
 
 
 def _literal_list(item: JsonItem, key: str) -> list:

@@ -19,7 +19,6 @@ boundaries; their titles stand in for absent ``titles``. Bad input raises
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -111,16 +110,6 @@ def _check_sections(item: JsonItem, text: str, boundaries: tuple[int, ...],
     if titles is not None and tuple(heads) != titles:
         raise item.error("sections", "section titles differ from titles; make them the same or leave titles out")
     return titles if titles is not None else tuple(heads)
-
-
-def method_file(value: str) -> tuple[str, Path]:
-    """A benchmark's ``--method NAME=memories.jsonl`` argument as ``(name, path)`` (argparse ``type=``)."""
-    name, sep, path = value.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{value!r}: give NAME=memories.jsonl, e.g. fixed=runs/x/memories.jsonl")
-    if not Path(path).is_file():
-        raise argparse.ArgumentTypeError(f"{path} does not exist (the memories of method {name!r})")
-    return name, Path(path)
 
 
 def load_gold_segments(path: str | Path, limit: int = 0) -> list[GoldDocument]:

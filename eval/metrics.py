@@ -169,10 +169,6 @@ class ExampleScores:
     blank: bool
     bleu_stats: BleuStats
 
-    def as_dict(self) -> dict[str, float]:
-        """The four scores by metric name."""
-        return {name: getattr(self, name) for name in METRICS}
-
 
 def _ngram_counts(tokens: Sequence[str], max_order: int) -> Counter[tuple[str, ...]]:
     counts: Counter[tuple[str, ...]] = Counter()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from memreader.core.errors import MemReaderError
@@ -74,10 +74,6 @@ class SupportScore:
     truncated: bool
     context_chunks: int = 0
     answer_index: int | None = None  # which reference was scored
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return asdict(self)
 
 
 def prompt_ids(tokenizer: Any, question: str, chunks: Sequence[str]) -> list[int]:

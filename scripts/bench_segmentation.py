@@ -19,8 +19,10 @@ import argparse
 import time
 from pathlib import Path
 
+from _common import method_file
+
 from memreader.core.paths import sha256_file, write_json
-from memreader.eval.gold_segments import load_gold_segments, method_file, score_memories
+from memreader.eval.gold_segments import load_gold_segments, score_memories
 from memreader.eval.segmentation import SegmentationSettings, format_table, ratios
 
 

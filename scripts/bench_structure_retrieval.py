@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import method_file
 
 from memreader.core.embedders import EMBED_BATCH, encode
 from memreader.core.errors import MemReaderError
@@ -42,7 +43,6 @@ from memreader.core.paths import sha256_file, write_json
 from memreader.core.registry import MINILM
 from memreader.core.schema import read_memories
 from memreader.eval.datasets import load_hotpotqa
-from memreader.eval.gold_segments import method_file
 from memreader.eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_cis
 
 VERSION = "1.0"  # bump when a definition below changes; part of the signature

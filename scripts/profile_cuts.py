@@ -22,9 +22,10 @@ import json
 import statistics
 from pathlib import Path
 
+from _common import method_file
+
 from memreader.core.memory_grammar import BoundaryGraph, GrammarSettings, past_space
 from memreader.core.schema import read_memories
-from memreader.eval.gold_segments import method_file
 
 
 def profile(gold: dict[str, dict], memories: list, settings: GrammarSettings) -> dict:

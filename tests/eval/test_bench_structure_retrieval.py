@@ -14,6 +14,7 @@ import pytest
 from memreader.core.schema import DocumentMemory, Scenario, write_memories
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))  # its `from _common import ...`, as `python scripts/x.py` finds it
 spec = importlib.util.spec_from_file_location("bench_structure_retrieval",
                                               REPO / "scripts" / "bench_structure_retrieval.py")
 bench = importlib.util.module_from_spec(spec)
