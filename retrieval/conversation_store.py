@@ -30,7 +30,7 @@ from pymilvus import DataType
 
 from memreader.core.embedders import EMBED_BATCH, embedding_dim, encode
 from memreader.retrieval.lexical import LANGUAGES, bm25_search
-from memreader.retrieval.milvus import MAX_LIMIT, MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
+from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError, string_literal
 
 __all__ = ["BM25", "DEFAULT_COLLECTION", "SCHEMA_VERSION", "CandidateScores", "ConversationStore",
            "ConversationStoreError", "Turn", "vector_field"]
@@ -221,19 +221,6 @@ class ConversationStore(MilvusCollection):
                 row[e["field"]] = vector.astype(np.float32).tolist()
         self._insert(rows)
         return turns
-
-    def turns(self, conversation: str) -> list[Turn]:
-        """Every turn of ``conversation``, in order (the cumulative history)."""
-        total = self.count(conversation)
-        out: list[Turn] = []
-        for lo in range(0, total, MAX_LIMIT):
-            rows = self._client.query(
-                self.collection, limit=MAX_LIMIT, output_fields=_TURN_FIELDS,
-                filter=f"conversation == {string_literal(conversation)} and turn >= {lo} and turn < {lo + MAX_LIMIT}")
-            out += [_turn(r) for r in rows]
-        out.sort(key=lambda t: t.index)
-        assert [t.index for t in out] == list(range(total)), f"{conversation}: turn indices are not 0..{total - 1}"
-        return out
 
     def recent(self, conversation: str) -> Turn | None:
         """The most recent turn of ``conversation`` (None when it has none)."""

@@ -235,16 +235,6 @@ class MilvusCollection:
         _ = self.meta
         self._client.load_collection(self.collection)
 
-    def iter_rows(self, output_fields: Sequence[str], batch_size: int = 4096) -> Iterator[dict[str, Any]]:
-        """Every stored row with ``output_fields`` (e.g. ``["pk", "vector"]``), fetched ``batch_size`` at a time
-        through Milvus's query iterator: a full scan, for checks and benchmarks that compare whole stores."""
-        it = self._client.query_iterator(self.collection, batch_size=batch_size, output_fields=list(output_fields))
-        try:
-            while rows := it.next():
-                yield from rows
-        finally:
-            it.close()
-
     def rows_where(self, field: str, values: Sequence[str], output_fields: Sequence[str], also: str = "",
                    limit: int = 16384) -> list[dict[str, Any]]:
         """Rows whose string ``field`` is one of ``values`` (escaped as :func:`string_literal`) and that meet the

@@ -29,7 +29,9 @@ import json
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from memreader.core.runtime import load_embedder
 from memreader.core.schema import DocumentMemory, Scenario
@@ -84,12 +86,23 @@ def answers(index: MemoryIndex, queries: list[str]) -> dict[str, list]:
     return out
 
 
+def iter_rows(index: MemoryIndex, output_fields: list[str], batch_size: int = 4096) -> Iterator[dict[str, Any]]:
+    """Every stored row of ``index`` with ``output_fields``, fetched ``batch_size`` at a time through Milvus's query
+    iterator: a full scan."""
+    it = index._client.query_iterator(index.collection, batch_size=batch_size, output_fields=output_fields)
+    try:
+        while rows := it.next():
+            yield from rows
+    finally:
+        it.close()
+
+
 def vector_drift(a: MemoryIndex, b: MemoryIndex) -> tuple[bool, float]:
     """(same primary keys in both, largest absolute difference of a stored vector component between them)."""
     import numpy as np
 
     def vectors(index: MemoryIndex) -> dict[str, np.ndarray]:
-        return {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in index.iter_rows(["pk", "vector"])}
+        return {r["pk"]: np.asarray(r["vector"], dtype=np.float32) for r in iter_rows(index, ["pk", "vector"])}
 
     va, vb = vectors(a), vectors(b)
     return va.keys() == vb.keys(), max((float(np.abs(va[k] - vb[k]).max()) for k in va.keys() & vb.keys()),

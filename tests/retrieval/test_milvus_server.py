@@ -75,7 +75,14 @@ def lite(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> dict[str, A
 
 
 def _pks(index: MemoryIndex) -> list[str]:
-    return [r["pk"] for r in index.iter_rows(["pk"])]
+    it = index._client.query_iterator(index.collection, batch_size=4096, output_fields=["pk"])
+    try:
+        pks = []
+        while rows := it.next():
+            pks += [r["pk"] for r in rows]
+        return pks
+    finally:
+        it.close()
 
 
 def test_the_memory_index_builds_updates_and_prunes_on_a_server_and_answers_as_milvus_lite(
