@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import closing
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -168,13 +169,9 @@ def _generate(cfg: GenConfig, out_dir: Path, scorer: Any = None) -> dict[str, An
                               f"e.g. {missing[:3]}", "add the field to every record, or set domain_field= (empty)")
     backend, base_url = _backend(cfg) if cfg.teacher != "structure" else (None, "")
     write_resolved_config(out_dir, cfg)  # after the checks: a refused run leaves the earlier record as it was
-    cache = ReplyCache(out_dir / "teacher_cache.sqlite")
-    score_cache = ScoreCache(out_dir / "teacher_cache.sqlite")
-    try:
+    db = out_dir / "teacher_cache.sqlite"
+    with closing(ReplyCache(db)) as cache, closing(ScoreCache(db)) as score_cache:
         return _run(cfg, out_dir, docs, empty, backend, base_url, cache, score_cache, scorer)
-    finally:
-        cache.close()
-        score_cache.close()
 
 
 def _run(cfg: GenConfig, out_dir: Path, docs: list[Document], empty: list[str], backend: Any, base_url: str,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import time
 from collections.abc import Iterator
@@ -182,22 +183,13 @@ def _drop_torn_tail(path: Path) -> None:
     if not size:
         return
     with path.open("rb+") as fh:
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return
-        start = size
-        while start > 0:  # back to the last newline, 64 KiB at a time
-            step = min(65536, start)
-            fh.seek(start - step)
-            block = fh.read(step)
-            cut = block.rfind(b"\n")
-            if cut >= 0:
-                start = start - step + cut + 1
-                break
-            start -= step
-        fh.seek(start)
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            if view[-1:] == b"\n":
+                return
+            start = view.rfind(b"\n") + 1  # searched from the end: only the tail is read
+            tail = view[start:]
         try:
-            json.loads(fh.read().decode("utf-8"))
+            json.loads(tail.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             log.warning("%s: dropping a half-written last line from an interrupted run", path)
             fh.truncate(start)

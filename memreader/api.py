@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memreader.core.config import load_config
 from memreader.core.errors import ConfigError
-from memreader.core.paths import run_dir
+from memreader.core.paths import run_dir, write_jsonl
 from memreader.core.schema import DocumentMemory, read_memories, write_memories
 
 if TYPE_CHECKING:
@@ -83,11 +83,7 @@ def read_texts(texts: Mapping[str, str] | Sequence[str], run: str = "read", conf
     bad = [k for k, v in items.items() if not isinstance(v, str)]
     if bad:
         raise ConfigError(f"read_texts: the text of {bad[:3]} is not a string; pass str values")
-    path = run_dir(run, "read") / "input.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for doc_id, text in items.items():
-            fh.write(json.dumps({"id": str(doc_id), "text": text}, ensure_ascii=False) + "\n")
+    path = write_jsonl(run_dir(run, "read") / "input.jsonl", [{"id": str(k), "text": v} for k, v in items.items()])
     return read(path, run=run, config=config, **settings)
 
 
@@ -149,7 +145,6 @@ def index(memories: str | Path | Iterable[DocumentMemory], run: str = "read", co
 
     if not isinstance(memories, (str, Path)):
         path = run_dir(run, "retrieval") / "memories.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
         mems = list(memories)
         if not mems or not all(isinstance(m, DocumentMemory) for m in mems):
             raise ConfigError("index: give a memories JSONL path or a non-empty list of DocumentMemory objects")
