@@ -206,9 +206,8 @@ def rank_hits(hits: Iterable[LayerHit], limit: int) -> list[LayerHit]:
     return [replace(h, rank=rank) for rank, h in enumerate(ordered, start=1)]
 
 
-def split_by_layer(
-    union: Sequence[LayerHit], layers: Sequence[str], limit: int, asked: int
-) -> dict[str, list[LayerHit] | None]:
+def split_by_layer(union: Sequence[LayerHit], layers: Sequence[str], limit: int,
+                   asked: int) -> dict[str, list[LayerHit] | None]:
     """Each layer's exact top ``limit`` from one search over all ``layers`` together.
 
     ``union`` is what that search returned when asked for its best ``asked`` rows. Rows it left out

@@ -51,14 +51,8 @@ def render_chunk_marker(chunk: str, head_chars: int = 12, tail_chars: int = 12) 
     return escape_markup(text[:head_chars]) + MASK + escape_markup(text[-tail_chars:])
 
 
-def render_memory(
-    outline: list[str],
-    chunks: list[str],
-    cores: list[str],
-    reasoning: str | None = None,
-    head_chars: int = 12,
-    tail_chars: int = 12,
-) -> str:
+def render_memory(outline: list[str], chunks: list[str], cores: list[str], reasoning: str | None = None,
+                  head_chars: int = 12, tail_chars: int = 12) -> str:
     """The canonical MemReader output text for a memory (the SFT target). Every free-text part
     (reasoning, outline, core) is escaped like the document, so text that mentions a tag cannot
     become one; the parser unescapes each part after splitting."""

@@ -54,10 +54,9 @@ class _Pool:
 
     def get(self, ids: Sequence[int]) -> _Req:
         key = tuple(ids)
-        req = self.reqs.get(key)
-        if req is None:
-            req = self.reqs[key] = _Req(key)
-        return req
+        if key not in self.reqs:
+            self.reqs[key] = _Req(key)
+        return self.reqs[key]
 
     def span(self, ids: Sequence[int], start: int, end: int) -> tuple[_Req, int, int]:
         """Ask for the NLL of ``ids[start:end]`` (positions < 1 cannot be scored and are dropped)."""
@@ -273,16 +272,7 @@ class VLLMEngine:
         self.llm = self.engine.llm
         self.tokenizer = self.engine.tokenizer()
         self.dtype = self.engine.dtype
-        self.tokens_processed = 0
-        self.padded_tokens = 0  # vLLM packs sequences: no padding
-        self.batches = 0
-
-    @staticmethod
-    def sampling_params() -> Any:
-        """One generated token (required), and the log-probability of every actual prompt token."""
-        from vllm import SamplingParams
-
-        return SamplingParams(max_tokens=1, prompt_logprobs=0)
+        self.tokens_processed = self.padded_tokens = self.batches = 0  # vLLM packs sequences: no padding
 
     def run(self, reqs: list[_Req], answer_ids: list[int] | None) -> None:
         prompts: list[dict[str, list[int]]] = []
@@ -297,7 +287,11 @@ class VLLMEngine:
                     jobs.append((req, q, k))
         if not prompts:
             return
-        outs = self.llm.generate(prompts, self.sampling_params(), use_tqdm=False, lora_request=self.engine.lora)
+        from vllm import SamplingParams
+
+        # one generated token (required), and the log-probability of every actual prompt token
+        outs = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False,
+                                 lora_request=self.engine.lora)
         self.tokens_processed += sum(len(p["prompt_token_ids"]) for p in prompts)
         self.batches += 1
         answers: dict[tuple[int, int], list[float]] = {}

@@ -40,6 +40,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -445,20 +446,17 @@ def _aggregate(windows: Sequence[Window], memories: Sequence[DocumentMemory], cu
     if any("parse_diagnostics" in m.meta for m in memories):
         out["parse_diagnostics"] = [f"window {w.index}: {d}" for w, m in zip(windows, memories, strict=True)
                                     for d in m.meta.get("parse_diagnostics") or []]
-    reports = [m.meta.get("alignment") for m in memories]
+    reports = [m.meta.get("alignment") or {} for m in memories]
     if any(reports):
-        methods: dict[str, int] = {}
+        methods: Counter[str] = Counter()
         for r in reports:
-            for name, c in ((r or {}).get("methods") or {}).items():
-                methods[name] = methods.get(name, 0) + c
+            methods.update(r.get("methods") or {})
         kept = [cuts[k + 1] - cuts[k] for k in range(len(windows))]
         out["alignment"] = {
-            "markers": sum((r or {}).get("markers", 0) for r in reports),
-            "merged": sum((r or {}).get("merged", 0) for r in reports),
-            "methods": methods,
-            "gap_chars": sum((r or {}).get("gap_chars", 0) for r in reports),
+            "markers": sum(r.get("markers", 0) for r in reports), "merged": sum(r.get("merged", 0) for r in reports),
+            "methods": dict(methods), "gap_chars": sum(r.get("gap_chars", 0) for r in reports),
             # each window's exact share, weighted by the characters it kept
-            "coverage_exact": round(sum((r or {}).get("coverage_exact", 0.0) * c for r, c in zip(reports, kept,
-                                        strict=True)) / length, 6) if length else 1.0,
+            "coverage_exact": round(sum(r.get("coverage_exact", 0.0) * c for r, c in zip(reports, kept, strict=True))
+                                    / length, 6) if length else 1.0,
         }
     return out

@@ -18,7 +18,6 @@ from typing import Any
 from memreader.core.generation.local import LocalChat, generate_chat_batch
 from memreader.core.generation.openai_chat import OpenAIChat
 from memreader.core.generation.params import (
-    ChatBackend,
     GenerationParams,
     GenerationRequestError,
     Messages,
@@ -26,7 +25,7 @@ from memreader.core.generation.params import (
 )
 from memreader.core.registry import SMOLLM2
 
-__all__ = ["ChatBackend", "GenerationParams", "GenerationRequestError", "LocalChat", "Messages", "OpenAIChat",
+__all__ = ["GenerationParams", "GenerationRequestError", "LocalChat", "Messages", "OpenAIChat",
            "Reply", "generate_chat_batch", "make_chat"]
 
 

@@ -272,9 +272,8 @@ class OpenAIChat:
         on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
         seeds: Sequence[int | None] | None = None,
     ) -> list[Any]:
-        """All requests concurrently (at most ``max_concurrency``); fails fast on the first one that fails for good.
-
-        ``seeds[i]`` (default ``params.seed``) is request ``i``'s ``seed``."""
+        """All requests concurrently (at most ``max_concurrency``), as :meth:`BatchChat.generate_many` promises; fails
+        fast on the first one that fails for good. ``seeds[i]`` (default ``params.seed``) is request ``i``'s ``seed``."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:

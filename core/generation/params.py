@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from memreader.core.config import field
 from memreader.core.config import validate as validate_config
@@ -108,30 +108,6 @@ class GenerationRequestError(MemReaderError, RuntimeError):
         self.status = status  # last HTTP status, None for timeouts and connection errors
 
 
-class ChatBackend(Protocol):
-    """What the stages need from a generation backend."""
-
-    async def agenerate(self, messages: Messages, params: GenerationParams) -> str:
-        """One chat completion."""
-        ...
-
-    def generate_many(
-        self, list_of_messages: Sequence[Messages], params: GenerationParams, progress_desc: str | None = None,
-        on_reply: OnReply | None = None, return_exceptions: bool = False, grammars: Sequence[str | None] | None = None,
-        seeds: Sequence[int | None] | None = None,
-    ) -> list[Any]:
-        """Many chat completions, in input order, with a progress bar and a one-line summary.
-
-        ``on_reply(i, reply)`` is called as soon as reply ``i`` exists (callers persist it there, so
-        an interruption loses nothing already paid for). With ``return_exceptions``, a request that
-        fails for good (:class:`GenerationRequestError`) yields the exception in its slot instead of
-        stopping the others. ``grammars[i]`` (a lark grammar, or None) constrains reply ``i`` where
-        the backend can take a grammar; a backend that cannot raises for a non-None grammar.
-        ``seeds[i]`` (default ``params.seed``) seeds reply ``i`` on its own, independent of batching.
-        """
-        ...
-
-
 def check_messages(messages: Messages) -> None:
     if not isinstance(messages, list) or not messages:
         raise ValueError(f"messages must be a non-empty list of {{'role', 'content'}} dicts, got {messages!r:.200}")
@@ -187,8 +163,14 @@ class BatchChat:
         on_reply: OnReply | None = None, return_exceptions: bool = False,
         grammars: Sequence[str | None] | None = None, seeds: Sequence[int | None] | None = None,
     ) -> list[Any]:
-        """One reply per conversation, in input order (:meth:`ChatBackend.generate_many`). ``seeds[i]`` (default
-        ``params.seed``) seeds request ``i`` on its own, so a reply does not depend on its batch."""
+        """One reply per conversation, in input order, with a progress bar and a one-line summary (every backend's
+        ``generate_many`` keeps this contract).
+
+        ``on_reply(i, reply)`` is called as soon as reply ``i`` exists (callers persist it there, so an interruption
+        loses nothing already paid for). With ``return_exceptions``, a request that fails for good yields the
+        exception in its slot instead of stopping the others. ``grammars[i]`` (a lark grammar, or None) constrains
+        reply ``i``; ``seeds[i]`` (default ``params.seed``) seeds it on its own, so a reply does not depend on its
+        batch."""
         for m in messages_list:
             check_messages(m)
         rows = list(grammars) if grammars is not None else [None] * len(messages_list)

@@ -35,21 +35,10 @@ class VLLMChat(BatchChat):
 
     LOG_NAME = "vllm"
 
-    def __init__(
-        self,
-        model: str,
-        adapter: str | None = None,
-        max_model_len: int = 8192,
-        max_lora_rank: int = 64,
-        gpu_memory_utilization: float = 0.9,
-        tensor_parallel_size: int = 1,
-        dtype: str = "auto",
-        lora_mode: str = "auto",
-        kv_cache_gib: float = 2.0,
-        compile_mode: str = "auto",
-        prefix_caching: bool = True,
-        engine: Engine | None = None,
-    ) -> None:
+    def __init__(self, model: str, adapter: str | None = None, max_model_len: int = 8192, max_lora_rank: int = 64,
+                 gpu_memory_utilization: float = 0.9, tensor_parallel_size: int = 1, dtype: str = "auto",
+                 lora_mode: str = "auto", kv_cache_gib: float = 2.0, compile_mode: str = "auto",
+                 prefix_caching: bool = True, engine: Engine | None = None) -> None:
         self.model_name = model
         self.spec = EngineSpec(model=model, dtype=dtype, adapter=adapter or "", lora_mode=lora_mode,
                                max_model_len=max_model_len, max_lora_rank=max_lora_rank, kv_cache_gib=kv_cache_gib,
