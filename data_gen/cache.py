@@ -18,17 +18,6 @@ from pathlib import Path
 from typing import Any
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection in WAL mode with ``synchronous=NORMAL``: every commit survives a crash of this
-    process (the case that matters: Ctrl-C, OOM, a failing stage) without an fsync per reply, which
-    would stall the event loop that keeps the teacher busy; only an OS crash or power cut can lose
-    the last few commits."""
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    return db
-
-
 def cache_key(template_id: str, model: str, params: dict[str, Any], messages: list[dict[str, str]],
               backend: str = "", base_url: str = "", grammar: str | None = None, sample: int | None = None) -> str:
     """Stable hash of one teacher call; ``sample`` is the candidate index of multi-path sampling
@@ -43,12 +32,18 @@ def cache_key(template_id: str, model: str, params: dict[str, Any], messages: li
 
 
 class _Table:
-    """One table of the cache's SQLite file (:func:`connect`), created when missing; ``hits`` counts the rows found."""
+    """One table of the cache's SQLite file, created when missing; ``hits`` counts the rows found.
+
+    WAL mode with ``synchronous=NORMAL``: every commit survives a crash of this process (the case that matters:
+    Ctrl-C, OOM, a failing stage) without an fsync per reply, which would stall the event loop that keeps the
+    teacher busy; only an OS crash or power cut can lose the last few commits."""
 
     def __init__(self, path: str | Path, table: str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = connect(self.path)
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(f"CREATE TABLE IF NOT EXISTS {table}")
         self._db.commit()
         self.hits = 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from memreader.core.generation import GenerationParams, GenerationRequestError, Reply
 from memreader.core.generation.sampling import row_seed
@@ -50,14 +49,11 @@ class CachedTeacher:
         key = self.key(item, params, grammar, sample)
         hit = self.cache.get(key, self.retry_unusable)
         if hit is not None:
-            return _reply(*hit)
+            text, info = hit
+            return Reply(text, finish_reason=info.get("finish_reason"), prompt_tokens=info.get("prompt_tokens"),
+                         completion_tokens=info.get("completion_tokens"), guided=bool(info.get("guided")))
         self.calls += 1
         reply = await self.dispatcher.ask(item[1], params, grammar, sample_seed(params.seed, sample))
         if isinstance(reply, Reply):
             self.cache.put(key, str(reply), reply.info())
         return reply
-
-
-def _reply(text: str, info: dict[str, Any]) -> Reply:
-    return Reply(text, finish_reason=info.get("finish_reason"), prompt_tokens=info.get("prompt_tokens"),
-                 completion_tokens=info.get("completion_tokens"), guided=bool(info.get("guided")))

@@ -98,6 +98,13 @@ def _record(doc_id: str, parts: list[tuple[str, str]], lang: str, source: str, k
             "boundaries": bounds, "titles": [h for h, _ in parts], "sections": [{"title": h, "text": t} for h, t in parts]}
 
 
+def _joined_record(doc_id: str, picked: list[Passage], source: str) -> dict:
+    """Passages joined without any layout mark (one space in English, nothing in Chinese)."""
+    sep = " " if picked[0].lang == "en" else ""
+    parts = [(p.title, p.text + (sep if i < len(picked) - 1 else "")) for i, p in enumerate(picked)]
+    return _record(doc_id, parts, picked[0].lang, source, "joined", "+".join(p.unit for p in picked))
+
+
 def _fits(parts: list[str], lang: str) -> bool:
     """Every part can be one chunk of the reader's grammar (at least len(doc) / 8) and the whole fits one read."""
     n = sum(len(p) for p in parts)
@@ -152,10 +159,7 @@ def joined(passages: list[Passage], count: int, prefix: str, cfg: StructureDataC
         picked = [dealer.passages[i] for i in dealer.deal(k)]
         if len({p.unit for p in picked}) < len(picked) or not _fits([p.text for p in picked], picked[0].lang):
             continue
-        sep = " " if picked[0].lang == "en" else ""
-        parts = [(p.title, p.text + (sep if i < len(picked) - 1 else "")) for i, p in enumerate(picked)]
-        docs.append(_record(f"{prefix}-{len(docs):05d}", parts, picked[0].lang, source, "joined",
-                            "+".join(p.unit for p in picked)))
+        docs.append(_joined_record(f"{prefix}-{len(docs):05d}", picked, source))
     return docs
 
 
@@ -170,10 +174,7 @@ def partition(passages: list[Passage], prefix: str, cfg: StructureDataConfig, rn
             if _fits([p.text for p in picked], picked[0].lang) or size == 1:
                 break
         left = left[len(picked):]
-        sep = " " if picked[0].lang == "en" else ""
-        parts = [(p.title, p.text + (sep if i < len(picked) - 1 else "")) for i, p in enumerate(picked)]
-        docs.append(_record(f"{prefix}-{len(docs):04d}", parts, picked[0].lang, picked[0].source, "joined",
-                            "+".join(p.unit for p in picked)))
+        docs.append(_joined_record(f"{prefix}-{len(docs):04d}", picked, picked[0].source))
     return docs
 
 

@@ -31,16 +31,6 @@ from memreader.inference.workers import worker_env, workers_died
 log = logging.getLogger(__name__)
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` as given, else every device torch sees."""
-    given = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if given is not None:
-        return [g.strip() for g in given.split(",") if g.strip()]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
 def process_gpus(cfg: Any) -> list[list[str]]:
     """The GPU ids of each engine process (empty lists: processes on CPU, backend=transformers)."""
     per = int(cfg.worker_gpus())
@@ -49,7 +39,12 @@ def process_gpus(cfg: Any) -> list[list[str]]:
             raise MemReaderError("engine=vllm_dp on CPU (gpus_per_worker=0) needs data_parallel_size >= 1",
                                  "set data_parallel_size to the number of worker processes")
         return [[] for _ in range(cfg.data_parallel_size)]
-    gpus = visible_gpus()
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")  # as given, else every device torch sees
+    if given is None:
+        import torch
+
+        given = ",".join(str(i) for i in range(torch.cuda.device_count()))
+    gpus = [g.strip() for g in given.split(",") if g.strip()]
     n = cfg.data_parallel_size or len(gpus) // per
     if n < 1 or n * per > len(gpus):
         raise MemReaderError(f"engine=vllm_dp needs {max(n, 1) * per} GPU(s) ({max(n, 1)} process(es) x {per}) but this "

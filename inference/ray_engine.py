@@ -111,8 +111,10 @@ def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
     instance) that can time out,
     so a timed-out start is shut down and tried once more, saying so; a second timeout is an error
     naming the fixes."""
+    import psutil  # a dependency of Ray (vendored) and of vLLM
+
     for attempt in range(1, LOCAL_START_TRIES + 1):
-        before = _child_pids()
+        before = {c.pid for c in psutil.Process().children(recursive=True)}
         try:
             ray.init(address="local", num_cpus=cfg.ray_num_cpus or None, include_dashboard=False,
                      runtime_env=runtime_env)
@@ -130,12 +132,6 @@ def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
                     "--head` and set ray_address=auto") from exc
             log.warning("read-dist: WARNING: the local Ray instance timed out during startup (%s); "
                         "shut it down, starting it again (try %d of %d)", exc, attempt + 1, LOCAL_START_TRIES)
-
-
-def _child_pids() -> set[int]:
-    import psutil  # a dependency of Ray (vendored) and of vLLM
-
-    return {c.pid for c in psutil.Process().children(recursive=True)}
 
 
 def _stop_new_children(before: set[int], grace_s: float = 5.0) -> None:

@@ -82,10 +82,6 @@ class ServeConfig:
         return problems
 
 
-SHORTCUTS = {"model": str, "adapter": str, "host": str, "port": int, "served_model_name": str, "device": str,
-             "default_max_tokens": int, "max_tokens_cap": int}  # --port 8001 is --set port=8001
-
-
 class RequestError(Exception):
     """A bad request: answered with an OpenAI-style JSON error, never a stack trace."""
 
@@ -393,7 +389,9 @@ def _run_stage(cfg: ServeConfig, args: argparse.Namespace) -> int:
 STAGE = Stage("serve", "OpenAI-compatible HTTP server over a local model (+ adapter)", run=_run_stage, config=ServeConfig,
               example_dir="configs/inference/ (serve_*.yaml)", arguments=_arguments, needs_args=True,
               models=lambda cfg: {"model": cfg.model},
-              flags=tuple(Flag(key, kind) for key, kind in SHORTCUTS.items()))
+              flags=tuple(Flag(key, kind) for key, kind in {  # --port 8001 is --set port=8001
+                  "model": str, "adapter": str, "host": str, "port": int, "served_model_name": str, "device": str,
+                  "default_max_tokens": int, "max_tokens_cap": int}.items()))
 
 if __name__ == "__main__":
     from memreader.cli import module_main

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from memreader.core.errors import MemReaderError
-from memreader.core.paths import write_json
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +211,6 @@ def check_lengths(
             f"to train on. Raise max_length (longest is {over[0].total} tokens) or window the documents."
         )
     return kept, report
-
-
-def write_report(folder: Path, reports: dict[str, dict[str, Any]], extra: dict[str, Any] | None = None) -> Path:
-    """Write ``preflight.json`` (one report per split) into the run folder."""
-    return write_json(Path(folder) / "preflight.json", {**(extra or {}), **reports})
 
 
 def format_report(report: dict[str, Any]) -> str:

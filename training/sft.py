@@ -64,7 +64,6 @@ from memreader.training.preflight import (
     check_lengths,
     format_report,
     load_sft_records,
-    write_report,
 )
 
 log = logging.getLogger(__name__)
@@ -263,7 +262,7 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
         val_records, reports["val"] = check_lengths(
             load_sft_records(project.val_file), tokenizer, args.max_length, project.truncation_policy, "val")
     if args.process_index == 0:
-        write_report(out, reports, {"model": project.model, "tokenizer": model_path})
+        write_json(out / "preflight.json", {"model": project.model, "tokenizer": model_path, **reports})
         write_resolved_config(out, resolved_values(cfg))
     for report in reports.values():
         log.info("pre-flight\n%s", format_report(report))
