@@ -160,15 +160,15 @@ class ForwardTimer:
         self._handles = []
 
 
+@dataclass
 class GenerationProfile:
     """Accumulates answer-generation wall time and forward time over several batches and methods."""
 
-    def __init__(self) -> None:
-        self.generation_s = 0.0
-        self.forward_s = 0.0
-        self.forward_calls = 0
-        self.answers = 0
-        self.other: dict[str, float] = {}
+    generation_s: float = 0.0
+    forward_s: float = 0.0
+    forward_calls: int = 0
+    answers: int = 0
+    other: dict[str, float] = field(default_factory=dict)
 
     def add_generation(self, seconds: float, timer: ForwardTimer | None, answers: int) -> None:
         """One generate_many call: its wall time and, when timed, its forward time."""

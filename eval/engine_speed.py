@@ -5,13 +5,10 @@ records the fastest per stage, which ``backend: auto`` and ``dtype: auto`` then 
     memreader measure-engines --set extra=../shared/datasets/crud_event_summary.jsonl --set extra_docs=4
     memreader measure-engines --set stages=[verifier,chat] --no-record --out engines.json
 
-Each row (``rows``: transformers and vLLM, fp32 and bf16, on ``model``) starts its engine, then times guided reading
-of the corpus (512-token memories, batch 8; usable rate too), the evaluator scorer over the first row's memories,
-24 QA prompts over 8 chunks each (prefill alone and 32-token answers), the support NLL of reference answers (with
-its model FLOP/s as a share of the dtype's matmul rate), MeVe's LM verifier (24 x 8 passages) and 6 chat replies
-one at a time. vLLM runs with prefix caching off, so every row computes every token. The fastest row per stage
-(reading: documents/s with the start-up) goes to ``$MEMREADER_HOME/engine_choice.json`` for this machine
-(``record``); the command then resolves ``auto`` per stage and fails if it does not give that row.
+Each row (``rows``: backend:dtype on ``model``) starts its engine and times every stage on the same inputs
+(:func:`bench_row`; vLLM with prefix caching off, so every row computes every token). The fastest row per stage goes
+to ``$MEMREADER_HOME/engine_choice.json`` for this machine (``record``); the command then resolves ``auto`` per stage
+and fails if it does not give that row.
 """
 from __future__ import annotations
 

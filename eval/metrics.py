@@ -89,10 +89,6 @@ class MetricConfig:
             out.append("bleu_level 'corpus' pools counts, so multi_ref must be 'first' or 'native', not 'max'")
         return out
 
-    def validate(self) -> None:
-        """Raise one :class:`ConfigError` naming every problem (:func:`memreader.core.config.validate`)."""
-        validate_config(self)
-
 
 PROFILES: dict[str, MetricConfig] = {
     # The MoM notebook: jieba, per-example BLEU with penalty, rouge-score F, nltk METEOR.
@@ -111,7 +107,7 @@ def resolve_config(profile: str = "mom", **overrides: Any) -> MetricConfig:
     if unknown:
         raise ConfigError(f"unknown metric setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
     config = dataclasses.replace(PROFILES[profile], **overrides)
-    config.validate()
+    validate_config(config)
     floats = {f.name: float(getattr(config, f.name)) for f in dataclasses.fields(config) if f.type == "float"}
     return dataclasses.replace(config, **floats)
 
@@ -262,7 +258,7 @@ class _Scorers:
     def __init__(self, config: MetricConfig) -> None:
         from nltk.stem.porter import PorterStemmer
 
-        config.validate()
+        validate_config(config)
         if config.tokenizer == "jieba":
             init_jieba()
         self.stemmer: Any = _Memo(PorterStemmer(), "stem")

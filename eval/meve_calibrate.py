@@ -4,16 +4,11 @@ corpora and judged on one it never saw (the procedure and its result: docs/MEVE.
     memreader calibrate-meve --data-dir ../shared/datasets
     memreader calibrate-meve --set corpora=[hotpotqa,cmrc2018] --set kinds=[embedding,lm_likelihood]
 
-Each support corpus (:mod:`memreader.eval.support_corpora`) gets its PassageStore and phase 1 once per question;
-every variant (``off``, ``embedding``, ``lm``, ``lm_likelihood`` x their calibrations) is scored once (LM scores kept
-in the run folder's ``scores.json`` while their inputs are the same), fitted on all corpora but one over tau
-quantiles x budgets x redundancies (the goal: support recall above plain top-5's by ``z`` standard errors, tokens
-at least 57 % below top-20's) and judged unchanged on the one left out. The default is the variant that passes out
-of corpus everywhere with the fewest tokens (the cheapest verifier within 5 %), fitted on all corpora together;
-its MeVe keys are printed and written to the results JSON. None passes everywhere: it says so and picks nothing.
-``cross_encoder`` (opt in: ``kinds``) is trained on the corpora, so each fold scores with the model that never saw
-the corpus it is judged on (``cross_encoders``/cross-encoder-without-<corpus>, from ``memreader train-verifier``),
-and only the model trained on every corpus (``cross-encoder``) can be fitted as the default.
+Every variant (``off``, each verifier kind x its calibrations; LM scores kept in the run folder's ``scores.json``
+while their inputs are the same) is fitted on all corpora but one (:func:`fit`) and judged unchanged on the one left
+out (:func:`fold`). The default is the variant that passes out of corpus everywhere with the fewest tokens (the
+cheapest verifier within 5 %), fitted on all corpora together; when none passes everywhere, nothing is picked.
+``cross_encoder`` (opt in: ``kinds``) scores each fold with the model that never saw the corpus it is judged on.
 """
 from __future__ import annotations
 

@@ -381,9 +381,9 @@ def _write_summary(cfg: QAConfig, ctx: MethodContext, methods: dict[str, Any], r
     (out_dir / "report.txt").write_text(report, encoding="utf-8")
     print(report, end="")
     if cfg.report:
-        from memreader.eval.report import write_report
+        from memreader.eval.report import build_report
 
-        print(f"eval: report → {write_report(out_dir)}")
+        print(f"eval: report → {build_report(out_dir)[0]}")
     print(f"eval: {len(methods)} methods x {len(eset.questions)} questions in {summary.seconds:.0f} s → "
           f"{out_dir / 'summary.json'}")
     return summary.to_dict()

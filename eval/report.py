@@ -348,10 +348,11 @@ def _signatures_section(summary: EvalSummary, methods: dict[str, Method], metric
 # -- the report --------------------------------------------------------------------------------------------
 
 
-def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
+def build_report(folder: Path, out: Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
                  seed: int = DEFAULT_SEED) -> tuple[Path, list[Path]]:
-    """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out``;
-    returns the Markdown path and the figure paths."""
+    """Write ``report.md``, the PNGs and ``report.json`` for the eval folder ``folder`` into ``out`` (default
+    ``<folder>/report/``); returns the Markdown path and the figure paths."""
+    out = out or folder / "report"
     summary, methods = load_run(folder)
     out.mkdir(parents=True, exist_ok=True)
     stats = statistics(methods, n_resamples, seed)
@@ -368,13 +369,6 @@ def build_report(folder: Path, out: Path, n_resamples: int = DEFAULT_RESAMPLES,
     write_json(out / "report.json", stats.to_json(folder, figures))
     write_report_page(out / "report.html", md, out, methods, stats.metrics, title=md[0].lstrip("# "))
     return path, list(figures.values())
-
-
-def write_report(folder: str | Path, out: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
-                 seed: int = DEFAULT_SEED) -> Path:
-    """:func:`build_report` of an eval folder into ``out`` (default ``<folder>/report/``); the Markdown path."""
-    folder = Path(folder)
-    return build_report(folder, Path(out) if out else folder / "report", n_resamples, seed)[0]
 
 
 # -- command line -------------------------------------------------------------------------------------------
@@ -396,7 +390,7 @@ class ReportConfig:
 
 def _run_stage(cfg: ReportConfig) -> int:
     folder = eval_dir(cfg.eval_run)
-    path, figures = build_report(folder, Path(cfg.out) if cfg.out else folder / "report", cfg.bootstrap, cfg.seed)
+    path, figures = build_report(folder, Path(cfg.out) if cfg.out else None, cfg.bootstrap, cfg.seed)
     print(f"report: {path} (figures: {', '.join(p.name for p in figures)}; page: {path.with_suffix('.html')})")
     return 0
 

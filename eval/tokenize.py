@@ -43,15 +43,11 @@ def _tokenizer_13a() -> Callable[[str], str]:
     return Tokenizer13a()
 
 
-def _tokens_13a(text: str) -> list[str]:
-    return _tokenizer_13a()(text).split()
-
-
 _FUNCTIONS: dict[str, Callable[[str], list[str]]] = {
     "jieba": _jieba_tokens,
     "char": list,
     "whitespace": str.split,
-    "13a": _tokens_13a,
+    "13a": lambda text: _tokenizer_13a()(text).split(),
 }
 
 

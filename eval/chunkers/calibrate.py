@@ -2,13 +2,9 @@
 
     result = search(SizeParam("chunk_size", lo=1, hi=5000, start=250), measure, "sentence", settings, trials)
 
-``measure(value)`` chunks the calibration documents with the parameter at ``value`` and returns
-the memories. The mean chunk length is taken as monotone in the parameter (increasing, or
-decreasing where :attr:`SizeParam.increasing` is False), which holds for every size parameter
-here up to noise. The search steps from ``start`` towards the target until a trial lies on each
-side of it, then interpolates inside that bracket (:func:`_next_value`). It stops as soon as a trial
-is within ±tolerance, or raises :class:`ChunkerError` naming the method, the target and the closest
-mean reached, with the value that gave it.
+``measure(value)`` chunks the calibration documents with the parameter at ``value`` and returns the memories. The
+mean chunk length is taken as monotone in the parameter (increasing, or decreasing where
+:attr:`SizeParam.increasing` is False), which holds for every size parameter here up to noise.
 """
 
 from __future__ import annotations
@@ -57,7 +53,8 @@ def _fmt(x: float, integer: bool) -> str:
 
 def search(param: SizeParam, measure: Callable[[float], list[DocumentMemory]], method: str, target: float,
            tolerance: float, max_trials: int, progress: bool = False) -> SearchResult:
-    """Find a value of ``param`` whose mean chunk length is within ±tolerance of ``target``."""
+    """A value of ``param`` whose mean chunk length is within ±tolerance of ``target`` (:func:`_next_value` picks each
+    trial); :class:`ChunkerError` naming the closest mean reached, and its value, when none is."""
     tried: dict[float, tuple[float, list[DocumentMemory]]] = {}
 
     def run(x: float) -> float:

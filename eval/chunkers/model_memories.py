@@ -50,8 +50,7 @@ def check_adapter(method: str, adapter: str) -> None:
 class ReaderChunker:
     """Reads documents with the MemReader prompt, guided, at a given ``chunk_chars``."""
 
-    def __init__(self, method: str, settings: ChunkerSettings, work_dir: Path, progress: bool = False,
-                 backend: Any | None = None) -> None:
+    def __init__(self, method: str, settings: ChunkerSettings, work_dir: Path, progress: bool = False) -> None:
         check_adapter(method, settings.adapter)
         self.method, self.settings, self.progress = method, settings, progress
         self.adapter = settings.adapter if method == "memreader" else ""
@@ -64,8 +63,8 @@ class ReaderChunker:
                 print(f"{method}: this run's own reads in {self.own} are kept in use (they predate chunk_cache)")
             else:
                 self.folder = Path(settings.cache_dir) / method
-        self._backend = backend
-        self.engine = ("transformers", settings.dtype) if backend is not None else None
+        self._backend: Any = None
+        self.engine: Any = None  # (backend, dtype) once the chat is loaded
         self.summaries: list[dict[str, Any]] = []
 
     def backend(self) -> Any:
@@ -74,7 +73,7 @@ class ReaderChunker:
             self._backend, *self.engine = self.settings.chat("read", self.adapter)
         return self._backend
 
-    def config(self, chunk_chars: float, corpus: Path, limit: int) -> Any:
+    def config(self, chunk_chars: float, corpus: Path) -> Any:
         from memreader.inference.reader import ReadConfig
 
         s = self.settings
@@ -84,7 +83,7 @@ class ReaderChunker:
         return ReadConfig(input=str(corpus), model=s.lm, adapter=self.adapter, batch_size=s.batch_size,
                           backend=backend, dtype=dtype, max_model_len=8192, max_new_tokens=s.max_new_tokens, guided="on", min_chunk_chars=lo,
                           max_chunk_chars=max(lo, round(chunk_chars * (1 + s.llm_spread))), cjk_char_weight=1.0,
-                          max_scenarios=s.max_scenarios, limit=limit, run=f"{self.method}-chunker")
+                          max_scenarios=s.max_scenarios, run=f"{self.method}-chunker")
 
     def memories(self, documents: dict[str, str], chunk_chars: float) -> list[DocumentMemory]:
         """Guided memories of ``documents`` (read or resumed), in the order given."""
@@ -94,7 +93,7 @@ class ReaderChunker:
 
         corpus = self.own / f"corpus-{len(documents)}.jsonl"
         write_jsonl(corpus, [{"id": d, "text": t} for d, t in documents.items()])
-        cfg = self.config(chunk_chars, corpus, 0)
+        cfg = self.config(chunk_chars, corpus)
         if cfg.problems():
             raise ChunkerError(f"{self.method}: reader settings at chunk_chars={int(chunk_chars)} are invalid: "
                                + "; ".join(cfg.problems()), "fix the chunker settings named")
