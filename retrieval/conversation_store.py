@@ -123,14 +123,8 @@ class ConversationStore(MilvusCollection):
     BUILT = False  # created whole on first open: no build status
     error = ConversationStoreError
 
-    def __init__(
-        self,
-        uri: str | Path,
-        embedders: Mapping[str, Any],
-        bm25_language: str = "zh",
-        collection: str = DEFAULT_COLLECTION,
-        token: str = "",
-    ) -> None:
+    def __init__(self, uri: str | Path, embedders: Mapping[str, Any], bm25_language: str = "zh",
+                 collection: str = DEFAULT_COLLECTION, token: str = "") -> None:
         if bm25_language not in LANGUAGES:
             raise ConversationStoreError(
                 f"bm25_language {bm25_language!r} is not one of {', '.join(LANGUAGES)}",

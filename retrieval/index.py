@@ -137,27 +137,18 @@ class MemoryIndex(MilvusCollection):
     answer holds too few rows of gets its own search. Set on an instance to measure another depth
     (``scripts/bench_layer_latency.py --union-depth``)."""
 
-    def __init__(
-        self,
-        uri: str | Path,
-        collection: str = DEFAULT_COLLECTION,
-        embedder: Embedder | None = None,
-        token: str = "",
-        must_exist: bool = False,
-        timeout: float = CONNECT_TIMEOUT,
-        embedder_name: str | None = None,
-        batch_layers: bool = True,
-    ) -> None:
+    def __init__(self, uri: str | Path, collection: str = DEFAULT_COLLECTION, embedder: Embedder | None = None,
+                 token: str = "", must_exist: bool = False, timeout: float = CONNECT_TIMEOUT,
+                 embedder_name: str | None = None, batch_layers: bool = True) -> None:
         super().__init__(uri, collection, token, timeout, must_exist)
         self.embedder = embedder
         self.embedder_name = embedder_name
         self.batch_layers = batch_layers
 
     @classmethod
-    def open(
-        cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, embedder: Embedder | None = None, token: str = "",
-        timeout: float = CONNECT_TIMEOUT, embedder_name: str | None = None, batch_layers: bool = True,
-    ) -> MemoryIndex:
+    def open(cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, embedder: Embedder | None = None, token: str = "",
+             timeout: float = CONNECT_TIMEOUT, embedder_name: str | None = None, batch_layers: bool = True
+             ) -> MemoryIndex:
         """Open an existing, completely built index for searching (refused if ``embedder_name``
         is given and differs from the embedder it was built with)."""
         index = cls(uri, collection, embedder, token=token, must_exist=True, timeout=timeout,
@@ -171,17 +162,9 @@ class MemoryIndex(MilvusCollection):
         """Rows per layer."""
         return {layer: self._count(f"layer == {string_literal(layer)}") for layer in ALL_LAYERS}
 
-    def build(
-        self,
-        memories: Iterable[DocumentMemory],
-        embedder: Embedder | None = None,
-        batch_size: int = EMBED_BATCH,
-        embedder_name: str = "unnamed",
-        replace: bool = True,
-        progress: bool = True,
-        bm25_language: str = "auto",
-        prune: bool = False,
-    ) -> BuildSummary:
+    def build(self, memories: Iterable[DocumentMemory], embedder: Embedder | None = None, batch_size: int = EMBED_BATCH,
+              embedder_name: str = "unnamed", replace: bool = True, progress: bool = True, bm25_language: str = "auto",
+              prune: bool = False) -> BuildSummary:
         """Embed and write the outline, core, chunk and single rows of every scenario.
 
         ``replace=False`` updates by content hash (creating the collection if missing; ``prune`` deletes the
@@ -327,8 +310,6 @@ class MemoryIndex(MilvusCollection):
     def chunk_texts(self, hits: Iterable[LayerHit]) -> dict[ChunkKey, str]:
         """The chunk text of each hit's scenario (of the hit's version), fetched by primary key."""
         keys = {h.key: primary_key(CHUNK, h.scenario, h.doc_id, h.version) for h in hits}
-        if not keys:
-            return {}
         rows = self.rows_by_pk(list(keys.values()), ["doc_id", "scenario", "text"])
         found = {(r["doc_id"], int(r["scenario"])): r["text"] for r in rows}
         missing = [k for k in keys if k not in found]
@@ -346,10 +327,9 @@ class MemoryIndex(MilvusCollection):
             for layer in (OUTLINE, CORE):
                 keys[primary_key(layer, h.scenario, h.doc_id, version)] = ((h.doc_id, h.scenario), layer)
         out: dict[ChunkKey, dict[str, str]] = {key: {} for key, _ in keys.values()}
-        if keys:
-            for r in self.rows_by_pk(list(keys), ["pk", "text"]):
-                key, layer = keys[r["pk"]]
-                out[key][layer] = r["text"]
+        for r in self.rows_by_pk(list(keys), ["pk", "text"]):
+            key, layer = keys[r["pk"]]
+            out[key][layer] = r["text"]
         return out
 
     def search_lists(self, query: str, labels: Sequence[str], limit: int) -> list[list[LayerHit]]:
@@ -375,28 +355,22 @@ class MemoryIndex(MilvusCollection):
             self.require_bm25(f"the BM25 lists {', '.join(bm25_label(layer) for layer in lexical)}", _DENSE_FIX)
         if dense:
             vector = self.embed_query(query)
-            if self.batch_layers and len(dense) > 1:
-                found.update(self._split_by_layer(
-                    dense, limit, lambda n: self._search_vector(vector, dense, n, visible),
-                    lambda layer: self.search_layer(vector, layer, limit, visible)))
-            else:
-                found.update((layer, self.search_layer(vector, layer, limit, visible)) for layer in dense)
+            found.update(self._split_by_layer(dense, limit, lambda n: self._search_vector(vector, dense, n, visible),
+                                              lambda layer: self.search_layer(vector, layer, limit, visible)))
         if lexical:
-            if self.batch_layers and len(lexical) > 1 and _HAS_TERM.search(query):
-                found.update((bm25_label(layer), hits) for layer, hits in self._split_by_layer(
-                    lexical, limit, lambda n: self._search_text(query, lexical, n, visible),
-                    lambda layer: self.search_bm25(query, layer, limit, visible)).items())
-            else:
-                found.update((bm25_label(layer), self.search_bm25(query, layer, limit, visible)) for layer in lexical)
+            found.update((bm25_label(layer), hits) for layer, hits in self._split_by_layer(
+                lexical, limit, lambda n: self._search_text(query, lexical, n, visible),
+                lambda layer: self.search_bm25(query, layer, limit, visible), batch=bool(_HAS_TERM.search(query))).items())
         # dense lists are keyed by layer, BM25 ones by label; one version per document (memreader.retrieval.updates)
         return newest_only(found[label] for label in labels)
 
-    def _split_by_layer(
-        self, layers: Sequence[str], limit: int, search_all: Any, search_one: Any,
-    ) -> dict[str, list[LayerHit]]:
+    def _split_by_layer(self, layers: Sequence[str], limit: int, search_all: Any, search_one: Any, batch: bool = True
+                        ) -> dict[str, list[LayerHit]]:
         """Each layer's exact top ``limit`` from ``search_all(n)``, one search for the best ``n`` rows
         of all ``layers`` (:func:`memreader.core.fusion.split_by_layer`); a layer that answer is too
-        shallow for gets ``search_one(layer)``."""
+        shallow for gets ``search_one(layer)``, and so does every layer without ``batch_layers`` (or ``batch``)."""
+        if not (self.batch_layers and batch and len(layers) > 1):
+            return {layer: search_one(layer) for layer in layers}
         n = min(MAX_LIMIT, self.union_depth * limit * len(layers))
         split = split_by_layer(search_all(n), layers, limit, asked=n)
         return {layer: hits if hits is not None else search_one(layer) for layer, hits in split.items()}
@@ -405,11 +379,9 @@ class MemoryIndex(MilvusCollection):
                        visible: str) -> list[LayerHit]:
         """The best ``limit`` rows of ``layers`` together by vector similarity (unranked hits)."""
         names = ", ".join(string_literal(layer) for layer in layers)
-        (results,) = self._client.search(
-            self.collection, data=[list(vector)], anns_field="vector", limit=limit,
-            filter=f"layer in [{names}] and {visible}", output_fields=_OUTPUT_FIELDS,
-            search_params={"metric_type": "COSINE"},
-        )
+        (results,) = self._client.search(self.collection, data=[list(vector)], anns_field="vector", limit=limit,
+                                         filter=f"layer in [{names}] and {visible}", output_fields=_OUTPUT_FIELDS,
+                                         search_params={"metric_type": "COSINE"})
         return [_hit(r["entity"]["layer"], float(r["distance"]), r["entity"]) for r in results]
 
     def _search_text(self, query: str, layers: Sequence[str], limit: int, visible: str) -> list[LayerHit]:

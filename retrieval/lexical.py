@@ -65,21 +65,14 @@ def add_bm25(schema: Any, index_params: Any) -> None:
     index_params.add_index(field_name=SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
 
 
-def bm25_search(
-    client: Any, collection: str, query: str, limit: int, filter: str = "",  # noqa: A002
-    output_fields: Sequence[str] = (),
-) -> list[tuple[dict[str, Any], float]]:
-    """The ``limit`` best rows for ``query`` by BM25: ``(entity, score)`` best first, scores > 0.
-
-    A query with no indexable term (only punctuation or stop characters) matches nothing and gives
-    an empty list.
-    """
+def bm25_search(client: Any, collection: str, query: str, limit: int, filter: str = "",  # noqa: A002
+                output_fields: Sequence[str] = ()) -> list[tuple[dict[str, Any], float]]:
+    """The ``limit`` best rows for ``query`` by BM25: ``(entity, score)`` best first, scores > 0. A query with no
+    indexable term (only punctuation or stop characters) matches nothing and gives an empty list."""
     if not query.strip():
         raise LexicalSearchError("the BM25 query is empty; ask a question")
     if limit < 1:
         raise LexicalSearchError(f"the BM25 limit must be >= 1, got {limit}")
-    (results,) = client.search(
-        collection, data=[query], anns_field=SPARSE_FIELD, limit=limit, filter=filter,
-        output_fields=list(output_fields), search_params={"metric_type": "BM25"},
-    )
+    (results,) = client.search(collection, data=[query], anns_field=SPARSE_FIELD, limit=limit, filter=filter,
+                               output_fields=list(output_fields), search_params={"metric_type": "BM25"})
     return [(dict(r["entity"]), abs(float(r["distance"]))) for r in results]

@@ -190,10 +190,8 @@ class PassageStore(MilvusCollection):
                 part = rows[start : start + step]
                 vectors = encode(embedder, [t for _, _, t in part], batch_size)
                 counts = counter.counts([t for _, _, t in part]) if meta["tokens"] else [0] * len(part)
-                self._insert([
-                    {"pk": pid, "doc_id": doc, "text": text, "vector": vec.tolist(), "tokens": n}
-                    for (pid, doc, text), vec, n in zip(part, vectors, counts, strict=True)
-                ])
+                self._insert([{"pk": pid, "doc_id": doc, "text": text, "vector": vec.tolist(), "tokens": n}
+                              for (pid, doc, text), vec, n in zip(part, vectors, counts, strict=True)])
                 bar.update(len(part))
         self._finish(meta)
         seconds = time.perf_counter() - started
@@ -217,11 +215,9 @@ class PassageStore(MilvusCollection):
         if len(vector) != self.meta["dim"]:
             raise PassageStoreError(f"the query vector has {len(vector)} dimensions, the store {self.meta['dim']}",
                                     f"embed the query with {self.meta['embedder']!r}")
-        (results,) = self._client.search(
-            self.collection, data=[list(vector)], anns_field="vector", limit=k,
-            output_fields=[*self._fields, "vector"] if with_vectors else self._fields,
-            search_params={"metric_type": "COSINE"},
-        )
+        (results,) = self._client.search(self.collection, data=[list(vector)], anns_field="vector", limit=k,
+                                         output_fields=[*self._fields, "vector"] if with_vectors else self._fields,
+                                         search_params={"metric_type": "COSINE"})
         return self._hits([(r["entity"], float(r["distance"])) for r in results])
 
     def bm25(self, query: str, k: int, with_vectors: bool = True) -> list[PassageHit]:

