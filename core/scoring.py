@@ -355,10 +355,6 @@ class EvaluatorScorer:
                 "format_version": FORMAT_VERSION, **self._settings_record(),
                 "templates": [load_template("chunk_boundary", lang).id for lang in ("en", "zh")]}
 
-    def evaluator_texts(self, memory: DocumentMemory, variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
-        """:func:`evaluator_texts` with this scorer's tokenizer and settings."""
-        return evaluator_texts(memory, self.tokenizer, self.settings, variants)
-
     # -- values from computed requests
 
     def _boundary_values(self, b: _Boundary) -> dict[str, float]:
@@ -426,12 +422,9 @@ class EvaluatorScorer:
             ))
         return results
 
-    def boundary_scores(self, pairs: Sequence[tuple[str, str]], variant: str) -> list[float]:
-        """``b(first, second)`` of ``variant`` for each (text before, text after) pair, batched."""
-        return self.boundary_variants(pairs, [variant])[variant]
-
     def boundary_variants(self, pairs: Sequence[tuple[str, str]], variants: Sequence[str]) -> dict[str, list[float]]:
-        """:meth:`boundary_scores` of several variants in one pass (``prob`` and ``margin`` share their prompts)."""
+        """``b(first, second)`` of each variant for each (text before, text after) pair, batched in one pass
+        (``prob`` and ``margin`` share their prompts)."""
         variants = check_variants(list(variants))
         ppl, prompts = "ppl" in variants, "prob" in variants or "margin" in variants
         planner = _Planner(self.tokenizer, self.settings)

@@ -258,7 +258,7 @@ def test_settings_are_validated(model, tokenizer):
     with pytest.raises(ScoringError, match="prob, margin, ppl"):
         scorer.score(MEMORIES[:1], variants=["ppl", "nope"])
     with pytest.raises(ScoringError, match="prob, margin, ppl"):
-        scorer.boundary_scores([("a", "b")], "nope")
+        scorer.boundary_variants([("a", "b")], ["nope"])
 
 
 def test_evaluator_texts_rebuild_the_scores(model, tokenizer):
@@ -295,8 +295,9 @@ def test_boundary_scores_match_memory_scores(model, tokenizer):
     mem = MEMORIES[1]
     pairs = list(zip(mem.chunks[:-1], mem.chunks[1:], strict=True))
     score = scorer.score([mem], variants=["ppl", "margin"])[0]
-    assert scorer.boundary_scores(pairs, "ppl") == pytest.approx(score.boundary_variants["ppl"], abs=1e-6)
-    assert scorer.boundary_scores(pairs, "margin") == pytest.approx(score.boundary_variants["margin"], abs=1e-6)
+    assert scorer.boundary_variants(pairs, ["ppl"])["ppl"] == pytest.approx(score.boundary_variants["ppl"], abs=1e-6)
+    assert scorer.boundary_variants(pairs, ["margin"])["margin"] == pytest.approx(score.boundary_variants["margin"],
+                                                                                 abs=1e-6)
 
 
 # The vLLM prompt_logprobs engine is tested for real against this HF engine in tests/inference/test_vllm.py.
