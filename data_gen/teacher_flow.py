@@ -23,7 +23,7 @@ from typing import Any
 from memreader.core.assemble import memory_from_output
 from memreader.core.corpus import Document
 from memreader.core.generation import GenerationParams, GenerationRequestError, Reply
-from memreader.core.guidance import ask_with_policy
+from memreader.core.guidance import ask_with_policy, longer_budget
 from memreader.core.markup import render_memory
 from memreader.core.parser import ParseError
 from memreader.core.prompts import render
@@ -186,8 +186,7 @@ class TeacherFlow:
         if fate == "truncated-kept":
             meta["truncated"] = True
         # the params the kept reply was asked with (a retried reply had twice the budget)
-        used = self.extract_params if fate != "retried" else GenerationParams(
-            cfg.temperature, cfg.top_p, cfg.max_new_tokens * 2, seed=cfg.seed)
+        used = self.extract_params if fate != "retried" else longer_budget(self.extract_params)
         try:
             mem = memory_from_output(unit.unit_id, unit.text, reply, meta, "whole" if cfg.on_unusable == "whole" else "raise",
                                      graph=unit.plan.graph if unit.plan is not None and reply.guided else None)

@@ -108,9 +108,8 @@ START_TIMEOUTS = ("timed out during startup",  # the raylet did not register in 
 def start_local_ray(ray: Any, cfg: Any, runtime_env: dict[str, Any]) -> None:
     """Start a private Ray instance on this machine. Ray gives its raylet a fixed 30 s to register (and its GCS
     server a fixed wait for its port file); on a busy machine (a CI runner, a machine still tearing down the last
-    instance) that can time out,
-    so a timed-out start is shut down and tried once more, saying so; a second timeout is an error
-    naming the fixes."""
+    instance) that can time out, so a timed-out start is shut down and tried once more, saying so; a second timeout
+    is an error naming the fixes."""
     import psutil  # a dependency of Ray (vendored) and of vLLM
 
     for attempt in range(1, LOCAL_START_TRIES + 1):

@@ -368,9 +368,8 @@ def _check_resumable(cfg: ReadConfig, survey: _Survey, out_path: Path) -> None:
 
 
 def cut_ahead_depth(setting: int, engine: dict[str, Any]) -> int:
-    """How many documents the cut head scores ahead (``cut_ahead``; ``engine``: the backend's ``describe()``): the
-    setting, or for -1 (auto) 0 where the engine computes on this machine's CPU, 2 where it runs elsewhere (a GPU,
-    a server) and the CPU would otherwise wait."""
+    """How many documents the cut head scores ahead (``cut_ahead``; ``engine``: the backend's ``describe()``); auto:
+    none where the engine computes on this machine's CPU, else 2, so that the CPU does not wait."""
     if setting >= 0:
         return setting
     return 0 if engine.get("backend") in ("transformers", "vllm") and engine.get("device", "cpu") == "cpu" else 2

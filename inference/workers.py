@@ -14,9 +14,6 @@ from memreader.core.paths import memreader_home
 from memreader.inference.reader import make_backend
 from memreader.inference.shards import Shard, ShardError, ShardStore
 
-FORWARDED_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH")
-"""Besides every ``MEMREADER_*`` variable: what a worker needs from the driver's environment."""
-
 
 def describe_error(exc: BaseException) -> dict[str, Any]:
     """An exception raised in a worker, as data for the driver (which raises it with the shard's name)."""
@@ -43,7 +40,8 @@ def worker_backend(cfg: Any) -> Any:
 def worker_env() -> dict[str, str]:
     """Environment a worker needs from the driver: the artifact root and every ``MEMREADER_*`` setting, offline
     flags, ``PYTHONPATH``."""
-    env = {k: v for k, v in os.environ.items() if v and (k in FORWARDED_ENV or k.startswith("MEMREADER_"))}
+    forwarded = ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if v and (k in forwarded or k.startswith("MEMREADER_"))}
     env["MEMREADER_HOME"] = str(memreader_home())
     return env
 

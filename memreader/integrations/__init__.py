@@ -17,10 +17,8 @@ __all__ = ["hit_metadata", "retrieve"]
 
 
 def hit_metadata(hit: Hit, layers: dict[str, str] | None = None) -> dict[str, Any]:
-    """What a framework document carries besides the chunk text: the memory's outline item and core content for
-    that chunk (``layers``, from :meth:`memreader.api.Index.layer_texts`; else what the voting rows hold), the
-    document id, scenario and character span, the fused score, the layers that found it, and the source file,
-    pages and heading path (from ``memreader ingest``)."""
+    """What a framework document carries besides the chunk text; ``layers``: the outline item and core content of
+    its scenario (:meth:`memreader.api.Index.layer_texts`; else what the voting rows hold)."""
     texts = {p.base_layer: p.text for p in hit.provenance} | (layers or {})
     where = hit.where or {}
     return {"doc_id": hit.doc_id, "scenario": hit.scenario, "start": hit.start, "end": hit.end,

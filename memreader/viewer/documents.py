@@ -87,12 +87,10 @@ def _memory(path: Path, n: int, data: dict[str, Any]) -> DocumentMemory:
 
 def read_memories_leniently(path: str | Path) -> Iterator[DocumentMemory]:
     """Every memory of a memories JSONL, spans as written (tiling is checked by :func:`view_document`)."""
-    path = Path(path)
-    found = False
+    path, n = Path(path), 0
     for n, data in _lines(path, _EXPECTED):
-        found = True
         yield _memory(path, n, data)
-    if not found:
+    if not n:
         raise ViewerInputError(f"{path} holds no memories (empty file)", f"expected {_EXPECTED}")
 
 
