@@ -86,7 +86,8 @@ def format_of(path: Path) -> str | None:
 def extract(path: Path) -> Extracted:
     """The text and structure of one PDF, DOCX, HTML, Markdown or text file (see the module docstring)."""
     kind = format_of(path)
-    readers = {"pdf": _pdf, "docx": _docx, "html": _html, "markdown": _markdown, "text": _text}
+    readers = {"pdf": _pdf, "docx": _docx, "html": lambda p: html_text(p.read_bytes()), "markdown": _markdown,
+               "text": lambda p: Extracted(_decode(p))}
     if kind not in readers:
         raise FileProblem("unsupported", f"unsupported file type {path.suffix or '(none)'!r}",
                           f"supported: {', '.join(sorted(FORMATS))}")
@@ -117,11 +118,8 @@ def clean_text(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _text(path: Path) -> Extracted:
-    return Extracted(_decode(path.read_bytes(), path))
-
-
-def _decode(data: bytes, path: Path) -> str:
+def _decode(path: Path) -> str:
+    data = path.read_bytes()
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return data.decode("utf-16")
     try:
@@ -134,7 +132,7 @@ def _decode(data: bytes, path: Path) -> str:
 def _markdown(path: Path) -> Extracted:
     from markdown_it import MarkdownIt
 
-    text = _decode(path.read_bytes(), path)
+    text = _decode(path)
     starts = [0, *itertools.accumulate(len(line) for line in text.splitlines(keepends=True))]
     tokens = MarkdownIt("commonmark").parse(text)
     headings, trail = [], []
@@ -145,10 +143,6 @@ def _markdown(path: Path) -> Extracted:
             trail = [*trail[: level - 1], *[""] * max(0, level - 1 - len(trail)), title][:level]
             headings.append((starts[token.map[0]], [t for t in trail if t]))
     return Extracted(text, headings=headings)
-
-
-def _html(path: Path) -> Extracted:
-    return html_text(path.read_bytes())
 
 
 def html_text(data: bytes, drop: str = f"{NON_TEXT}|{FURNITURE}", link_blocks: bool = True,

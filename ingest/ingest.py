@@ -31,7 +31,9 @@ import json
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
+from itertools import starmap
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +163,8 @@ def ingest(cfg: IngestConfig, progress: bool = True) -> dict[str, Any]:
             fates[source.doc_id] = {"fate": "unchanged"}
         else:
             todo.append((source, sha))
-    passthrough = [(s, h) for s, h in todo if format_of(s.path) in ("jsonl", "parquet")]
-    files = [(s, h) for s, h in todo if format_of(s.path) not in ("jsonl", "parquet")]
-    results = {s.doc_id: _passthrough(s, h, cfg) for s, h in passthrough}
-    results.update(_extract_files(files, cfg.workers, progress))
+    results = {s.doc_id: _passthrough(s, h, cfg) for s, h in todo if format_of(s.path) in ("jsonl", "parquet")}
+    results.update(_extract_files([(s, h) for s, h in todo if s.doc_id not in results], cfg.workers, progress))
     for source, _ in todo:
         result = results[source.doc_id]
         if isinstance(result, dict):
@@ -204,21 +204,11 @@ def _previous_records(corpus_path: Path) -> dict[str, list[dict[str, Any]]]:
 
 def _extract_files(files: list[tuple[Source, str]], workers: int, progress: bool) -> dict[str, Any]:
     """Each file's records (or its error record), extracted in ``workers`` processes (0: one per core)."""
-    results: dict[str, Any] = {}
-    workers = workers or cpu_cores()
-    bar = tqdm(total=len(files), desc="ingest", unit="file", disable=not progress)
-    if files and workers > 1 and len(files) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(files))) as pool:
-            for (source, _), result in zip(files, pool.map(_extract_one, *zip(*files, strict=True), chunksize=4),
-                                           strict=True):
-                results[source.doc_id] = result
-                bar.update()
-    else:
-        for source, sha in files:
-            results[source.doc_id] = _extract_one(source, sha)
-            bar.update()
-    bar.close()
-    return results
+    workers = min(workers or cpu_cores(), len(files))
+    with ProcessPoolExecutor(max_workers=workers) if workers > 1 else nullcontext() as pool:
+        found = pool.map(_extract_one, *zip(*files, strict=True), chunksize=4) if pool else starmap(_extract_one, files)
+        bar = tqdm(found, total=len(files), desc="ingest", unit="file", disable=not progress)
+        return {source.doc_id: result for (source, _), result in zip(files, bar, strict=True)}
 
 
 def _unique_rows(records: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
