@@ -64,17 +64,14 @@ class CheckpointReport:
                 f"{len(self.same)} already the same{kept}")
 
 
-def _wanted(rel: Path) -> bool:
-    return (not any(part in SKIPPED_DIRS for part in rel.parts[:-1])
-            and not any(part.startswith(SKIPPED_PREFIXES) for part in rel.parts)  # index.db may be a folder
-            and not rel.name.endswith(SKIPPED_SUFFIXES))
-
-
 def _files(root: Path) -> list[Path]:
     """The files under ``root`` a checkpoint keeps, relative to it, sorted."""
     if not root.is_dir():
         return []
-    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and _wanted(p.relative_to(root)))
+    rels = (p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    return sorted(rel for rel in rels if not any(part in SKIPPED_DIRS for part in rel.parts[:-1])
+                  and not any(part.startswith(SKIPPED_PREFIXES) for part in rel.parts)  # index.db may be a folder
+                  and not rel.name.endswith(SKIPPED_SUFFIXES))
 
 
 def _sources(eval_dir: Path, cache_dir: Path | None) -> dict[str, Path]:

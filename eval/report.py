@@ -60,13 +60,10 @@ class Method:
 
 def eval_dir(run: str) -> Path:
     """The eval folder of ``run``: a path (the eval folder or its run folder) or a run name."""
-    path = Path(run).expanduser()
-    for candidate in (path, path / "eval"):
+    path, named = Path(run).expanduser(), memreader_home() / "runs" / run / "eval"
+    for candidate in (path, path / "eval", named):
         if (candidate / "summary.json").is_file():
             return candidate
-    named = memreader_home() / "runs" / run / "eval"
-    if (named / "summary.json").is_file():
-        return named
     raise ReportError(f"no summary.json in {path}, {path / 'eval'} or {named}",
                       "give a run name under $MEMREADER_HOME/runs/ or the path of an eval folder; run the "
                       "evaluation stage first")

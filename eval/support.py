@@ -1,7 +1,7 @@
 """Informational support of retrieved context for the reference answer (MoM paper §4.4, Table 3).
 
     scores = informational_support(model, tokenizer, items)          # one SupportScore per item
-    scores = support_for_answers("smollm2-135m-instruct", questions, contexts, answers)
+    scores = support_for_answers(chat, questions, contexts, answers)  # the answering engine's own model
 
 For a question ``q``, its retrieved chunks ``C`` and a reference answer ``A = (a_1..a_m)`` (tokens of
 the answering model), the support score is
@@ -155,28 +155,22 @@ def support_signature(model_name: str, multi_ref: str = "first", max_context_tok
             f"ctx:{max_context_tokens or 'model'}|drop:last-chunks|dtype:{dtype}|mr-support:{SUPPORT_VERSION}")
 
 
-def support_for_answers(model_name_or_objects: Any, questions: Sequence[str], contexts: Sequence[Sequence[str]],
-                        answers: Sequence[str | Sequence[str]], batch_size: int = 8,
-                        max_context_tokens: int | None = None, multi_ref: str = "first") -> list[SupportScore]:
-    """:func:`informational_support` from parallel lists. ``model_name_or_objects``: a registry name
-    or folder (loaded with :func:`memreader.core.runtime.load_causal_lm`), a ``(model, tokenizer)`` pair,
+def support_for_answers(answerer: Any, questions: Sequence[str], contexts: Sequence[Sequence[str]],
+                        answers: Sequence[str | Sequence[str]], batch_size: int = 8) -> list[SupportScore]:
+    """:func:`informational_support` from parallel lists. ``answerer``: a ``(model, tokenizer)`` pair,
     a :class:`memreader.core.generation.LocalChat` (its already-loaded model is reused), or a
     :class:`memreader.core.generation.vllm_chat.VLLMChat` (its engine's ``prompt_logprobs``)."""
     if not len(questions) == len(contexts) == len(answers):
         raise SupportError(f"{len(questions)} questions, {len(contexts)} contexts and {len(answers)} answers: "
                            "the three lists must align")
-    if isinstance(model_name_or_objects, str):
-        from memreader.core.runtime import load_causal_lm
-
-        model, tokenizer = load_causal_lm(model_name_or_objects)
-    elif isinstance(model_name_or_objects, tuple):
-        model, tokenizer = model_name_or_objects
-    elif hasattr(model_name_or_objects, "engine") and hasattr(model_name_or_objects.engine, "llm"):  # VLLMChat
-        model, tokenizer = model_name_or_objects.engine, model_name_or_objects.tokenizer()
-    elif hasattr(model_name_or_objects, "model") and hasattr(model_name_or_objects, "tokenizer"):
-        model, tokenizer = model_name_or_objects.model(), model_name_or_objects.tokenizer()
+    if isinstance(answerer, tuple):
+        model, tokenizer = answerer
+    elif hasattr(answerer, "engine") and hasattr(answerer.engine, "llm"):  # VLLMChat
+        model, tokenizer = answerer.engine, answerer.tokenizer()
+    elif hasattr(answerer, "model") and hasattr(answerer, "tokenizer"):
+        model, tokenizer = answerer.model(), answerer.tokenizer()
     else:
-        raise SupportError(f"cannot get a model from {type(model_name_or_objects).__name__}",
-                           "pass a model name, a (model, tokenizer) pair, a LocalChat or a VLLMChat")
+        raise SupportError(f"cannot get a model from {type(answerer).__name__}",
+                           "pass a (model, tokenizer) pair, a LocalChat or a VLLMChat")
     items = [SupportItem(q, c, a) for q, c, a in zip(questions, contexts, answers, strict=True)]
-    return informational_support(model, tokenizer, items, batch_size, max_context_tokens, multi_ref)
+    return informational_support(model, tokenizer, items, batch_size)

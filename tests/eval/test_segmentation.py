@@ -307,9 +307,10 @@ def test_memreader_eval_scores_rule_chunkers_and_given_memories(tmp_path: Path, 
     assert "Pk|k:half-mean-gold-segment" in capsys.readouterr().out
 
 
-def test_bench_script_prints_ratios_and_writes_json(tmp_path: Path, capsys) -> None:
+def test_bench_script_prints_ratios_and_writes_json(tmp_path: Path, capsys, monkeypatch) -> None:
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # its `from _common import ...`, as `python scripts/x.py` has
     spec = importlib.util.spec_from_file_location("bench_segmentation", REPO / "scripts" / "bench_segmentation.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
