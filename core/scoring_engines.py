@@ -1,14 +1,8 @@
-"""The forward-pass machinery of the evaluator scorer (:mod:`memreader.core.scoring`), and the project's one
-transformers token NLL.
-
-:class:`TokenNLL` computes ``-log P(token | the tokens before it)`` with a transformers causal LM in
-length-sorted, right-padded batches, applying the LM head (and the model's logit scale and soft-cap) only to
-the scored positions, ``slice_tokens`` rows at a time; informational support (:mod:`memreader.eval.support`)
-and the query-likelihood verifier (:mod:`memreader.retrieval.verifier`) call it, and :class:`HFEngine` is it
-for the scorer's requests. Requests are token sequences with the positions whose NLL is wanted (and positions
-whose next-token distribution gives the answer-word probabilities); a sequence that is a prefix of another is
-merged into it. :class:`VLLMEngine` computes the same quantities through vLLM ``prompt_logprobs`` (CPU build
-or GPU). :func:`sigmoid` turns a log-odds into a score (the scorer's ``ppl``, the verifiers).
+"""The forward-pass machinery of the evaluator scorer (:mod:`memreader.core.scoring`): requests (token sequences with
+the positions whose NLL, or whose next-token answer-word probabilities, are wanted; a sequence that is a prefix of
+another is merged into it), computed by :class:`HFEngine` (:class:`TokenNLL`, the project's one transformers token
+NLL, which informational support and the query-likelihood verifier call too) or :class:`VLLMEngine`; and
+:func:`sigmoid`, which turns a log-odds into a score.
 """
 
 from __future__ import annotations
@@ -251,17 +245,11 @@ class HFEngine(TokenNLL):
 
 
 class VLLMEngine:
-    """The same quantities through vLLM (``vllm >= 0.12``; its CPU build here), on the process's shared engine.
-
-    NLLs come from ``SamplingParams(max_tokens=1, prompt_logprobs=0)``: ``output.prompt_logprobs[p]``
-    is a dict that holds the log-probability of the actual prompt token ``p`` (index 0 is ``None``).
-    The answer-word probabilities at position ``q`` are read the same way, from the prompts
-    ``ids[:q+1] + [answer_id]`` (one per answer word; where vLLM's prefix caching serves prompt
-    log-probabilities, the two share their prefix, else the prompt is computed twice).
-    vLLM computes these log-probabilities from the raw logits over the full vocabulary (its default
-    ``logprobs_mode``), in the model's dtype; all requests go to one ``generate`` call, and vLLM does
-    the batching (no padding). The engine is :func:`memreader.core.vllm_engine.get_engine`'s: started once per
-    process and shared with the other stages that use the same model.
+    """The same quantities through vLLM's ``prompt_logprobs`` (``vllm >= 0.12``), on the process's shared engine
+    (:func:`memreader.core.vllm_engine.get_engine`). The answer-word probabilities at ``q`` come from the prompts
+    ``ids[:q+1] + [answer_id]``, one per answer word (computed twice where prefix caching does not serve prompt
+    log-probabilities). vLLM takes them from the raw logits over the full vocabulary, in the model's dtype, and
+    batches all requests of one ``generate`` call itself (no padding).
     """
 
     def __init__(self, model: str, dtype: str = "auto", max_model_len: int = 8192, engine: Any = None,

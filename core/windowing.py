@@ -294,17 +294,10 @@ class WindowPlan:
 def plan_windows(texts: Sequence[str], count_tokens: CountTokens, settings: WindowSettings, *,
                  prompt_tokens: int = 0, max_new_tokens: int = 0, model_window: int | None = None,
                  grammar: GrammarSettings | None = None, scale: dict[int, float] | None = None) -> WindowPlan:
-    """Windows for each text (see the module docstring): a text within
-    :meth:`WindowSettings.room` and, for guided stages (``grammar`` given), within one grammar is
-    one window; a longer one is split with :meth:`WindowSettings.budget` tokens and, guided, at
-    most :data:`GRAMMAR_FILL` of the grammar's capacity per window. A text that cannot be split
-    (the window is smaller than the prompt, ...) gets no windows and its message in ``errors``.
-
-    ``prompt_tokens``: the prompt around an empty document (:func:`prompt_tokens_of`);
-    ``max_new_tokens``: the reply budget; ``model_window``: :func:`model_window_of` (None: unknown);
-    ``scale``: text index → factor on the grammar's capacity for that text (smaller windows;
-    :func:`memreader.core.guidance.plan_guided_windows` sets it).
-    """
+    """Windows for each text, sized as the module docstring says (``grammar``: guided); a text that cannot be split
+    gets no windows and its message in ``errors``. ``prompt_tokens``: the prompt around an empty document
+    (:func:`prompt_tokens_of`); ``model_window``: :func:`model_window_of` (None: unknown); ``scale``: text index →
+    factor on the grammar's capacity (:func:`memreader.core.guidance.plan_guided_windows` sets it)."""
     room = settings.room(prompt_tokens, max_new_tokens, model_window)
     budget, budget_error = None, None
     try:

@@ -1,16 +1,11 @@
 """vLLM offline generation (CPU build via ``make setup``, upstream vLLM via ``.[gpu]``), guided through llguidance.
 
     memreader read --config configs/demo/read.yaml --set backend=vllm
-    memreader read --config configs/inference/qwen2_5_7b_vllm.yaml --set adapter=<run>/train
 
-Targets vLLM >= 0.12 (the ``structured_outputs`` API). The engine comes from
-:func:`memreader.core.vllm_engine.get_engine`: started once per process and shared with every other stage call on the
-same model (reading, teacher, answering, scoring). The structured-output backend is ``guidance`` (llguidance),
-which takes our lark grammars. An adapter is merged on a CPU and applied per request with ``LoRARequest`` on a
-GPU (``lora_mode``). Requests are checked one by one before the batch goes in: a prompt that does not fit
+Targets vLLM >= 0.12 (the ``structured_outputs`` API), on the process's shared engine (:mod:`memreader.core.vllm_engine`:
+sharing, adapters, the CPU setup). Requests are checked one by one before the batch goes in: a prompt that does not fit
 ``max_model_len`` or a grammar llguidance cannot compile fails that request alone (``return_exceptions``), named.
-:meth:`VLLMChat.stream` feeds the running engine request by request instead (:class:`VLLMStream`, what the reader
-uses: :mod:`memreader.core.generation.stream`).
+:meth:`VLLMChat.stream` feeds the running engine request by request instead (what the reader uses).
 """
 
 from __future__ import annotations
