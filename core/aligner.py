@@ -55,12 +55,8 @@ def _find_tail_end(doc: str, tail: str, search_from: int, lower: int) -> int:
     """Smallest end position ``>= lower`` of ``tail`` searched from ``search_from``; -1 if none."""
     if not tail:
         return -1
-    idx = doc.find(tail, search_from)
-    while idx >= 0:
-        if idx + len(tail) >= lower:
-            return idx + len(tail)
-        idx = doc.find(tail, idx + 1)
-    return -1
+    idx = doc.find(tail, max(search_from, lower - len(tail)))
+    return idx + len(tail) if idx >= 0 else -1
 
 
 def _fuzzy(doc: str, needle: str, lo: int, window: int, threshold: float) -> tuple[int, float]:

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memreader.core.config import field as config_field
 from memreader.core.errors import MemReaderError
 
 DOCUMENT_SUFFIXES = (".pdf", ".docx", ".doc", ".html", ".htm", ".md", ".markdown", ".rtf", ".odt")
 """Files that are documents, not corpora: ``memreader ingest`` turns them into one."""
-
-
-T = TypeVar("T")
 
 
 class CorpusError(MemReaderError, ValueError):
@@ -119,18 +116,6 @@ def read_corpus(path: str | Path, id_field: str = "id", text_field: str = "text"
                 limit: int | None = None) -> list[Document]:
     """Every document of a JSONL corpus in a list (:func:`iter_corpus` for one at a time)."""
     return list(iter_corpus(path, id_field, text_field, limit))
-
-
-def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """``items`` in lists of ``size`` (the last one shorter)."""
-    batch: list[T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def split_empty(docs: list[Document]) -> tuple[list[Document], list[str]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memreader.core.corpus import CorpusError, batched, iter_corpus, read_corpus
+from memreader.core.corpus import CorpusError, iter_corpus, read_corpus
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -46,8 +46,3 @@ def test_bad_bytes_and_document_files_are_refused(tmp_path: Path) -> None:
     pdf.write_bytes(b"%PDF-1.4")
     with pytest.raises(CorpusError, match="memreader ingest"):
         next(iter_corpus(pdf))
-
-
-def test_batched() -> None:
-    assert list(batched(range(5), 2)) == [[0, 1], [2, 3], [4]]
-    assert list(batched([], 3)) == []
