@@ -89,13 +89,10 @@ def answer_and_support(answerer: Any, prompts: Sequence[Any], params: Any,
     back, so a prompt is prefilled once instead of twice. Replies and scores are those of the two passes run apart
     (up to the last-bit noise that any cache hit brings; both orders measured in docs/BENCHMARKS.md)."""
     n = len(prompts)
-    cache = 0
-    if reuse_prefix and support is not None and callable(getattr(answerer, "prefix_cache_tokens", None)):
-        cache = int(answerer.prefix_cache_tokens())
-    groups = [list(range(n))]
-    if cache:
-        sizes = [answerer.prompt_tokens(p) + params.max_new_tokens for p in prompts]
-        groups = cache_groups(sizes, int(CACHE_SHARE * cache))
+    reuse = reuse_prefix and support is not None and callable(getattr(answerer, "prefix_cache_tokens", None))
+    cache = int(answerer.prefix_cache_tokens()) if reuse else 0
+    groups = cache_groups([answerer.prompt_tokens(p) + params.max_new_tokens for p in prompts],
+                          int(CACHE_SHARE * cache)) if cache else [list(range(n))]
     out = AnswerPass([None] * n, [None] * n, groups=groups, reuse=bool(cache))
 
     def score(group: list[int]) -> None:

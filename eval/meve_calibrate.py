@@ -111,10 +111,6 @@ class CalibrateConfig(MeVeSettings):
         root = Path(self.cross_encoders) if self.cross_encoders else run_dir(self.run)
         return root / (f"cross-encoder-without-{held}" if held else "cross-encoder")
 
-    def base(self) -> MeVeSettings:
-        """The MeVe keys alone."""
-        return MeVeSettings(**self.meve_settings())
-
 
 def derive(kind: str, raw: list[float], base: float | None) -> dict[str, list[float]]:
     """The scores of every calibration of ``kind`` from its raw scores (and the content-free one)."""
@@ -409,8 +405,7 @@ def run_folds(corpora: dict[str, Corpus], variants: list[str], cost: dict[str, f
 
 def calibrate(cfg: CalibrateConfig) -> int:
     """Build every corpus, score every variant, run the folds and write the results JSON."""
-    base = cfg.base()
-    tokenizer = load_tokenizer(base.budget_tokenizer)
+    tokenizer = load_tokenizer(cfg.budget_tokenizer)
     out_dir = run_dir(cfg.run)
     corpora = {name: Corpus(name, cfg, tokenizer, out_dir) for name in dict.fromkeys(cfg.corpora)}
     try:
@@ -429,7 +424,7 @@ def calibrate(cfg: CalibrateConfig) -> int:
                                                "top20_tokens": c.top20_tokens, "verifier_ms": c.cost}
                                            for n, c in corpora.items()},
                      "t_max": cfg.t_maxes, "budget_share": cfg.budget_shares, "cap": cfg.cap,
-                     "redundancy": cfg.redundancies, "z": cfg.z, "grid": cfg.grid, "settings": base.meve_settings()})
+                     "redundancy": cfg.redundancies, "z": cfg.z, "grid": cfg.grid, "settings": cfg.meve_settings()})
     print(f"results -> {out}", file=sys.stderr)
     return 0
 

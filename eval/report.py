@@ -171,11 +171,6 @@ class ReportStats:
     paired: list[dict[str, Any]]
     correlations: list[CorrelationRow]
 
-    def to_json(self, folder: Path, figures: dict[str, Path]) -> dict[str, Any]:
-        """``report.json``."""
-        return {"eval_dir": str(folder), "support": self.support, "paired": self.paired,
-                "intrinsic_correlations": [r.to_dict() for r in self.correlations], "figures": sorted(figures)}
-
 
 def statistics(methods: dict[str, Method], n_resamples: int, seed: int) -> ReportStats:
     """Support intervals, paired tests against :data:`REFERENCE` and the correlation table."""
@@ -363,7 +358,9 @@ def build_report(folder: Path, out: Path | None = None, n_resamples: int = DEFAU
           *_cost_section(methods), *_paired_section(methods, stats.paired), *_retrieved_example(methods),
           *_paper_section(summary, methods, stats), *_signatures_section(summary, methods, stats.metrics)]
     path = write_atomic(out / "report.md", "\n".join(md) + "\n")
-    write_json(out / "report.json", stats.to_json(folder, figures))
+    write_json(out / "report.json", {"eval_dir": str(folder), "support": stats.support, "paired": stats.paired,
+                                     "intrinsic_correlations": [r.to_dict() for r in stats.correlations],
+                                     "figures": sorted(figures)})
     write_report_page(out / "report.html", md, out, methods, stats.metrics, title=md[0].lstrip("# "))
     return path, list(figures.values())
 
