@@ -280,8 +280,7 @@ class ConversationStore(MilvusCollection):
             bm25 = {int(e["turn"]): score for e, score in scored}
             raw[BM25] = {i: bm25.get(i, 0.0) for i in wanted}
         for name in names:
-            field = vector_field(name)
-            raw[name] = {int(r["turn"]): _cosine(queries[name], r[field]) for r in rows}
+            raw[name] = {int(r["turn"]): _cosine(queries[name], r[vector_field(name)]) for r in rows}
         return CandidateScores(turns, {s: raw[s] for s in signals}, hits)
 
 

@@ -208,7 +208,7 @@ class MemoryIndex(MilvusCollection):
             self._create(_SCHEMA, {"vector": dim}, language, {**meta, "status": "building"})
             plan = UpdatePlan(added=sorted(texts))
         summary.plan, summary.update = plan, update
-        self._write_docs([texts[d] for d in plan.to_write], embedder, batch_size, generation, summary, progress)
+        self._write_docs([texts[d] for d in sorted(plan.added + plan.replaced)], embedder, batch_size, generation, summary, progress)
         if update:
             self._commit_update(meta, plan, generation, deleted_before, summary)
         else:

@@ -188,14 +188,14 @@ class MeVePipeline:
         vector = encode(self.embedder, [question], batch_size=1, kind="query")[0]
         # beside a slow verifier the vectors are read while it runs, off the critical path
         skip = {"with_vectors": False} if self._knn_skips_vectors and self._beside_verifier() else {}
-        hits = self.source.knn(vector.tolist(), self.settings.k, **skip)
-        return [Candidate(h.id, h.doc_id, h.text, "knn", h.rank, h.score, where=h.where, tokens=self._stored(h),
-                          vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)) for h in hits]
+        return [self._candidate(h, "knn") for h in self.source.knn(vector.tolist(), self.settings.k, **skip)]
 
-    def _stored(self, hit: Any) -> int | None:
-        """The hit's token count from the store, when the store counted in this pipeline's budget tokenizer."""
-        tokens = getattr(hit, "tokens", None)
-        return tokens if tokens is not None and self._token_key is not None else None
+    def _candidate(self, hit: Any, source: str, **scores: Any) -> Candidate:
+        """A search hit as a candidate, with its stored vector and (when the store counted in this pipeline's budget
+        tokenizer) its token count."""
+        return Candidate(hit.id, hit.doc_id, hit.text, source, hit.rank, hit.score, where=hit.where,
+                         tokens=getattr(hit, "tokens", None) if self._token_key is not None else None,
+                         vector=None if hit.vector is None else np.asarray(hit.vector, dtype=np.float32), **scores)
 
     def run(self, question: str) -> MeVeResult:
         """Run the five phases for ``question``; the audit says what each phase did and why."""
@@ -301,11 +301,8 @@ class MeVePipeline:
             if search is None:
                 found_hits, search = _timed(self.source.bm25, question, s.fallback_k + len(have))
             hits = [h for h in found_hits if h.id not in have]
-            for j, h in enumerate(hits[: s.fallback_k], start=1):
-                extra.append(Candidate(h.id, h.doc_id, h.text, "bm25", h.rank, h.score,
-                                       score=s.tau * (s.fallback_k + 1 - j) / (s.fallback_k + 1),
-                                       verifier_score=scored.get(h.id), where=h.where, tokens=self._stored(h),
-                                       vector=None if h.vector is None else np.asarray(h.vector, dtype=np.float32)))
+            extra = [self._candidate(h, "bm25", score=s.tau * (s.fallback_k + 1 - j) / (s.fallback_k + 1),
+                                     verifier_score=scored.get(h.id)) for j, h in enumerate(hits[: s.fallback_k], 1)]
         ms["fallback"] = _ms(t)
         audit["fallback"] = {"enabled": s.fallback, "fired": fires, "reason": why,
                              "added": [c.brief() for c in extra],

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memreader.core.fusion import SINGLE, LayerHit, rank_hits
@@ -73,19 +73,13 @@ class UpdatePlan:
             getattr(plan, name).sort()
         return plan
 
-    @property
-    def to_write(self) -> list[str]:
-        """The documents whose rows are embedded and written."""
-        return sorted(self.added + self.replaced)
-
     def counts(self) -> dict[str, int]:
         """How many documents each list holds."""
         return {k: len(v) for k, v in self.to_dict().items()}
 
     def to_dict(self) -> dict[str, list[str]]:
         """The lists by name (for the manifest)."""
-        return {"added": self.added, "replaced": self.replaced, "unchanged": self.unchanged,
-                "removed": self.removed, "stale": self.stale}
+        return {k: v for k, v in asdict(self).items() if k != "leftovers"}
 
 
 def indexed_versions(client: Any, collection: str, committed: int) -> dict[str, set[str]]:

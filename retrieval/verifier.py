@@ -14,9 +14,7 @@ Three kinds, one interface (:class:`Verifier`):
   space; spellings the tokenizer splits into several tokens are left out), and likewise ``P(no)``.
   This is the normalised P(yes) of docs/MEVE.md: computed as
   ``sigmoid(logsumexp(yes logits) - logsumexp(no logits))``, the softmax normaliser cancels, so
-  the score does not depend on how much mass the model puts on other words. Passages are cut to
-  ``max_passage_tokens``, prompts sorted by length (less padding), left-padded and scored one
-  forward pass per batch, keeping only the last position's logits.
+  the score does not depend on how much mass the model puts on other words.
 - :class:`QueryLikelihoodVerifier` (``lm_likelihood``) asks the same LM how much the passage
   raises the likelihood of the question, the zero-shot ranking of UPR (Sachan et al., 2022):
   ``score = sigmoid(mean log P(question | "Passage: <p>\nQuestion:") - mean log P(question |
@@ -25,8 +23,7 @@ Three kinds, one interface (:class:`Verifier`):
   a small model (see docs/MEVE.md), but the baseline is the question alone, without the
   ``Passage: ...`` frame, and the frame by itself makes the question more predictable: even an
   unrelated passage scores above 0.5. With it phase 2 re-ranks and the token budget does the
-  cutting (on HotpotQA every candidate passed tau = 0.5). The log-probabilities are
-  :class:`memreader.core.scoring_engines.TokenNLL`'s (the LM head only on the question's positions).
+  cutting (on HotpotQA every candidate passed tau = 0.5).
 - :class:`CrossEncoderVerifier` loads a sentence-transformers ``CrossEncoder`` by path (no
   cross-encoder ships in a PyPI package, so there is no offline default). It asks the model for
   raw logits (``activation_fn=Identity``) and applies the sigmoid itself, so the score is
@@ -156,14 +153,16 @@ class _CausalLMVerifier(_MarginVerifier):
     """What both LM verifiers share: the model (a transformers model or a vLLM
     :class:`~memreader.core.vllm_engine.Engine`), batching limits, padding and the ``load`` by name."""
 
+    kind: str
+    """The verifier kind (:data:`KINDS`), also its name when none is given."""
     label = "{name}"
     """How :meth:`load` names the verifier in audits, from the model name."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, batch_size: int = VERIFIER_BATCH,
+    def __init__(self, model: Any, tokenizer: Any, name: str = "", batch_size: int = VERIFIER_BATCH,
                  max_passage_tokens: int = 128) -> None:
         if batch_size < 1 or max_passage_tokens < 1:
             raise VerifierError(f"batch_size ({batch_size}) and max_passage_tokens ({max_passage_tokens}) must be >= 1")
-        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.model, self.tokenizer, self.name = model, tokenizer, name or self.kind
         self.batch_size, self.max_passage_tokens = batch_size, max_passage_tokens
         self.engine = model if _is_engine(model) else None
         if self.engine is None:
@@ -203,19 +202,14 @@ class _CausalLMVerifier(_MarginVerifier):
         out.choice = choice.record()
         return out
 
-    def _engine_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of rendered prompts, each checked against the engine's ``max_model_len``."""
-        assert self.engine is not None
-        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
-        for i, row in enumerate(ids):
-            self.engine.check_prompt(len(row), f"verifier prompt {i}")
-        return ids
 
 
 class LMVerifier(_CausalLMVerifier):
     """An instruct LM as relevance judge: the normalised P(yes) of its next token (see the module)."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str = "lm", batch_size: int = VERIFIER_BATCH,
+    kind = "lm"
+
+    def __init__(self, model: Any, tokenizer: Any, name: str = "", batch_size: int = VERIFIER_BATCH,
                  max_passage_tokens: int = 128, prompt: str = DEFAULT_PROMPT, system: str = DEFAULT_SYSTEM) -> None:
         if "{passage}" not in prompt or "{question}" not in prompt:
             raise VerifierError("the verifier prompt must contain {passage} and {question}",
@@ -270,7 +264,10 @@ class LMVerifier(_CausalLMVerifier):
 
         assert self.engine is not None
         wanted = self.yes_ids + self.no_ids
-        outs = self.engine.llm.generate([{"prompt_token_ids": ids} for ids in self._engine_ids(prompts)],
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        for i, row in enumerate(ids):
+            self.engine.check_prompt(len(row), f"verifier prompt {i}")
+        outs = self.engine.llm.generate([{"prompt_token_ids": row} for row in ids],
                                         SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=wanted),
                                         use_tqdm=False, lora_request=self.engine.lora)
         margins = []
@@ -294,11 +291,8 @@ def _logsumexp(values: Sequence[float]) -> float:
 class QueryLikelihoodVerifier(_CausalLMVerifier):
     """How much a passage raises the LM's likelihood of the question (see the module docstring)."""
 
+    kind = "lm_likelihood"
     label = "{name} (likelihood)"
-
-    def __init__(self, model: Any, tokenizer: Any, name: str = "lm_likelihood", batch_size: int = VERIFIER_BATCH,
-                 max_passage_tokens: int = 128) -> None:
-        super().__init__(model, tokenizer, name, batch_size, max_passage_tokens)
 
     def _mean_logprobs(self, prefixes: list[list[int]], question: list[int]) -> list[float]:
         """Mean log-probability of the ``question`` tokens after each prefix (:class:`TokenNLL`; through vLLM's
