@@ -24,11 +24,9 @@ class Runtime:
 
 
 def runtime(device: str = "auto", dtype: str = "auto", threads: int = 0) -> Runtime:
-    """Decide device/dtype/threads, changing nothing. ``auto`` device means CUDA when available, else the CPU;
-    ``auto`` dtype is the device's rule (:func:`memreader.core.engines.device_dtype`: bf16 on a GPU with bf16, on a
-    CPU the faster of fp32 and bf16 by a cached matmul probe); ``threads`` 0 means
-    :func:`memreader.core.hardware.cpu_threads`. A stage asks :func:`memreader.core.engines.resolve_engine` first
-    (its measured rows) and passes the concrete device and dtype here."""
+    """Decide device/dtype/threads, changing nothing: ``auto`` as :func:`memreader.core.engines.resolve_device` and
+    :func:`memreader.core.engines.device_dtype` mean it, ``threads`` 0 :func:`memreader.core.hardware.cpu_threads`. A
+    stage asks :func:`memreader.core.engines.resolve_engine` first (its measured rows) and passes what it chose."""
     import torch
 
     from memreader.core.engines import DTYPES, EngineError, device_dtype, resolve_device

@@ -5,10 +5,8 @@
 - :class:`VLLMChat` — vLLM offline on GPU (imported lazily), guided with the ``guidance`` backend.
 
 Which one a stage runs, in which dtype and on which device, is decided by
-:func:`memreader.core.engines.resolve_engine` and built by :func:`memreader.core.engines.make_engine`.
-
-Every backend's ``generate_many(messages_list, params, ..., grammars=...)`` returns :class:`Reply`
-objects carrying ``finish_reason``, token counts and whether a grammar guided them.
+:func:`memreader.core.engines.resolve_engine` and built by :func:`memreader.core.engines.make_engine`; every
+backend's ``generate_many`` returns :class:`Reply` objects.
 """
 
 from __future__ import annotations

@@ -237,9 +237,8 @@ class OpenAIChat:
                      choice.finish_reason, usage.prompt_tokens if usage else None,
                      usage.completion_tokens if usage else None, guided)
 
-    async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm,
-                       on_reply: OnReply | None, return_exceptions: bool,
-                       grammars: Sequence[str | None],
+    async def _run_all(self, batch: Sequence[Messages], params: GenerationParams, bar: tqdm, on_reply: OnReply | None,
+                       return_exceptions: bool, grammars: Sequence[str | None],
                        seeds: Sequence[int | None] | None) -> list[Reply | GenerationRequestError]:
         async def one(i: int, messages: Messages) -> Reply | GenerationRequestError:
             p = params if seeds is None else replace(params, seed=seeds[i])

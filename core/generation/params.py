@@ -1,9 +1,5 @@
-"""What every generation backend shares: decoding settings, the reply type, the failure type; and the request
-loop of the in-process backends (:class:`BatchChat`).
-
-A :class:`Reply` is a ``str`` holding the message content, plus what the backend said about it:
-``finish_reason`` (``"stop"`` or ``"length"``), token counts, and ``guided`` (whether a grammar
-constrained it). Callers that only want text use it as a string.
+"""What every generation backend shares: decoding settings, the reply type (a ``str``, so callers that only want
+text use it as one), the failure type; and the request loop of the in-process backends (:class:`BatchChat`).
 """
 
 from __future__ import annotations
