@@ -21,28 +21,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {
-    "Hit": "memreader.core.fusion",
-    "LayerHit": "memreader.core.fusion",
-    "reciprocal_rank_fusion": "memreader.core.fusion",
-    "MODES": "memreader.retrieval.index",
-    "BuildSummary": "memreader.retrieval.index",
-    "MemoryIndex": "memreader.retrieval.index",
-    "MemoryIndexError": "memreader.retrieval.index",
-    "MeVePipeline": "memreader.retrieval.meve",
-    "MeVeResult": "memreader.retrieval.meve",
-    "MeVeSettings": "memreader.retrieval.meve",
-    "MemoryChunkSource": "memreader.retrieval.meve",
-    "PassageStore": "memreader.retrieval.passages",
-    "CrossEncoderVerifier": "memreader.retrieval.verifier",
-    "LMVerifier": "memreader.retrieval.verifier",
-    "build_verifier": "memreader.retrieval.verifier",
-    "RetrievalConfig": "memreader.retrieval.search",
-    "ask": "memreader.retrieval.search",
-    "build_index_from_file": "memreader.retrieval.search",
-    "format_hits": "memreader.retrieval.search",
-    "run_index": "memreader.retrieval.search",
-}
+_EXPORTS = {name: f"memreader.{module}" for module, names in {
+    "core.fusion": ("Hit", "LayerHit", "reciprocal_rank_fusion"),
+    "retrieval.index": ("MODES", "BuildSummary", "MemoryIndex", "MemoryIndexError"),
+    "retrieval.meve": ("MeVePipeline", "MeVeResult", "MeVeSettings", "MemoryChunkSource"),
+    "retrieval.passages": ("PassageStore",),
+    "retrieval.verifier": ("CrossEncoderVerifier", "LMVerifier", "build_verifier"),
+    "retrieval.search": ("RetrievalConfig", "ask", "build_index_from_file", "format_hits", "run_index"),
+}.items() for name in names}
 
 __all__ = sorted(_EXPORTS)
 

@@ -55,14 +55,11 @@ class OperatingPoint:
         """The MeVe keys of this point."""
         return _settings(self.verifier, self.tau, self.t_max, self.budget_share, self.redundancy)
 
-    def budget_text(self) -> str:
-        """``t_max=768`` or ``budget_share=0.3 (t_max=8192)``."""
-        out = f"budget_share={self.budget_share:g} (t_max={self.t_max})" if self.budget_share else f"t_max={self.t_max}"
-        return out + (f" redundancy={self.redundancy:g}" if self.redundancy is not None else "")
-
     def describe(self, target: float | None = None, on: str = "") -> str:
         """One line: the point, what it reached, against which target, on which questions."""
-        line = (f"{self.verifier} tau={self.tau:.4g} {self.budget_text()}: recall {self.recall:.3f}, "
+        budget = f"budget_share={self.budget_share:g} (t_max={self.t_max})" if self.budget_share else f"t_max={self.t_max}"
+        budget += f" redundancy={self.redundancy:g}" if self.redundancy is not None else ""
+        line = (f"{self.verifier} tau={self.tau:.4g} {budget}: recall {self.recall:.3f}, "
                 f"{self.tokens:.0f} tokens, {self.passages:.2f} passages, fallback {100 * self.fallback_share:.0f}% "
                 f"over {self.n_questions} questions")
         if target is not None:

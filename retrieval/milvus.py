@@ -114,11 +114,10 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
                 _lite_clients.setdefault(uri, []).append(client)
             return client
         except ConnectionConfigException as exc:
-            raise error(
-                f"cannot open the Milvus Lite file {uri} ({exc.message}); Milvus Lite serves a file to one process "
-                "at a time", "close the other process using it (another `memreader index`/`ask`/`chat`, a notebook), "
-                "use another .db path, or put the data on a Milvus server (db_path=http://host:19530)"
-            ) from exc
+            raise error(f"cannot open the Milvus Lite file {uri} ({exc.message}); Milvus Lite serves a file to one "
+                        "process at a time", "close the other process using it (another `memreader index`/`ask`/`chat`, "
+                        "a notebook), use another .db path, or put the data on a Milvus server "
+                        "(db_path=http://host:19530)") from exc
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     resolved = resolve_token(uri, token)
@@ -135,12 +134,9 @@ def connect(uri: str | Path, token: str = "", timeout: float = CONNECT_TIMEOUT,
                 f"the Milvus server at {uri} refused the connection: authentication failed, {given}",
                 f"set token: user:password (or an API key) in the config (--set token=...), or export {TOKEN_ENV}; "
                 "a new server's root user is root:Milvus until its password is changed") from exc
-        raise error(
-            f"cannot reach the Milvus server at {uri} within {timeout:g} s ({getattr(exc, 'message', exc)})",
-            "start the server "
-            "(e.g. Milvus standalone in Docker), check the URI, port and token, or use a local .db file for "
-            "Milvus Lite (db_path=path/to/memories.db)"
-        ) from exc
+        raise error(f"cannot reach the Milvus server at {uri} within {timeout:g} s ({getattr(exc, 'message', exc)})",
+                    "start the server (e.g. Milvus standalone in Docker), check the URI, port and token, or use a local "
+                    ".db file for Milvus Lite (db_path=path/to/memories.db)") from exc
 
 
 def disconnect(client: MilvusClient, uri: str | Path) -> None:
@@ -241,10 +237,8 @@ class MilvusCollection:
         filter ``also``; more than ``limit`` rows is an error (never a silently shortened answer)."""
         if not values:
             return []
-        listed = ", ".join(string_literal(v) for v in values)
-        rows = list(self._client.query(self.collection, filter=f"{field} in [{listed}]" + (f" and {also}" if also
-                                                                                              else ""),
-                                       output_fields=list(output_fields), limit=limit + 1))
+        where = f"{field} in [{', '.join(map(string_literal, values))}]" + (f" and {also}" if also else "")
+        rows = list(self._client.query(self.collection, filter=where, output_fields=list(output_fields), limit=limit + 1))
         if len(rows) > limit:
             raise self.error(f"more than {limit} rows of {self._where()} have {field} in {list(values)[:3]}",
                              "ask for fewer values at a time")
