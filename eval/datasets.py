@@ -1,7 +1,7 @@
 """Loaders that turn benchmark files into one record type, :class:`QARecord`.
 
-    from memreader.eval.datasets import load_dataset
-    records = load_dataset("longbench", "../shared/datasets/longbench_multifieldqa_zh.jsonl")
+    from memreader.eval.datasets import load_longbench
+    records = load_longbench("../shared/datasets/longbench_multifieldqa_zh.jsonl")
 
 Every loader takes a path; nothing is downloaded. Bad input (missing field, wrong type, truncated
 file, non-UTF-8 bytes) raises :class:`DatasetError` naming the file, the line and the field. Fields
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memreader.core.errors import ConfigError, MemReaderError
+from memreader.core.errors import MemReaderError
 
 CRUD_QA_SPLITS = {"1doc": "questanswer_1doc", "2docs": "questanswer_2docs", "3docs": "questanswer_3docs"}
 
@@ -245,16 +245,6 @@ def load_longbench(path: str | Path) -> list[QARecord]:
     return out
 
 
-def load_mom_qa(path: str | Path) -> list[QARecord]:
-    """The MoM authors' question/answer files (MultiFieldQA-zh, OmniEval): a JSON array of
-    ``{question, answer}``. Ids are ``<file stem>-<index>``; no documents."""
-    stem = Path(path).stem
-    return [
-        QARecord(f"{stem}-{i}", item.str("question"), _answers(item, "answer"), None, {"index": i})
-        for i, item in enumerate(_json_array(path))
-    ]
-
-
 def load_crud_qa(path: str | Path, split: str = "1doc") -> list[QARecord]:
     """CRUD-RAG ``split_merged.json`` question answering: ``split`` is ``1doc``, ``2docs`` or ``3docs``;
     evidence is the items' ``news1..newsN``."""
@@ -265,17 +255,6 @@ def load_crud_qa(path: str | Path, split: str = "1doc") -> list[QARecord]:
         docs = [Passage(item.str(f"news{k}"), id=f"news{k}") for k in range(1, int(split[0]) + 1)]
         meta = {"split": split, "event": item.record.get("event")}
         out.append(QARecord(str(item.id("ID")), item.str("questions"), _answers(item, "answers"), docs, meta))
-    return out
-
-
-def load_crud_event_summary(path: str | Path) -> list[QARecord]:
-    """CRUD-RAG event summary JSONL (``ID, title, text, event, summary, time, url``): the question is the
-    ``event``, the answer the reference ``summary``, the document the news article."""
-    out = []
-    for item in iter_jsonl(path):
-        doc = Passage(item.str("text"), title=item.str("title"), id=item.str("ID"))
-        meta = {k: item.record[k] for k in ("time", "url") if k in item.record}
-        out.append(QARecord(item.str("ID"), item.str("event"), [item.str("summary")], [doc], meta))
     return out
 
 
@@ -395,20 +374,3 @@ def load_references(path: str | Path) -> dict[str, list[str]]:
     """Reference JSONL, one ``{"id": ..., "answer": "..."}`` or ``{"id": ..., "answers": [...]}`` per line."""
     return _by_id(path, _reference)
 
-
-LOADERS: dict[str, Callable[..., list[QARecord]]] = {
-    "longbench": load_longbench,
-    "mom_qa": load_mom_qa,
-    "crud_qa": load_crud_qa,
-    "crud_event_summary": load_crud_event_summary,
-    "cmrc2018": load_cmrc2018,
-    "hotpotqa": load_hotpotqa,
-    "jsonl": load_jsonl,
-}
-
-
-def load_dataset(name: str, path: str | Path, **options: Any) -> list[QARecord]:
-    """Load ``path`` with the loader called ``name`` (see :data:`LOADERS`)."""
-    if name not in LOADERS:
-        raise ConfigError(f"unknown dataset loader {name!r}", f"choose one of {', '.join(LOADERS)}")
-    return LOADERS[name](path, **options)
