@@ -1,43 +1,8 @@
-"""The training config: TRL's ``SFTConfig`` + PEFT's ``LoraConfig`` + this project's own keys, in one flat YAML.
+"""The training config: TRL's ``SFTConfig`` + PEFT's ``LoraConfig`` + :class:`MemReaderArguments`, in one flat YAML.
 
-Every key of ``trl.SFTConfig`` (and so of ``transformers.TrainingArguments``) and of ``peft.LoraConfig``
-can be set in a recipe under ``configs/training/`` or with ``--set key=value``, next to the keys of
-:class:`MemReaderArguments` (data files, base model, run folder, pre-flight policy, resume, merge). The
-three classes share no key name, so one flat mapping is split by field name, exactly as TRL's
-``TrlParser.parse_dict`` splits it; ``LoraConfig`` is built directly because its field types (``list[str]
-| str``) are outside what ``HfArgumentParser`` can turn into command-line flags. Values from ``--set``
-are typed by the field's annotation, every problem is collected before failing, and an unknown key is
-answered with its nearest valid key.
-
-Project defaults that differ from the libraries' (applied only when the key is not given):
-
-===========================  ===================================  ==========================================
-key                          here                                 library default
-===========================  ===================================  ==========================================
-``output_dir``               ``$MEMREADER_HOME/runs/<run>/train``  ``trainer_output`` (setting it is refused:
-                             (always)                             pick ``run``)
-``run_name``                 the run folder name                  ``output_dir``
-``bf16``                     on where a CUDA GPU supports bf16    TRL: on unless ``fp16`` (also on CPU)
-                             (``auto``: :func:`training_engine`,
-                             the engine rule's stage ``train``)
-``use_cpu``                  true when no CUDA GPU is visible     false
-                             (:func:`training_engine`)
-``model_init_kwargs.dtype``  ``bfloat16`` with bf16, else         TRL: ``float32``
-                             ``float32``
-``completion_only_loss``     true (a dataset that is not          ``None`` (true for prompt-completion
-                             prompt-completion fails)             data, silently false otherwise)
-``logging_first_step``       true (the first loss is recorded)    false
-``report_to``                ``none`` (curves.jsonl is always     ``none`` (transformers 5)
-                             written)
-``save_total_limit``         2                                    keep every checkpoint
-``task_type``                ``CAUSAL_LM``                        ``None``
-``target_modules``           ``all-linear``                       the model type's PEFT default (q, v)
-``r`` / ``lora_alpha`` /     16 / 32 / 0.05                       8 / 8 / 0.0
-``lora_dropout``
-===========================  ===================================  ==========================================
-
-``warmup_steps`` takes a step count, or a float below 1 as a fraction of all optimizer steps
-(transformers >= 5.0; ``warmup_ratio`` was deprecated in 5.0 and removed in 5.2).
+:func:`load_train_config` splits the mapping by field name (as TRL's ``TrlParser.parse_dict``), types ``--set``
+values by annotation, collects every problem before failing and applies the project defaults.
+Details (key split, defaults table, warm-up): docs/TRAINING.md (The config).
 """
 
 from __future__ import annotations

@@ -2,13 +2,8 @@
 
     summary = fit_cut_head(CutFitSettings(data="artifacts/datasets/structure/train.jsonl"), out="<run>/train/cut_head")
 
-Data: JSONL, one ``{"id", "text", "boundaries": [...]}`` per line (``memreader structure-data`` writes it; the
-``boundaries`` are where sections 2..K start). Every allowed end of every document (:mod:`memreader.core.cut_features`)
-is one example, labelled 1 when a gold boundary lies within ``tolerance`` characters. The documents are split by a
-hash of their ``group`` (else their id) into a fitting part and a tuning part (``tune_share``): the head is fitted on
-the first (AdamW, BCE weighted by the classes' ratio, the epoch with the lowest tuning loss kept), and its threshold is
-the one whose breaks (:func:`memreader.core.cut_head.pick_breaks`, at the grammar's minimum chunk length) give the best
-boundary F1 on the tuning part. A split never tuned on stays outside: the dev documents of the evaluation.
+Every allowed end is one example (1 within ``tolerance`` characters of a gold boundary); a hash split of the documents
+chooses the epoch and the threshold. Details: docs/TRAINING.md (The cut head: a learned cut inside the reader).
 """
 
 from __future__ import annotations

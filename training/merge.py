@@ -1,19 +1,6 @@
-"""Merge a trained LoRA adapter into its base model and save a standalone model folder.
+"""Merge a trained LoRA adapter into its base model and save a standalone model folder (``memreader merge``).
 
-A merged folder loads with plain ``AutoModelForCausalLM.from_pretrained`` (no PEFT), which serving
-stacks without LoRA support need; vLLM can also serve the adapter unmerged (``--enable-lora``).
-
-Commands (run from the repository root)::
-
-    # base model read from the run's summary.json (or the adapter's adapter_config.json)
-    python -m memreader.training.merge --set adapter=artifacts/runs/mr-7b/train
-    # a YAML of MergeConfig keys, any of them overridden
-    python -m memreader.training.merge --config configs/training/merge.yaml --set adapter=artifacts/runs/mr-7b/train \\
-        --set output=artifacts/runs/mr-7b/merged --set dtype=bfloat16
-    # shortcut flags for the same keys: --adapter, --base, --output, --dtype, --overwrite
-
-The same flags work as ``memreader merge ...``. The merged folder holds ``merge_manifest.json`` and the
-resolved config (``merge_config.yaml``). Merging a 7B model needs ~16 GB of CPU RAM in bf16.
+Details (commands, base lookup, folder contents, memory): docs/TRAINING.md (Merging an adapter).
 """
 
 from __future__ import annotations

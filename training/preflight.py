@@ -1,16 +1,8 @@
 """Pre-flight checks for SFT data: read and validate the JSONL, measure token lengths, guard truncation.
 
-TRL truncates every tokenized ``prompt + completion`` to ``max_length`` from the end
-(``truncation_mode="keep_start"``), so an over-long example loses the end of its target — or all of it
-when the prompt alone fills the window — and trains on it silently. This module measures every example
-with the model's own chat template *exactly as TRL will tokenize it* and then either refuses the run
-(``policy="refuse"``) or drops those examples with a loud warning (``policy="drop"``).
-
-The data format (written by ``data_gen``) is TRL's conversational prompt-completion format, one JSON
-object per line::
-
-    {"id": "doc-1", "prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
-     "completion": [{"role": "assistant", "content": "..."}], "meta": {...}}
+Every example is measured exactly as TRL will tokenize it; over-long ones (which TRL would cut from the end, i.e.
+the target) refuse the run (``policy="refuse"``) or are dropped loudly (``policy="drop"``).
+Details (data format, report): docs/TRAINING.md (Data; Pre-flight: token lengths and truncation).
 """
 
 from __future__ import annotations

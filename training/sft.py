@@ -1,41 +1,9 @@
 """LoRA SFT of MemReader with TRL + PEFT (+ accelerate / DeepSpeed): loss on the completion only.
 
-Data: ``sft_train.jsonl`` / ``sft_val.jsonl`` from data_gen (``$MEMREADER_HOME/runs/<run>/gen/``) in
-TRL's conversational prompt-completion format (see :mod:`memreader.training.preflight`). Config: one flat YAML of
-TRL ``SFTConfig`` + PEFT ``LoraConfig`` + :class:`memreader.training.config.MemReaderArguments` keys (see
-:mod:`memreader.training.config`; ``--list-keys`` prints them all). Outputs, all in ``$MEMREADER_HOME/runs/<run>/train/``:
-the LoRA adapter + tokenizer (``PeftModel.from_pretrained``), ``config.yaml`` (the resolved config, all three
-parts), ``trainer_args.json`` (the exact TRL ``SFTConfig``), ``preflight.json`` (token lengths),
-``curves.jsonl`` (log history) and ``summary.json`` (losses, steps, speed, versions).
-
-Commands (run from the repository root)::
-
-    # CPU smoke run on the embedded SmolLM2-135M (a few steps, fp32)
-    python -m memreader.training.sft --config configs/training/smollm2_135m_lora_cpu_smoke.yaml \\
-        --set train_file=artifacts/runs/gen-smollm2/gen/sft_train.jsonl --set run=smoke
-    # any TRL / PEFT key: --set learning_rate=1.0e-4 --set r=32 --set 'target_modules=[q_proj,v_proj]'
-    python -m memreader.training.sft --list-keys
-    # token-length statistics only (no training): writes <run>/train/preflight.json
-    python -m memreader.training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b \\
-        --preflight-only
-    # 1 GPU
-    accelerate launch --config_file configs/accelerate/single_gpu.yaml \\
-        -m memreader.training.sft --config configs/training/qwen2_5_1.5b_lora.yaml --set run=mr-1.5b
-    # 8 GPUs, DeepSpeed ZeRO-3 (ZeRO-2 / plain DDP: multi_gpu_ds_zero2.yaml / multi_gpu_ddp.yaml);
-    # lower gradient_accumulation_steps so the global batch stays that of the 1-GPU recipe
-    accelerate launch --config_file configs/accelerate/multi_gpu_ds_zero3.yaml \\
-        -m memreader.training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b \\
-        --set gradient_accumulation_steps=2
-    # 2 CPU processes: the same DDP profile, over gloo (tests/training/test_multiprocess.py runs it); the global
-    # batch is micro-batch x gradient_accumulation_steps x 2
-    OMP_NUM_THREADS=1 accelerate launch --config_file configs/accelerate/multi_gpu_ddp.yaml --num_processes 2 \\
-        -m memreader.training.sft --config configs/training/smollm2_135m_lora_cpu_smoke.yaml --set run=smoke-ddp
-    # several nodes (run on every node; shared MEMREADER_HOME; see docs/TRAINING.md)
-    accelerate launch --config_file configs/accelerate/multi_node_ds_zero3.yaml \\
-        --machine_rank $NODE_RANK --main_process_ip $MASTER_ADDR --num_machines 2 --num_processes 16 \\
-        -m memreader.training.sft --config configs/training/qwen2_5_7b_lora.yaml --set run=mr-7b-2n
-
-The same flags work as ``memreader train --config ... --set key=value``.
+``memreader train --config ... --set key=value`` (= ``python -m memreader.training.sft``): reads ``sft_train.jsonl``
+/ ``sft_val.jsonl`` (checked by :mod:`memreader.training.preflight`) with the config of
+:mod:`memreader.training.config` and writes the adapter, ``summary.json`` and curves to ``<run>/train/``.
+Details (data, launching on 1-N GPUs / nodes / CPU processes, outputs): docs/TRAINING.md.
 """
 
 from __future__ import annotations
