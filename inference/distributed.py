@@ -1,36 +1,9 @@
-"""MemReader reading beyond one GPU: the corpus in shards, each read by a worker with its own engine,
-merged into one ``memories.jsonl`` (resumable per shard, each doc_id once).
+"""MemReader reading beyond one GPU (``memreader read-dist``): the corpus in shards, each read by a worker with its
+own engine (``engine: ray``, Ray Data; ``engine: vllm_dp``, one node, :mod:`memreader.inference.dp_engine`), merged
+into one ``memories.jsonl`` (resumable per shard, each doc_id once; :mod:`memreader.inference.shards`).
 
-    memreader read-dist --config configs/inference/smollm2_ray_local.yaml          # local Ray, CPU
-    memreader read-dist --config configs/inference/ray_cluster_qwen2_5_1.5b.yaml \\
-        --set ray_address=auto --set input=corpus.jsonl --set adapter=<run>/train     # Ray cluster, vLLM
-    memreader read-dist --config configs/inference/qwen2_5_7b_vllm.yaml --set engine=vllm_dp   # one node
-    python -m memreader.inference.distributed --config ...                                     # the same
-
-Engines (``engine``):
-
-The driver scans the corpus once, streaming, and plans shards as byte ranges of the file (ids and text hashes,
-no text); each worker reads its own range (``send_text: true`` ships the text instead, for workers that cannot
-read the file).
-
-* ``ray``: Ray Data over the shards (``ray.data.from_items`` of the shard plans + ``map_batches`` with an actor pool):
-  each worker loads the backend once (vLLM with the LoRA adapter through ``LoRARequest`` on a GPU
-  worker, ``num_gpus=gpus_per_worker``; transformers on CPU) and reads one shard per call.
-  ``ray_address``: empty = start a Ray instance on this machine for this run (what the tests use:
-  Ray 2.60 removed ``ray.init(local_mode=True)``, so "local" is a real one-node Ray with worker
-  processes, not an in-process imitation); ``auto`` = the cluster this machine belongs to
-  (``RAY_ADDRESS``); ``<head>:6379`` or ``ray://<head>:10001`` = that cluster. An unreachable address
-  fails within ``connect_timeout_s``. A worker that dies (its process, or its whole node) is restarted by Ray,
-  on any node that can hold it, and its shard redone from scratch, up to ``max_retries`` times per worker.
-* ``vllm_dp``: data parallelism on one node without Ray: ``data_parallel_size`` worker processes,
-  each pinned to its own GPU(s) with ``CUDA_VISIBLE_DEVICES`` and running its own vLLM engine (a
-  replica: vLLM's coordinated DP mode, ``VLLM_DP_*``, exists for MoE expert parallelism; dense
-  Qwen2.5 replicas need no lockstep, and independent engines let one die and be redone alone).
-  Shards are dealt round-robin; a process that dies has its unfinished shards redone by a new one.
-
-Every shard is read by :func:`memreader.inference.reader.read_documents`, the plain reader's code, so its
-memories are the ones ``memreader read`` writes (same prompts, grammars, windows, ``read_key``).
-Shard files, markers and the merge: :mod:`memreader.inference.shards`; guide: ``docs/DISTRIBUTED_READING.md``.
+Every shard is read by :func:`memreader.inference.reader.read_documents`, the plain reader's code.
+Details (launching, keys, Ray addresses, retries): docs/DISTRIBUTED_READING.md.
 """
 
 from __future__ import annotations

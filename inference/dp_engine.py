@@ -1,14 +1,8 @@
 """The ``vllm_dp`` engine of :mod:`memreader.inference.distributed`: data parallelism on one node, no Ray.
 
-``data_parallel_size`` worker processes (``python -m memreader.inference.dp_worker JOB``), each
-with its own GPU(s) through ``CUDA_VISIBLE_DEVICES`` and its own engine (vLLM with the adapter as a
-``LoRARequest``; transformers works the same way, which is how the CPU tests run this engine). The
-shards to read are dealt round-robin; each process reads its shards one after another with
-:func:`memreader.inference.shards.read_shard` and appends one result line per shard to its results file. A
-process that dies (exit code other than 0, no result for some of its shards) is started again on the
-same GPUs for its unfinished shards, which are read from scratch; after ``max_retries`` deaths of a
-shard the run stops naming it. An exception inside a process is a result (raised by the driver with
-the shard named), not a death: the same input would fail again.
+``data_parallel_size`` processes (``python -m memreader.inference.dp_worker JOB``), each on its own GPU(s), read the
+shards dealt round-robin; a dead process is restarted for its unfinished shards, an exception inside one is a result.
+Details: docs/DISTRIBUTED_READING.md (One node, several GPUs; Failures).
 """
 
 from __future__ import annotations

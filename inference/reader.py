@@ -1,26 +1,11 @@
-"""MemReader batch reading: a corpus in, validated document memories out (resumable).
+"""MemReader batch reading (``memreader read``): a corpus in, validated document memories out (resumable).
 
     memreader read --config configs/inference/smollm2_cpu.yaml --set adapter=artifacts/runs/demo/train/adapter
-    python -m memreader.inference.reader --config configs/inference/qwen2_5_7b_vllm.yaml
 
-Backends share one interface (``generate_many(messages_list, params, progress_desc)``):
-``transformers`` (in process, batched; CPU or GPU), ``vllm`` (in process, CPU build or GPU; LoRA merged or through
-``LoRARequest``) and ``openai`` (any OpenAI-compatible server, e.g. ``vllm serve --enable-lora`` or ``memreader
-serve``); which one, in which dtype, is :func:`memreader.core.engines.resolve_engine`'s choice for the stage
-``read``. Documents stream through the engine (:mod:`memreader.inference.reading`): ``batch_size`` requests in it at
-once, topped up as each finishes, within what its KV cache holds; each memory is appended the moment its document
-is done and a finished run's file is put in corpus order. Finished ``doc_id``s already in the output file are
-skipped, so an interrupted run continues where it stopped. Paper decoding: temperature 0.1, top_p 0.1,
-repetition_penalty 1.05.
-
-Guided decoding (``guided: auto|on|off``, see :mod:`memreader.core.guidance`): each document's memory
-grammar makes a valid, exactly tiling memory the only thing the model can emit. A reply cut off
-by ``max_new_tokens`` follows ``on_truncated`` and never becomes a normal memory.
-
-Long documents (see :mod:`memreader.core.windowing`): a document longer than the model's window
-(``window_tokens``, 0 = sized to it) or, guided, than one memory grammar takes is read window by
-window, ``overlap_tokens`` shared between neighbours, each window its own prompt and grammar; the
-window memories are merged into one that tiles the document, the mapping kept in ``meta.windows``.
+:func:`read_documents` is the per-document code that ``read-dist`` shares: engine from
+:func:`memreader.core.engines.resolve_engine` (stage ``read``), documents streamed through it
+(:mod:`memreader.inference.reading`), guided decoding (:mod:`memreader.core.guidance`) and windows for long
+documents (:mod:`memreader.core.windowing`). Details: docs/USAGE.md (Your own files), docs/ENGINES.md.
 """
 
 from __future__ import annotations

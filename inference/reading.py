@@ -1,22 +1,6 @@
-"""The documents a reading run has in flight: planned, asked through a stream, each written the moment it is done.
-
-    reading = Reading(cfg, key, prompt, grammars, sizing, params, open_stream(backend, cfg.batch_size), tally)
-    for doc in todo:
-        flight = reading.plan(doc)
-        while flight is not None and not reading.fits(flight):
-            write(reading.step())
-        if flight is not None:
-            reading.add(flight)
-    while reading.pending:
-        write(reading.step())
-
-Each document is planned on arrival (windows for a long one, one memory grammar per window) and its windows go
-into the stream (:mod:`memreader.core.generation.stream`) at once; the engine keeps ``window`` requests going and the
-caller tops it up after every step, so no row waits for a group's longest document. A reply cut off by its budget
-follows ``on_truncated`` per request (:func:`memreader.core.guidance.settle_reply`: under ``retry_longer`` it goes
-back in with twice the budget while the others carry on). When a document's last window is settled its memory is
-assembled (merged from its windows when it has several) and handed back to be written: a crash loses only the
-documents still in flight.
+"""The documents a reading run has in flight (:class:`Reading`): planned, asked through a stream
+(:mod:`memreader.core.generation.stream`), each written the moment it is done.
+Details: docs/ENGINES.md (Reading keeps the engine full).
 """
 
 from __future__ import annotations

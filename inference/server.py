@@ -1,26 +1,9 @@
 """``memreader serve``: a small OpenAI-compatible chat server around one in-process transformers model.
 
     memreader serve --config configs/inference/serve_smollm2.yaml --set adapter=artifacts/runs/demo/train
-    python -m memreader.inference.server --config configs/inference/serve_smollm2.yaml --set port=8001
     memreader serve --model smollm2-135m-instruct --port 8000      # shortcut flags for the same keys
 
-The keys are those of :class:`ServeConfig` (``--help`` lists them); the resolved config is written to
-``$MEMREADER_HOME/runs/<run>/serve/config.yaml`` once the model is loaded and the port bound.
-
-Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions`` (non-streaming; ``model``, ``messages``,
-``temperature``, ``top_p``, ``max_tokens``, ``seed``, vLLM's ``repetition_penalty`` and vLLM's
-``structured_outputs: {"grammar": <lark>}`` for guided decoding through llguidance), ``GET /health``.
-Requests are served by threads but generate one at a time (one model, one lock): this is for CPU
-work, tests and small demos. Safe defaults: ``--api-key`` (or ``MEMREADER_SERVE_API_KEY``) makes every
-request but ``/health`` need ``Authorization: Bearer <key>`` (401 otherwise); a 500 says only
-"internal server error" (the details go to the server log); a generation stops when its client
-hangs up; ``max_tokens`` is capped by ``--max-tokens-cap``; a port in use is reported before the
-model loads. On a GPU, serve the same base model and adapter with vLLM instead:
-
-    vllm serve Qwen/Qwen2.5-1.5B-Instruct --enable-lora --lora-modules memreader=<adapter folder>
-
-The same client (:class:`memreader.core.generation.OpenAIChat`, ``base_url=http://host:port/v1``) talks
-to either server; with vLLM, ask for ``model="memreader"`` to get the adapter.
+Keys: :class:`ServeConfig` (``--help``). Endpoints, auth and limits: docs/ENGINES.md (`vllm serve` (the HTTP path)).
 """
 
 from __future__ import annotations

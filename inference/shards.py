@@ -1,27 +1,7 @@
-"""Shards of a corpus for distributed reading (:mod:`memreader.inference.distributed`): a deterministic plan,
-one memories file and done-marker per shard, and the merge into one ``memories.jsonl``.
-
-Layout under ``$MEMREADER_HOME/runs/<run>/read/``::
-
-    shards/plan.json                 which documents each shard holds (ids and text hashes)
-    shards/shard-00003.jsonl         the memories of shard 3, complete (moved in by one rename)
-    shards/shard-00003.done.json     its done-marker: written atomically after the file, with the
-                                     file's sha256, the read_key and the shard's reading summary
-    shards/.shard-00003.attempt-*/   an attempt in progress (a dead worker's is removed on the next run)
-    memories.jsonl                   every shard merged in corpus order, each doc_id once
-
-A worker reads a shard into its own attempt folder with the plain reader's per-document code
-(:func:`memreader.inference.reader.read_documents`: prompts, guided decoding, windows, truncation policy),
-then renames the finished file into place and writes the marker. A worker that dies mid-shard
-leaves only its attempt folder, so the retry (or the next run) reads the shard again from scratch;
-two attempts of one shard never append to one file, and the rename makes the later one win whole.
-A shard whose marker lists failed or cut-off documents is resumed on the next run (only those are
-asked again), like the plain reader's failed documents.
-
-The driver never holds the corpus: :func:`plan_file_shards` scans the JSONL once, streaming, and keeps per
-document only its id, text hash and line's byte offset. A shard is a byte range of the file with its ids and
-hashes; each worker reads its own range (:meth:`Shard.load`, checked against the hashes), so no text travels
-from the driver. ``send_text`` ships each shard's text in its payload instead (workers without the file).
+"""Shards of a corpus for distributed reading (:mod:`memreader.inference.distributed`): a deterministic plan
+(:func:`plan_file_shards`: byte ranges of the corpus file with ids and text hashes, streamed, no text held), one
+memories file and done-marker per shard (:func:`read_shard`, in an attempt folder renamed into place), and the merge
+into one ``memories.jsonl``. Details (file layout, resuming, refusals): docs/DISTRIBUTED_READING.md (Files and resuming).
 """
 
 from __future__ import annotations
