@@ -1,31 +1,11 @@
-"""Scores of a predicted segmentation (a memory's chunk boundaries) against gold boundaries.
+"""Scores of a predicted segmentation (a memory's chunk boundaries) against gold boundaries: boundary P/R/F1
+within a tolerance, Pk, WindowDiff and outline agreement.
 
     from memreader.eval.segmentation import SegmentationSettings, score_document, aggregate
     doc = score_document(memory, gold_boundaries, gold_titles, SegmentationSettings(tolerance=3))
     result = aggregate([doc, ...], SegmentationSettings())   # .f1, .pk, .window_diff, .signature
 
-A boundary is a character offset ``b`` with ``0 < b < len(text)`` where a segment starts; a memory's
-boundaries are its scenarios' starts except 0. Written by hand from the definitions: no maintained
-library scores character offsets with a matching tolerance (segeval and nltk's ``pk``/``windowdiff``
-take segment masses or boundary strings, and nltk's are O(n*k) Python loops).
-
-- Boundary precision / recall / F1: predicted and gold boundaries are matched one-to-one when at most
-  ``tolerance`` characters apart (a separator is a space in English and nothing in Chinese, and the
-  aligner may give whitespace to the earlier chunk), as many pairs as possible
-  (:func:`memreader.core.boundaries.match_boundaries`; greedy by distance can give fewer).
-  P = matched/predicted, R = matched/gold; with no gold and no predicted boundary
-  P = R = F1 = 1, with only one side empty the ratio of the empty side is 0 (and F1 = 0).
-- Pk (Beeferman, Berger & Lafferty 1999) and WindowDiff (Pevzner & Hearst 2002) over character
-  positions: probes ``i`` in ``[0, n - k)``; Pk counts those where "``i`` and ``i + k`` lie in the same
-  segment" differs between gold and prediction, WindowDiff those where the number of boundaries in
-  ``(i, i + k]`` differs; both are shares of the ``n - k`` probes (0 = perfect). ``k`` defaults to half
-  the mean gold segment length, rounded half up, at least 1, and never more than ``n - 1``.
-  WindowDiff >= Pk always: a Pk miss is a window whose counts differ (one 0, one not).
-- Outline agreement: per gold segment, ROUGE-L F between its gold title and the outline item of the
-  predicted scenario overlapping it most (characters; the first on a tie); mean over gold segments with
-  a non-blank title. None, not 0, for a memory without any outline text (the chunk-only methods of
-  :mod:`memreader.eval.chunkers` - fixed, sentence, semantic, lumber - leave every outline empty) and for gold
-  without titles.
+Details (definitions, the window k, why written by hand): docs/EVALUATION.md (Segmentation against gold boundaries).
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
-"""Informational support of retrieved context for the reference answer (MoM paper §4.4, Table 3).
+"""Informational support of retrieved context for the reference answer (MoM paper §4.4, Table 3):
+``S(A | C) = -1/m · Σ_i log P(a_i | prompt(q, C), a_<i)``, lower is better.
 
     scores = informational_support(model, tokenizer, items)          # one SupportScore per item
     scores = support_for_answers(chat, questions, contexts, answers)  # the answering engine's own model
 
-For a question ``q``, its retrieved chunks ``C`` and a reference answer ``A = (a_1..a_m)`` (tokens of
-the answering model), the support score is
-
-    S(A | C) = -1/m · Σ_i log P(a_i | prompt(q, C), a_1..a_{i-1})           (lower is better)
-
-Exactly what is computed:
-
-* ``prompt(q, C)`` is the prompt the QA stage gives the answerer, from the same function
-  (:func:`memreader.eval.answering.answer_messages`: the ``qa_answer`` template in the question's language with
-  the context ``"\\n\\n".join(f"[{i+1}] {chunk}")``), through the model's chat template with the
-  assistant turn opened (``add_generation_prompt=True``), tokenized without special tokens, as
-  :func:`memreader.core.generation.local.generate_chat_batch` does.
-* The answer is the assistant continuation: ``answer.strip()`` tokenized on its own without special
-  tokens and appended to the prompt ids. Only answer tokens are scored; no end-of-turn token.
-* ``log P`` is the fp32 log-softmax over the full vocabulary of the model's next-token logits.
-* Several references: ``multi_ref="first"`` (default) scores the first non-blank one;
-  ``multi_ref="min"`` scores each and keeps the lowest ``S``. A blank reference gives ``nll=None``.
-* Length limit ``max_context_tokens`` (default: the model's ``max_position_embeddings``): when prompt
-  plus answer is longer, the lowest-ranked chunks are dropped one at a time (the prompt is rendered
-  again) until it fits; if the answer does not fit even with no chunk, its first tokens that fit are
-  kept. Either way the score says ``truncated=True`` (and ``context_chunks`` how many chunks remained).
-
-Computation (vLLM): the same sequences through ``prompt_logprobs`` of the answerer's engine
-(:func:`memreader.core.vllm_engine.prompt_nlls`), in the engine's dtype.
-
-Computation (transformers): :class:`memreader.core.scoring_engines.TokenNLL` (the project's one transformers token
-NLL), in right-padded batches of ``batch_size`` sequences, the LM head ``slice_tokens`` rows at a time.
+Details (the prompt, several references, truncation, vLLM and transformers paths): docs/EVALUATION.md
+(Informational support and clarity).
 """
 
 from __future__ import annotations

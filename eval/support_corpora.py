@@ -1,31 +1,13 @@
-"""Retrieval corpora with gold supporting passages: what MeVe's operating point is chosen and judged on.
+"""Retrieval corpora with gold supporting passages (``hotpotqa``, ``cmrc2018``, ``multifieldqa_zh``): what MeVe's
+operating point is chosen and judged on.
 
     corpus = load_support_corpus("cmrc2018", "../shared/datasets")
     corpus.passages           # [(id, doc_id, text)]: the rows of a PassageStore, retrieval runs over all of them
     corpus.questions[0].gold  # the doc_ids whose passages support the question's answer
 
-A question's *support recall* is the share of its gold doc_ids among the doc_ids of a retrieved context. Three
-corpora, each built from a public file kept offline (``../shared/datasets/README.md``), each with support that the
-data itself states, not a guess:
-
-- ``hotpotqa`` (English, multi-hop): HotpotQA-100's 994 paragraphs, one passage each (title, a newline, the
-  sentences as stored; doc_id = the title); gold = the titles of the question's ``supporting_facts`` (two per
-  question).
-- ``cmrc2018`` (Chinese, single-hop): CMRC 2018 dev's 848 Wikipedia paragraphs, one passage each (doc_id = the
-  paragraph id); ``questions`` questions (default 100), at most one per paragraph, drawn with a fixed seed; gold =
-  the paragraph the question was written on (its annotated answer lies in it).
-- ``multifieldqa_zh`` (Chinese, long documents): LongBench MultiFieldQA-zh's 200 contexts cut into passages of whole
-  sentences (chonkie's sentence units, the eval's sentence chunker, merged up to ``max_chars`` = 400 characters),
-  each distinct text once (58 of the 200 contexts repeat another's); retrieval runs over all of them. Gold exists
-  only where the data pins it down: a question whose reference answer (at least ``min_answer_chars`` characters
-  after trimming punctuation) occurs verbatim in exactly one passage of the corpus, a passage of its own context,
-  is kept with that passage as gold; every other question is left out and counted in :attr:`SupportCorpus.note`
-  (an answer written in other words, or one that recurs, has no single supporting passage).
-
-CRUD-RAG's event summaries (``crud_event_summary.jsonl``) have no questions with a passage to find, so they are
-not a support corpus. Over a corpus, :func:`passage_store` builds (or reuses) its PassageStore with the embedder of
-:func:`corpus_embedder`, and :func:`top_k_run` is plain top-k, the baseline of ``memreader calibrate-meve`` and
-``scripts/bench_meve.py``.
+:func:`passage_store` builds (or reuses) a corpus's PassageStore with :func:`corpus_embedder`'s embedder;
+:func:`top_k_run` is plain top-k, the baseline. Details (how each corpus and its gold are built, support recall):
+docs/MEVE.md (The shipped operating point, chosen leave-one-corpus-out).
 """
 
 from __future__ import annotations

