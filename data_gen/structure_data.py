@@ -1,28 +1,16 @@
-"""``memreader structure-data``: documents with gold structure for the cut head, the structure teacher and the
-segmentation eval, from passages of public corpora and the sections of real manuals.
+"""``memreader structure-data``: documents with gold structure, English and Chinese, for the cut head, the structure
+teacher and the segmentation eval: **joined** passages of one public corpus (HotpotQA, CMRC 2018, CRUD-RAG, LongBench)
+or manual with nothing marking the joins, and **sections** of real manuals (run ``memreader ingest`` first).
 
     memreader structure-data --set shared=../shared/datasets
     memreader ingest /usr/share/doc/python3/html/library --set run=python3-doc       # a real manual, once
     memreader structure-data --set shared=../shared/datasets --set 'manuals=[python3-doc,debian-reference-zh-cn]'
 
-Two kinds of document, English and Chinese, as corpus JSONL (``id``, ``text``, ``boundaries`` (where sections 2..K
-start), ``titles``, ``sections`` (title + text, concatenating exactly to ``text``), ``lang``, ``source``, ``group``,
-``kind``):
-
-- **joined** (the classic design of topic segmentation; labels are free): 2-6 passages
-  (:mod:`memreader.data_gen.structure_sources`: HotpotQA paragraphs, CMRC 2018 paragraphs, CRUD-RAG event summaries,
-  LongBench contexts cut at their line breaks, manual sections) from different units of one source, joined without
-  any layout mark (one space in English, nothing in Chinese), so the only sign of a join is the topic. Passages are
-  dealt from a shuffled pool, so each is used about equally often (the manifest records the most and the mean).
-- **sections**: consecutive runs of 2-6 sections of one page of a real manual (``memreader ingest`` → heading map),
-  the heading lines taken out (they are the gold titles), each section its leading paragraphs within the chunk range.
-
-Splits: train, dev and test never share a unit (a HotpotQA question's context, a CMRC article, a CRUD event, a
-LongBench context, a manual page, a project doc). The English dev and test joined documents partition every usable
-paragraph of ``dev_questions`` / ``test_questions`` HotpotQA questions (each once), so they are also corpora for the
-supporting-passage recall check (``scripts/bench_structure_retrieval.py``). Dev is where methods are compared;
-test is never tuned on. Outputs in ``out`` (default ``$MEMREADER_HOME/datasets/structure``): ``train.jsonl``,
-``dev.jsonl``, ``test.jsonl`` and ``manifest.json`` (counts, settings, sha256 of every input and output).
+Writes ``train.jsonl``, ``dev.jsonl``, ``test.jsonl`` (splits share no unit; records ``id``, ``text``,
+``boundaries`` (where sections 2..K start), ``titles``, ``sections``, ``lang``, ``source``, ``group``, ``kind``)
+and ``manifest.json`` (counts, settings, sha256 of every input and output) to ``out`` (default
+``$MEMREADER_HOME/datasets/structure``). Details: docs/TRAINING.md (A teacher that knows the answer: the structure
+teacher).
 """
 
 from __future__ import annotations

@@ -3,24 +3,10 @@
     memreader gen --config configs/data_gen/structure.yaml                       # teacher: structure
     memreader gen --set teacher=structure --set input=artifacts/runs/mydocs/ingest/corpus.jsonl
 
-For documents whose structure is known, the right memory is known too: a chunk boundary at every section
-start, and the outline from the section titles. This teacher writes that memory, so a student can be
-trained on a teacher that knows the answer (and a user with a folder of structured documents can train a
-MemReader without any LLM). Structure comes from the corpus record, in this order:
-
-- ``sections``: ``[{"title": ..., "text": ...}, ...]`` whose texts concatenate exactly to the document;
-- ``boundaries`` (where sections 2..K start, character offsets) with optional ``titles`` (K of them);
-- ``headings``: the heading map ``memreader ingest`` writes for Markdown, HTML and Word files.
-
-It reads what the student reads: the document is planned into windows and memory grammars exactly as
-``memreader read`` plans them (the reader's prompt, ``max_new_tokens``, the chunk-length range, the
-heading breaks), and the memory is the path of the grammar that hits the most section starts (then has
-the fewest other cuts). So a section longer than the chunk range is cut at sentence ends inside the range,
-a section start the range cannot reach is crossed, and every target is a reply the guided student can
-write. The outline line of a scenario is its section's title (heading path); the core content is
-*extractive*: the scenario's lead sentence(s) within the grammar's core budget. That core is weak (it
-says what the part opens with, not what it means): this teacher teaches where to cut and what to call
-each part, not how to summarise. It writes no reasoning path.
+Structure comes from the record's ``sections``, ``boundaries`` (+ ``titles``) or ingest ``headings``; the memory is
+the path of ``memreader read``'s own grammar that hits the most section starts, titled by section, with an
+extractive core and no reasoning path. Details: docs/TRAINING.md (A teacher that knows the answer: the structure
+teacher).
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """A portable checkpoint of a long evaluation: what it cost hours to make, as plain files that can be committed.
 
-An evaluation on two CPU cores runs for many hours and is resumed across sessions, but a machine's artifact root
-(``$MEMREADER_HOME``) does not always outlive a session. :func:`save` copies into a folder (e.g. one tracked by
-git) everything a resumed ``memreader eval`` reuses and that cannot be remade cheaply:
-
-- ``run/methods/<method>/``: each method's memories, answers (with support), clarity, stickiness, calibration,
-  settings and cost ledger (:mod:`memreader.eval.method_run`); not the Milvus Lite index (rebuilt from the memories, and
-  only when questions are left to answer) nor the chunkers' ``work/`` folder;
-- ``cache/<chunk cache folder>/``: the model chunkers' shared reads and LM answers (``chunk_cache: shared``),
-  so a reading interrupted part way resumes at the document it reached.
-
-:func:`restore` copies them back where the evaluation looks for them. It never overwrites: a file that is
-already there and differs is kept and named (the machine's copy may be newer), so restoring twice, or after
-the run went on, loses nothing. ``MANIFEST.json`` lists every file with its size and SHA-256; a restore checks
-them first, so a damaged checkpoint is refused before anything is copied.
-
     memreader checkpoint save    results/eval-multifieldqa-zh --config configs/eval/multifieldqa_zh.yaml
     memreader checkpoint restore results/eval-multifieldqa-zh --config configs/eval/multifieldqa_zh.yaml
 
-The run folder (``$MEMREADER_HOME/runs/<run>/eval``) and the chunk cache folder are the ones the evaluation itself
-uses, resolved from the same eval config and ``--set`` overrides: restore before resuming the same ``memreader eval``
-command, save (and commit) while it runs or after it stopped.
+:func:`save` copies each method's run files and the model chunkers' shared cache (not the index) with a
+``MANIFEST.json`` of sizes and SHA-256; :func:`restore` checks them, then copies back without overwriting. Folders
+are resolved from the same eval config and ``--set`` overrides as the run: restore before resuming the same
+``memreader eval`` command, save (and commit) while it runs or after it stopped.
+Details: docs/EVALUATION.md (Checkpoints of a long run).
 """
 
 from __future__ import annotations

@@ -5,18 +5,10 @@
     corpus = api.ingest(["reports/", "notes.md"], run="docs")        # PDF/DOCX/HTML/MD/TXT -> corpus.jsonl
     memories = api.read(corpus, run="docs")                          # guided memories that tile each document
     with api.index(memories, run="docs") as index:                   # three layers in Milvus Lite (updated in place)
-        for hit in index.search("What changed in the third quarter?", mode="hybrid"):
-            print(hit.where, hit.text)                               # source file, pages, headings; the exact chunk
-        result = index.meve("What changed in the third quarter?")              # .context, .passages, .audit
-        index.audit_page("What changed in the third quarter?", result, "meve.html")   # the audit, as a page
-    api.view("artifacts/runs/docs/read/memories.jsonl", "memories.html")   # chunks over the text, outline, core
-    report = api.score(["42 bays"], [["There are 42 compost bays."]])  # BLEU / ROUGE-L / METEOR with intervals
+        hits = index.search("What changed in the third quarter?", mode="hybrid")
 
-Every function takes the same settings as its command (``memreader ingest`` / ``read`` / ``index`` / ``ask``), as
-keyword arguments, and an optional ``config=`` YAML file under them; they are checked by the same code, so a bad
-value raises :class:`~memreader.core.errors.ConfigError` naming the key and its fix. The commands call the same
-functions (``memreader.ingest.ingest.ingest``, ``memreader.inference.reader.read_corpus_memories``, ``memreader.retrieval.search.run_index``,
-``memreader.retrieval.search.Searcher``), and outputs land in the same run folders under ``$MEMREADER_HOME``.
+Each function takes its command's settings as keyword arguments (over an optional ``config=`` YAML) and calls what
+the command calls. Details and the full example (MeVe, audit page, view, score): docs/USAGE.md (the same from Python).
 """
 
 from __future__ import annotations

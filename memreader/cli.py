@@ -1,27 +1,12 @@
-"""The ``memreader`` command: one subcommand per job, each a thin wrapper over a stage module.
+"""The ``memreader`` command: one subcommand per job, each a thin wrapper over a stage module (``COMMANDS``).
 
+    memreader --help                     # every command with its one-line help
     memreader demo                       # whole pipeline on the embedded models
-    memreader gen   --config configs/data_gen/smollm2_local.yaml
-    memreader assess --input artifacts/runs/demo/read/memories.jsonl
-    memreader structure-data --set shared=../shared/datasets
-    memreader train --config configs/training/smollm2_135m_lora_cpu_smoke.yaml
-    memreader merge --adapter artifacts/runs/demo/train
-    memreader read  --config configs/inference/smollm2_cpu.yaml
-    memreader read-dist --config configs/inference/smollm2_ray_local.yaml
-    memreader serve --model smollm2-135m-instruct --port 8000
-    memreader index --config configs/retrieval/three_layer_minilm.yaml
-    memreader ask   --config configs/retrieval/three_layer_minilm.yaml "question"
     memreader eval  --config configs/eval/multifieldqa_zh.yaml
-    memreader report eval-multifieldqa-zh
-    memreader score --pred preds.jsonl --ref refs.jsonl --profile mom
-    memreader checkpoint save results/eval-multifieldqa-zh --config configs/eval/multifieldqa_zh.yaml
-    memreader calibrate-meve --set data_dir=../shared/datasets
-    memreader measure-engines            # every backend x dtype here; records what backend/dtype auto pick
-    memreader setup-wordnet              # WordNet 3.0 for METEOR (eval and score also install it when missing)
 
-Each subcommand is a :class:`memreader.core.stage.Stage` exported by its module; a stage module is imported only for
-the chosen subcommand (``memreader --help`` imports them all for their one-line help). This module and
-:mod:`memreader.demo` are the top layer: nothing below imports them (``tests/test_layers.py``).
+Each subcommand is a :class:`memreader.core.stage.Stage` exported by its module, imported only when chosen; its
+module docstring is the command's ``--help``. This module and :mod:`memreader.demo` are the top layer.
+Details: docs/ARCHITECTURE.md (One way to define a stage), docs/USAGE.md (every command).
 """
 
 from __future__ import annotations

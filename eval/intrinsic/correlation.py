@@ -4,21 +4,8 @@
     row = correlation_row(methods, "clarity", "rouge_l", n_resamples, seed)   # MoM Table 2's
     corr = correlate([MethodRow("memreader", rouge_per_question, clarity_per_document), ...])
 
-**Which methods** (one filter, every row): a method enters the row of an intrinsic metric and a QA metric when it
-has that QA metric and at least one defined value of the intrinsic metric (a memory with more than one chunk); a
-row needs :data:`MIN_METHODS` of them, otherwise it carries a ``note`` instead of numbers.
-
-:func:`correlate` (MoM Table 2 for clarity and ROUGE-L): one point per method, ``x`` = mean of the intrinsic
-metric over its documents, ``y`` = mean of the QA metric over the questions every method scored; Pearson's r and
-Spearman's rho of those points (scipy's definitions).
-Bootstrap interval: questions and documents are resampled, each with one draw shared by every method
-(paired: all methods see the same resampled questions and the same resampled documents), questions
-with :func:`memreader.eval.stats.resample_weights` ``(n_questions, n_resamples, seed)`` and documents
-independently with ``(n_documents, n_resamples, seed + 1)``. Per draw every method's means are
-recomputed (a document whose value is ``None`` for a method stays out of that method's mean) and
-then both correlations. The interval is the percentile interval of the draws where the correlation
-is defined (a draw where all methods tie on one axis is counted in ``n_undefined`` and left out).
-The set of methods is fixed, not resampled.
+Details (which methods enter a row, the paired bootstrap over questions and documents): docs/EVALUATION.md
+(Informational support and clarity: Clarity vs ROUGE-L; Intrinsic chunk quality (MoC): The correlation table).
 """
 
 from __future__ import annotations
