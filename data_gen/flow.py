@@ -3,19 +3,9 @@
     dispatcher = Dispatcher(backend, max_concurrency=64)          # or batch_size=8 for a local model
     reply = await dispatcher.ask(messages, params, grammar=lark, seed=7)
 
-A stage-by-stage pipeline waits for its slowest request at every step; here every document runs
-as its own coroutine (outline → candidates → scoring → CoM) and asks the moment its previous reply
-is in. What "in flight" means depends on the backend:
-
-- an **async** backend (:class:`~memreader.core.generation.OpenAIChat`) gets each request at once; its own
-  semaphore keeps exactly ``max_concurrency`` requests open while any are waiting;
-- a **batch** backend (:class:`~memreader.core.generation.LocalChat`, ``VLLMChat``) is fed by one worker
-  that takes the waiting requests with equal decoding settings, up to ``batch_size`` at a time
-  (per-request seeds, so batching never changes a reply), and runs them in a thread.
-
-:class:`FlowStats` times every request that reached the backend, so a run can report requests/s
-and its efficiency: ``(requests × mean latency / max_concurrency) / wall time`` (1.0 = the endpoint
-was never idle below the concurrency limit).
+An async backend gets each request at once under ``max_concurrency``; a batch backend is fed by one worker,
+``batch_size`` requests with equal decoding settings at a time. :class:`FlowStats` times every request (requests/s,
+efficiency). Details: docs/ARCHITECTURE.md (The teacher flow).
 """
 
 from __future__ import annotations

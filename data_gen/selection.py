@@ -3,15 +3,7 @@
     rows = select_candidates([{"clarity": 0.61, "completeness": 0.08}, {"clarity": 0.70, "completeness": 0.05}])
     winner = next(r for r in rows if r["selected"])
 
-Ranks are 1-based and descending (the highest score gets rank 1). Ties within a metric are broken
-by candidate index: of two candidates with the same score, the one sampled first gets the better
-rank (ordinal ranking, so the ranks of n candidates are always 1..n). A missing score (``None``:
-completeness of a chunk-only memory) ranks after every present one. The fused score is
-``S_RRF = 1/(k + rank_clarity) + 1/(k + rank_completeness)`` with ``k = 60`` (MoM;
-:data:`memreader.core.fusion.RRF_K`, any finite k >= 0 by :func:`memreader.core.fusion.rrf_k_problem`); a metric that
-no candidate of the document has is left out of the sum. The winner has the highest ``S_RRF``;
-an exact tie goes to the lower candidate index (:func:`memreader.core.fusion.reciprocal_rank_fusion`
-sums exactly and breaks ties by key).
+Details (ranks, ties, missing scores, ``k``): docs/ARCHITECTURE.md (Selection).
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """What each method of an evaluation costs: wall time per phase and peak memory, kept across resumed sessions.
 
-A full evaluation on a small machine runs for hours and is resumed several times, so one session's
-``seconds`` says little. Each method keeps ``methods/<m>/cost.json``:
-
     {"phases": {"memories": 812.4, "index": 95.1, "answers": 3120.7, "clarity": 640.2},
-     "sessions": 3, "peak_rss_mib": 6120.5, "rss_source": "proc-tree"}
+     "sessions": 3, "peak_rss_mib": 6120.5, "rss_source": "proc-tree"}           # methods/<m>/cost.json
 
-``phases`` add up the seconds every session spent in each phase; ``peak_rss_mib`` is the largest resident
-memory seen while the method ran, summed over this process and every process below it (the vLLM engine's
-workers run in child processes), sampled twice a second from ``/proc``; pages shared between those processes
-(copy-on-write after a fork, shared memory) count once per process, so the sum is an upper bound. Where ``/proc`` is missing (not Linux)
-the peak is this process's own maximum from ``getrusage`` and ``rss_source`` says ``getrusage-self``, so the
-number is never passed off as the whole tree's.
+``peak_rss_mib`` sums this process tree's resident memory from ``/proc`` (an upper bound: shared pages count once per
+process); without ``/proc`` it is this process's ``getrusage`` peak and ``rss_source`` says ``getrusage-self``.
+Details: docs/EVALUATION.md (Cost per method).
 """
 
 from __future__ import annotations

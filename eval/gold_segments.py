@@ -4,17 +4,9 @@
     gold = load_gold_segments("tests/eval/assets/gold_segments_small.jsonl")
     result = score_memories(gold, "artifacts/runs/demo/read/memories.jsonl")   # memreader.eval.segmentation scores
 
-One JSON object per line::
-
-    {"id": "d1", "text": "...", "boundaries": [412, 980], "titles": ["Intro", "History", "Today"],
-     "lang": "en", "source": "wikipedia", "sections": [{"title": "Intro", "text": "..."}, ...]}
-
-``boundaries``: character offsets where a segment starts, strictly increasing, each in ``(0, len(text))``
-(an empty list: one segment). ``titles`` (optional): one per segment, ``len(boundaries) + 1`` of them;
-without titles outline agreement is None. ``lang`` (optional): ``en`` or ``zh``. ``sections``
-(optional, the source layout): their texts must concatenate to ``text`` exactly and start at the
-boundaries; their titles stand in for absent ``titles``. Bad input raises
-:class:`~memreader.eval.datasets.DatasetError` naming the file, the line, the field and the fix.
+One JSON object per line (``id``, ``text``, ``boundaries``, optional ``titles``, ``lang``, ``source``, ``sections``);
+bad input raises :class:`~memreader.eval.datasets.DatasetError` naming file, line, field and fix.
+Details (the format and its checks): docs/EVALUATION.md (Segmentation against gold boundaries).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """One method of a QA evaluation, resumable: memories → index → retrieval → answers (+ support) → clarity.
 
-Everything a method produces lives in ``<run>/eval/methods/<method>/``:
-
-- ``memories.jsonl`` + ``calibration.json``: the method's memories of the pooled corpus (chunkers cache their
-  own model calls in ``work/``, so an interrupted chunking resumes too);
-- ``index.db`` + ``index.json``: its Milvus Lite index, reused while the memories and the embedder are the same,
-  and not built at all when every question is already answered;
-- ``answers.jsonl``: one line per answered question, appended and flushed as each group of prompts that fits
-  the prefix cache finishes (the whole batch where there is none), so a crash repeats
-  no finished answer (each line carries the question's reference-answer support when that is on);
-- ``clarity.json``: the evaluator's clarity (and boundary clarity) of every memory, reused while memories and
-  scorer are the same; ``stickiness.json``: chunk stickiness (eval/intrinsic/), likewise;
-- ``state.json``: the settings the answers were made with; a rerun with other settings is refused;
-- ``cost.json``: wall time per phase summed over every session that worked on the method, and the peak memory
-  of the process tree while it ran (eval/costs.py).
+Everything a method produces lives in ``<run>/eval/methods/<method>/`` (``memories.jsonl``, ``calibration.json``,
+``index.db`` + ``index.json``, ``answers.jsonl``, ``clarity.json``, ``stickiness.json``, ``state.json``,
+``cost.json``), each reused while what it was made from is unchanged, so a rerun or a crash repeats no finished
+work. Details: docs/EVALUATION.md (The QA comparison: ``memreader eval``).
 """
 
 from __future__ import annotations

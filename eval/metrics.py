@@ -1,18 +1,11 @@
 """BLEU-1, BLEU-Avg, ROUGE-L and METEOR per example, with every number-changing option explicit.
 
-One example::
-
     from memreader.eval.metrics import resolve_config, score_example
     s = score_example("厦门大学举办。", ["厦门大学。"], resolve_config("mom"))
     s.bleu_1, s.bleu_avg, s.rouge_l, s.meteor
 
-Libraries do what they are for: nltk computes METEOR (with WordNet 3.0, :mod:`memreader.eval.wordnet`, or an
-explicit WordNet-free stub), jieba / sacrebleu tokenize, ROUGE-L is rouge-score's F-measure of an LCS length that
-rapidfuzz computes in C++ (rouge-score's pure-Python LCS table is 30-60x slower here; tests check
-the two agree exactly). BLEU's n-gram clipping is written here because the reference evaluators use
-HF ``evaluate``'s nmt-BLEU (shortest-reference length, its own float-operation order, no "divide the
-penalty out" mode), which is fetched from the Hub at run time and which sacrebleu does not
-reproduce; tests cross-check it against sacrebleu. Scoring whole sets: :mod:`memreader.eval.score`.
+Scoring whole sets: :mod:`memreader.eval.score`. Details (which library computes what, why BLEU is written here):
+docs/EVALUATION.md (What is computed by which library).
 """
 
 from __future__ import annotations

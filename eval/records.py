@@ -1,20 +1,14 @@
 """Typed records of an evaluation run: the ``summary.json`` that ``memreader eval`` writes and
-``memreader report`` reads (layout in docs/EVALUATION.md, "Report").
+``memreader report`` reads.
 
     summary = EvalSummary(settings=RunSettings(...), dataset=DatasetRecord(...), methods={"fixed": MethodRecord(...)},
                           ...)
     write_json(folder / "summary.json", summary.to_dict())
     summary = EvalSummary.read(folder / "summary.json")        # or EvalSummary.from_dict(data, source)
 
-``to_dict`` writes the JSON (its keys are the field names). ``from_dict`` reads every field by its type annotation
-and checks what types cannot say (per-item lists align with their ids, a tolerance is a fraction); it raises one
-:class:`SummaryError` that names the file, every bad key (dotted: ``methods.fixed.scores.ids``) and the fix.
-
-A field with a default is optional: absent or null, it reads as its default. So summaries of older runs still
-report: a method's ``support``, ``clarity`` or ``calibration`` may be null or absent (not measured, not
-calibrated); ``engine`` and a method's ``questions_with_chunks_left_out`` were added to the format later;
-``support.n_scored`` and ``clarity.n_single_chunk`` are written since this module; a calibration's ``n_docs``
-and ``calibration_docs`` are missing where the memreader method used given memories. Other keys are ignored.
+``from_dict`` reads every field by its type annotation and raises one :class:`SummaryError` naming the file, every
+bad key and the fix; a field with a default is optional (older runs still report). Other keys are ignored.
+Details (layout, the keys added later): docs/EVALUATION.md (Report).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Score predictions against references: means, 95% bootstrap intervals and signatures per metric.
 
-From Python (the QA harness)::
-
     from memreader.eval.score import score_pairs, format_table
     report = score_pairs(predictions, references, profile="mom")   # references: str or list[str] each
     print(format_table({"memreader": report}))
-    report.to_dict()                                                # JSON-ready, signatures included
 
-From the shell (``memreader score``, :mod:`memreader.eval.score_cli`)::
-
-    memreader score --config configs/eval/score.yaml --set pred=preds.jsonl --set ref=refs.jsonl
-    memreader score --pred preds.jsonl --ref refs.jsonl --profile crud --set meteor_wordnet=false
-
-Predictions and references are joined by id (compared as strings; every id must appear in both files). The JSON
-report goes to ``$MEMREADER_HOME/runs/<run>/score/scores.json`` (or ``out``) with the resolved config beside it.
+The ``memreader score`` command is :mod:`memreader.eval.score_cli`. Details (file layouts, the JSON report):
+docs/EVALUATION.md (Quick start).
 """
 
 from __future__ import annotations

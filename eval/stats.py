@@ -1,18 +1,14 @@
 """Bootstrap confidence intervals and paired significance tests over per-example scores.
 
-Written here rather than with ``scipy.stats.bootstrap`` because every metric and both systems of a
-comparison must share one set of resampling draws (fixed by a recorded seed), and corpus-level BLEU
-needs resampled *sums of counts*, not resampled means. Each draw is a vector of multinomial weights
-(how often each example is picked), so a resampled mean is ``weights @ values / n`` and a resampled
-corpus statistic is ``weights @ counts``.
-
     from memreader.eval.stats import bootstrap_ci, paired_bootstrap, paired_test
     ci = bootstrap_ci(per_example_scores, seed=12345)        # Interval(low=..., high=..., ...)
     test = paired_bootstrap(scores_a, scores_b, seed=12345)   # delta, its interval, p-value
     test = paired_test(ids_a, scores_a, ids_b, scores_b, drop=excluded_ids)   # the same, on the items both scored
 
-:func:`paired_test` is the one paired comparison of two systems' per-item scores: ``memreader score --baseline``
-(:func:`memreader.eval.score.compare`) and ``memreader report`` (every method against memreader) both call it.
+Each draw is a vector of multinomial weights shared by every metric and system (a resampled mean is
+``weights @ values / n``, a corpus statistic ``weights @ counts``), hence not ``scipy.stats.bootstrap``.
+:func:`paired_test` is the one paired comparison (``memreader score --baseline``, ``memreader report``).
+Details: docs/EVALUATION.md (What is computed by which library).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Memories written by models: LLM-direct, MemReader, and the teacher's memories from ``memreader gen``.
 
-``llm-direct`` and ``memreader`` run the reader (:mod:`memreader.inference.reader`, guided) on the base
-instruct model, without and with the LoRA adapter. The size parameter ``chunk_chars`` (c) maps
-onto the memory grammar's chunk-length window: ``min_chunk_chars = c(1 - llm_spread)``,
-``max_chunk_chars = c(1 + llm_spread)``, ``cjk_char_weight = 1`` (so it counts real characters in
-every language). The grammar also raises a document's shortest chunk to ``len / max_scenarios``,
-and long documents are read in windows of at most ``max_scenarios`` chunks and merged, so the mean
-is not c itself; the calibration measures it. Each value reads into its own run folder
-``<cache_dir or work_dir>/<method>/c<value>-<read_key>/read/``, so a rerun resumes per document, the
-final read of all documents reuses the calibration documents already read at the chosen value, and
-evaluations that share ``cache_dir`` (``memreader eval``'s ``chunk_cache``) share every document read
-with the same settings (a 20-question run and the full run read their common documents once).
-
-``teacher`` reads the memories file of ``memreader gen``; it has no size parameter, so its mean
-is only reported (with a loud note when it is outside the tolerance).
+``llm-direct`` and ``memreader`` run the guided reader (:mod:`memreader.inference.reader`) without and with the LoRA
+adapter; ``chunk_chars`` sets the memory grammar's chunk-length window and each value reads into its own resumable
+run folder under the chunk cache. ``teacher`` reads ``memreader gen``'s memories file; its mean is only reported.
+Details: docs/CHUNKERS.md (LLM-direct and MemReader).
 """
 
 from __future__ import annotations

