@@ -3,62 +3,8 @@
     scorer = EvaluatorScorer(ScorerSettings())          # embedded SmolLM2-135M-Instruct, offline
     scores = scorer.score(candidate_memories)           # one MemoryScore per memory, batched over all
 
-An evaluator causal LM ``E`` scores a memory with chunks ``a_1..a_n`` and cores ``c_1..c_n``
-(MoM paper §3.1.2). Every definition below is exactly what the code computes.
-
-Text formats (``FORMAT_VERSION``; :func:`evaluator_texts` rebuilds every text scored)
-    A *plain-text sequence* for "``target`` given ``context``" is the token ids
-    ``P + enc(context) + enc(SEP) + enc(target)`` and, with no context, ``P + enc(target)``:
-    ``enc`` is the evaluator tokenizer without special tokens, applied to each piece on its own
-    (so a target has the same ids with and without context), and ``P`` is ``[bos_token_id]`` when
-    the tokenizer has a BOS token, else empty. No chat template. ``SEP`` is :data:`CLARITY_SEP`
-    between two chunks and :data:`CORE_SEP` between a core and its chunk.
-    ``NLL(x | c)`` is the mean over the scored tokens of ``x`` of ``-log p_E(token | everything
-    before it)`` (log-softmax over the full vocabulary, computed in fp32), and
-    ``PPL(x | c) = exp(NLL(x | c))``. Scored tokens of ``x``: all of them, except that with no BOS
-    the first token of a context-free target has nothing to be predicted from and is skipped.
-    Truncation (``max_chunk_tokens = M``): a text *before* a boundary (the context chunk ``a_i``,
-    the first passage of a prompt) keeps its last ``M`` tokens; every other text (targets, the
-    second passage of a prompt, cores) keeps its first ``M`` tokens. Truncated prompt passages are
-    the decoded kept tokens. Core lengths ``|c|`` count the whole core, not the truncated part.
-
-Atomic-chunk clarity ``S_clarity = 1/(n-1) · Σ_i b(a_i, a_{i+1})``, three boundary variants:
-    ``prob``    ``P(split) / (P(split) + P(keep))`` where ``P(w)`` is the evaluator's next-token
-                probability of answer word ``w`` (:data:`ANSWER_WORDS`, each one token of the evaluator
-                tokenizer) right after the assistant turn opens, for the ``chunk_boundary`` template
-                (chat template of the model, ``first = a_i``, ``second = a_{i+1}``, language of
-                the document). In (0, 1).
-    ``margin``  ``P(split) − P(keep)`` with the same two raw probabilities (softmax over the whole
-                vocabulary, not renormalised). In (−1, 1).
-    ``ppl``     ``sigmoid((NLL_K(a_{i+1} | a_i) − NLL_K(a_{i+1})) / PPL_TEMPERATURE)``: the
-                log-perplexity gain that ``a_i`` gives its successor, over the first
-                ``K = ppl_target_tokens`` tokens of ``a_{i+1}`` (0 = all of them, capped at
-                ``M``), both means over the same tokens (no BOS: the first target token is left out
-                of both). ``≈ 0.5`` when ``a_i`` does not help (a real boundary, or above when it
-                misleads), lower the more ``a_i`` helps (one topic cut in two). In (0, 1).
-                Defaults chosen by measurement (scripts/bench_scoring.py, SmolLM2-135M, 60 true +
-                60 false HotpotQA boundaries; AUC of telling them apart): ``K = 32`` (whole target
-                0.94, first 8 / 16 / 32 / 64 tokens 0.91 / 0.95 / 0.97 / 0.97: the start of the next
-                chunk carries the boundary evidence, its later tokens mostly add noise) and
-                ``CLARITY_SEP = ""`` (chunks are exact document slices, so context + target is the
-                document text; ``"\n"`` gave 0.89-0.94, ``"\n\n"`` 0.91-0.94). The ``prob`` /
-                ``margin`` prompts need an instruction-following evaluator: with SmolLM2-135M they
-                are at or below chance (AUC 0.37-0.56); the paper used Qwen2.5-7B.
-    One chunk (no boundary): clarity is the variant's *neutral* value, :data:`SINGLE_CHUNK_CLARITY`
-    (0.5 for ``prob`` and ``ppl``, 0.0 for ``margin``: "no evidence either way"), never NaN, and
-    the score says ``single_chunk=True`` so a selector can treat it on its own. A ``ppl`` boundary
-    with no token to score (no BOS and a one-token successor) gets the same neutral 0.5.
-
-Core-content completeness ``S_comp = 1/n · Σ_i 1 / (PPL(a_i | c_i) · log(max(|c_i|, 2)))``
-    ``|c_i|`` in evaluator tokens. The guard ``max(|c|, 2)``: a one-token core would give
-    ``log 1 = 0`` (division by zero) and is scored as a two-token core (``log 2``).
-    An empty (whitespace-only) core ``c_i`` contributes ``0`` (supports nothing; the worst value a
-    term can take, as every real term is > 0) and its ``chunk_ppl`` entry is ``None``.
-    A chunk-only memory (every core empty) has ``completeness=None``: only clarity is computed.
-
-Computation: forward passes only, every request of a call (all boundaries, prompts and chunks of all memories) in
-one pass of :mod:`memreader.core.scoring_engines` (a sequence that is a prefix of another is merged into it, which
-makes ``P + a_j`` share the forward of ``P + a_j + SEP + a_{j+1}``; identical chunks are computed once).
+Every request of a call goes through one pass of :mod:`memreader.core.scoring_engines`. Formulas, exact text
+formats, truncation and why ``ppl`` / ``K = 32`` / ``CLARITY_SEP = ""``: docs/ARCHITECTURE.md (Scoring).
 """
 
 from __future__ import annotations
@@ -76,7 +22,7 @@ from memreader.core.prompts import load_template, render
 from memreader.core.schema import DocumentMemory
 from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll, sigmoid
 from memreader.core.scoring_settings import (
-    VARIANTS,
+    VARIANTS,  # noqa: F401  (scripts/bench_scoring.py reads scoring.VARIANTS)
     EvaluatorConfig,
     ScorerSettings,
     ScoringError,
@@ -139,7 +85,7 @@ def answer_token_ids(tokenizer: Any, words: Sequence[str] | None = None) -> list
 
 
 # ---------------------------------------------------------------------------------------------
-# Planning: the texts and token sequences of one memory (one source for scoring and auditing).
+# Planning: the token sequences of one memory.
 
 
 class _Texts:
@@ -150,7 +96,6 @@ class _Texts:
         self.max = max_chunk_tokens
         bos = getattr(tokenizer, "bos_token_id", None)
         self.prefix: list[int] = [int(bos)] if bos is not None else []
-        self.prefix_text = tokenizer.bos_token if bos is not None else ""
         self._cache: dict[str, list[int]] = {}
 
     def encode_many(self, texts: Sequence[str]) -> None:
@@ -180,18 +125,16 @@ class _Boundary:
     ppl_cond: tuple[_Req, int, int] | None = None
     ppl_uncond: tuple[_Req, int, int] | None = None
     prompt: _Req | None = None
-    texts: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class _Chunk:
     core_tokens: int
     comp: tuple[_Req, int, int] | None = None
-    texts: dict[str, Any] = field(default_factory=dict)
 
 
 class _Planner:
-    """Builds the requests (and their texts) of boundaries and chunks into one pool."""
+    """Builds the requests of boundaries and chunks into one pool."""
 
     def __init__(self, tokenizer: Any, settings: ScorerSettings) -> None:
         self.settings = settings
@@ -204,37 +147,29 @@ class _Planner:
     def boundary(self, first: str, second: str, lang: str, ppl: bool, prompt: bool) -> _Boundary:
         t, out = self.t, _Boundary()
         if ppl:
-            ctx_ids, ctx_text = t.tail(first)
+            ctx_ids = t.tail(first)[0]
             tgt_all = t.enc(second)[: self.ppl_tokens]
-            tgt_text = second if len(tgt_all) == len(t.enc(second)) else t.tok.decode(tgt_all)
             sep = t.enc(CLARITY_SEP)
             cond = [*t.prefix, *ctx_ids, *sep, *tgt_all]
             start = len(cond) - len(tgt_all)
             out.ppl_cond = self.pool.span(cond, start + self.skip, len(cond))
             uncond = [*t.prefix, *tgt_all]
             out.ppl_uncond = self.pool.span(uncond, len(t.prefix) + self.skip, len(uncond))
-            out.texts["ppl_conditional"] = {"prefix": t.prefix_text, "context": ctx_text, "separator": CLARITY_SEP,
-                                            "target": tgt_text, "text": t.prefix_text + ctx_text + CLARITY_SEP + tgt_text}
-            out.texts["ppl_unconditional"] = {"prefix": t.prefix_text, "target": tgt_text,
-                                              "text": t.prefix_text + tgt_text}
         if prompt:
-            messages, tpl = render("chunk_boundary", lang, first=t.tail(first)[1], second=t.head(second)[1])
+            messages, _ = render("chunk_boundary", lang, first=t.tail(first)[1], second=t.head(second)[1])
             text = t.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             out.prompt = self.pool.answer(t.tok(text, add_special_tokens=False)["input_ids"])
-            out.texts["prompt"] = {"template": tpl.id, "messages": messages, "text": text}
         return out
 
     def chunk(self, core: str, chunk: str) -> _Chunk:
         t = self.t
         if not core.strip():
-            return _Chunk(core_tokens=0, texts={"core": core, "target": chunk, "empty_core": True})
-        core_ids, core_text = t.head(core)
-        tgt_ids, tgt_text = t.head(chunk)
+            return _Chunk(core_tokens=0)
+        core_ids = t.head(core)[0]
+        tgt_ids = t.head(chunk)[0]
         ids = [*t.prefix, *core_ids, *t.enc(CORE_SEP), *tgt_ids]
         out = _Chunk(core_tokens=len(t.enc(core)))
         out.comp = self.pool.span(ids, len(ids) - len(tgt_ids), len(ids))
-        out.texts = {"prefix": t.prefix_text, "core": core_text, "separator": CORE_SEP, "target": tgt_text,
-                     "text": t.prefix_text + core_text + CORE_SEP + tgt_text, "core_tokens": out.core_tokens}
         return out
 
 
@@ -257,29 +192,6 @@ def _plan_memory(planner: _Planner, mem: DocumentMemory, variants: Sequence[str]
     if any(c.strip() for c in cores):
         comp = [planner.chunk(c, a) for c, a in zip(cores, chunks, strict=True)]
     return _MemoryPlan(mem, lang, bounds, comp)
-
-
-def evaluator_texts(memory: DocumentMemory, tokenizer: Any, settings: ScorerSettings | None = None,
-                    variants: Sequence[str] = VARIANTS) -> dict[str, Any]:
-    """Every text the scorer feeds the evaluator for ``memory``, per boundary and per chunk.
-
-    Plain-text sequences are tokenized piece by piece (``prefix``, ``context``, ``separator``,
-    ``target``; see the module docstring), so their token ids are the concatenation of each
-    piece's ids; a prompt's ``text`` is tokenized whole. With these texts and the formulas of the
-    module docstring every score can be recomputed.
-    """
-    settings = settings or ScorerSettings()
-    plan = _plan_memory(_Planner(tokenizer, settings), memory, check_variants(variants))
-    return {
-        "doc_id": memory.doc_id,
-        "lang": plan.lang,
-        "format_version": FORMAT_VERSION,
-        "prompt_version": load_template("chunk_boundary", plan.lang).id,
-        "max_chunk_tokens": settings.max_chunk_tokens,
-        "ppl_target_tokens": settings.ppl_target_tokens,
-        "boundaries": [b.texts for b in plan.boundaries],
-        "chunks": None if plan.chunks is None else [c.texts for c in plan.chunks],
-    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from memreader.core.scoring import (
     ScorerSettings,
     ScoringError,
     answer_token_ids,
-    evaluator_texts,
 )
 
 pytestmark = pytest.mark.integration
@@ -259,35 +258,6 @@ def test_settings_are_validated(model, tokenizer):
         scorer.score(MEMORIES[:1], variants=["ppl", "nope"])
     with pytest.raises(ScoringError, match="prob, margin, ppl"):
         scorer.boundary_variants([("a", "b")], ["nope"])
-
-
-def test_evaluator_texts_rebuild_the_scores(model, tokenizer):
-    """From the recorded texts alone (pieces tokenized one by one), the ppl boundaries and the
-    completeness terms come out again."""
-    settings = ScorerSettings(max_chunk_tokens=20, ppl_target_tokens=6)
-    scorer = EvaluatorScorer(settings, model, tokenizer)
-    mem = MEMORIES[0]
-    score = scorer.score([mem], variants=["ppl", "prob"])[0]
-    texts = evaluator_texts(mem, tokenizer, settings)
-    assert texts["prompt_version"] == "chunk_boundary.en@1" and score.prompt_version.startswith("chunk_boundary.en@1")
-
-    def ids(piece: dict, *keys: str) -> tuple[list[int], int]:
-        out = [tokenizer.convert_tokens_to_ids(piece["prefix"])]
-        for key in keys:
-            out += _enc(tokenizer, piece[key])
-        return out, len(_enc(tokenizer, piece["target"]))
-
-    for b, want in zip(texts["boundaries"], score.boundary_variants["ppl"], strict=True):
-        cond, n = ids(b["ppl_conditional"], "context", "separator", "target")
-        unc, _ = ids(b["ppl_unconditional"], "target")
-        delta = (sum(_token_nll(model, cond, len(cond) - n, len(cond))) - sum(_token_nll(model, unc, 1, len(unc)))) / n
-        assert 1 / (1 + math.exp(-delta)) == pytest.approx(want, abs=TOL)
-        assert b["prompt"]["text"].endswith("assistant\n")
-    for c, want in zip(texts["chunks"], score.chunk_terms, strict=True):
-        seq, n = ids(c, "core", "separator", "target")
-        ppl = math.exp(sum(_token_nll(model, seq, len(seq) - n, len(seq))) / n)
-        assert 1 / (ppl * math.log(max(c["core_tokens"], 2))) == close(want)
-    assert score.to_dict()["settings"]["ppl_target_tokens"] == 6
 
 
 def test_boundary_scores_match_memory_scores(model, tokenizer):
