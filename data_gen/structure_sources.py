@@ -3,14 +3,9 @@
     passages = hotpot_passages(shared) + cmrc_passages(shared) + crud_passages(shared) + longbench_passages(shared)
     pages = manual_pages("artifacts/runs/python3-doc/ingest/corpus.jsonl")   # `memreader ingest` of an HTML manual
 
-A :class:`Passage` is one topic's text with its ``unit`` (the source item it belongs to: a HotpotQA question group is
-set later, a CMRC article, a CRUD event, a LongBench context, a manual page) — two passages of one unit are never
-joined, and train, dev and test never share a unit. A passage is the leading sentences (or paragraphs) of its source
-text up to a length drawn between the language's bounds, so joined documents have parts of varied length.
-
-A :class:`Page` is one file of a manual as ``memreader ingest`` read it: its sections from the heading map, each with
-the heading line taken out of the text (the heading is the gold title; the reader never sees it), so that a topic
-change is found in prose where most paragraph breaks are not section starts.
+A :class:`Passage` carries its ``unit`` (the source item: two passages of one unit are never joined, and splits never
+share a unit); a :class:`Page` is one ingested manual file's sections with the heading lines taken out (the gold
+titles). Details: docs/TRAINING.md (A teacher that knows the answer: the structure teacher).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """One document's way through the teacher: outline → N candidates → scoring → RRF selection → CoM.
 
-Every document (or window of a long one: a *unit*) runs as its own coroutine and asks for its next
-step the moment its previous reply is in (see :mod:`memreader.data_gen.flow`). Per unit:
-
-1. **outline**: one teacher call;
-2. **candidates**: ``num_candidates`` extraction calls, candidate ``j`` sampled with its own seed
-   and cached under its sample index, each guided by the unit's memory grammar where the backend
-   takes grammars; each reply becomes a validated memory (or a recorded failure);
-3. **scoring**: the usable candidates are scored by the evaluator LM (:mod:`memreader.core.scoring`),
-   batched with every other unit waiting at that moment; scores are cached, so a crash loses none;
-4. **selection**: ranks per metric and RRF (:mod:`memreader.data_gen.selection`), the winner is kept;
-5. **reverse CoM**: the reasoning path for the winner only (cached).
+Every document (or window of a long one: a *unit*) runs as its own coroutine (:mod:`memreader.data_gen.flow`);
+candidates, scores and the reasoning path are cached, so a crash loses none. Details: docs/ARCHITECTURE.md
+(The teacher flow).
 """
 
 from __future__ import annotations
