@@ -1,38 +1,11 @@
 """Long documents: read in windows of the model's tokens, then merged back into one memory.
 
-    plan = plan_windows(texts, count_tokens, WindowSettings(window_tokens=0, overlap_tokens=128),
-                        prompt_tokens=prompt_tokens_of(empty_prompt, backend, count_tokens),
+    plan = plan_windows(texts, count_tokens, WindowSettings(window_tokens=0, overlap_tokens=128), prompt_tokens=...,
                         max_new_tokens=512, model_window=model_window_of(backend), grammar=grammar_settings)
-    # plan.errors: documents refused (message names the fix); plan.windows[i]: document i's windows
-    window_texts = plan.texts(texts)          # every window of every document, one flat list
-    ... one prompt and one grammar (MemoryGrammars.plan(window_texts, ...)) per window, one generate call ...
+    window_texts = plan.texts(texts)          # plan.errors: documents refused; plan.windows[i]: document i's windows
     memory = merge_window_memories(doc_id, text, plan.windows[i], memories_of_document_i, meta)
 
-**Window size.** ``window_tokens`` is how many *document* tokens one window holds (in the model's
-tokenizer). ``0`` means auto: the model's window minus the prompt (chat template, instructions) minus
-the reply budget minus :data:`MARGIN_TOKENS`; with no known model window (an HTTP endpoint), auto
-means no token limit. Guided windows are also held to what one memory grammar can take
-(``max_scenarios x max_chunk_chars``, CJK-weighted): a document that fits the grammar is one
-window, a longer one is cut into windows of at most :data:`GRAMMAR_FILL` of that, so each window's
-grammar keeps some freedom of where to cut. A document that fits every limit is one window
-``[0, len)``, read exactly as without windowing.
-
-**Window cuts.** A window ends at the last sentence or paragraph end that fits (the boundaries of
-:mod:`memreader.core.memory_grammar`); if none lies in the second half of what fits, at a clause end,
-then at a blank, then at any character. The next window starts at the first sentence start from
-which the rest of the window is at most ``overlap_tokens`` tokens (else a clause start or a blank
-in the first half of that overlap, else any character), so consecutive windows share at most
-``overlap_tokens`` tokens (less by up to a sentence), and never before the end of the window before
-the previous one: overlaps are disjoint and in order.
-
-**Merge rule.** Each window's memory tiles its window text. In each overlap between windows ``k``
-and ``k+1`` one cut ``c`` is chosen among the chunk ends of window ``k`` inside the overlap
-(window ``k``'s end is always one): chunk ends where window ``k+1`` also starts a chunk are
-preferred (no chunk is clipped), and among those the one closest to the middle of the overlap
-(ties: the earlier). Window ``k`` keeps its chunks up to ``c``; window ``k+1`` drops its chunks
-that end at or before ``c`` and its chunk straddling ``c`` is clipped to start at ``c`` (it keeps
-its outline and core). The merged spans tile the whole document; ``meta["windows"]`` records, per
-window, its span, the part it kept, its scenario counts, the clipped characters and its generation.
+Window size, cuts and the merge rule: docs/ARCHITECTURE.md (Long documents).
 """
 
 from __future__ import annotations
