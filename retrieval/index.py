@@ -20,10 +20,8 @@ Each row's ``text`` also feeds Milvus' built-in BM25 (:mod:`memreader.retrieval.
 How memories become rows (text, unit vector searched by COSINE, content hash, generation, origin):
 :mod:`memreader.retrieval.rows`; the primary key is deterministic, so an outline or core hit finds its chunk row by key.
 
-Builds: :meth:`MemoryIndex.build` with ``replace=True`` (the default) drops and recreates the
-collection — idempotent, and no stale rows survive from documents no longer in the input. With
-``replace=False`` it updates the index in place by content hash (how, and what readers see meanwhile:
-:mod:`memreader.retrieval.updates`).
+Builds: :meth:`MemoryIndex.build` drops and recreates the collection (no stale rows survive), or with
+``replace=False`` updates it in place by content hash (:mod:`memreader.retrieval.updates`).
 """
 
 from __future__ import annotations
@@ -154,7 +152,7 @@ class MemoryIndex(MilvusCollection):
         index = cls(uri, collection, embedder, token=token, must_exist=True, timeout=timeout,
                     embedder_name=embedder_name, batch_layers=batch_layers)
         with index._closing_on_error():
-            index.check_embedder()
+            index._check_embedder(embedder_name, index.meta["embedder"])
             index.load()
         return index
 
@@ -271,14 +269,10 @@ class MemoryIndex(MilvusCollection):
         self._meta = None
         return f"generation <= {int(self.meta['generation'])}"
 
-    def check_embedder(self) -> None:
-        """Refuse to query with another embedder than the index was built with (when both are named)."""
-        self._check_embedder(self.embedder_name, self.meta["embedder"])
-
     def embed_query(self, query: str) -> list[float]:
         """The query's unit vector, from the index's embedder (checked against the index dimension)."""
         self._check_query(query)
-        self.check_embedder()
+        self._check_embedder(self.embedder_name, self.meta["embedder"])
         return self._encode_query(self.embedder, query, self.meta["dim"], self.meta["embedder"]).tolist()
 
     def search_layer(self, vector: Sequence[float], layer: str, limit: int, visible: str = "") -> list[LayerHit]:

@@ -52,13 +52,12 @@ from memreader.retrieval.meve_sources import MemoryChunkSource, MeVeError, Passa
 from memreader.retrieval.token_counter import TokenCounter, load_tokenizer
 from memreader.retrieval.verifier import Verifier
 
-__all__ = ["DEFAULT_OPERATING_POINT", "PAPER_SETTINGS", "PHASES", "SEPARATOR", "Candidate", "MeVeError",
+__all__ = ["DEFAULT_OPERATING_POINT", "PAPER_SETTINGS", "SEPARATOR", "Candidate", "MeVeError",
            "MeVePipeline", "MeVeResult", "MeVeSettings",
            "MemoryChunkSource", "PassageSource", "load_tokenizer"]
 
 SEPARATOR = "\n\n"
 """What joins packed passages; its tokens count against ``t_max``."""
-PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
 _SPECULATE_MS = 50.0
 """Work that does not need the verifier's scores runs beside it when the last verification took longer."""
 _BOUNDARY_SLACK = 8
@@ -411,8 +410,7 @@ class MeVePipeline:
             context = SEPARATOR.join(c.text for c in ordered)
             tokens = self.counter.count(context) if context else 0
             ms["pack"] = _ms(t)
-            audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [],
-                             "tokens": tokens}
+            audit["pack"] = {"enabled": False, "packed": [c.brief() for c in ordered], "dropped": [], "tokens": tokens}
             return list(ordered), context, tokens
         budget, offered = self.budget(found or [])
         packed, dropped, known = self._fit(ordered, budget)

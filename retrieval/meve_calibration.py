@@ -86,8 +86,7 @@ class FixedScores:
         self.name, self.scores, self.seconds = name, scores, 0.0
         self.choice = {"stage": "verifier", "backend": "cached scores", "dtype": "-"}
 
-    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
-              ) -> list[float]:
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None) -> list[float]:
         out = self.scores.get(question)
         if out is None or len(out) != len(passages):
             raise CalibrationError(f"no cached scores for {len(passages)} passages of question {question[:60]!r}")
@@ -195,8 +194,7 @@ def margin(point: OperatingPoint, target: float | Sequence[float], z: float) -> 
     return statistics.fmean(diffs) - z * se
 
 
-def choose(points: Sequence[OperatingPoint], recall_target: float | Sequence[float], z: float = 1.0
-           ) -> OperatingPoint:
+def choose(points: Sequence[OperatingPoint], recall_target: float | Sequence[float], z: float = 1.0) -> OperatingPoint:
     """The point with the fewest tokens that meets the recall target with ``z`` standard errors to spare
     (:func:`margin`; ties: higher recall, then higher tau). The spare keeps a point chosen on a few dozen questions
     from sitting on the edge, where unseen questions fall below it half the time. ``recall_target``: one number,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from memreader.core.config import field
-from memreader.core.engines import backend_field, dtype_field
+from memreader.core.engines import backend_field, backend_problem, dtype_field, dtype_problem
 from memreader.core.registry import SMOLLM2
 from memreader.retrieval.verifier import KINDS, VERIFIER_BATCH
 from memreader.retrieval.verifier_calibration import CALIBRATIONS
@@ -98,8 +98,6 @@ class MeVeSettings:
         elif self.verifier_kind == "embedding" and self.verifier_calibration == "content_free":
             out.append("verifier_calibration: content_free needs a verifier that reads the passage; use query or "
                        "none with verifier_kind=embedding")
-        from memreader.core.engines import backend_problem, dtype_problem
-
         out += [p for p in (backend_problem(self.verifier_backend, "verifier", key="verifier_backend"),
                             dtype_problem(self.verifier_dtype, key="verifier_dtype")) if p]
         if self.verify and self.verifier_kind != "embedding" and not str(self.verifier).strip():

@@ -13,6 +13,7 @@ import numpy as np
 
 from memreader.core.errors import MemReaderError
 from memreader.retrieval.passages import PassageHit
+from memreader.retrieval.rows import primary_key
 
 __all__ = ["MeVeError", "MemoryChunkSource", "PassageSource"]
 
@@ -47,8 +48,6 @@ class MemoryChunkSource:
 
     @staticmethod
     def _hit(h: Any) -> PassageHit:
-        from memreader.retrieval.rows import primary_key
-
         return PassageHit(id=primary_key("chunk", h.scenario, h.doc_id, h.version), doc_id=h.doc_id, text=h.text,
                           rank=h.rank, score=h.similarity, where=h.where)
 

@@ -5,10 +5,8 @@
 ``$MILVUS_TOKEN``) and a short connect timeout, so a wrong address fails in seconds with a message
 naming it; a Lite file that another process holds is refused with the fix.
 
-:class:`MilvusCollection` is the base of the memory index (:mod:`memreader.retrieval.index`), the passage
-store (:mod:`memreader.retrieval.passages`) and the conversation store (:mod:`memreader.retrieval.conversation_store`):
-it keeps each store's metadata as JSON in one collection property, checked on reading, and raises one error family,
-:class:`StoreError`, with messages that name the problem and the fix.
+:class:`MilvusCollection` is the base of the memory index, the passage store and the conversation store: one error
+family, :class:`StoreError`, with messages that name the problem and the fix.
 
 On a server older than Milvus 2.5 (no BM25 functions) a store is created without its BM25 field, says so,
 and refuses what needs BM25 before any work (:meth:`MilvusCollection.require_bm25`, naming the version).

@@ -287,8 +287,7 @@ def build_context(store: ConversationStore, conversation: str, question: str, se
     if recent is None:
         return MomentaryContext(conversation, question, q_tokens, [], [], {}, record, 0, 0, counter.name,
                                 time.perf_counter() - started)
-    found = store.score_candidates(conversation, question, settings.active, settings.candidates,
-                                   include=[recent.index])
+    found = store.score_candidates(conversation, question, settings.active, settings.candidates, include=[recent.index])
     fused = fuse(found.raw, settings.weights, settings.fusion, settings.rrf_k)
     past = [i for i in fused.order if i != recent.index]
     rank_of = {i: r for r, i in enumerate(past, start=1)}

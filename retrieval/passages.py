@@ -30,6 +30,7 @@ from memreader.core.embedders import EMBED_BATCH, embedding_dim, encode
 from memreader.retrieval.lexical import bm25_search, resolve_language
 from memreader.retrieval.milvus import MAX_TEXT_BYTES, MilvusCollection, StoreError
 from memreader.retrieval.rows import MAX_DOC_ID_BYTES
+from memreader.retrieval.token_counter import TokenCounter
 
 __all__ = ["DEFAULT_PASSAGE_COLLECTION", "PassageHit", "PassageStore", "PassageStoreError"]
 
@@ -174,11 +175,7 @@ class PassageStore(MilvusCollection):
         self.embedder = embedder
         if self._client.has_collection(self.collection):
             self._drop()
-        counter = None
-        if tokenizer:
-            from memreader.retrieval.token_counter import TokenCounter
-
-            counter = TokenCounter.load(tokenizer)
+        counter = TokenCounter.load(tokenizer) if tokenizer else None
         meta = {"format": STORE_FORMAT, "embedder": embedder_name, "dim": dim, "metric": "COSINE",
                 "bm25_language": language,
                 "tokens": {"tokenizer": tokenizer, "key": counter.key} if counter is not None and counter.key else None}

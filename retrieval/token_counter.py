@@ -15,11 +15,14 @@ thread beside the verifier). A slow (Python) tokenizer is called as it is, under
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
+
+from memreader.core.registry import resolve_model
 
 __all__ = ["TokenCounter", "load_tokenizer"]
 
@@ -41,8 +44,6 @@ tokenizer (a 49k vocabulary) through JSON, and MeVe builds a pipeline per questi
 def load_tokenizer(name: str) -> Any:
     """The tokenizer of a model by registry name, folder or hub id (cached: one per model per process)."""
     from transformers import AutoTokenizer
-
-    from memreader.core.registry import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(name))
 
@@ -77,8 +78,6 @@ def _joins_add_up(backend: Any) -> bool:
     it), a run of whitespace between two non-space characters splits the same way whatever they are (its last
     character alone, the rest before it), and BPE merges stay inside a piece. Qwen2.5's and Llama 3's patterns glue punctuation to the
     newlines after it, so they are counted in full."""
-    import json
-
     spec = json.loads(backend.to_str())
     pre = spec.get("pre_tokenizer") or {}
     added = [t.get("content", "") for t in spec.get("added_tokens") or []]

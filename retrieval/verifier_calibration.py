@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from memreader.retrieval.verifier import VERIFIER_BATCH, VerifierError, _check_input, sigmoid
+from memreader.retrieval.verifier import VERIFIER_BATCH, VerifierError, _check_input, build_verifier, sigmoid
 
 __all__ = ["CALIBRATIONS", "CONTENT_FREE", "CalibratedVerifier", "EmbeddingVerifier", "build_meve_verifier",
            "calibrate", "calibrated_margins"]
@@ -69,8 +69,7 @@ class EmbeddingVerifier:
         self.seconds = 0.0
         self.choice: dict[str, Any] = {"stage": "verifier", "backend": "phase-1 cosine", "dtype": "-"}
 
-    def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
-                ) -> list[float]:
+    def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None) -> list[float]:
         """The cosines: the given ``similarities``, one per passage."""
         _check_input(question, passages)
         if similarities is None:
@@ -80,8 +79,7 @@ class EmbeddingVerifier:
             raise VerifierError(f"{len(similarities)} similarities for {len(passages)} passages")
         return [float(x) for x in similarities]
 
-    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
-              ) -> list[float]:
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None) -> list[float]:
         """The cosine clipped to [0, 1]."""
         return [min(1.0, max(0.0, x)) for x in self.margins(question, passages, similarities)]
 
@@ -115,8 +113,7 @@ class CalibratedVerifier:
             return self.inner.margins(question, passages, similarities)
         return self.inner.margins(question, [*passages, *extra])
 
-    def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
-                ) -> list[float]:
+    def margins(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None) -> list[float]:
         """The calibrated raw scores (the logits of :meth:`score`)."""
         if not passages:
             _check_input(question, passages)
@@ -126,8 +123,7 @@ class CalibratedVerifier:
             return calibrated_margins("content_free", raw, base)
         return calibrated_margins(self.mode, self._raw(question, passages, similarities))
 
-    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None
-              ) -> list[float]:
+    def score(self, question: str, passages: Sequence[str], similarities: Sequence[float] | None = None) -> list[float]:
         """Calibrated scores in [0, 1]."""
         if self.mode == "none":
             return self.inner.score(question, passages, similarities) if self.wants_similarities \
@@ -149,7 +145,5 @@ def build_meve_verifier(kind: str, name: str, calibration: str = "none", device:
     ``embedding``) with ``calibration`` applied."""
     if kind == "embedding":
         return calibrate(EmbeddingVerifier(), calibration)
-    from memreader.retrieval.verifier import build_verifier
-
     return calibrate(build_verifier(kind, name, device=device, batch_size=batch_size,
                                     max_passage_tokens=max_passage_tokens, backend=backend, dtype=dtype), calibration)

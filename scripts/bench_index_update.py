@@ -36,6 +36,7 @@ from typing import Any
 from memreader.core.runtime import load_embedder
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.retrieval.index import MODES, MemoryIndex
+from memreader.retrieval.milvus import connect, disconnect
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,13 +89,15 @@ def answers(index: MemoryIndex, queries: list[str]) -> dict[str, list]:
 
 def iter_rows(index: MemoryIndex, output_fields: list[str], batch_size: int = 4096) -> Iterator[dict[str, Any]]:
     """Every stored row of ``index`` with ``output_fields``, fetched ``batch_size`` at a time through Milvus's query
-    iterator: a full scan."""
-    it = index._client.query_iterator(index.collection, batch_size=batch_size, output_fields=output_fields)
+    iterator on a client of its own: a full scan."""
+    client = connect(index.uri)
+    it = client.query_iterator(index.collection, batch_size=batch_size, output_fields=output_fields)
     try:
         while rows := it.next():
             yield from rows
     finally:
         it.close()
+        disconnect(client, index.uri)
 
 
 def vector_drift(a: MemoryIndex, b: MemoryIndex) -> tuple[bool, float]:

@@ -58,7 +58,7 @@ from memreader.eval.support_corpora import (
     support_recall,
     top_k_run,
 )
-from memreader.retrieval.meve import PHASES, MeVePipeline, MeVeSettings, load_tokenizer
+from memreader.retrieval.meve import MeVePipeline, MeVeSettings, load_tokenizer
 from memreader.retrieval.search import RetrievalConfig
 from memreader.retrieval.verifier_calibration import build_meve_verifier
 
@@ -66,6 +66,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "retrieval" / "meve_h
 ABLATIONS = {"meve": {}, "no-verify": {"verify": False}, "no-fallback": {"fallback": False},
              "no-prioritize": {"prioritize": False}, "no-pack": {"pack": False}}
 TOP_K = (5, 20)
+PHASES = ("knn", "verify", "fallback", "prioritize", "pack")
+"""MeVe's five phases, as its audit's ``ms`` names them."""
 GOAL_LATENCY = 0.15
 
 
