@@ -1,22 +1,10 @@
 """The one engine rule: which backend runs a stage's model, in which dtype, on which device, and the one factory
-that builds it (docs/ENGINES.md has the table).
+that builds it.
 
-Every stage that runs a model asks :func:`resolve_engine` and gets an :class:`EngineChoice`: ``backend`` x ``dtype``
-x ``device`` and why. A chat engine is built by :func:`make_engine`; the evaluator scorer and the verifier load the
-same weights through the same caches (vLLM engines per spec, :func:`memreader.core.vllm_engine.get_engine`;
-transformers models per path, dtype, device and adapter, :func:`memreader.core.runtime.shared_causal_lm`), so two
-stages that name the same model share one copy.
-
-- ``backend``: :data:`BACKENDS` (aliases :data:`BACKEND_ALIASES`) or ``auto``: this machine's recorded fastest backend
-  for the stage (``memreader measure-engines`` writes ``$MEMREADER_HOME/engine_choice.json``), else the stage's
-  :data:`DEFAULTS`. vLLM that does not import here, or a device vLLM does not run on, gives transformers (warned).
-- ``dtype``: one of :data:`DTYPES`; ``auto`` is the recorded fastest dtype, else the device's rule
-  (:func:`device_dtype`).
-- ``device``: ``auto`` (CUDA when available, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; an HTTP backend's device
-  and dtype are the server's (``remote``).
-
-A recorded measurement holds for the machine it was taken on (:func:`machine_key`: GPU or CPU model, torch, cores)
-and only on that machine's default device.
+Every stage that runs a model asks :func:`resolve_engine` and gets an :class:`EngineChoice` (``backend`` x ``dtype``
+x ``device`` and why); :func:`make_engine` builds a chat engine. Weights are shared through the process's caches
+(:func:`memreader.core.vllm_engine.get_engine`, :func:`memreader.core.runtime.shared_causal_lm`).
+Details (settings table, ``auto``, :func:`machine_key`): docs/ENGINES.md (The settings; The rule).
 """
 
 from __future__ import annotations

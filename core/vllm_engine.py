@@ -1,26 +1,9 @@
 """vLLM engines: one per process and model, shared by every stage that asks for ``backend: vllm``.
 
-An engine costs 20-95 s to start on a CPU, so :func:`get_engine` keeps each one it built for the life of the
-process: the reader, the teacher, the evaluator scorer, QA answering and informational support all share it
-when they name the same model, dtype and limits. vLLM is imported only here and only when an engine is asked
-for; without it the error names the install command.
-
-- **dtype**: one of :data:`memreader.core.engines.DTYPES`; a stage passes the dtype
-  :func:`memreader.core.engines.resolve_engine` chose, and ``auto`` given here is the device's rule of that module
-  (bf16 on a GPU with bf16, on a CPU the cached matmul probe's faster dtype); the chosen dtype is in
-  :meth:`Engine.describe`, which every run records.
-- **Adapters** (``lora_mode``): ``request`` keeps the base weights and applies the LoRA per request
-  (``enable_lora`` + ``LoRARequest``, as ``vllm serve --enable-lora`` does); ``merge`` folds it into the base once
-  (:func:`memreader.core.lora.merged_model`) and serves the merged weights; ``auto`` merges on a CPU, where vLLM's LoRA
-  kernels decode about ten times slower than the merged model, and requests on a GPU. The adapter's rank and base
-  model are checked before any engine starts.
-- **CPU**: the engine runs in this process (``distributed_executor_backend="uni"``, no engine-core process), with
-  every core this process has (vLLM's CPU default reserves one core for its front end and drops torch to one
-  thread: half of a two-core machine), the KV cache in ``kv_cache_gib`` GiB (its default reserves most of the
-  node), and ``compile_mode: auto`` = eager (no torch.compile warm-up): measured on two EPYC cores with SmolLM2-135M in bf16,
-  start-up 4 s and 252 tok/s eager against 72 s and 346 tok/s compiled (8 sequences), so compiling pays off only
-  past ~60k generated tokens (set ``compile_mode: compiled`` for a large corpus). On a GPU ``auto`` compiles (CUDA graphs).
-- **Guided decoding**: the ``guidance`` structured-output backend (llguidance), which takes our lark grammars.
+:func:`get_engine` keeps each engine it built for the life of the process (20-95 s to start on a CPU), so the reader,
+teacher, scorer, answering and support share one when they name the same model, dtype and limits. vLLM is imported
+only here and only when an engine is asked for. Details (dtype, ``lora_mode``, CPU in-process eager, guided
+decoding): docs/ENGINES.md (vLLM here and on a GPU).
 """
 
 from __future__ import annotations

@@ -5,15 +5,9 @@
     while stream.pending:
         for tag, reply in stream.step(): ...   # replies (or request errors) that finished in this step
 
-A corpus read through fixed groups waits, group by group, for each group's longest document while the other rows
-sit idle; a stream keeps the engine full instead: the caller tops it up to ``window`` requests after every step,
-and writes each document the moment its last reply is in (resume stays per document).
-
-- :class:`BatchStream` works over any backend's ``generate_many``: each step generates one batch of up to
-  ``batch_size`` queued requests of the same decoding settings, the shortest prompts first (similar lengths pad
-  least; transformers, OpenAI-compatible servers, test doubles);
-- a backend with its own ``stream(window)`` (vLLM: requests enter the running engine and leave it one by one, see
-  :class:`memreader.core.generation.vllm_chat.VLLMStream`) is used as it is.
+:class:`BatchStream` works over any backend's ``generate_many`` (one batch of same-settings requests per step, the
+shortest prompts first); a backend with its own ``stream(window)`` (vLLM's ``VLLMStream``) is used as it is.
+Details: docs/ENGINES.md (Reading keeps the engine full).
 """
 
 from __future__ import annotations
