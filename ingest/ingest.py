@@ -40,6 +40,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from memreader.core.config import field
+from memreader.core.corpus import CorpusError, read_corpus
 from memreader.core.errors import ConfigError, RunFailed
 from memreader.core.hardware import cpu_cores
 from memreader.core.paths import run_dir, sha256_file, write_json, write_jsonl, write_resolved_config
@@ -116,8 +117,6 @@ def _passthrough(source: Source, sha256: str, cfg: IngestConfig) -> list[dict[st
     """The records of a JSONL or Parquet corpus, each with ``source`` and ``format`` added."""
     kind = format_of(source.path)
     if kind == "jsonl":
-        from memreader.core.corpus import CorpusError, read_corpus
-
         try:
             rows = [{cfg.id_field: d.doc_id, cfg.text_field: d.text, **d.meta}
                     for d in read_corpus(source.path, cfg.id_field, cfg.text_field)]

@@ -29,8 +29,10 @@ from memreader.core.config import field
 from memreader.core.engines import EngineKeys, backend_field, device_field, dtype_field, make_engine
 from memreader.core.errors import MemReaderError
 from memreader.core.fusion import rrf_k_field
+from memreader.core.generation import GenerationParams
 from memreader.core.paths import run_dir, write_json, write_resolved_config
 from memreader.core.registry import SMOLLM2, canonical_name
+from memreader.core.runtime import load_embedder
 from memreader.core.stage import Stage
 from memreader.retrieval.conversation_store import (
     BM25,
@@ -152,8 +154,6 @@ class ChatSession:
     @classmethod
     def open(cls, cfg: ChatConfig) -> ChatSession:
         """Load the embedders and the answering model, open (or create) the store."""
-        from memreader.core.runtime import load_embedder
-
         choice = ENGINE.choice(cfg)
         embedders = {canonical_name(n): load_embedder(canonical_name(n), device=cfg.device) for n in cfg.embedders}
         # the store first: what it cannot do (BM25 on a Milvus server older than 2.5) is refused before the model loads
@@ -175,8 +175,6 @@ class ChatSession:
 
     def ask(self, question: str) -> tuple[str, MomentaryContext]:
         """Answer ``question`` from its momentary context, then store both turns and log the context."""
-        from memreader.core.generation import GenerationParams
-
         ctx = build_context(self.store, self.cfg.conversation, question, self.settings, self.counter)
         params = GenerationParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                   max_new_tokens=self.cfg.max_new_tokens, seed=self.cfg.seed)
@@ -217,9 +215,8 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
     before = session.store.count(cfg.conversation)
     asked = failed = 0
     try:
-        print(f"memreader chat: conversation {cfg.conversation!r}, {before} turns stored in {session.store.uri}; "
-              f"model {cfg.model} ({session.engine['backend']}, {session.engine.get('dtype')}). {HELP}", file=out,
-              flush=True)
+        print(f"memreader chat: conversation {cfg.conversation!r}, {before} turns stored in {session.store.uri}; model "
+              f"{cfg.model} ({session.engine['backend']}, {session.engine.get('dtype')}). {HELP}", file=out, flush=True)
         while True:
             if interactive:
                 try:
@@ -259,8 +256,7 @@ def run_chat(cfg: ChatConfig, stdin: TextIO | None = None, stdout: TextIO | None
     write_json(folder / "manifest.json", {
         "db": session.store.uri, "collection": cfg.collection, "conversation": cfg.conversation,
         "embedders": session.store.embedder_names, "bm25_language": cfg.bm25_language,
-        "model": cfg.model, "backend": session.engine["backend"], "engine": session.engine,
-        "tokenizer": session.counter.name,
+        "model": cfg.model, "backend": session.engine["backend"], "engine": session.engine, "tokenizer": session.counter.name,
         "turns_before": before, "turns_after": after, "questions": asked, "failed": failed,
         "seconds": round(seconds, 2), "contexts": str(session.log)})
     print(f"chat: {asked - failed} questions answered, {failed} failed; conversation {cfg.conversation!r} holds "

@@ -63,11 +63,6 @@ class Turn:
     """Seconds since the epoch (UTC)."""
     text: str
 
-    @property
-    def pk(self) -> str:
-        """The row's primary key."""
-        return primary_key(self.conversation, self.index)
-
 
 @dataclass
 class CandidateScores:
@@ -202,11 +197,10 @@ class ConversationStore(MilvusCollection):
         now = time.time()
         turns = [Turn(conversation, start + i, speaker, float(timestamps[i]) if timestamps else now, text)
                  for i, (speaker, text) in enumerate(items)]
-        rows = [{"pk": t.pk, "conversation": conversation, "turn": t.index, "speaker": t.speaker,
+        rows = [{"pk": primary_key(conversation, t.index), "conversation": conversation, "turn": t.index, "speaker": t.speaker,
                  "timestamp": t.timestamp, "text": t.text} for t in turns]
-        texts = [t.text for t in turns]
         for e in self.meta["embedders"]:
-            vectors = encode(self.embedders[e["name"]], texts, batch_size=batch_size, kind="document")
+            vectors = encode(self.embedders[e["name"]], [t.text for t in turns], batch_size=batch_size, kind="document")
             for row, vector in zip(rows, vectors, strict=True):
                 row[e["field"]] = vector.astype(np.float32).tolist()
         self._insert(rows)

@@ -248,20 +248,18 @@ class MemoryIndex(MilvusCollection):
         """Embed and insert the rows of ``docs`` (each a memory's scenarios), flushing every few batches."""
         flush_texts = max(batch_size * 8, 256)
         pending: list[ScenarioTexts] = []
-        pending_docs = pending_texts = 0
+        written = 0
         with tqdm(total=len(docs), unit="doc", desc="index", disable=not progress) as bar:
-            for i, scenarios in enumerate(docs):
+            for i, scenarios in enumerate(docs, start=1):
                 pending.extend(scenarios)
-                pending_docs += 1
-                pending_texts += sum(len(s.texts) for s in scenarios)
-                if pending_texts >= flush_texts or i == len(docs) - 1:
+                if sum(len(s.texts) for s in pending) >= flush_texts or i == len(docs):
                     rows = embed_rows(pending, embedder, batch_size, generation)
                     self._insert(rows)
                     summary.scenarios += len(pending)
                     for row in rows:
                         summary.rows[row["layer"]] += 1
-                    bar.update(pending_docs)
-                    pending, pending_docs, pending_texts = [], 0, 0
+                    bar.update(i - written)
+                    pending, written = [], i
 
     def _visible(self) -> str:
         """The filter that hides the rows of an update not yet committed; the record is read again, since an

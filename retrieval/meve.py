@@ -236,12 +236,9 @@ class MeVePipeline:
             wait([f for f in (prefetch, pending) if f is not None and not f.cancel()])
         packed, context, tokens = self._pack(ordered, audit, ms, found)
 
-        ms["total"] = _ms(started)
-        ms["verifier"] = verifier_ms
-        ms["total_without_verifier"] = round(ms["total"] - verifier_ms, 3)
-        audit["ms"] = ms
-        audit["tokens"] = tokens
-        audit["final"] = [c.id for c in packed]
+        total = _ms(started)
+        ms.update(total=total, verifier=verifier_ms, total_without_verifier=round(total - verifier_ms, 3))
+        audit.update(ms=ms, tokens=tokens, final=[c.id for c in packed])
         return MeVeResult(context=context, passages=packed, audit=audit)
 
     def _verify(self, question: str, found: list[Candidate], audit: dict[str, Any],
