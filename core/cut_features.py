@@ -3,16 +3,7 @@
     features = CutFeatures.load("smollm2-135m-instruct", layers=12)
     ends, x = features.of(text)          # the text's allowed ends (sentence and paragraph ends), one row per end
 
-One prefill pass of the base model's first ``layers`` decoder layers over the text (in pieces of ``max_tokens``
-tokens, each piece starting ``overlap`` tokens early so every token has left context) gives a hidden state per
-token. At each allowed end ``e`` (:func:`memreader.core.memory_grammar.sentence_ends`: where the memory grammar lets
-a chunk end) the row is ``[mean_left, mean_right, |mean_left - mean_right|, cos(left, right), paragraph]``: the
-mean state of the ``window`` tokens before ``e`` and of the ``window`` tokens after it, their difference, their
-cosine, and whether a line break sits at the end. A causal model's state after ``e`` has read what came before, so
-the right-hand mean says how the new text reads *given* the old: a topic change reads differently from a
-continuation. With ``drop`` the row ends with one more number, the embedding similarity drop at the end
-(:func:`embedding_drop`: the semantic chunker's signal). Only the first ``layers`` layers run (a middle layer carries more of the text's topic than the last,
-and the pass costs ``layers / num_hidden_layers`` of a full one).
+Details (the row, the layers, the pieces, the drop column): docs/TRAINING.md (The cut head: Features).
 """
 
 from __future__ import annotations

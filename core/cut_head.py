@@ -4,12 +4,9 @@
     scored = scorer.score(text)                       # every allowed end with P(a new topic starts here)
     breaks = scored.breaks(scorer.threshold, gap=150)
 
-A folder ``cut_head/`` holds ``head.safetensors`` (the weights and the feature normalisation) and ``head.json``
-(what it was fitted on, the base model's name and shape, the feature settings, the threshold chosen on the fit's
-tuning split, and its scores there). The reader turns the ends whose probability reaches the threshold into breaks
-of the memory grammar (:meth:`memreader.core.memory_grammar.BoundaryGraph.build`), exactly as heading and page starts
-are: the model still writes the outline, the core and every chunk marker, it only cannot run a chunk across a break.
-Ends closer than ``gap`` characters (the grammar's shortest chunk, :func:`min_gap`) to a stronger one are not breaks (one topic change, one cut).
+A folder ``cut_head/`` holds ``head.safetensors`` (weights, feature normalisation) and ``head.json`` (the fit).
+Ends at or above the threshold, at least ``gap`` (:func:`min_gap`) apart, become memory grammar breaks.
+Details: docs/TRAINING.md (The cut head).
 """
 
 from __future__ import annotations

@@ -3,22 +3,7 @@
     graph = BoundaryGraph.build(document, GrammarSettings())
     lark = memory_grammar(graph, GrammarSettings(), max_new_tokens=512, count_tokens=len)
 
-The document decides where a chunk may end: after a sentence or paragraph end (clause ends when
-a stretch has no sentence end in range, the first end past the range when it has neither). Structural
-breaks (where a heading or a page starts, from ``memreader ingest``) are preferred ends: from each start, the
-chunk ends at the first break at least ``min_chars`` ahead, or at an end from which every path of in-range chunks
-ends there, whenever the length range allows. A break closer to the start than ``min_chars`` (a section heading
-right under the title) or one no such path reaches is crossed, and the start aims at the next break instead (so one
-unreachable break never frees the chunks around the later ones). Each
-reachable start position becomes one grammar rule, and each allowed end one alternative of it, so
-a chunk marker ``HEAD[MASK]TAIL`` is a literal: its HEAD starts exactly where the previous chunk
-ended and its TAIL ends at an allowed boundary. The model picks *where* to cut and writes the
-outline and core text; it cannot skip, repeat or invent chunk text (llguidance's ``substring``
-constraint alone would ignore position, which is why the order lives in the rules).
-
-Markers are rendered exactly as :func:`memreader.core.markup.render_chunk_marker` renders SFT targets,
-so a guided reply and a training target have one format. Limits (topic and core tokens, chunk
-count) are planned from the token budget so that every path of the grammar closes inside it.
+Details (allowed ends, structural breaks, rule layout, token budget): docs/ARCHITECTURE.md (Guided decoding).
 """
 
 from __future__ import annotations

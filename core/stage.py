@@ -4,18 +4,8 @@
                   config=ReadConfig, example_dir="configs/inference/")
     STAGE = Stage("merge", "...", run=merge, config=MergeConfig, flags=(Flag("adapter"), Flag("overwrite", const=True)))
 
-A stage is a name, a one-line help, a config class (a dataclass read by :func:`memreader.core.config.load_config`
-from ``--config FILE`` and ``--set key=value``, or a custom ``load`` for configs of another shape), optional
-shortcut flags, optional extra arguments that are not config keys (a question, ``--json``), the models a run loads
-(``models``: checked before ``run``, so a model that is not here is named before anything loads), and
-``run(cfg)`` (or ``run(cfg, args)`` with ``needs_args``), whose int result is the exit code.
-
-**One precedence rule**: a shortcut flag is ``--set key=value`` written earlier on the line, so the YAML gives way
-to the flags, and an explicit ``--set`` of the same key wins over its shortcut (``memreader merge --adapter A --set
-adapter=B`` merges B).
-
-``python -m <stage module>`` is ``memreader <stage>``: the module's ``if __name__ == "__main__":`` block calls
-:func:`memreader.cli.main`; nothing else below the CLI imports it.
+Details (precedence of flags and ``--set``, ``python -m <stage module>``): docs/ARCHITECTURE.md (One way to define a
+stage).
 """
 
 from __future__ import annotations
