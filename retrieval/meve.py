@@ -5,34 +5,10 @@
     result.context        # the passages that survived, joined by SEPARATOR, <= t_max tokens
     result.audit          # every candidate of every phase, with its score and why it was dropped
 
-``source`` is a :class:`~memreader.retrieval.passages.PassageStore` or a :class:`MemoryChunkSource` over the
-chunk layer of a :class:`~memreader.retrieval.index.MemoryIndex`; ``verifier`` one of :mod:`memreader.retrieval.verifier`;
-``tokenizer`` the answering model's (the budget is in its tokens). The phases:
-
-1. **kNN**: the ``k`` passages nearest the question's embedding (cosine).
-2. **Verify**: the verifier scores each candidate in [0, 1]; those scoring ``>= tau`` are kept.
-3. **Fallback**: when fewer than ``n_min`` survive, BM25 adds up to ``fallback_k`` passages not
-   already kept. They never passed verification, so they rank after every verified passage, in
-   BM25 order: the j-th gets the rank-based score ``tau * (fallback_k + 1 - j) / (fallback_k + 1)``,
-   which lies in (0, tau). A fallback passage that phase 2 had scored keeps that score in the
-   audit (``verifier_score``) but is ranked by the rank-based one.
-4. **Prioritise**: sort by score (stable: ties keep phase order), then walk the list and drop a
-   passage whose stored embedding has cosine ``> redundancy`` with one already kept.
-5. **Pack**: greedy *first fit* in priority order: a passage is added when the context with it
-   (passages joined by :data:`SEPARATOR`, the separators counted) is at most ``t_max`` tokens of
-   the tokenizer; one that does not fit is skipped and the next one tried (the packed context never exceeds
-   ``t_max``; how the join is counted cheaply: :meth:`MeVePipeline._fit`). With ``budget_share`` > 0 the budget
-   is also at most that share of what plain top-k would hand over, so one setting cuts English paragraphs of 140
-   tokens and Chinese ones of 1,100 alike (``t_max`` stays the hard cap).
-
-Beside a verifier that runs a model (the last verification took more than 50 ms), the work that does not
-need its scores runs in a worker thread while it scores: reading the candidates' stored vectors (phase 1
-then searches without them), counting their tokens, and the fallback's BM25 search (used only if the
-fallback fires). Results and errors are those of the sequential order; only the critical path is shorter.
-
-Switches for ablations: ``verify=false`` keeps every kNN candidate with its cosine as score;
-``fallback=false`` never calls BM25; ``prioritize=false`` keeps phase order and drops nothing as
-redundant; ``pack=false`` joins every prioritised passage, whatever its length.
+``source`` is a :class:`~memreader.retrieval.passages.PassageStore` or a :class:`MemoryChunkSource`; ``verifier``
+one of :mod:`memreader.retrieval.verifier`; ``tokenizer`` the answering model's (the budget is in its tokens).
+Phases (kNN, verify, fallback, prioritise, pack), the work beside the verifier, packing and the ablation switches:
+docs/MEVE.md (The five phases, Ablation switches).
 """
 
 from __future__ import annotations

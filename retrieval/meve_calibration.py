@@ -6,15 +6,10 @@ context tokens, on questions whose supporting passages are known.
     points = [cal.point("lm/content_free", tau, t_max) for t_max in (512, 1024) for tau in tau_grid(scores)]
     best = choose(points, recall_target=top5_recalls)         # CalibrationError: no point meets it (closest named)
 
-Phase 1 runs once per question (:meth:`memreader.retrieval.meve.MeVePipeline.candidates`); every point then replays phases
-2-5 over fresh copies of the same candidates with the cached verifier scores (:meth:`MeVePipeline.finish`), so a
-sweep of hundreds of points costs milliseconds per point and no model call. Recall is the share of a question's
-supporting doc_ids among the doc_ids of its final context (HotpotQA's supporting-paragraph recall).
-
-The chosen point names its verifier, calibration, tau and budget, the recall and tokens it reached, the target and
-the questions it was chosen on: :meth:`OperatingPoint.describe` is what ``operating_point`` records in every audit.
-Calibrate on one split and check on another (``memreader calibrate-meve`` does both): a point chosen and reported
-on the same questions over-states how well it transfers.
+Phase 1 runs once per question (:meth:`memreader.retrieval.meve.MeVePipeline.candidates`); each point replays
+phases 2-5 over copies of those candidates with the cached scores (:meth:`MeVePipeline.finish`), no model call.
+:meth:`OperatingPoint.describe` is what ``operating_point`` records in every audit. Details: docs/MEVE.md
+(Calibrated verifiers and the operating point, The shipped operating point).
 """
 
 from __future__ import annotations

@@ -1,42 +1,12 @@
 """Relevance verifiers for MeVe phase 2: ``score(question, passages) -> [0, 1]`` per passage.
 
     verifier = build_verifier("lm", "smollm2-135m-instruct")          # the offline default
-    verifier = build_verifier("lm_likelihood", "smollm2-135m-instruct")  # query likelihood (UPR)
-    verifier = build_verifier("cross_encoder", "/models/ms-marco-MiniLM-L-6-v2")
     scores = verifier.score("How hot should green tea water be?", ["Green tea: 80 °C ...", "Lava ..."])
 
-Three kinds, one interface (:class:`Verifier`):
-
-- :class:`LMVerifier` asks an instruct LM, through its chat template, whether a passage helps
-  answer the question, and reads the answer off the next-token distribution — no generation:
-  ``score = P(yes) / (P(yes) + P(no))`` where ``P(yes)`` sums the probabilities of every
-  single-token spelling of the answer (``yes``, ``Yes``, ``YES``, each with and without a leading
-  space; spellings the tokenizer splits into several tokens are left out), and likewise ``P(no)``.
-  This is the normalised P(yes) of docs/MEVE.md: computed as
-  ``sigmoid(logsumexp(yes logits) - logsumexp(no logits))``, the softmax normaliser cancels, so
-  the score does not depend on how much mass the model puts on other words.
-- :class:`QueryLikelihoodVerifier` (``lm_likelihood``) asks the same LM how much the passage
-  raises the likelihood of the question, the zero-shot ranking of UPR (Sachan et al., 2022):
-  ``score = sigmoid(mean log P(question | "Passage: <p>\nQuestion:") - mean log P(question |
-  "Question:"))``, means over the question's tokens. ``score >= 0.5`` means "the passage makes
-  the question more predictable"; the score ranks passages much better than the yes/no answer of
-  a small model (see docs/MEVE.md), but the baseline is the question alone, without the
-  ``Passage: ...`` frame, and the frame by itself makes the question more predictable: even an
-  unrelated passage scores above 0.5. With it phase 2 re-ranks and the token budget does the
-  cutting (on HotpotQA every candidate passed tau = 0.5).
-- :class:`CrossEncoderVerifier` loads a sentence-transformers ``CrossEncoder`` by path (no
-  cross-encoder ships in a PyPI package, so there is no offline default). It asks the model for
-  raw logits (``activation_fn=Identity``) and applies the sigmoid itself, so the score is
-  ``sigmoid(logit)`` whatever activation the model's config names (MeVe's ms-marco models return
-  raw logits). Models with more than one output label are refused: which label means "relevant"
-  is not knowable from the model.
-
-Engines: both LM kinds run on transformers or on vLLM (``backend``; ``auto`` is
-:func:`memreader.core.engines.resolve_engine` for the stage ``verifier``), in ``dtype``. Through vLLM the yes/no margin
-comes from one generated token with ``SamplingParams.logprob_token_ids`` set to the answer spellings, and the query
-likelihood from ``prompt_logprobs`` (:func:`memreader.core.vllm_engine.prompt_nlls`); both are log-softmaxes of the raw
-logits, so the scores equal the transformers ones up to the engines' arithmetic (tests/inference/test_vllm.py).
-The verifier's ``choice`` records which backend and dtype scored.
+Kinds behind one interface (:class:`Verifier`): :class:`LMVerifier` (``lm``, normalised P(yes)),
+:class:`QueryLikelihoodVerifier` (``lm_likelihood``, UPR), :class:`CrossEncoderVerifier` (``cross_encoder``);
+the LM kinds run on transformers or vLLM (``backend``, ``dtype``), and ``choice`` records which scored.
+Formulas, engines and measured caveats: docs/MEVE.md (The five phases: Verifiers, Engines).
 """
 
 from __future__ import annotations

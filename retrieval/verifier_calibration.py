@@ -4,25 +4,10 @@
     verifier = calibrate(EmbeddingVerifier(), "query")
     scores = verifier.score(question, passages, similarities=cosines)   # MeVe passes phase 1's cosines
 
-Every verifier of :mod:`memreader.retrieval.verifier` gives a raw score per passage (``margins``: the yes/no logit margin,
-the query-likelihood gain, a cross-encoder's logit) and its sigmoid as the score. A small LM's raw scores carry a
-bias of the question and the prompt: SmolLM2-135M's P(yes) stays below 0.5 for every HotpotQA candidate, so
-with tau = 0.5 the verifier rejects everything and MeVe's context is BM25's (docs/MEVE.md). Calibration removes
-that bias before the sigmoid:
-
-- ``none``: ``sigmoid(raw)``, the verifier as it is;
-- ``content_free`` (contextual calibration, Zhao et al. 2021): ``sigmoid(raw(q, p) - raw(q, "N/A"))``, the
-  verifier's reading of the same question with a passage that holds nothing; one more prompt per question.
-  Scores above 0.5 then mean "more helpful than no passage at all". LM and cross-encoder verifiers only;
-- ``query``: ``sigmoid((raw - mean) / std)`` over the question's candidates: the score says how far a passage
-  stands above the other candidates of its question, in their own spread (no extra model call). It keeps about
-  the same share of candidates on every question whatever the verifier's scale (so a tau should carry over to
-  another data set better than an absolute one; not measured: only HotpotQA is at hand here).
-
-:class:`EmbeddingVerifier` (``verifier_kind: embedding``) uses the cosine that phase 1 already computed between the
-question and each candidate: no model call at all. Its raw score is the cosine; ``none`` clips it to [0, 1].
-
-The operating point (which calibration, which tau) is chosen by measurement: :mod:`memreader.retrieval.meve_calibration`.
+:func:`calibrate` removes a verifier's question and prompt bias from its raw score (``margins``) before the sigmoid
+(``none``, ``content_free``, ``query``); :class:`EmbeddingVerifier` scores with phase 1's cosines, no model call.
+Why and the formulas: docs/MEVE.md (Calibrated verifiers and the operating point); the point itself is chosen by
+:mod:`memreader.retrieval.meve_calibration`.
 """
 
 from __future__ import annotations
