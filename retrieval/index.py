@@ -1,27 +1,10 @@
-"""The memory index: document memories as vectors in Milvus, one row per scenario and layer.
+"""The memory index: document memories as vectors in Milvus, one collection with a row per scenario and layer.
 
-Storage is Milvus Lite (a local ``.db`` file, the default) or a Milvus server URI, through the shared store base
-:class:`~memreader.retrieval.milvus.MilvusCollection` (a server's token, connect timeout and errors: there).
-
-Schema decision: **one collection with a** ``layer`` **field** (``outline`` / ``core`` / ``chunk``
-/ ``single``) rather than one collection per layer, because
-
-- every layer of a build shares one schema, one vector index and one metadata record (embedder,
-  dimension, status), and is dropped and recreated in one step, so layers can never drift apart
-  (e.g. half re-embedded with another model);
-- per-layer search stays independent: ``layer`` is the collection's partition key and each search
-  filters on it, so Milvus searches only that layer's rows and returns that layer's own top k —
-  the same list a separate collection would give;
-- the ``single`` rows (one averaged vector per scenario) sit in the same build, so the paper's
-  three-layer-vs-single comparison is measured on identical data.
-
-Each row's ``text`` also feeds Milvus' built-in BM25 (:mod:`memreader.retrieval.lexical`), so the ``hybrid`` /
-``chunk_hybrid`` modes fuse a layer's keyword ranking from the same collection with the vector lists (:data:`MODES`).
-How memories become rows (text, unit vector searched by COSINE, content hash, generation, origin):
-:mod:`memreader.retrieval.rows`; the primary key is deterministic, so an outline or core hit finds its chunk row by key.
-
-Builds: :meth:`MemoryIndex.build` drops and recreates the collection (no stale rows survive), or with
-``replace=False`` updates it in place by content hash (:mod:`memreader.retrieval.updates`).
+Milvus Lite (a local ``.db`` file) or a server URI, through :class:`~memreader.retrieval.milvus.MilvusCollection`.
+Rows are made by :mod:`memreader.retrieval.rows`; BM25 by :mod:`memreader.retrieval.lexical`; search modes
+in :data:`MODES`. :meth:`MemoryIndex.build` drops and recreates the collection, or with ``replace=False`` updates
+it in place by content hash (:mod:`memreader.retrieval.updates`).
+Details (the one-collection schema decision, modes, batched search): docs/RETRIEVAL.md (The index, Search modes).
 """
 
 from __future__ import annotations

@@ -3,24 +3,10 @@
     existing = indexed_versions(client, collection, committed)     # doc_id -> content hashes in the index
     plan = UpdatePlan.between(existing, {doc_id: memory_hash(m) for m in memories}, prune=True)
 
-An update (``memreader index`` with ``replace: false``, the default) compares each memory's content hash
-(:func:`memreader.retrieval.rows.memory_hash`) with the hashes the index holds for that document id:
-
-- **unchanged** (the same hash): nothing is embedded or written;
-- **added** (an id the index lacks) and **replaced** (another hash): the new rows are embedded and written under
-  the next generation, the generation is committed, then the old rows of replaced documents are deleted;
-- **removed** (ids in the index but not in the memories): deleted with ``prune``, otherwise kept and listed as
-  **stale**.
-
-Readers see one version of each document at any time: a search filters on ``generation <= committed`` (rows of
-an update in progress are invisible until its commit), and between the commit and the deletion of old rows it
-keeps, per document, only the rows of the newest generation it found (:func:`newest_only`). An update that stops
-part way leaves the index searchable at the old versions; the next update first deletes the uncommitted rows.
-
-Dense searches then answer exactly as a fresh build over the same memories. BM25 scores do not quite: Milvus
-counts deleted rows in its BM25 statistics (document count, mean length, term frequencies) until the segments
-are compacted, and Milvus Lite never compacts. The index records the rows deleted since its last full build
-(``deleted_rows``) and every update says how large that share is; ``replace=true`` rebuilds it exactly.
+Documents compare by content hash (:func:`memreader.retrieval.rows.memory_hash`); new rows go under the next
+generation, and :func:`newest_only` keeps readers on one version of each document until old rows are deleted.
+Details (the four outcomes, what readers see meanwhile, BM25 drift): docs/RETRIEVAL.md (An index that follows
+its memories).
 """
 
 from __future__ import annotations
