@@ -3,18 +3,12 @@
     memreader chat --config configs/retrieval/chat_smollm2.yaml
     memreader chat --config configs/retrieval/chat_smollm2.yaml --set conversation=trip --set fusion=rrf
     echo "My cat is called Pepper." | memreader chat --config configs/retrieval/chat_smollm2.yaml
-    python -m memreader.retrieval.chat --config ...          (the same, without the memreader command)
 
-Each line you type is a question. Its context is rebuilt from the stored conversation
-(:mod:`memreader.retrieval.momentary`) — never the cumulative history — and the model answers from it.
-Question and answer are then stored verbatim (:mod:`memreader.retrieval.conversation_store`) in
-``runs/<run>/chat/conversation.db`` (or ``db_path``), so a restarted chat carries on where it stopped. Every
-context (with its scores), the messages sent and the reply are appended to ``runs/<run>/chat/contexts.jsonl``.
-
-Commands: ``/context`` shows the last context with its scores (after a restart, the last one of the
-previous session), ``/help``, ``/quit`` (end of input quits too). Input need not be a terminal: piped
-lines are read the same way. A question that fails (too long for ``max_tokens``, an endpoint error)
-is reported, not stored, and the chat goes on; the exit code is then 2.
+Each line is a question, answered from a context rebuilt from the stored conversation, never the cumulative
+history. Question and answer are then stored in ``runs/<run>/chat/conversation.db`` (or ``db_path``), so a
+restarted chat carries on; every context with its scores goes to ``runs/<run>/chat/contexts.jsonl``.
+Commands: ``/context`` (the last context with its scores), ``/help``, ``/quit`` (end of input quits too). A question
+that fails is reported, not stored, and the chat goes on; the exit code is then 2. Details: docs/MOMENTARY.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Momentary context reconstruction (Jeong 2024): the context of a new question, rebuilt from stored turns.
 
-Instead of the cumulative history, every question gets a context made of
-
-1. the most recent stored turn — always, whatever its score;
-2. the ``top_k`` most relevant earlier turns, scored over a candidate set (each signal's best
-   ``candidates`` turns, plus the most recent turn) by either
-
-   - ``weighted``: ``score = w_bm25 · norm(BM25) + Σ_j w_j · norm(cos_j)``, one cosine per
-     embedder, where ``norm`` is min-max over the candidate set per signal,
-     ``(x - min) / (max - min)``; a signal whose candidates all score the same (``max == min``,
-     e.g. a question sharing no word with any turn) cannot tell them apart and gives every
-     candidate 0 — it adds nothing, and the normalisation record says ``degenerate``;
-   - ``rrf``: reciprocal rank fusion, ``score = Σ_s 1 / (rrf_k + rank_s)``, over the signals with
-     a weight > 0 (unweighted; a weight only switches a signal on), each ranking the candidates by
-     raw score; a turn sharing no term with the question has no BM25 rank;
-
-   equal scores put the more recent turn first;
-3. cut to ``max_tokens`` (L_max, counted with the answering model's tokenizer, the question
-   included) in priority order: the most recent turn first (if it alone does not fit, its text is
-   shortened to the longest suffix that does), then the others by score; at the first one that
-   does not fit, it and every lower-ranked one are cut (strict priority: a lower-ranked turn never
-   displaces a higher-ranked one);
-4. sorted chronologically.
-
-The result, :class:`MomentaryContext`, records every turn's raw, normalised and fused scores, its
-tokens, what was cut and why, and the normalisation of each signal. Storage and search live in
-:mod:`memreader.retrieval.conversation_store`; this module only decides.
+Every question gets the most recent stored turn plus the ``top_k`` most relevant earlier ones (``weighted`` or
+``rrf`` fusion of BM25 and cosines), cut to ``max_tokens`` in priority order, then sorted chronologically. The
+result, :class:`MomentaryContext`, records every turn's scores, tokens and what was cut and why. Storage and
+search live in :mod:`memreader.retrieval.conversation_store`; this module only decides.
+Details: docs/MOMENTARY.md (Building a context).
 """
 
 from __future__ import annotations
