@@ -3,20 +3,10 @@
     got = extract(Path("report.pdf"))      # Extracted(text, pages=[(0, 1), (1834, 2), ...], headings=None)
     got = extract(Path("guide.md"))        # headings=[(0, ["Guide"]), (412, ["Guide", "Install"]), ...]
 
-Every extractor returns the document text and, where the format has them, a **page map** (character offset where
-each page's text starts → page number, PDF) and a **heading map** (offset where each heading starts → its path
-of headings, Markdown, HTML, DOCX). Offsets index the returned text, so a chunk's start finds its page and
-heading path by bisection (:func:`memreader.core.structure.page_at`, :func:`memreader.core.structure.headings_at`).
-
-Libraries, chosen by measurement (``scripts/bench_ingest.py``, docs/BENCHMARKS.md): pypdf for PDF (pure Python,
-reads encrypted files, the faster of pypdf and pdfminer.six on the benchmark's PDFs), python-docx for Word,
-lxml for HTML (already a dependency; scripts, styles, the head and page furniture such as navigation, banners, site
-footers, sidebars and forms are dropped, block elements become paragraphs: against trafilatura it kept more of
-the content and every heading, ``scripts/bench_html.py``, docs/INGEST.md) and markdown-it-py for Markdown headings
-(the Markdown source itself is the text, unchanged).
-
-A file that cannot give text raises :class:`FileProblem` with a kind (``encrypted``, ``no-text``, ``corrupt``,
-``encoding``, ``unsupported``), the problem and the fix; the caller reports it for that file and goes on.
+Page and heading maps hold offsets into the returned text, so a chunk's start finds its page and heading path by
+bisection (:func:`memreader.core.structure.page_at`, :func:`memreader.core.structure.headings_at`). A file that
+cannot give text raises :class:`FileProblem` (kind, problem, fix). Libraries and the HTML rules, chosen by
+measurement: docs/INGEST.md.
 """
 
 from __future__ import annotations

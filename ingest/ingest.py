@@ -2,26 +2,12 @@
 
     memreader ingest docs/ reports/*.pdf notes.md --set run=mydocs
     memreader read --config configs/inference/smollm2_cpu.yaml --set input=artifacts/runs/mydocs/ingest/corpus.jsonl
-    python -m memreader.ingest.ingest ...                                  (the same)
 
-Each file becomes one corpus record (``memreader read``, ``gen`` and ``index`` take the file as it is)::
-
-    {"id": "reports/q1.pdf", "text": "...", "source": "/abs/path/reports/q1.pdf", "sha256": "...",
-     "format": "pdf", "pages": [[0, 1], [1834, 2]], "headings": [[0, ["Q1 report"]], [96, ["Q1 report", "Sales"]]]}
-
-- ``id``: the path relative to the folder given (a file given by name: its name; a glob: relative to the folder
-  before its first wildcard), with ``/`` separators, so it is stable across machines and reruns. Two files with
-  the same id are refused, both named.
-- ``pages`` (PDF) and ``headings`` (Markdown, HTML, Word): ``[character offset, page]`` and ``[offset, heading
-  path]`` where each page's text and each heading start (:mod:`memreader.ingest.formats`).
-- JSONL and Parquet corpora pass through record by record (their own ids; ``source`` and ``format`` added).
-
-Reruns skip unchanged files (same sha256 as the record in the previous corpus) and drop files that are gone.
-Extraction runs in ``workers`` processes with a progress bar. A file that gives no text (encrypted PDF, PDF
-without a text layer, corrupt file, unsupported extension, bad encoding) is reported on its own line with the
-fix and left out; the run goes on. Exit 0 when the corpus holds documents, 1 when nothing could be ingested,
-2 for configuration (no input, an input that does not exist, duplicate ids). The corpus and a report (every
-file's fate) are written under ``$MEMREADER_HOME/runs/<run>/ingest/``.
+Each file becomes one corpus record (``id`` its path relative to the folder given, ``text``, ``source``, ``sha256``,
+``format``, and ``pages`` / ``headings`` maps); JSONL and Parquet corpora pass through record by record. Reruns
+skip unchanged files. A file that gives no text is reported with the fix and left out; the run goes on. Exit 0
+when the corpus holds documents, 1 when nothing could be ingested, 2 for configuration. The corpus and a report
+are written under ``$MEMREADER_HOME/runs/<run>/ingest/``. Details: docs/INGEST.md.
 """
 
 from __future__ import annotations
