@@ -1,17 +1,10 @@
 """BM25 full-text search inside Milvus: analyzers per language, the schema pieces, the search call.
 
-Milvus (Lite included) computes BM25 itself over the collection's own statistics (an analyzed ``VARCHAR`` field
-feeds a ``BM25`` function writing a sparse field). No hand-written BM25 and no second store: the lexical side lives
-in the same collection as the dense vectors, so a row's dense and BM25 scores always describe the same text.
-
-Analyzers (what Milvus Lite 3 supports): ``jieba`` word segmentation for Chinese, the ``standard``
-tokenizer with lower-casing for English and other space-separated text. One field has one analyzer,
-so a collection is built for one language; ``auto`` picks it from the share of CJK characters in
-the texts being indexed, and the choice is recorded with the index.
-
-Scores: a Milvus server returns the BM25 score as the distance (higher is better); Milvus Lite
-returns its negative. :func:`bm25_search` returns the score as a positive number either way, rows
-in the order Milvus ranked them.
+Milvus computes BM25 itself over the collection's own statistics (an analyzed ``text`` field feeds a ``BM25``
+function writing a sparse field), so a row's dense and BM25 scores describe the same text. One field has one
+analyzer (``jieba`` for Chinese, ``standard`` with lower-casing otherwise; ``auto`` from the share of CJK
+characters), so a collection is built for one language. A server returns the BM25 score as the distance, Milvus
+Lite its negative: :func:`bm25_search` returns it positive either way. Details: docs/RETRIEVAL.md (The index).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Milvus by URI, and the collection type that every store builds on.
 
-``uri`` is a path ending in ``.db`` (Milvus Lite, served from this process) or a server URI
-(``http://``, ``https://``, ``tcp://``, ``unix:``). A server gets a token (``token``, else
-``$MILVUS_TOKEN``) and a short connect timeout, so a wrong address fails in seconds with a message
-naming it; a Lite file that another process holds is refused with the fix.
-
-:class:`MilvusCollection` is the base of the memory index, the passage store and the conversation store: one error
-family, :class:`StoreError`, with messages that name the problem and the fix.
-
-On a server older than Milvus 2.5 (no BM25 functions) a store is created without its BM25 field, says so,
-and refuses what needs BM25 before any work (:meth:`MilvusCollection.require_bm25`, naming the version).
-What else a server needs — errors for a lost server, a record that survives its restart — is in
-:mod:`memreader.retrieval.milvus_server`.
+``uri`` is a ``.db`` path (Milvus Lite, served from this process) or a server URI, with a token (``token``, else
+``$MILVUS_TOKEN``) and a short connect timeout. :class:`MilvusCollection` is the base of the memory index, the
+passage store and the conversation store, with one error family, :class:`StoreError`. On a server older than 2.5
+(no BM25) a store is built without BM25 and refuses what needs it (:meth:`MilvusCollection.require_bm25`).
+Details: docs/RETRIEVAL.md (Where the index lives, One store base); server specifics: :mod:`.milvus_server`.
 """
 
 from __future__ import annotations

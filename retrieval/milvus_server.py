@@ -1,18 +1,10 @@
 """What a Milvus *server* needs beyond Milvus Lite: errors that say the server was lost, and a store record
 that survives the server's restart.
 
-**A lost server.** pymilvus raises a connection error with a page of gRPC detail when the server stops,
-crashes or cannot be reached mid-command; :class:`ServerClient` wraps a ``MilvusClient`` so that such a call
-raises the store's own error instead, naming the URI and the fix. Every other error passes through.
-
-**The record.** Each store keeps its JSON record (schema version, embedder, build status, the update
-generation that is visible) in a collection property. A Milvus 2.3 server forgets altered collection
-properties when it restarts — measured on 2.3.5: a property set at creation comes back, a later
-``alter_collection_properties`` does not, after a graceful stop or a crash alike — which would turn every
-committed update back into its build's first "building" record. On a server the record is therefore also
-the one row of a small collection beside the store's, ``<collection>__memreader``, written with an upsert
-(a written row is durable: it is in the server's log); reading prefers that row, and a store built before it existed still reads
-its property.
+:class:`ServerClient` wraps a ``MilvusClient`` so that a lost connection raises the store's own error, naming the
+URI and the fix. A Milvus 2.3 server forgets altered collection properties on restart, so on a server the store's
+record is also the one row of ``<collection>__memreader``, and reading prefers it.
+Measured behaviour: docs/RETRIEVAL.md (Against a real server: what was run, and what each failure looks like).
 """
 
 from __future__ import annotations
