@@ -1,15 +1,8 @@
 """Conversation memory: every turn kept verbatim in one Milvus collection, searchable by BM25 and embeddings.
 
-A :class:`~memreader.retrieval.milvus.MilvusCollection` like the memory index, one row per turn (conversation id as the
-partition key, turn index, speaker, UTC timestamp, the text feeding Milvus' BM25, one COSINE vector per embedder).
-
-A JSON record in the collection property ``memreader.conversation`` holds the schema version, the
-embedders (name, field, dimension) and the BM25 analyzer language. Opening a store whose version or
-embedders differ from what the caller asks for is refused with both named: the vectors of one
-embedder are meaningless to another, and a store is never silently re-embedded.
-
-Turns are only appended (one writer per conversation); the next turn index is the conversation's
-row count, and an insert that would reuse an index is refused.
+A :class:`~memreader.retrieval.milvus.MilvusCollection` with one row per turn; turns are only appended (one writer
+per conversation), and a store of another schema version, embedders or analyzer is refused with both named.
+Fields, record and refusals: docs/MOMENTARY.md (The store).
 """
 
 from __future__ import annotations

@@ -6,11 +6,8 @@
         hits = store.knn(store.embed_query("How hot for green tea?"), k=20)
         more = store.bm25("green tea temperature", k=5)
 
-Where :class:`~memreader.retrieval.index.MemoryIndex` holds document memories in layers, this holds flat
-passages (a paragraph, a sentence, a chunk of a baseline) for pipelines that retrieve passages
-directly, like MeVe (:mod:`memreader.retrieval.meve`) on HotpotQA: each with its id, document or title, text
-(with Milvus' BM25) and unit vector, in a Milvus Lite file or on a server like the index
-(:class:`~memreader.retrieval.milvus.MilvusCollection`). Opening with another embedder than the build's is refused.
+Flat passages (not layered memories) for pipelines that retrieve passages directly, like MeVe
+(:mod:`memreader.retrieval.meve`). Fields, token counts and refusals: docs/MEVE.md (Sources).
 """
 
 from __future__ import annotations
