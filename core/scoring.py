@@ -22,7 +22,6 @@ from memreader.core.prompts import load_template, render
 from memreader.core.schema import DocumentMemory
 from memreader.core.scoring_engines import HFEngine, VLLMEngine, _Pool, _Req, _span_nll, sigmoid
 from memreader.core.scoring_settings import (
-    VARIANTS,  # noqa: F401  (scripts/bench_scoring.py reads scoring.VARIANTS)
     EvaluatorConfig,
     ScorerSettings,
     ScoringError,

@@ -54,7 +54,7 @@ from memreader.core.registry import SMOLLM2, resolve_model
 from memreader.core.runtime import load_causal_lm, runtime
 from memreader.core.schema import DocumentMemory, Scenario
 from memreader.core.scoring import EvaluatorScorer, ScorerSettings
-from memreader.core.scoring_settings import EVALUATOR_BATCH_TOKENS
+from memreader.core.scoring_settings import EVALUATOR_BATCH_TOKENS, VARIANTS
 
 _SENT = re.compile(r".+?(?:[。！？!?；;]+[”\"』」]?|\.(?=\s)|\n+|$)", re.S)
 
@@ -406,7 +406,7 @@ def main() -> None:
                 by_variant["ppl"] = [1 / (1 + math.exp(-d / scoring.PPL_TEMPERATURE)) for d in deltas]
         rel = [float((c.mean() - u.mean()) / u.mean()) for c, u in nlls]
         tried["relative gain, whole target"] = auc(rel[: len(true)], rel[len(true) :])
-        for variant in scoring.VARIANTS:
+        for variant in VARIANTS:
             vals = by_variant[variant]
             pos, neg = vals[: len(true)], vals[len(true) :]
             sanity["variants"][variant] = {"auc": auc(pos, neg), "mean_true": float(np.mean(pos)),
