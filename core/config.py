@@ -1,14 +1,8 @@
 """Stage configs: dataclasses filled from YAML, then overridden by ``--set key=value`` flags.
 
-Every field carries ``metadata={"help": ...}`` and, when numeric, its valid range (``ge``, ``gt``,
-``le``, ``lt``) and, where a rule says more than a range, its ``check``; :func:`load_config` collects *all*
-problems (YAML syntax, unknown keys, wrong types, out-of-range values, bad run names, the config's own
-``problems()``) before failing, so one run shows every mistake in a config file.
-
-One validation style for every config class: a class lists what is wrong in ``problems() -> list[str]`` (each line
-names the key, the value and the fix); it never raises one problem at a time. :func:`load_config` collects them
-with everything else; a class also built directly in Python calls :func:`validate` in its ``__post_init__``,
-which raises one :class:`ConfigProblems` naming them all (its declared ranges included).
+:func:`load_config` collects *all* problems of a config file before failing; a class lists its own in
+``problems()``, and :func:`validate` raises one :class:`ConfigProblems` for a class built in Python.
+Details: docs/ARCHITECTURE.md (Configs).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Rank fusion: reciprocal rank fusion (RRF) and the hit types of layered retrieval.
 
-RRF is written by hand (a dozen lines) because Milvus' ``RRFRanker`` in ``hybrid_search`` fuses on
-primary keys — an outline row and its chunk row have different keys, so it cannot map layers to
-chunks — and it promises no tie-break. Here ties are broken by the key itself, and the score is an
-exactly rounded sum (:func:`math.fsum`), so two keys with the same multiset of ranks tie exactly,
-whatever the order of the lists.
-
-A ranked list is labelled by its layer (``chunk``: vector search) or ``<layer>/bm25`` (BM25 search
-of that layer's text); both kinds fuse the same way. :func:`split_by_layer` recovers each layer's
-own exact top k from one search over several layers, so a three-layer query costs one search.
+A ranked list is labelled by its layer (``chunk``: vector search) or ``<layer>/bm25``; :func:`split_by_layer`
+recovers each layer's own exact top k from one search over several layers. Why RRF is written here, and its exact
+ties: docs/RETRIEVAL.md (Search modes).
 """
 
 from __future__ import annotations

@@ -4,12 +4,7 @@
     plans, errors = grammars.plan([doc.text for doc in docs], max_new_tokens)
     reply, fate = settle_reply(reply, on_truncated="retry_longer")   # "again": ask once more with longer_budget(params)
 
-``guided: auto|on|off`` is one setting in the teacher, reader and demo configs; ``auto`` means on
-for the local (transformers) and vLLM backends, and for an OpenAI-compatible endpoint it means
-"send the grammar when the server says it takes one". A reply cut off by its token budget
-(``finish_reason == "length"``) never becomes a normal memory: ``retry_longer`` asks once more with
-twice the budget and then skips, ``skip`` skips at once, ``keep_flagged`` keeps it marked
-``meta["truncated"]`` (never an SFT target).
+Details (``guided: auto|on|off``, ``on_truncated``): docs/ARCHITECTURE.md (Guided decoding: Enforcement, Truncation).
 """
 
 from __future__ import annotations

@@ -3,12 +3,8 @@
     from memreader.core.html_page import esc, page, write_page
     write_page(out, page("Title", "<h1>...</h1>", data={"docs": [...]}, script=SCRIPT))
 
-Every viewer page (``memreader view``, ``memreader ask --html``, ``report.html``) is built here, so they share one
-look and one safety rule. Text from documents is never pasted into markup unescaped: markup goes through
-:func:`esc`, and data for a page's script travels as JSON inside ``<script type="application/json">`` with ``<``,
-``>`` and ``&`` written as ``\\u003c``... (so a document holding ``</script>`` cannot end the block); the script
-puts text into the page with ``textContent`` only. As a second wall the page's Content-Security-Policy lets only
-its own script run (a per-page nonce) and loads nothing from anywhere (images only as ``data:`` URIs).
+Every viewer page is built here, with one safety rule (:func:`esc`, JSON data blocks, a nonce CSP):
+docs/VIEWER.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """How many tokens of KV cache an engine can hold, so that a batch setting is checked against memory, not found out
-by an out-of-memory crash.
-
-- vLLM sizes its cache once (``kv_cache_gib`` on a CPU): :func:`check_kv_cache_gib` refuses a size this machine's
-  free memory cannot give before the engine starts, and the engine reports its blocks in tokens
-  (:meth:`memreader.core.vllm_engine.Engine.kv_capacity_tokens`);
-- transformers grows its cache with every token: :func:`local_kv_capacity_tokens` is what half of the free memory
-  holds at the model's bytes per token (:func:`kv_bytes_per_token`).
-
-The reader keeps the tokens its requests may reach (prompt + budget) within that capacity
-(:mod:`memreader.inference.reading`), and says so when that, not ``batch_size``, limits it.
+by an out-of-memory crash: :func:`check_kv_cache_gib` (vLLM, before the engine starts) and
+:func:`local_kv_capacity_tokens` (transformers: half the free memory at :func:`kv_bytes_per_token`).
+Details: docs/ENGINES.md (Reading keeps the engine full: Memory, not only ``batch_size``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """One language detector for every stage: a text is Chinese (``zh``) when CJK ideographs make up at least
-:data:`CJK_SHARE` of its word characters, else English (``en``).
+:data:`CJK_SHARE` of its word characters (``\\w``), else English (``en``).
 
     detect_language("厦门大学是一所大学")          # 'zh'
     detect_language(chunk for chunk in chunks)    # over several texts at once
     is_chinese(document)                          # the same rule as a bool
 
-Prompts and templates (:mod:`memreader.core.prompts`), the parser's language check, windowing and the memory grammar's
-character weights, BM25's analyzer and ``embedder: auto`` (:mod:`retrieval`) all ask this module, so a document
-gets the same language everywhere. Ideographs counted: the unified block, extension A and the compatibility block;
-word characters are ``\\w`` (letters and digits of any script, so punctuation and spaces do not dilute the share).
+Who asks it: docs/ARCHITECTURE.md (Where each concept lives).
 """
 
 from __future__ import annotations

