@@ -4,11 +4,8 @@ against the gold boundaries (:mod:`memreader.eval.segmentation`) instead of answ
     memreader eval --config configs/eval/segmentation_demo.yaml
     memreader eval --config configs/eval/segmentation_demo.yaml --set qa=my_gold.jsonl --set target_chars=400
 
-Each method makes memories of the gold texts as in the QA comparison (:func:`memreader.eval.chunkers.method_memories`,
-size calibrated to ``target_chars``; ``memreader`` with ``memories=`` takes that file as it is). Outputs in
-``$MEMREADER_HOME/runs/<run>/segmentation/``: ``summary.json`` (``task: segmentation``; per method the
-aggregate scores, their signature and the calibration), ``report.txt`` (the table) and
-``methods/<method>/{memories.jsonl,scores.json}`` (scores.json holds the per-document records).
+Methods, calibration and the outputs under ``runs/<run>/segmentation/``: docs/EVALUATION.md (Segmentation against
+gold boundaries).
 """
 
 from __future__ import annotations

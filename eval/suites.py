@@ -6,10 +6,7 @@
     es.questions      # [QARecord]: with their reference answers
     es.question_docs  # {question id: [doc_id, ...]}: each question's own evidence documents
 
-Loading goes through :mod:`memreader.eval.datasets` (file, line and field named on bad input). Retrieval runs over
-the pooled corpus of all selected questions, not over each question's own documents, as in a RAG
-deployment. ``limit`` keeps the first N questions, ``sample`` N questions drawn with ``seed`` (the CMRC
-2018 subset option); the corpus is then only the selected questions' documents.
+Details (``limit``, ``sample``, why one pooled corpus): docs/EVALUATION.md (The QA comparison, step 1).
 """
 
 from __future__ import annotations

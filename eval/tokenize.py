@@ -1,13 +1,6 @@
-"""Tokenizers for the answer metrics, each named and versioned so that signatures can record them.
-
-``jieba``       ``list(jieba.cut(text))`` (default mode, HMM on): the MoM / CRUD-RAG evaluators'
-                tokenizer. Whitespace and punctuation come back as tokens of their own.
-``char``        one token per Unicode code point, whitespace included.
-``whitespace``  ``text.split()``.
-``13a``         sacrebleu's mteval-v13a tokenizer (the WMT standard for English), then ``split()``.
-
-Whether whitespace tokens survive and whether tokens are case-folded are separate, recorded options
-(see :class:`memreader.eval.metrics.MetricConfig`); they are applied by :func:`postprocess`.
+"""Tokenizers for the answer metrics (``jieba``, ``char``, ``whitespace``, ``13a``), each named and versioned so
+that signatures can record them; :func:`postprocess` applies the whitespace and case options
+(:class:`memreader.eval.metrics.MetricConfig`). Details: docs/EVALUATION.md (Tokens).
 """
 
 from __future__ import annotations

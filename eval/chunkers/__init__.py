@@ -3,12 +3,8 @@
     from memreader.eval.chunkers import METHODS, ChunkerSettings, method_memories
     memories, calibration = method_memories("semantic", documents, ChunkerSettings(target_chars=178), work_dir)
 
-Methods (:data:`METHODS`): ``fixed``, ``sentence`` (chonkie SentenceChunker), ``semantic``
-(chonkie SemanticChunker over our offline embedders), ``lumber`` (LumberChunker, guided local LM),
-``llm-direct`` (the base instruct model with the MemReader prompt, guided), ``memreader`` (the same
-with its LoRA adapter) and ``teacher`` (memories from ``memreader gen``). Each method's size
-parameter is calibrated so that its mean chunk length is within ±tolerance of the target
-(:class:`Calibration`); see ``docs/CHUNKERS.md``.
+Each method's size parameter is calibrated to the target mean chunk length (:class:`Calibration`). The methods
+(:data:`METHODS`) and how each is calibrated: docs/CHUNKERS.md (Methods, Equal-length calibration).
 """
 
 from memreader.eval.chunkers.base import (

@@ -7,8 +7,7 @@
     docs = retriever.invoke("What changed in the third quarter?")
     docs[0].page_content, docs[0].metadata["pages"], docs[0].metadata["outline"]
 
-Each LangChain ``Document`` is one retrieved chunk (an exact span of its source document), with the metadata of
-:func:`memreader.integrations.hit_metadata` and ``id`` ``<doc_id>#<scenario>``.
+One ``Document`` per retrieved chunk; details: docs/USAGE.md (Looking at memories: LangChain and LlamaIndex).
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@
     nodes = retriever.retrieve("What changed in the third quarter?")
     nodes[0].node.text, nodes[0].score, nodes[0].node.metadata["headings"]
 
-Each ``NodeWithScore`` is one retrieved chunk (an exact span of its source document) scored by MemReader's fused
-RRF score, its ``TextNode`` carrying the metadata of :func:`memreader.integrations.hit_metadata` and the id
-``<doc_id>#<scenario>``. It plugs into ``RetrieverQueryEngine`` like any LlamaIndex retriever.
+One ``NodeWithScore`` per retrieved chunk; details: docs/USAGE.md (Looking at memories: LangChain and LlamaIndex).
 """
 
 from __future__ import annotations
