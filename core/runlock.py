@@ -3,10 +3,8 @@
     with RunLock(out_dir):
         ...write memories...
 
-A second process that tries to write into the same folder gets a :class:`RunLocked` error
-naming the holder (exit code 2) instead of writing the same documents twice. The lock is released
-on exit, also on an exception; a lock left behind by a process that no longer runs (a killed job)
-is detected as stale, reported, and taken over.
+A second writer gets :class:`RunLocked` naming the holder (exit code 2); a stale lock (a killed job) is reported
+and taken over. Released on exit, also on an exception.
 """
 
 from __future__ import annotations

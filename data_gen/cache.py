@@ -1,12 +1,6 @@
-"""A crash-safe cache of teacher replies (SQLite, one row per call).
-
-The key covers everything that changes a reply: the prompt template id (name, language, version),
-the backend and its base URL, the model, the sampling parameters, the grammar that guided it (if
-any) and the exact messages (which contain the document, so its hash is covered). A rerun repeats
-no call; Ctrl-C loses at most the calls still in flight. Each row also keeps how the reply was
-made (guided, finish_reason, token counts) and whether it turned out usable: a reply that was cut
-off or could not become a memory is replayed by default (no paid call is repeated) and asked
-again with ``retry_unusable``.
+"""A crash-safe cache of teacher replies (SQLite, one row per call): a rerun repeats no call, and a reply that was
+cut off or could not become a memory is replayed unless ``retry_unusable``.
+Details (what the key covers, what each row keeps): docs/ARCHITECTURE.md (Caching and resuming).
 """
 
 from __future__ import annotations
