@@ -159,7 +159,8 @@ def test_a_corpus_without_structure_fails_naming_the_fix(tmp_path, monkeypatch) 
 def test_every_structure_target_is_a_reply_the_guided_reader_can_write(smollm2_path) -> None:
     from transformers import AutoTokenizer
 
-    from memreader.core.generation.guided import accepts, ll_tokenizer
+    from memreader.core.generation.guided import ll_tokenizer
+    from tests.memreader.test_memory_grammar import accepts
 
     tok = AutoTokenizer.from_pretrained(smollm2_path)
     count = lambda text: len(tok.encode(text, add_special_tokens=False))  # noqa: E731
