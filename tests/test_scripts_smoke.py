@@ -643,6 +643,10 @@ def test_calibrate_meve(ahead: Ahead) -> None:
     assert got["corpora"]["hotpotqa"]["verifier_ms"]["cross_encoder"] == pytest.approx(
         scores["hotpotqa"]["cross_encoder@hotpotqa"]["ms_per_question"])  # the cost on the corpus it never saw
     assert got["corpora"]["cmrc2018"]["questions"] == 30  # one per paragraph of the tiny CMRC file
+    assert "| recall gained [95 % CI] |" in proc.stdout  # the verifier's marginal value, with its paired interval
+    for row in (r for f in got["folds"].values() for r in f["rows"] if "budget_alone" in r):
+        low, high = row["budget_alone"]["recall_gained_ci"]
+        assert low <= row["budget_alone"]["recall_gained"] <= high
 
 
 def cmd_bench_generation(tiny_llm: str, out: Path) -> tuple:
