@@ -78,16 +78,23 @@ def _conversion_current(target: Path, version: dict[str, Any] = _CONVERSION) -> 
 
 def converted_folder(target: Path, version: dict[str, Any], convert: Callable[[Path], None]) -> Path:
     """``target``, written by ``convert(folder)`` on first use and again when ``version`` (its marker) changes:
-    into a folder aside, then renamed into place, so an interrupted conversion never looks finished."""
+    into a folder aside, then renamed into place, so an interrupted conversion never looks finished; under a file
+    lock, so that two processes sharing the folder (read workers, test workers) convert it once, one after the other."""
+    from filelock import FileLock
+
     if _conversion_current(target, version):
         return target
-    tmp = target.with_name(target.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    convert(tmp)
-    (tmp / _MARKER).write_text(json.dumps(version) + "\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.with_name(target.name + ".lock"))):
+        if _conversion_current(target, version):  # the other process finished it while this one waited
+            return target
+        tmp = target.with_name(target.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        convert(tmp)
+        (tmp / _MARKER).write_text(json.dumps(version) + "\n", encoding="utf-8")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
     return target
 
 

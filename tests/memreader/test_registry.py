@@ -34,6 +34,29 @@ def test_outdated_conversion_is_rebuilt(tmp_path, monkeypatch) -> None:
     assert not (tmp_path / "home" / "models").exists()
 
 
+
+def test_two_processes_sharing_the_models_folder_convert_once(tmp_path) -> None:
+    """Two workers (test workers, read workers) asking for the same model at once: one converts, the other waits
+    for it and takes the finished folder (both writing one ``.partial`` folder at once broke it)."""
+    import threading
+    import time
+
+    target, calls = tmp_path / "models" / "m", []
+
+    def convert(folder: Path) -> None:
+        calls.append(folder)
+        time.sleep(0.3)  # the second caller arrives while this one writes
+        (folder / "weights").write_text("w")
+
+    results: list[Path] = []
+    workers = [threading.Thread(target=lambda: results.append(registry.converted_folder(target, {"v": 1}, convert)))
+               for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert results == [target, target] and len(calls) == 1 and (target / "weights").read_text() == "w"
+
 def _hub(monkeypatch: pytest.MonkeyPatch, cache: Path, offline: bool) -> None:
     """An HF cache at ``cache`` (empty unless filled), and the hub on or off."""
     from huggingface_hub import constants
