@@ -5,7 +5,7 @@ multiplies bf16 matrices two to three times faster than fp32, one without it emu
 slower. Instead of guessing from feature flags, :func:`matmul_rates` times both dtypes on square matrices of the
 size a small model's layers use, and :func:`cpu_dtype` picks the faster one. The result is cached in
 ``$MEMREADER_HOME/hardware.json``, keyed by the CPU model, the torch version and the thread count, so the probe
-(about a second) runs once per machine; ``MEMREADER_CPU_DTYPE=float32|bfloat16`` overrides it.
+(under a second) runs once per machine; ``MEMREADER_CPU_DTYPE=float32|bfloat16`` overrides it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 PROBE_N = 1024  # matrix side: the width of a 135M-1.5B model's projections
 PROBE_SECONDS = 0.25  # time spent per dtype once warmed up
+PROBE_SMALL = 256  # the side a dtype is timed on first (milliseconds even where the CPU emulates it)
 CPU_DTYPES = ("float32", "bfloat16")
 _CACHE_NAME = "hardware.json"
 _memo: dict[str, dict[str, Any]] = {}
@@ -77,7 +78,17 @@ def cpu_flags() -> list[str]:
 
 
 def matmul_rate(dtype: str, n: int = PROBE_N, seconds: float = PROBE_SECONDS) -> float:
-    """GFLOP/s of ``n x n`` matmuls in ``dtype`` on the CPU with torch's current thread count."""
+    """GFLOP/s of ``n x n`` matmuls in ``dtype`` on the CPU with torch's current thread count. Timed on
+    ``PROBE_SMALL`` matrices first: a dtype so slow there that one ``n x n`` product would take longer than
+    ``seconds`` (bf16 on a CPU that emulates it, ~1 GFLOP/s: two seconds a 1024 product, seventeen at 2048) has its
+    answer already, and is not timed at ``n``."""
+    small = _timed_rate(dtype, min(n, PROBE_SMALL), seconds)
+    if n <= PROBE_SMALL or 2.0 * n**3 / (small * 1e9) > seconds:
+        return small
+    return _timed_rate(dtype, n, seconds)
+
+
+def _timed_rate(dtype: str, n: int, seconds: float) -> float:
     import torch
 
     tdtype = getattr(torch, dtype)

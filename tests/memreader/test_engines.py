@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -373,6 +374,26 @@ def test_the_probe_measures_both_dtypes_once_and_caches_them_per_machine(tmp_pat
     (tmp_path / "hardware.json").write_text(json.dumps(cached))
     assert hardware.matmul_rates(threads=1)["best"] == cached[key]["best"]  # read back, not measured again
     hardware._memo.clear()
+
+
+def test_a_dtype_the_cpu_emulates_is_timed_on_small_matrices_only(monkeypatch) -> None:
+    """bf16 on a CPU without bf16 units runs ~1 GFLOP/s: a 2048 product takes 17 s (measure-engines spent over two
+    minutes on them). A product whose side-256 rate says it would take longer than the probe's time is not run."""
+    sides: dict[str, list[int]] = {"float32": [], "bfloat16": []}
+    real_mm = torch.mm
+
+    def mm(a, b):  # fp32 at its real speed; bf16 as an emulating CPU runs it (~1 GFLOP/s), without the wait
+        name = str(a.dtype).removeprefix("torch.")
+        sides[name].append(a.shape[0])
+        if name == "bfloat16":
+            time.sleep(2.0 * a.shape[0] ** 3 / 1e9)
+            return a
+        return real_mm(a, b)
+
+    monkeypatch.setattr(torch, "mm", mm)
+    assert hardware.matmul_rate("bfloat16", 2048) < 2.0
+    assert set(sides["bfloat16"]) == {hardware.PROBE_SMALL}  # never at 2048: 17 s a product
+    assert hardware.matmul_rate("float32", 1024) > 2.0 and 1024 in sides["float32"]  # a fast dtype at full size
 
 
 @pytest.mark.parametrize("best", ["float32", "bfloat16"])
