@@ -442,18 +442,17 @@ def test_the_real_factory_builds_a_transformers_engine_whose_weights_every_stage
 
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        # a spy beside torch's own setter, not torch's count: an in-process vLLM engine earlier in the same process
-        # can leave that count where it is (seen when the suite's other modules ran without test_vllm.py's)
-        threads: list[int] = []
+        # torch's thread count faked (1 to begin with), not read: after an in-process vLLM engine earlier in the same process torch's
+        # own setter changes nothing, so its count says nothing about what loading did (seen in the suite)
+        count, threads = [1], []
         with pytest.MonkeyPatch.context() as mp:
-            real_set = torch.set_num_threads
-            mp.setattr(torch, "set_num_threads", lambda n: (threads.append(n), real_set(n))[1])
+            mp.setattr(torch, "get_num_threads", lambda: count[0])
+            mp.setattr(torch, "set_num_threads", lambda n: (threads.append(n), count.__setitem__(0, n))[1])
             chat = make_engine(resolve_engine("read", "transformers", "float32", "cpu"), tiny_model, batch_size=2,
                                max_model_len=64, kv_cache_gib=1.0, base_url="")  # other engines' settings are theirs
             assert isinstance(chat, LocalChat) and chat.batch_size == 2
             assert chat.describe()["dtype"] == "float32" and chat.describe()["device"] == "cpu"
-        # loading a model on the CPU sets its threads (from the 1 set above; nothing to set where that is the count)
+        # loading a model on the CPU sets its threads (from the faked 1; nothing to set where that is the count)
         assert threads == ([] if hardware.cpu_threads() == 1 else [hardware.cpu_threads()])
         (reply,) = chat.generate_many([[{"role": "user", "content": "hi"}]],
                                       GenerationParams(temperature=0.0, max_new_tokens=3))
