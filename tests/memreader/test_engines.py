@@ -442,8 +442,8 @@ def test_the_real_factory_builds_a_transformers_engine_whose_weights_every_stage
 
     before = torch.get_num_threads()
     try:
-        # torch's thread count faked (1 to begin with), not read: after an in-process vLLM engine earlier in the same process torch's
-        # own setter changes nothing, so its count says nothing about what loading did (seen in the suite)
+        # torch's thread count faked (1 to begin with), not read: after an in-process vLLM engine earlier in the
+        # same process torch's own setter changes nothing, so its count says nothing about what loading did
         count, threads = [1], []
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(torch, "get_num_threads", lambda: count[0])

@@ -34,10 +34,10 @@ def test_outdated_conversion_is_rebuilt(tmp_path, monkeypatch) -> None:
     assert not (tmp_path / "home" / "models").exists()
 
 
-
-def test_two_processes_sharing_the_models_folder_convert_once(tmp_path) -> None:
-    """Two workers (test workers, read workers) asking for the same model at once: one converts, the other waits
-    for it and takes the finished folder (both writing one ``.partial`` folder at once broke it)."""
+def test_two_callers_sharing_the_models_folder_convert_once(tmp_path) -> None:
+    """Two workers (read workers, test processes) asking for the same model at once: one converts, the other waits
+    for it and takes the finished folder (both writing one ``.partial`` folder at once broke it). Threads stand in
+    for the processes: the lock is an flock, which two open files of one process contend for as two processes do."""
     import threading
     import time
 
