@@ -445,6 +445,7 @@ def test_the_real_factory_builds_a_transformers_engine_whose_weights_every_stage
         # torch's thread count faked (1 to begin with), not read: after an in-process vLLM engine earlier in the
         # same process torch's own setter changes nothing, so its count says nothing about what loading did
         count, threads = [1], []
+        rt_module._MODELS.clear()  # an earlier test's copy in the process cache would be served without a load
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(torch, "get_num_threads", lambda: count[0])
             mp.setattr(torch, "set_num_threads", lambda n: (threads.append(n), count.__setitem__(0, n))[1])
