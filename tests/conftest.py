@@ -135,6 +135,29 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> s
     return str(folder)
 
 
+@pytest.fixture(scope="session")
+def tiny_vllm_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
+    """A random 2-layer Llama on the SmolLM2 tokenizer that vLLM's CPU build runs (head size 64, as SmolLM2's): for
+    tests of engine plumbing (scheduling, seeds, the prefix cache, scores equal to transformers') that need long
+    prompts but not a model that knows anything; ~20x less compute a token than SmolLM2 (the tied output layer is
+    most of it). Its wide init (0.3) spreads the logits, so a token off by one position changes a score."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192, tie_word_embeddings=True,
+        initializer_range=0.3, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_vllm_llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 FAULTS = Path(__file__).parent / "faults"
 
 

@@ -57,11 +57,30 @@ class SeededSampler:
         for r, g in enumerate(self.generators):
             p = probs[r]
             if self.top_p < 1.0:
-                sorted_p, order = torch.sort(p, descending=True)
-                keep = (torch.cumsum(sorted_p, 0) - sorted_p) < self.top_p  # always keeps the top token
-                sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
-                token = order[torch.multinomial(sorted_p, 1, generator=g)]
+                top, order = nucleus_prefix(p, self.top_p)
+                keep = (torch.cumsum(top, 0) - top) < self.top_p  # always keeps the top token
+                token = order[torch.multinomial(torch.where(keep, top, torch.zeros_like(top)), 1, generator=g)]
             else:
                 token = torch.multinomial(p, 1, generator=g)
             out[r, token] = 0.0
         return out
+
+
+NUCLEUS_K = 64
+"""Tokens looked at first for a nucleus: a grammar's mask or a peaked distribution puts it in far fewer."""
+
+
+def nucleus_prefix(p: Any, top_p: float) -> tuple[Any, Any]:
+    """The largest probabilities of ``p`` in descending order (values, indices), enough of them to hold its top-p
+    nucleus: the top 64 when they reach ``top_p`` (the token after them then starts at or past ``top_p`` and is
+    never kept), else eight times more, up to the whole vocabulary. The same values and order a full sort gives
+    for the kept tokens, at a fraction of its cost (sorting 49k probabilities every step was the transformers
+    path's largest cost after the model)."""
+    import torch
+
+    k = min(NUCLEUS_K, p.numel())
+    while True:
+        top, order = torch.topk(p, k)
+        if k == p.numel() or float(top.sum()) >= top_p:
+            return top, order
+        k = min(8 * k, p.numel())

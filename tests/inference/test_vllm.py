@@ -67,6 +67,18 @@ def local(smollm2_path: str) -> LocalChat:
 
 
 @pytest.fixture(scope="module")
+def tiny_chat(tiny_vllm_model: str) -> VLLMChat:
+    """A second engine, on a random 2-layer model: the tests of scheduling, seeds, the prefix cache and scores
+    equal to transformers' prefill thousands of tokens, which SmolLM2 made the module's slowest part."""
+    return VLLMChat(tiny_vllm_model, dtype="float32", max_model_len=8192)
+
+
+@pytest.fixture(scope="module")
+def tiny_local(tiny_vllm_model: str) -> LocalChat:
+    return LocalChat(tiny_vllm_model, dtype="float32", batch_size=4)
+
+
+@pytest.fixture(scope="module")
 def peft_adapter(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str):
     """A LoRA adapter of the CPU smoke recipe's shape (r=8, alpha 16, every linear layer) with random A and B, so
     it visibly changes the model (a few smoke training steps barely move B away from zero, and a test that the
@@ -103,7 +115,8 @@ def test_plain_greedy_replies_equal_the_transformers_ones(chat: VLLMChat, local:
     assert chat.describe()["backend"] == "vllm" and chat.describe()["dtype"] == "float32"
 
 
-def test_a_seed_gives_the_same_reply_alone_or_in_a_batch(chat: VLLMChat) -> None:
+def test_a_seed_gives_the_same_reply_alone_or_in_a_batch(tiny_chat: VLLMChat) -> None:
+    chat = tiny_chat  # sampling with seeds is the engine's, whatever the weights
     sampled = GenerationParams(temperature=1.0, top_p=0.95, max_new_tokens=24)
     alone = chat.generate_many([_msgs(PROMPTS[0])], sampled, seeds=[7])[0]
     batch = chat.generate_many([_msgs(q) for q in PROMPTS] + [_msgs(PROMPTS[0])], sampled, seeds=[1, 2, 3, 4, 7])
@@ -112,13 +125,17 @@ def test_a_seed_gives_the_same_reply_alone_or_in_a_batch(chat: VLLMChat) -> None
     assert len({str(r) for r in [alone, *others]}) > 1  # seeds are not ignored
 
 
-def test_seeded_sampling_over_more_prompt_tokens_than_one_step_takes(chat: VLLMChat) -> None:
+def test_seeded_sampling_over_more_prompt_tokens_than_one_step_takes(tiny_chat: VLLMChat) -> None:
     """Six ~2,000-token prompts with per-request seeds: more than one scheduler step's token budget, so vLLM would
-    prefill one of them in parts, and rewinding its seeded generator then crashed the CPU engine."""
+    prefill one of them in parts, and rewinding its seeded generator then crashed the CPU engine. The scheduler's
+    budget is the engine's, not the model's: the random model prefills the 12,000 tokens ~20x faster."""
+    chat = tiny_chat
     long = [_msgs(f"Summarise note {i}: " + TEXT * 60) for i in range(6)]
     params = GenerationParams(temperature=0.7, top_p=0.9, max_new_tokens=4)
+    budget = chat.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
     replies = chat.generate_many(long, params, seeds=list(range(6)))
     assert all(r.prompt_tokens > 1800 and r.completion_tokens for r in replies)
+    assert sum(r.prompt_tokens for r in replies) > budget  # more than one step takes
 
 
 def _read(home: Path, corpus: Path, chat: VLLMChat, **kw):
@@ -172,14 +189,21 @@ def test_guided_memories_from_vllm_tile_demo_crud_and_multifieldqa_documents(tmp
         assert m.document == texts[m.doc_id]
 
 
-def test_prompt_logprobs_scorer_equals_the_transformers_scorer(chat: VLLMChat, local: LocalChat, demo_read) -> None:
+def test_prompt_logprobs_scorer_equals_the_transformers_scorer(tiny_chat: VLLMChat, tiny_local: LocalChat,
+                                                               tiny_vllm_model: str, demo_read) -> None:
+    """The demo's memories as SmolLM2 read them through vLLM, scored by the random model through both engines (the
+    scorer's token bookkeeping is what is compared: SmolLM2's scores took 20 s more to give the same answer)."""
     from memreader.core.scoring import EvaluatorScorer, ScorerSettings
 
     memories = demo_read[1][:4]
-    via_vllm = EvaluatorScorer(ScorerSettings(evaluator=SMOLLM2, evaluator_backend="vllm", evaluator_dtype="float32"))
-    assert via_vllm.engine.engine is chat.engine  # one engine per process and model
-    hf = EvaluatorScorer(ScorerSettings(evaluator=SMOLLM2, evaluator_dtype="float32"), local.model(), local.tokenizer())
-    for a, b in zip(hf.score(memories, ["ppl", "prob"]), via_vllm.score(memories, ["ppl", "prob"]), strict=True):
+    via_vllm = EvaluatorScorer(ScorerSettings(evaluator=tiny_vllm_model, evaluator_backend="vllm",
+                                              evaluator_dtype="float32"))
+    assert via_vllm.engine.engine is tiny_chat.engine  # one engine per process and model
+    hf = EvaluatorScorer(ScorerSettings(evaluator=tiny_vllm_model, evaluator_dtype="float32"), tiny_local.model(),
+                         tiny_local.tokenizer())
+    expected = hf.score(memories, ["ppl", "prob"])
+    assert len({round(a.clarity, 3) for a in expected}) > 1  # the memories' scores differ: the comparison means something
+    for a, b in zip(expected, via_vllm.score(memories, ["ppl", "prob"]), strict=True):
         assert b.clarity == pytest.approx(a.clarity, abs=2e-4)
         assert b.completeness == pytest.approx(a.completeness, abs=2e-4)
         for variant in ("ppl", "prob"):
@@ -200,8 +224,12 @@ def test_support_through_vllm_equals_transformers(chat: VLLMChat, local: LocalCh
         assert b.n_tokens == a.n_tokens and b.nll == pytest.approx(a.nll, abs=2e-4)
 
 
-def test_support_first_lets_the_answers_read_the_prompts_from_the_prefix_cache(chat: VLLMChat) -> None:
+def test_support_first_lets_the_answers_read_the_prompts_from_the_prefix_cache(tiny_chat: VLLMChat) -> None:
+    """The prefix cache is the engine's: the random model's engine shows it on the same prompts at a tenth of the
+    cost."""
     from memreader.eval.answering import answer_and_support, answer_messages
+
+    chat = tiny_chat
     from memreader.eval.support import support_for_answers
 
     docs = [json.loads(line)["text"] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines()]
