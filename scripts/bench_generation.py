@@ -7,6 +7,10 @@ step streams every weight), so a batch of 8 costs little more per step than a ba
 and the reader size their batches from this measurement. Prints tokens/s per batch size and the
 ratio to batch size 1; every run generates exactly ``new_tokens`` per sequence (min_new_tokens), and
 every sequence of every batch is the same demo document's prompt, so only the batch width changes.
+
+Then the seeded top-p sampler of the transformers path (temperature 0.1, top_p 0.1: the reader's decoding) on the
+model's own next-token logits at the widest batch, side by side: the full sort of the vocabulary it used to do every
+step against today's nucleus from a top-64 prefix (``memreader.core.generation.sampling``), ms per step and ratio.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 import torch
 
 from memreader.core.corpus import read_corpus
+from memreader.core.generation.sampling import SeededSampler
 from memreader.core.language import detect_language
 from memreader.core.prompts import render
 from memreader.core.registry import SMOLLM2
@@ -54,6 +59,35 @@ def main() -> None:
     print(f"{'batch':>5} {'prompt_len':>10} {'seconds':>8} {'tok/s':>8} {'x batch1':>8}")
     for bs, plen, dt, tps in rows:
         print(f"{bs:>5} {plen:>10} {dt:>8.1f} {tps:>8.1f} {tps / base:>8.2f}")
+    with torch.inference_mode():
+        logits = model(**enc).logits[:, -1, :].float()  # the widest batch's next-token logits
+    steps = 20
+    times = {}
+    for name, sampler in (("full sort", FullSortSampler), ("nucleus prefix", SeededSampler)):
+        s = sampler(list(range(logits.shape[0])), temperature=0.1, top_p=0.1)
+        s(None, logits)  # generators made
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            s(None, logits)
+        times[name] = (time.perf_counter() - t0) / steps * 1000
+    print(f"top-p sampler, {logits.shape[0]} rows x {logits.shape[1]} vocabulary, temperature 0.1, top_p 0.1: full "
+          f"sort {times['full sort']:.2f} ms/step, nucleus prefix {times['nucleus prefix']:.2f} ms/step "
+          f"(x{times['full sort'] / times['nucleus prefix']:.1f} faster)")
+
+
+class FullSortSampler(SeededSampler):
+    """The sampler before the nucleus prefix (the reference of the comparison): sorts every row's whole vocabulary."""
+
+    def __call__(self, input_ids, scores):  # noqa: ANN001
+        if not self.generators:
+            self._make_generators(scores.device)
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        out = torch.full_like(scores, float("-inf"))
+        for r, g in enumerate(self.generators):
+            sorted_p, order = torch.sort(probs[r], descending=True)
+            keep = (torch.cumsum(sorted_p, 0) - sorted_p) < self.top_p
+            out[r, order[torch.multinomial(torch.where(keep, sorted_p, torch.zeros_like(sorted_p)), 1, generator=g)]] = 0
+        return out
 
 
 if __name__ == "__main__":

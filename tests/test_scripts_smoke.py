@@ -656,8 +656,11 @@ def cmd_bench_generation(tiny_llm: str, out: Path) -> tuple:
 @pytest.mark.integration
 def test_bench_generation(ahead: Ahead) -> None:
     proc, _ = ahead.result("bench_generation")
-    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    lines = proc.stdout.splitlines()
+    rows = [line.split() for line in lines[2:4]]
     assert [r[0] for r in rows] == ["1", "2"] and rows[0][-1] == "1.00"
+    assert re.match(r"top-p sampler, 2 rows x \d+ vocabulary, .* full sort [\d.]+ ms/step, nucleus prefix [\d.]+ "
+                    r"ms/step \(x[\d.]+ faster\)", lines[4]), lines
 
 
 def cmd_bench_guided(tiny_llm: str, out: Path) -> tuple:
