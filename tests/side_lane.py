@@ -2,7 +2,8 @@
 run in a second pytest process beside the main one, so their waits overlap the main process's computing.
 
 Only modules that wait far more than they compute belong here: the Milvus server module waits ~80 of its ~100 s
-(server starts, kills and restarts; docs/TESTING.md "The side lane"). Their process runs torch on one thread
+(server starts, kills and restarts), `vllm serve`'s ~50 of its ~80 s (three processes importing vLLM one after the
+other; docs/TESTING.md "The side lane"). Their process runs torch on one thread
 (``OMP_NUM_THREADS=1``) so that it never holds an OpenMP team beside the main process's two threads (two teams on
 two cores slowed every model step several times over: docs/TESTING.md "Why one process").
 
@@ -19,12 +20,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-SIDE_LANE_MODULES = ("tests/retrieval/test_milvus_server.py",)
+SIDE_LANE_MODULES = ("tests/retrieval/test_milvus_server.py", "tests/inference/test_vllm_server.py")
 SWITCH_ENV = "MEMREADER_TEST_SIDE_LANE"  # "0": every test in the main process; "a.py,b.py": these modules instead
 IN_LANE_ENV = "MEMREADER_TEST_IN_SIDE_LANE"  # set in the lane's own process
 WAIT_S = 1200
@@ -58,7 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                str(base / "side_lane"), *[item.nodeid for item in lane]]
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=config.rootpath)
-    _lane.update(proc=proc, log=log, count=len(lane), started=time.monotonic())
+    _lane.update(proc=proc, log=log, count=len(lane),
+                 modules=sorted({item.nodeid.split("::", 1)[0] for item in lane}))
     items[:] = [item for item in items if not _in_lane_module(item)]
     config.hook.pytest_deselected(items=lane)
 
@@ -72,7 +73,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     except subprocess.TimeoutExpired:
         code = _stop(proc)
         _lane["timed_out"] = exitstatus != pytest.ExitCode.INTERRUPTED
-    _lane["code"], _lane["seconds"] = code, time.monotonic() - float(_lane["started"])  # type: ignore[arg-type]
+    _lane["code"] = code
     if code != 0 and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -93,8 +94,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     text = Path(str(_lane["log"])).read_text(encoding="utf-8", errors="replace")
     last = next((line for line in reversed(text.splitlines()) if line.strip()), "(no output)")
-    title = (f"side lane: {_lane['count']} tests of {', '.join(lane_modules())} in their own pytest process "
-             f"beside this one, {_lane['seconds']:.0f} s")
+    title = (f"side lane: {_lane['count']} tests of {', '.join(_lane['modules'])} in their own pytest process "
+             "beside this one")
     terminalreporter.write_sep("=", title)
     if _lane["code"] != 0:
         why = f"stopped after {WAIT_S} s" if _lane.get("timed_out") else f"exit code {_lane['code']}"

@@ -42,7 +42,8 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _pytest(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MEMREADER_TEST")}
+    # nothing of the outer run's own settings (a plugin named in PYTEST_ADDOPTS, a lane of its own)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MEMREADER_TEST", "PYTEST_"))}
     environ.update({"PYTHONPATH": str(ROOT), "PIDS": str(project / "pids"), "MEMREADER_TEST_SIDE_LANE": "test_lane.py",
                     **env})
     environ.pop("OMP_NUM_THREADS", None)

@@ -3,18 +3,16 @@
 Engines run in this process (memreader.core.vllm_engine on a CPU: ``uni`` executor, eager, ~5 s to start) and are
 shared by the tests of this module; they are stopped at its end. Comparisons with the transformers path run both
 in fp32, so differences are numerical noise, not dtype. read-dist over vLLM engines (Ray workers on a two-node
-cluster, and ``vllm_dp``) is tested in test_ray_cluster.py.
+cluster, and ``vllm_dp``) is tested in test_ray_cluster.py, ``vllm serve`` with an adapter in test_vllm_server.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +32,7 @@ from memreader.core.vllm_engine import (
     prompt_nlls,
     shutdown_engines,
 )
+from tests.inference.lora_adapters import random_lora_adapter
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
@@ -80,20 +79,8 @@ def tiny_local(tiny_vllm_model: str) -> LocalChat:
 
 @pytest.fixture(scope="module")
 def peft_adapter(tmp_path_factory: pytest.TempPathFactory, smollm2_path: str):
-    """A LoRA adapter of the CPU smoke recipe's shape (r=8, alpha 16, every linear layer) with random A and B, so
-    it visibly changes the model (a few smoke training steps barely move B away from zero, and a test that the
-    adapter is applied could not fail on it): ``(its folder, the PEFT model it was saved from, in eval mode)``,
-    so the reference logits need no second load of SmolLM2."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
-    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
-    folder = tmp_path_factory.mktemp("adapter")
-    peft.save_pretrained(folder)
-    return str(folder), peft.eval()
+    """``(its folder, the PEFT model it was saved from)``: tests/inference/lora_adapters.py."""
+    return random_lora_adapter(smollm2_path, tmp_path_factory.mktemp("adapter"))
 
 
 @pytest.fixture(scope="module")
@@ -456,59 +443,3 @@ def test_vllm_that_does_not_import_names_the_install_command(monkeypatch) -> Non
 
     with pytest.raises(VLLMUnavailable, match="cannot be imported"):
         make_chat("vllm", model=SMOLLM2)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_a_real_vllm_server_with_the_adapter_reads_guided_memories(tmp_path, adapter: str, smollm2_path: str) -> None:
-    """`vllm serve` as a GPU user runs it (CPU build here): the adapter as a LoRA module, the guidance backend;
-    `memreader read` on the OpenAI-compatible path sends each document's grammar in ``structured_outputs``. The
-    server runs in the dtype `auto` picks on this CPU (bf16 only where its matmuls are the faster)."""
-    from memreader.core.hardware import cpu_dtype
-
-    port = _free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", smollm2_path,
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", cpu_dtype(),
-           "--max-model-len", "4096", "--kv-cache-memory-bytes", str(2**30), "--enforce-eager",
-           "--enable-lora", "--lora-modules", f"memreader={adapter}", "--max-lora-rank", "8",
-           "--structured-outputs-config.backend", "guidance"]
-    env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        deadline = time.time() + 300
-        while True:
-            assert server.poll() is None, f"vllm serve exited: {(tmp_path / 'server.log').read_text()[-3000:]}"
-            try:
-                models = json.load(urllib.request.urlopen(f"{url}/models", timeout=5))
-                break
-            except OSError:
-                assert time.time() < deadline, "vllm serve did not come up in 300 s"
-                time.sleep(0.5)
-        served = {m["id"]: m for m in models["data"]}
-        assert served["memreader"]["owned_by"] == "vllm" and "smollm2" in served
-        from memreader.core.schema import read_memories
-        from memreader.inference.reader import ReadConfig, read_corpus_memories
-
-        cfg = ReadConfig(input=str(DEMO_CORPUS), limit=2, run="served", backend="openai", base_url=url,
-                         model="memreader", guided="on", batch_size=2, request_timeout_s=600)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("MEMREADER_HOME", str(tmp_path / "home"))
-            mp.setenv("MEMREADER_READER_API_KEY", "unused")
-            summary = read_corpus_memories(cfg)
-        assert summary["read"] == 2 and summary["guided"] == 2 and summary["failed"] == {}
-        for m in read_memories(summary["memories"]):
-            assert "".join(m.chunks) == m.document and m.meta["generation"]["guided"]
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
