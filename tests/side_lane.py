@@ -2,8 +2,8 @@
 run in a second pytest process beside the main one, so their waits overlap the main process's computing.
 
 Only modules that wait far more than they compute belong here: the Milvus server module waits ~80 of its ~100 s
-(server starts, kills and restarts), `vllm serve`'s ~50 of its ~80 s (three processes importing vLLM one after the
-other; docs/TESTING.md "The side lane"). Their process runs torch on one thread
+(server starts, kills and restarts; docs/TESTING.md "The side lane"). `vllm serve`'s test was tried here too and
+did not pay: at one thread, beside the main run, it took ~136 s and the suite was 20 s slower, not faster. Their process runs torch on one thread
 (``OMP_NUM_THREADS=1``) so that it never holds an OpenMP team beside the main process's two threads (two teams on
 two cores slowed every model step several times over: docs/TESTING.md "Why one process").
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-SIDE_LANE_MODULES = ("tests/retrieval/test_milvus_server.py", "tests/inference/test_vllm_server.py")
+SIDE_LANE_MODULES = ("tests/retrieval/test_milvus_server.py",)
 SWITCH_ENV = "MEMREADER_TEST_SIDE_LANE"  # "0": every test in the main process; "a.py,b.py": these modules instead
 IN_LANE_ENV = "MEMREADER_TEST_IN_SIDE_LANE"  # set in the lane's own process
 WAIT_S = 1200

@@ -1,6 +1,5 @@
-"""`vllm serve` as a GPU user runs it (vLLM's CPU build here), read through the OpenAI-compatible path. Its own
-module so that it runs in the suite's side lane (tests/side_lane.py): most of it is waiting for the server's three
-processes to import vLLM one after the other."""
+"""`vllm serve` as a GPU user runs it (vLLM's CPU build here), read through the OpenAI-compatible path: a module of
+its own (it shares no engine with test_vllm.py's in-process ones)."""
 
 from __future__ import annotations
 
