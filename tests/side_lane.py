@@ -3,9 +3,10 @@ run in a second pytest process beside the main one, so their waits overlap the m
 
 Only modules that wait far more than they compute belong here: the Milvus server module waits ~80 of its ~100 s
 (server starts, kills and restarts; docs/TESTING.md "The side lane"). `vllm serve`'s test was tried here too and
-did not pay: at one thread, beside the main run, it took ~136 s and the suite was 20 s slower, not faster. Their process runs torch on one thread
-(``OMP_NUM_THREADS=1``) so that it never holds an OpenMP team beside the main process's two threads (two teams on
-two cores slowed every model step several times over: docs/TESTING.md "Why one process").
+did not pay: at one thread, beside the main run, it took ~136 s and the suite was 20 s slower, not faster. The
+lane's process runs torch on one thread (``OMP_NUM_THREADS=1``) so that it never holds an OpenMP team beside the
+main process's two threads (two teams on two cores slowed every model step several times over: docs/TESTING.md
+"Why one process").
 
 The lane starts only when a run selects its modules *and* other tests (``pytest tests/retrieval/test_milvus_server.py``
 runs in this process as usual), never under ``--collect-only``, and not with ``MEMREADER_TEST_SIDE_LANE=0``. Its
