@@ -54,20 +54,12 @@ def test_python_dash_m_is_the_same_command(tmp_path) -> None:
     import subprocess
     import sys
 
-    # side by side: each is mostly one core importing torch
-    runs = {name: subprocess.Popen([sys.executable, "-m", module, "--help"], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
-            for module, name in (("memreader.inference.reader", "read"), ("memreader.eval.score", "score"),
-                                 ("memreader.training.sft", "train"))}
-    runs["bad input"] = subprocess.Popen([sys.executable, "-m", "memreader.inference.reader", "--set",
-                                          f"input={tmp_path / 'none.jsonl'}"], stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
-    outs = {name: (proc.communicate(timeout=120), proc.returncode) for name, proc in runs.items()}
-    for name in ("read", "score", "train"):
-        (stdout, stderr), code = outs[name]
-        assert code == 0 and f"memreader {name}" in stdout, stderr[-2000:]
-    (_, stderr), code = outs["bad input"]
-    assert code == 2 and "memreader read: error: corpus file" in stderr
+    for module, name in (("memreader.inference.reader", "read"), ("memreader.eval.score", "score"), ("memreader.training.sft", "train")):
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and f"memreader {name}" in proc.stdout, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "memreader.inference.reader", "--set", f"input={tmp_path / 'none.jsonl'}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "memreader read: error: corpus file" in proc.stderr
 
 
 def test_user_errors_are_reported_without_traceback(tmp_path, capsys) -> None:
