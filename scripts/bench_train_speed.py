@@ -9,9 +9,10 @@ effective batch (``--batch`` records per optimizer step, gradient accumulation w
 smaller), then evaluates the same ``--val`` dev records. It prints tokens/s (TRL's count of real tokens over the
 training seconds), the speed against the first setting, and the dev loss after the same updates: a faster setting
 that changes the dev loss changed the training, not only its speed. The default settings: fp32 batch 1 with
-accumulation (today's recipe's arithmetic), fp32 padded batches, fp32 padding-free batches (``padding_free``: one
-row per batch; transformers' SDPA keeps the records apart by their position ids), bf16 autocast of the padding-free
-batches, and one thread. The CPU's flags are printed with the figures: bf16 speed depends on them.
+accumulation (the recipe's arithmetic), the same with TRL's own LM head (``completion_head=false``: every position
+projected) and with LoRA dropout 0.05 (the recipe before 2026-12-07), fp32 padded batches, fp32 padding-free batches
+(``padding_free``: one row per batch; transformers' SDPA keeps the records apart by their position ids) and bf16
+autocast. The CPU's flags are printed with the figures: bf16 speed depends on them.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from _common import cpu_label
 
 DEFAULT_SETTINGS = {
     "fp32, batch 1 x accumulation": "per_device_train_batch_size=1 gradient_accumulation_steps={batch} bf16=false",
+    "the same, TRL's LM head": ("per_device_train_batch_size=1 gradient_accumulation_steps={batch} bf16=false "
+                                "completion_head=false"),
+    "the same, LoRA dropout 0.05": ("per_device_train_batch_size=1 gradient_accumulation_steps={batch} bf16=false "
+                                    "lora_dropout=0.05"),
     "fp32, padded batch": "per_device_train_batch_size={batch} gradient_accumulation_steps=1 bf16=false",
     "fp32, padding-free batch": ("per_device_train_batch_size={batch} gradient_accumulation_steps=1 bf16=false "
                                  "padding_free=true"),
-    "bf16 autocast, padding-free batch": ("per_device_train_batch_size={batch} gradient_accumulation_steps=1 "
-                                          "bf16=true padding_free=true"),
-    "fp32, padding-free batch, 1 thread": ("per_device_train_batch_size={batch} gradient_accumulation_steps=1 "
-                                           "bf16=false padding_free=true OMP_NUM_THREADS=1"),
+    "bf16 autocast, batch 1 x accumulation": ("per_device_train_batch_size=1 gradient_accumulation_steps={batch} "
+                                              "bf16=true"),
 }
 
 

@@ -427,7 +427,7 @@ def cmd_bench_train_speed(tiny_llm: str, out: Path) -> tuple:
                     "completion": [{"role": "assistant", "content": f"<outline>part {i}</outline>"}]}) + "\n")
     return ("bench_train_speed.py", "--train-file", out / "train.jsonl", "--val-file", out / "val.jsonl",
             "--records", 4, "--val", 2, "--batch", 2, "--only", "fp32, batch 1 x accumulation",
-            "--only", "fp32, padding-free batch", "--set", f"model={tiny_llm}", "--out", out / "speed.json")
+            "--only", "the same, TRL's LM head", "--set", f"model={tiny_llm}", "--out", out / "speed.json")
 
 
 @pytest.mark.integration
@@ -435,11 +435,11 @@ def test_bench_train_speed(ahead: Ahead) -> None:
     proc, out = ahead.result("bench_train_speed")
     report = json.loads((out / "speed.json").read_text())
     rows = report["rows"]
-    assert list(rows) == ["fp32, batch 1 x accumulation", "fp32, padding-free batch"]
+    assert list(rows) == ["fp32, batch 1 x accumulation", "the same, TRL's LM head"]
     for row in rows.values():  # 4 records, 2 per optimizer step, the same dev records
         assert row["steps"] == 2 and row["tokens"] > 0 and row["tokens_per_second"] > 0 and row["dev_loss"] > 0
-    assert "padding_free=true" in rows["fp32, padding-free batch"]["keys"]
-    assert "| fp32, padding-free batch |" in proc.stdout and "x |" in proc.stdout
+    assert "completion_head=false" in rows["the same, TRL's LM head"]["keys"]
+    assert "| the same, TRL's LM head |" in proc.stdout and "x |" in proc.stdout
 
 
 def cmd_bench_cut_read(structure: dict, tiny_head: Path, tiny_llm: str, out: Path) -> tuple:

@@ -43,6 +43,9 @@ class MemReaderArguments:
     compile_layers: bool = field(False, help="torch.compile each decoder layer after LoRA wrapping (layer 0 stays "
                                  "eager); the LM head and TRL's loss stay eager. Measured on an H100: MFU 0.398 "
                                  "vs 0.238 eager (docs/BENCHMARKS.md). Needs a C compiler; off on CPU recipes")
+    completion_head: bool = field(True, help="off Triton devices (CPU), project only the completion's positions "
+                                  "through the LM head (TRL's head projects every one there; same loss): "
+                                  "training/completion_head.py")
     cut_head: bool = field(False, help="also fit the cut scorer's head (training/cut_fit.py) on cut_data, saved in "
                            "<run>/train/cut_head beside the adapter; the reader then uses it (cut_head: auto)")
     cut_only: bool = field(False, help="fit only the cut head, no LoRA run (train_file not needed); into cut_dir")

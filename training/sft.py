@@ -21,6 +21,7 @@ from memreader.core.config import ConfigError
 from memreader.core.paths import sha256_file, write_json, write_jsonl, write_resolved_config
 from memreader.core.registry import resolve_model
 from memreader.core.stage import PrintAction, Stage
+from memreader.training.completion_head import score_completion_only
 from memreader.training.config import (
     TrainConfig,
     describe_keys,
@@ -84,6 +85,8 @@ def build_trainer(
         peft_config=copy.deepcopy(cfg.lora),  # PEFT rewrites its config (target_modules expanded) when wrapping
         callbacks=[checkpoint_done_callback()],
     )
+    if cfg.project.completion_head and not score_completion_only(trainer.model):
+        log.info("completion_head: this model's logits are scaled, soft-capped or routed; TRL's LM head scores it")
     if cfg.project.compile_layers:
         if cfg.sft.torch_compile:
             raise ConfigError("compile_layers and torch_compile both set: pick one (compile_layers compiles each "
