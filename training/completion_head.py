@@ -4,7 +4,7 @@ TRL's ``SFTTrainer`` patches the model's forward with a fused LM head (``trl.tra
 calls it with ``fused_lm_head=True``. On devices with its Triton kernel (CUDA, XPU) that head projects only the
 positions whose label is not ``-100``; elsewhere it projects *every* position, prompt included, and folds each
 ``[tokens, 32768]`` tile through a dozen fp32 passes (log-sum-exp, entropy, a top-1 mask). A MemReader record is ~65 %
-prompt, so on a CPU that head was about half of a training step (docs/BENCHMARKS.md "Training speed on the CPU").
+prompt, so on a CPU that head was about a quarter of a training step (docs/BENCHMARKS.md "Training speed on the CPU").
 
 :func:`score_completion_only` wraps that patched forward: on a device without the kernel it runs the backbone, projects
 only the hidden states whose next token is a label and takes their log-softmax in one go; the loss, the per-token
