@@ -155,6 +155,23 @@ def compile_decoder_layers(model: Any) -> int:
     return len(layers) - 1
 
 
+def carried_checkpoint(cfg: TrainConfig) -> Path | None:
+    """The checkpoint folder ``resume_from_checkpoint`` names (TRL's key, which ``Trainer.train`` itself ignores), e.g.
+    one committed by a run on another machine: checked here, before the model loads. ``None`` when unset."""
+    given = cfg.sft.resume_from_checkpoint
+    if not given:
+        return None
+    if cfg.project.resume:
+        raise ConfigError("resume=true and resume_from_checkpoint are both set: resume=true continues from the run "
+                          "folder's newest checkpoint, resume_from_checkpoint from the folder it names; pick one")
+    folder = Path(given)
+    if not (folder / "trainer_state.json").is_file() or not any(folder.glob("adapter_model.*")):
+        raise ConfigError(f"resume_from_checkpoint={given}: {folder} is not a checkpoint folder (it needs the "
+                          "trainer_state.json and adapter_model.safetensors a run's checkpoint-N holds); point it at "
+                          "one, e.g. <run>/train/checkpoint-500")
+    return folder
+
+
 def _summarize(cfg: TrainConfig, trainer: Any, seconds: float, counts: dict[str, int],
                resumed_from: Path | None) -> dict[str, Any]:
     """summary.json; on a resumed run the loss fields cover the whole run (the log history comes back with the
@@ -163,7 +180,8 @@ def _summarize(cfg: TrainConfig, trainer: Any, seconds: float, counts: dict[str,
 
     history = trainer.state.log_history
     losses = [h["loss"] for h in history if "loss" in h]
-    start = int(resumed_from.name.rpartition("-")[2]) if resumed_from else 0
+    start = json.loads((resumed_from / "trainer_state.json").read_text(encoding="utf-8"))["global_step"] \
+        if resumed_from else 0
     # TRL counts num_tokens from 0 in every launch (its counter is not in the checkpoint)
     tokens = max((h.get("num_tokens", 0) for h in history if h.get("step", 0) > start), default=0)
     eval_losses = [h["eval_loss"] for h in history if "eval_loss" in h]
@@ -218,7 +236,9 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
         if world_size() > 1:
             raise ConfigError("cut_only fits the cut head in one process: launch it without accelerate / torchrun")
         return {"run_dir": str(out), "cut_head": fit_cut(cfg)}
-    if not preflight_only and not project.resume and not project.overwrite and (out / "adapter_config.json").exists():
+    carried = carried_checkpoint(cfg)
+    if not preflight_only and not (project.resume or carried or project.overwrite) \
+            and (out / "adapter_config.json").exists():
         raise ConfigError(f"{out} already holds a trained adapter; pick another run name, or set "
                           "overwrite=true (start again) or resume=true (continue from the last checkpoint)")
     with args.main_process_first(desc="resolve model"):  # converts the embedded model once per node
@@ -242,7 +262,7 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
     if preflight_only:
         return {"run_dir": str(out), "preflight": reports}
 
-    resume_from = resume_checkpoint(out) if project.resume else None
+    resume_from = carried or (resume_checkpoint(out) if project.resume else None)
     trainer = build_trainer(cfg, model_path, tokenizer, train_records, val_records)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

@@ -110,6 +110,38 @@ def test_train_writes_run_folder(tiny_model, sft_files, training_home):
 
 
 @pytest.mark.integration
+def test_a_checkpoint_carried_from_another_machine_resumes(tiny_model, sft_files, training_home, tmp_path):
+    """``resume_from_checkpoint`` (which Trainer.train ignores) continues from a folder outside the run, holding only
+    what a commit carries (no training_args.bin, no tokenizer files), with the losses of the run that wrote it."""
+    import shutil
+
+    first = train(_cfg(tiny_model, sft_files[0], max_steps=4, save_strategy="steps", save_steps=2, run="tiny-carry-a"))
+    carried = tmp_path / "carried" / "step-2"
+    shutil.copytree(Path(first["run_dir"]) / "checkpoint-2", carried,
+                    ignore=shutil.ignore_patterns("training_args.bin", "tokenizer*", "chat_template*"))
+    resumed = train(_cfg(tiny_model, sft_files[0], max_steps=4, save_strategy="no", run="tiny-carry-b",
+                         resume_from_checkpoint=str(carried)))
+    assert resumed["resumed_from"] == "step-2" and resumed["steps"] == 4
+    curve = {h["step"]: h["loss"] for h in _curve(first) if "loss" in h}
+    again = {h["step"]: h["loss"] for h in _curve(resumed) if "loss" in h}
+    assert set(again) == {1, 2, 3, 4}  # the first two come back with the checkpoint's log history
+    for step in (3, 4):
+        assert again[step] == pytest.approx(curve[step], rel=1e-4), step
+
+
+def _curve(summary: dict) -> list[dict]:
+    return [json.loads(line) for line in (Path(summary["run_dir"]) / "curves.jsonl").read_text().splitlines()]
+
+
+def test_a_carried_checkpoint_is_checked_before_the_model_loads(sft_files, tmp_path):
+    with pytest.raises(ConfigError, match="is not a checkpoint folder"):
+        train(_cfg("no-such-model", sft_files[0], run="tiny-carry-bad", resume_from_checkpoint=str(tmp_path)))
+    with pytest.raises(ConfigError, match="pick one"):
+        train(_cfg("no-such-model", sft_files[0], run="tiny-carry-bad", resume=True,
+                   resume_from_checkpoint=str(tmp_path)))
+
+
+@pytest.mark.integration
 def test_refuse_stops_before_training(tiny_model, tiny_records, write_jsonl, training_home):
     long = dict(tiny_records[0], id="too-long")
     long["prompt"] = [long["prompt"][0], {"role": "user", "content": "word " * 400}]
