@@ -84,6 +84,13 @@ def lead(text: str, lang: str, rng: random.Random, bounds: tuple[int, int] | Non
     return out if len(out) >= lo else None
 
 
+def topic_title(heading: str) -> str:
+    """A part's gold title as a reader could write it from the part: the heading's words without a leading section
+    number (``9.7.5. ``, ``2. ``, ``1.2 ``) or a trailing permalink mark (``¶``, ``#``), which no text shows."""
+    title = re.sub(r"\s*[¶#]+\s*$", "", heading.strip())
+    return re.sub(r"^\d+(?:\.\d+)*\.\s+(?=\S)|^\d+(?:\.\d+)+\s+(?=\S)", "", title).strip()
+
+
 def _need(path: Path, what: str) -> Path:
     if not path.is_file():
         raise StructureDataError(f"{path} does not exist ({what})",
@@ -114,11 +121,10 @@ def cmrc_passages(shared: Path, rng: random.Random) -> list[Passage]:
     out = []
     for art in data:
         title = art.get("title", "").strip()
-        for k, par in enumerate(art["paragraphs"]):
+        for par in art["paragraphs"]:
             text = lead(re.sub(r"\s*\n\s*", "", par["context"]).strip(), "zh", rng)
             if title and text:
-                out.append(Passage(title if k == 0 else f"{title} ({k + 1})", text, "zh", "cmrc2018",
-                                   f"cmrc2018:{title}"))
+                out.append(Passage(title, text, "zh", "cmrc2018", f"cmrc2018:{title}"))  # each paragraph: its article's
     return out
 
 
@@ -150,10 +156,10 @@ def longbench_passages(shared: Path, rng: random.Random) -> list[Passage]:
             seen.add(key)
             unit = f"longbench:{len(seen)}"
             title = context.split("\n", 1)[0][:40]
-            for k, par in enumerate(p.strip() for p in context.split("\n")):
+            for par in (p.strip() for p in context.split("\n")):
                 text = lead(par, "zh", rng)
                 if text:
-                    out.append(Passage(f"{title} ¶{k}", text, "zh", "longbench", unit))
+                    out.append(Passage(title, text, "zh", "longbench", unit))  # the context's first line
     return out
 
 
@@ -162,7 +168,7 @@ def markdown_pages(folder: Path) -> list[Page]:
     pages = []
     for path in sorted(folder.glob("*.md")):
         parts = re.split(r"(?m)^(?=## )", path.read_text(encoding="utf-8"))
-        secs = [Section(heading.lstrip("#").strip(), body.lstrip("\n"))
+        secs = [Section(topic_title(heading.lstrip("#")), body.lstrip("\n"))
                 for heading, _, body in (part.partition("\n") for part in parts[1:])]
         pages.append(Page(f"docs:{path.name}", "en", f"docs/{path.name}", secs))
     return pages
@@ -216,7 +222,7 @@ def manual_pages(corpus: Path, lang: str = "") -> list[Page]:
             for (start, path), nxt in zip(heads, [*heads[1:], [len(text), None]], strict=True):
                 body = _strip_heading(text[start:nxt[0]], path[-1] if path else "")
                 if body.strip():
-                    secs.append(Section(re.sub(r"¶$", "", path[-1]).strip() if path else "", body))
+                    secs.append(Section(topic_title(path[-1]) if path else "", body))
             page_lang = lang or ("zh" if sum("\u4e00" <= c <= "\u9fff" for c in text[:3000]) > 300 else "en")
             name = corpus.parent.parent.name  # the ingest run: the manual's name for a Debian manual
             pages.append(Page(f"{name}:{rec['id']}", page_lang, f"{name}/{rec['id']}", secs))

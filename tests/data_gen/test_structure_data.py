@@ -18,6 +18,7 @@ from memreader.data_gen.structure_sources import (
     manual_pages,
     resolve_manual,
     sentences,
+    topic_title,
 )
 
 SECTION = ("The parser reads the file line by line. Each line is split at the first equals sign. Keys are "
@@ -52,6 +53,15 @@ def test_manual_pages_take_the_heading_lines_out_and_keep_the_titles(tmp_path: P
     assert [s.title for s in page.sections] == ["Parsing", "Sockets", "Parsing again"]
     assert all("¶" not in s.text and s.text.startswith(("The parser", "Sockets talk")) for s in page.sections)
     assert page.sections[1].text.startswith("Sockets talk")
+
+
+def test_gold_titles_keep_only_what_a_reader_could_write(tmp_path: Path) -> None:
+    """Section numbers and permalink marks are not in the text a reader sees, so they are not in the gold title."""
+    corpus = ingested(tmp_path, [page_record("b.html", ["9.7.5. 制作空的磁盘映像文件", "1.2 Sockets", "2. Parsing"])])
+    assert [s.title for s in manual_pages(corpus)[0].sections] == ["制作空的磁盘映像文件", "Sockets", "Parsing"]
+    for kept in ("2024 results", "Python 3.12 changes", "3 Usage", "pyclbr — Python module browser support"):
+        assert topic_title(kept) == kept
+    assert topic_title("Section #") == "Section" and topic_title("Class Objects¶") == "Class Objects"
 
 
 def test_sectioned_documents_have_gold_boundaries_at_the_section_starts(tmp_path: Path) -> None:
