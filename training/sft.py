@@ -173,15 +173,13 @@ def carried_checkpoint(cfg: TrainConfig) -> Path | None:
 
 
 def _summarize(cfg: TrainConfig, trainer: Any, seconds: float, counts: dict[str, int],
-               resumed_from: Path | None) -> dict[str, Any]:
+               resumed_from: Path | None, start: int) -> dict[str, Any]:
     """summary.json; on a resumed run the loss fields cover the whole run (the log history comes back with the
     checkpoint) and ``seconds``, ``tokens`` and the speeds this launch only."""
     import torch.distributed as dist
 
     history = trainer.state.log_history
     losses = [h["loss"] for h in history if "loss" in h]
-    start = json.loads((resumed_from / "trainer_state.json").read_text(encoding="utf-8"))["global_step"] \
-        if resumed_from else 0
     # TRL counts num_tokens from 0 in every launch (its counter is not in the checkpoint)
     tokens = max((h.get("num_tokens", 0) for h in history if h.get("step", 0) > start), default=0)
     eval_losses = [h["eval_loss"] for h in history if "eval_loss" in h]
@@ -263,6 +261,9 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
         return {"run_dir": str(out), "preflight": reports}
 
     resume_from = carried or (resume_checkpoint(out) if project.resume else None)
+    # the step it starts from, read now: the checkpoint may be rotated away (save_total_limit) before the run ends
+    first_step = json.loads((resume_from / "trainer_state.json").read_text(encoding="utf-8"))["global_step"] \
+        if resume_from else 0
     trainer = build_trainer(cfg, model_path, tokenizer, train_records, val_records)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -270,7 +271,7 @@ def train(cfg: TrainConfig, preflight_only: bool = False) -> dict[str, Any]:
     if val_records and args.eval_strategy == "no":
         trainer.evaluate()
     trainer.save_model(str(out))  # adapter + tokenizer (gathers ZeRO-3 shards)
-    summary = _summarize(cfg, trainer, seconds, counts, resume_from)
+    summary = _summarize(cfg, trainer, seconds, counts, resume_from, first_step)
     if trainer.is_world_process_zero():
         (out / "trainer_args.json").write_text(args.to_json_string(), encoding="utf-8")
         write_jsonl(out / "curves.jsonl", trainer.state.log_history)
