@@ -83,7 +83,7 @@ def build_trainer(
         eval_dataset=records_to_dataset(val_records) if val_records else None,
         processing_class=tokenizer,
         peft_config=copy.deepcopy(cfg.lora),  # PEFT rewrites its config (target_modules expanded) when wrapping
-        callbacks=[checkpoint_done_callback()],
+        callbacks=[checkpoint_done_callback(), schedule_from_args_callback()],
     )
     if cfg.project.completion_head and not score_completion_only(trainer.model):
         log.info("completion_head: this model's logits are scaled, soft-capped or routed; TRL's LM head scores it")
@@ -110,6 +110,26 @@ def checkpoint_done_callback() -> Any:
             return control
 
     return MarkCheckpointDone()
+
+
+def schedule_from_args_callback() -> Any:
+    """A ``TrainerCallback`` that makes a resumed run log, evaluate and save on *this* run's ``logging_steps``,
+    ``eval_steps`` and ``save_steps``: transformers restores them from the checkpoint's ``trainer_state.json`` and
+    only warns, so ``--set save_steps=50`` on a resume would silently keep the old schedule. Each value that changes
+    is said once."""
+    from transformers import TrainerCallback
+
+    class ScheduleFromArgs(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            before = {kind: getattr(state, f"{kind}_steps") for kind in ("logging", "eval", "save")}
+            state.compute_steps(args, state.max_steps)
+            changed = [f"{kind}_steps {old} -> {getattr(state, f'{kind}_steps')}" for kind, old in before.items()
+                       if old != getattr(state, f"{kind}_steps")]
+            if changed and state.is_world_process_zero:
+                log.info("resumed with this run's schedule, not the checkpoint's: %s", ", ".join(changed))
+            return control
+
+    return ScheduleFromArgs()
 
 
 def resume_checkpoint(out: Path) -> Path:

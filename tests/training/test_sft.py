@@ -119,9 +119,12 @@ def test_a_checkpoint_carried_from_another_machine_resumes(tiny_model, sft_files
     carried = tmp_path / "carried" / "step-2"
     shutil.copytree(Path(first["run_dir"]) / "checkpoint-2", carried,
                     ignore=shutil.ignore_patterns("training_args.bin", "tokenizer*", "chat_template*"))
-    resumed = train(_cfg(tiny_model, sft_files[0], max_steps=4, save_strategy="no", run="tiny-carry-b",
-                         resume_from_checkpoint=str(carried)))
+    resumed = train(_cfg(tiny_model, sft_files[0], max_steps=4, save_strategy="steps", save_steps=1,
+                         run="tiny-carry-b", resume_from_checkpoint=str(carried)))
     assert resumed["resumed_from"] == "step-2" and resumed["steps"] == 4
+    # this run's save_steps=1, not the checkpoint's 2 (which transformers restores from trainer_state.json)
+    saved = sorted(p.name for p in Path(resumed["run_dir"]).glob("checkpoint-*"))
+    assert saved == ["checkpoint-3", "checkpoint-4"], saved
     curve = {h["step"]: h["loss"] for h in _curve(first) if "loss" in h}
     again = {h["step"]: h["loss"] for h in _curve(resumed) if "loss" in h}
     assert set(again) == {1, 2, 3, 4}  # the first two come back with the checkpoint's log history
