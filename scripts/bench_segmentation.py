@@ -9,8 +9,9 @@ Each ``--method NAME=memories.jsonl`` is one column of the comparison (any numbe
 the ratio table). Memories are matched to gold documents by ``doc_id`` and must hold exactly the gold texts;
 a gold document missing from a memories file stops the run unless ``--allow-missing``. Prints boundary
 P / R / F1 (macro, and micro F1), Pk, WindowDiff, chunks per document, mean chunk length and outline ROUGE-L,
-then every method's ratio to the first and the signatures; ``--out`` writes all of it (with the per-document
-records) as JSON. Definitions: ``eval/segmentation.py`` and docs/EVALUATION.md.
+then every method's ratio to the first, every other method's difference to the first in F1 (macro), Pk and
+WindowDiff with a paired 95 % bootstrap interval over the documents (:func:`memreader.eval.stats.paired_test`), and
+the signatures; ``--out`` writes all of it (with the per-document records) as JSON. Definitions: ``eval/segmentation.py`` and docs/EVALUATION.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,19 @@ from _common import method_file
 
 from memreader.core.paths import sha256_file, write_json
 from memreader.eval.gold_segments import load_gold_segments, score_memories
-from memreader.eval.segmentation import SegmentationSettings, format_table, ratios
+from memreader.eval.segmentation import SegmentationScores, SegmentationSettings, format_table, ratios
+from memreader.eval.stats import paired_test
+
+PAIRED = (("f1", "F1"), ("pk", "Pk"), ("window_diff", "WindowDiff"))
+
+
+def differences(results: dict[str, SegmentationScores], base: str) -> dict[str, dict[str, dict]]:
+    """Each method minus ``base`` per document (F1, Pk, WindowDiff), paired over the documents both scored."""
+    def column(scores: SegmentationScores, key: str) -> tuple[list[str], list[float]]:
+        return [d.doc_id for d in scores.documents], [getattr(d, key) for d in scores.documents]
+
+    return {name: {key: paired_test(*column(scores, key), *column(results[base], key)).to_dict() for key, _ in PAIRED}
+            for name, scores in results.items() if name != base}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
     print(f"gold: {args.gold} ({len(gold)} documents)")
     print(format_table(results))
+    diffs = differences(results, names[0])
+    for name, by_key in diffs.items():
+        cells = [f"{label} {d['delta']:+.3f} [{d['interval']['low']:+.3f}, {d['interval']['high']:+.3f}]"
+                 for (key, label), d in ((k, by_key[k[0]]) for k in PAIRED)]
+        print(f"{name} - {names[0]}: {', '.join(cells)} ({by_key['f1']['n']} documents, paired bootstrap, 95 %)")
     if args.out:
         base = results[names[0]]
         write_json(args.out, {
@@ -61,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             "signature": base.signature,
             "baseline": names[0],
             "ratios": ratios(results),
+            "differences": diffs,
             "methods": {name: {"memories": str(path), "sha256": sha256_file(path), **results[name].to_dict()}
                         for name, path in args.method},
         })

@@ -476,6 +476,11 @@ def test_bench_segmentation(structure: dict, gold_memories: Path, grammar_random
     assert got["baseline"] == "gold" and set(got["methods"]) == {"gold", "random"}
     assert got["methods"]["gold"]["f1"] == 1.0 and got["methods"]["gold"]["pk"] == 0.0  # gold scores itself perfectly
     assert got["ratios"]["random"]["f1"] < 1.0
+    # random minus gold, paired over the documents: lower F1, its interval around the difference
+    f1 = got["differences"]["random"]["f1"]
+    assert f1["delta"] < 0 and f1["interval"]["low"] <= f1["delta"] <= f1["interval"]["high"] <= 0
+    assert f1["n"] == len(structure["dev"].read_text(encoding="utf-8").splitlines())
+    assert "random - gold: F1 -" in proc.stdout and "Pk +" in proc.stdout
 
 
 def test_profile_cuts(structure: dict, gold_memories: Path, grammar_random: tuple[Path, dict], tmp_path: Path) -> None:
