@@ -11,7 +11,8 @@ a gold document missing from a memories file stops the run unless ``--allow-miss
 P / R / F1 (macro, and micro F1), Pk, WindowDiff, chunks per document, mean chunk length and outline ROUGE-L,
 then every method's ratio to the first, every other method's difference to the first in F1 (macro), Pk and
 WindowDiff with a paired 95 % bootstrap interval over the documents (:func:`memreader.eval.stats.paired_test`), and
-the signatures; ``--out`` writes all of it (with the per-document records) as JSON. Definitions: ``eval/segmentation.py`` and docs/EVALUATION.md.
+the signatures; ``--out`` writes all of it (with the per-document records) as JSON. Definitions:
+``eval/segmentation.py`` and docs/EVALUATION.md.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results))
     diffs = differences(results, names[0])
     for name, by_key in diffs.items():
-        cells = [f"{label} {d['delta']:+.3f} [{d['interval']['low']:+.3f}, {d['interval']['high']:+.3f}]"
-                 for (key, label), d in ((k, by_key[k[0]]) for k in PAIRED)]
+        cells = [f"{label} {by_key[key]['delta']:+.3f} [{by_key[key]['interval']['low']:+.3f}, "
+                 f"{by_key[key]['interval']['high']:+.3f}]" for key, label in PAIRED]
         print(f"{name} - {names[0]}: {', '.join(cells)} ({by_key['f1']['n']} documents, paired bootstrap, 95 %)")
     if args.out:
         base = results[names[0]]
