@@ -29,6 +29,7 @@ from memreader.core.config import field
 from memreader.core.paths import memreader_home, sha256_file, write_jsonl
 from memreader.core.stage import Stage
 from memreader.data_gen.structure_sources import (
+    DEBIAN_MANUALS,
     EN_RANGE,
     ZH_RANGE,
     Page,
@@ -56,9 +57,8 @@ class StructureDataConfig:
     shared: str = field("../shared/datasets", help="folder of the benchmark files (hotpotqa_100_*.json, "
                         "cmrc2018_dev.json, crud_event_summary.jsonl, longbench_multifieldqa_zh.jsonl)")
     docs: str = field("docs", help="folder of Markdown docs cut at their ## headings ('' = none)")
-    manuals: list = field([], help="ingested manuals: corpus JSONL paths, or the names of Debian manuals (python3-doc, "
-                          "debian-reference-zh-cn, debian-handbook-zh-cn, maint-guide-zh-cn, debian-faq-zh-cn: "
-                          "their corpus under $MEMREADER_HOME/runs/<name>/ingest/)")
+    manuals: list = field([], help=f"ingested manuals: corpus JSONL paths, or the names of Debian manuals "
+                          f"({', '.join(DEBIAN_MANUALS)}: their corpus under $MEMREADER_HOME/runs/<name>/ingest/)")
     out: str = field("", help="output folder ('' = $MEMREADER_HOME/datasets/structure)")
     seed: int = field(7, ge=0, help="one seed for every draw")
     joined_train: int = field(5000, ge=0, help="joined training documents, shared by the languages by passage supply")

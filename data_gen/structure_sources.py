@@ -24,15 +24,15 @@ ZH_RANGE = (60, 360)  # per Chinese passage (60-480 allowed; SmolLM2 spends ~1.9
 _ZH_END = re.compile(r"[^。！？]*[。！？]+[”’」』）)]*")
 _EN_END = re.compile(r".+?[.!?][\"'”’)\]]*(?=\s|$)\s*", re.S)
 DEBIAN_MANUALS = {
-    "python3-doc": ("python3-doc", "/usr/share/doc/python3/html/library", "en"),
-    "debian-reference-zh-cn": ("debian-reference-zh-cn", "/usr/share/debian-reference", "zh"),
-    "debian-handbook-zh-cn": ("debian-handbook", "/usr/share/doc/debian-handbook/html/zh-CN", "zh"),
-    "maint-guide-zh-cn": ("maint-guide-zh-cn", "/usr/share/doc/maint-guide-zh-cn/html", "zh"),
-    "debian-faq-zh-cn": ("debian-faq-zh-cn", "/usr/share/doc/debian/FAQ/zh-cn", "zh"),
+    "python3-doc": ("python3-doc", "/usr/share/doc/python3/html/library"),
+    "debian-reference-zh-cn": ("debian-reference-zh-cn", "/usr/share/debian-reference"),
+    "debian-handbook-zh-cn": ("debian-handbook", "/usr/share/doc/debian-handbook/html/zh-CN"),
+    "maint-guide-zh-cn": ("maint-guide-zh-cn", "/usr/share/doc/maint-guide-zh-cn/html"),
+    "debian-faq-zh-cn": ("debian-faq-zh-cn", "/usr/share/doc/debian/FAQ/zh-cn"),
 }
-"""Real sectioned HTML manuals from Debian's archive: name (the ingest run) → (package, folder, language). The
-Chinese ones beside the Debian reference: the Debian Administrator's Handbook (a few chapters untranslated, so
-English pages), the New Maintainers' Guide and the Debian FAQ."""
+"""Real sectioned HTML manuals from Debian's archive: name (the ingest run) → (package, folder). Each page's language
+is read from its text (:func:`manual_pages`): the Debian Administrator's Handbook's zh-CN has a few untranslated,
+English pages. The Chinese ones beside the Debian reference: that handbook, the New Maintainers' Guide, the FAQ."""
 
 
 class StructureDataError(MemReaderError, ValueError):
@@ -184,7 +184,7 @@ def resolve_manual(entry: str, home: Path) -> Path:
     ``$MEMREADER_HOME/runs/<name>/ingest/``), named with the ``apt-get`` line when the package is not installed and
     with the ``memreader ingest`` line when it is not ingested yet."""
     if entry in DEBIAN_MANUALS:
-        package, folder, _ = DEBIAN_MANUALS[entry]
+        package, folder = DEBIAN_MANUALS[entry]
         if not Path(folder).is_dir():
             raise StructureDataError(f"the Debian manual {entry} is not installed ({folder} does not exist)",
                                      f"apt-get install {package} (as root), then memreader ingest {folder} --set "

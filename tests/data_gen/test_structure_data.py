@@ -83,11 +83,11 @@ def test_a_corpus_without_heading_maps_is_named_with_the_fix(tmp_path: Path) -> 
 
 def test_a_debian_manual_not_installed_is_named_with_the_apt_line(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(DEBIAN_MANUALS, "python3-doc", ("python3-doc", str(tmp_path / "absent"), "en"))
+    monkeypatch.setitem(DEBIAN_MANUALS, "python3-doc", ("python3-doc", str(tmp_path / "absent")))
     with pytest.raises(StructureDataError, match="apt-get install python3-doc"):
         resolve_manual("python3-doc", tmp_path)
     # a manual named apart from its package (one language of a many-language package) names the package
-    monkeypatch.setitem(DEBIAN_MANUALS, "debian-handbook-zh-cn", ("debian-handbook", str(tmp_path / "absent"), "zh"))
+    monkeypatch.setitem(DEBIAN_MANUALS, "debian-handbook-zh-cn", ("debian-handbook", str(tmp_path / "absent")))
     with pytest.raises(StructureDataError, match=r"apt-get install debian-handbook \(as root\).*run=debian-handbook-zh-cn"):
         resolve_manual("debian-handbook-zh-cn", tmp_path)
 
@@ -96,7 +96,7 @@ def test_a_debian_manual_not_ingested_is_named_with_the_ingest_line(tmp_path: Pa
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "html"
     folder.mkdir()
-    monkeypatch.setitem(DEBIAN_MANUALS, "python3-doc", ("python3-doc", str(folder), "en"))
+    monkeypatch.setitem(DEBIAN_MANUALS, "python3-doc", ("python3-doc", str(folder)))
     with pytest.raises(StructureDataError, match=f"memreader ingest {folder} --set run=python3-doc"):
         resolve_manual("python3-doc", tmp_path)
     corpus = tmp_path / "runs" / "python3-doc" / "ingest" / "corpus.jsonl"
