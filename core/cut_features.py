@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,21 +109,34 @@ class CutFeatures:
 
     def hidden(self, text: str) -> tuple[np.ndarray, list[int]]:
         """(one hidden state per token, each token's start offset), from the prefill in overlapping pieces."""
+        states, starts = self.hidden_at(text, [self.layers])
+        return states[self.layers], starts
+
+    def hidden_at(self, text: str, counts: list[int]) -> tuple[dict[int, np.ndarray], list[int]]:
+        """:meth:`hidden` for the first ``n`` layers, each ``n`` of ``counts`` (at most :attr:`layers`), from one
+        prefill: a layer's output through the final norm is what a model cut after that layer gives (tested)."""
         import torch
 
+        if not counts or any(not 1 <= n <= self.layers for n in counts):
+            raise CutScorerError(f"hidden states of layers {counts} asked of features with {self.layers} layers",
+                                 f"ask for layer counts between 1 and {self.layers}")
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids, starts = enc["input_ids"], [s for s, _ in enc["offset_mapping"]]
-        out = np.zeros((len(ids), int(self.signature["hidden_size"])), dtype=np.float32)
+        hidden = int(self.signature["hidden_size"])
+        out = {n: np.zeros((len(ids), hidden), dtype=np.float32) for n in counts}
         overlap = min(self.overlap, self.max_tokens // 2)
         step = max(1, self.max_tokens - overlap)
+        inner = [n for n in counts if n != self.layers]
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
             for begin in range(0, max(1, len(ids)), step):
                 lo = max(0, begin - overlap)  # read from lo so the kept tokens [begin, hi) have left context
                 hi = min(len(ids), begin + step)
                 if hi <= begin:
                     break
-                states = self.model(input_ids=torch.tensor([ids[lo:hi]])).last_hidden_state[0]
-                out[begin:hi] = states[begin - lo:].float().numpy()
+                result = self.model(input_ids=torch.tensor([ids[lo:hi]]), output_hidden_states=bool(inner))
+                for n in counts:
+                    states = result.last_hidden_state if n == self.layers else self.model.norm(result.hidden_states[n])
+                    out[n][begin:hi] = states[0, begin - lo:].float().numpy()
         return out, starts
 
     def of(self, text: str, ends: list[int] | None = None) -> tuple[list[int], np.ndarray]:
@@ -141,10 +154,14 @@ class CutFeatures:
     def state_rows(self, text: str, ends: list[int] | None = None) -> tuple[list[int], np.ndarray]:
         """The hidden-state part of the rows (what the prefill gives)."""
         ends = sentence_ends(text) if ends is None else ends
-        width = 3 * int(self.signature["hidden_size"]) + 2
         if not ends:
-            return [], np.zeros((0, width), dtype=np.float32)
+            return [], self.rows_from(text, ends, np.zeros((0, 0), dtype=np.float32), [])
         states, starts = self.hidden(text)
+        return ends, self.rows_from(text, ends, states, starts)
+
+    def rows_from(self, text: str, ends: list[int], states: np.ndarray, starts: list[int]) -> np.ndarray:
+        """One row per end of ``text`` from its tokens' hidden ``states`` (token start offsets ``starts``)."""
+        width = 3 * int(self.signature["hidden_size"]) + 2
         rows = np.zeros((len(ends), width), dtype=np.float32)
         w = self.window
         for i, e in enumerate(ends):
@@ -157,7 +174,7 @@ class CutFeatures:
             ml, mr = left.mean(0), right.mean(0)
             cos = float(ml @ mr / (np.linalg.norm(ml) * np.linalg.norm(mr) + 1e-6))
             rows[i] = np.concatenate([ml, mr, np.abs(ml - mr), [cos, float("\n" in text[max(0, e - 4):e])]])
-        return ends, rows
+        return rows
 
 
 DROP_CONTEXT = 200
@@ -215,8 +232,31 @@ def cached_rows(features: CutFeatures, text: str, cache_dir: Path | None) -> tup
         data[f"drop{DROP_CONTEXT}"] = embedding_drop(text, ends, features.embedders or {})
         changed = True
     if changed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, **data)
-        tmp.replace(path)
+        _save(path, data)
     return ends, features.with_drop(text, ends, data["rows"], data.get(f"drop{DROP_CONTEXT}"))
+
+
+def cache_layer_counts(features: CutFeatures, text: str, cache_dir: Path, counts: list[int]) -> list[int]:
+    """Put ``text``'s hidden-state rows into ``cache_dir`` for the features of each layer count in ``counts`` (at
+    most ``features.layers``), all from one prefill, under the keys :func:`cached_rows` reads for features of that
+    many layers; returns the counts that were missing (and are now written)."""
+    views = {n: replace(features, layers=n) for n in counts}
+    paths = {n: Path(cache_dir) / f"{text_key(text, view)}.npz" for n, view in views.items()}
+    missing = [n for n in counts if not (paths[n].is_file() and "rows" in np.load(paths[n]).files)]
+    if not missing:
+        return []
+    ends = sentence_ends(text)
+    states, starts = features.hidden_at(text, missing) if ends else ({}, [])
+    for n in missing:
+        rows = views[n].rows_from(text, ends, states.get(n, np.zeros((0, 0), dtype=np.float32)), starts)
+        data = dict(np.load(paths[n])) if paths[n].is_file() else {}
+        data.update(ends=np.asarray(ends, dtype=np.int64), rows=rows)
+        _save(paths[n], data)
+    return missing
+
+
+def _save(path: Path, data: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **data)
+    tmp.replace(path)

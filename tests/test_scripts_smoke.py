@@ -416,6 +416,32 @@ def test_bench_cut_levers(ahead: Ahead, structure: dict) -> None:
     assert "(d) cut head - drop, F1, all:" in proc.stdout
 
 
+def cmd_bench_cut_layers(structure: dict, tiny_llm: str, out: Path) -> tuple:
+    return ("bench_cut_layers.py", "--counts", 1, 2, "--model", tiny_llm, "--docs", structure["dir"] / "train.jsonl",
+            "--docs", structure["dev"], "--time-docs", 1, "--cache", out / "cache", "--out", out / "layers.json")
+
+
+@pytest.mark.integration
+def test_bench_cut_layers(ahead: Ahead, structure: dict, tiny_head: Path, tiny_llm: str) -> None:
+    proc, out = ahead.result("bench_cut_layers")
+    report = json.loads((out / "layers.json").read_text())
+    texts = {json.loads(line)["text"] for f in (structure["dir"] / "train.jsonl", structure["dev"])
+             for line in f.read_text(encoding="utf-8").splitlines()}
+    assert set(report["time"]) == {"1", "2"} and all(s > 0 for s in report["time"].values())
+    assert report["fill"]["prefilled"] == len(texts) and report["fill"]["counts_missing"] == [1, 2]
+    cached = sorted((out / "cache").glob("*.npz"))
+    assert len(cached) == 2 * len(texts)  # one file per text and layer count
+    assert re.search(r"^ +2 layers: [\d.]+ s/document \(1.00x 2 layers\)", proc.stdout, flags=re.M)
+    # the one-layer head reads the dev rows from that cache (nothing new written), compared with itself
+    run("bench_cut_levers.py", "--no-drop", "--head", f"one={tiny_head}", "--head", f"again={tiny_head}", "--model",
+        tiny_llm, "--train", structure["dir"] / "train.jsonl", "--gold", structure["dev"], "--cache", out / "cache",
+        "--out", out / "levers.json")
+    assert sorted((out / "cache").glob("*.npz")) == cached
+    levers = json.loads((out / "levers.json").read_text())
+    assert levers["reference"] == "one" and "(c) embedding drop" not in levers["methods"]
+    assert levers["differences"]["again"]["all"]["delta"] == 0
+
+
 def cmd_bench_train_speed(tiny_llm: str, out: Path) -> tuple:
     out.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", 4), ("val", 2)):

@@ -2,7 +2,8 @@
 (core/cut_head.py), its fit on gold boundaries (training/cut_fit.py), its training keys and the reader's use of it.
 
 The model-free parts run on hand-made numbers; the rest on tiny random Llamas (2 layers, hidden size 32 and 48) on
-SmolLM2's tokenizer (the ``smollm2_tokenizer`` fixture: the real SmolLM2 is never converted here)."""
+SmolLM2's tokenizer (tests/training/conftest.py: the real SmolLM2 is never converted here). The features alone:
+test_cut_features.py."""
 
 from __future__ import annotations
 
@@ -21,10 +22,8 @@ from memreader.core.cut_features import (
     FEATURES_VERSION,
     CutFeatures,
     CutScorerError,
-    cached_rows,
     cut_dtype,
     labels_for,
-    model_signature,
 )
 from memreader.core.cut_head import (
     CutHead,
@@ -51,17 +50,7 @@ from memreader.training.cut_fit import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-
-# Sentences of two topics, for the feature tests.
-BAKERY = ["The baker kneads the dough before dawn.", "Fresh bread cools on the wooden rack.",
-          "Flour and yeast fill the warm kitchen.", "She slices the crusty loaf for breakfast.",
-          "Butter melts on the toasted rye.", "The oven hums beside the sourdough starter.",
-          "Sugar dusts the cinnamon buns.", "A croissant flakes onto the plate."]
-SKY = ["Distant galaxies drift through the dark void.", "Astronomers measure the redshift of quasars.",
-       "A telescope tracks the orbiting comet.", "Nebulae glow with ionized hydrogen gas.",
-       "Neutron stars spin hundreds of times per second.", "The planet's moons cross its rings.",
-       "Cosmic rays strike the upper atmosphere.", "A supernova outshines its whole galaxy."]
-
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 # --- breaks, gaps, labels, thresholds (no model) ---------------------------------------------------------------
 
@@ -296,45 +285,6 @@ def test_training_config_cut_keys(tmp_path: Path) -> None:
 # --- features and the fit, on tiny random Llamas ----------------------------------------------------------------
 
 
-def _tiny_llama(tokenizer: Any, folder: Path, hidden: int) -> str:
-    """A random 2-layer Llama of hidden size ``hidden`` on ``tokenizer``, saved with it (as tests/conftest.py's
-    tiny_model, without converting SmolLM2 for its tokenizer)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    """Torch on one thread for this module (two threads on a busy 2-core machine run several times slower); the
-    session's setting is put back after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_llamas(smollm2_tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
-    """{hidden size: model folder} for hidden sizes 32 and 48."""
-    return {h: _tiny_llama(smollm2_tokenizer, tmp_path_factory.mktemp(f"tiny_llama_{h}"), h) for h in (32, 48)}
-
-
-@pytest.fixture(scope="module")
-def features(tiny_llamas: dict[int, str]) -> CutFeatures:
-    return CutFeatures.load(tiny_llamas[32], layers=1)
-
-
 # A random model knows no topics, only tokens: a document's two parts draw their words from two small vocabularies.
 WORDS = ("bread flour oven yeast dough butter".split(), "star comet orbit galaxy moon planet".split())
 
@@ -371,89 +321,6 @@ def fitted(tiny_llamas: dict[int, str], gold_file: Path, tmp_path_factory: pytes
     settings = CutFitSettings(data=str(gold_file), model=tiny_llamas[32], cache_dir=str(root / "cache"), **FIT)
     meta = fit_cut_head(settings, root / "cut_head", threads=1)
     return {"meta": meta, "folder": root / "cut_head", "cache": root / "cache", "settings": settings}
-
-
-@pytest.mark.integration
-def test_model_signature_is_the_configs_shape(tiny_llamas: dict[int, str]) -> None:
-    from transformers import AutoConfig
-
-    signature = model_signature(AutoConfig.from_pretrained(tiny_llamas[48]))
-    assert signature == {"model_type": "llama", "hidden_size": 48, "num_hidden_layers": 2, "vocab_size": 49152,
-                         "intermediate_size": 64, "num_attention_heads": 4}
-
-
-@pytest.mark.integration
-def test_features_give_one_row_per_allowed_end(features: CutFeatures) -> None:
-    assert features.layers == 1 and len(features.model.layers) == 1  # only the first layers run
-    assert features.signature["num_hidden_layers"] == 2  # the signature is the full model's
-    assert features.dim() == 3 * 32 + 2
-    text = "The baker kneads the dough. Fresh bread cools.\n\nGalaxies drift through the void. Comets pass by."
-    ends, rows = features.of(text)
-    assert ends == sentence_ends(text) and len(ends) >= 3
-    assert rows.shape == (len(ends), 98) and rows.dtype == np.float32 and np.isfinite(rows).all()
-    paragraph = [e for e in ends if "\n" in text[max(0, e - 4):e]]
-    assert paragraph and rows[:, -1].tolist() == [1.0 if e in paragraph else 0.0 for e in ends]
-    cos = rows[:, -2]
-    assert ((-1.001 <= cos) & (cos <= 1.001)).all()
-    np.testing.assert_allclose(rows[:, 64:96], np.abs(rows[:, :32] - rows[:, 32:64]), rtol=1e-6)
-    assert features.of(text, ends=[ends[0]])[1].shape == (1, 98)
-    assert features.of("no sentence end here")[1].shape == (0, 98)
-
-
-@pytest.mark.integration
-def test_a_long_text_is_read_in_overlapping_pieces(features: CutFeatures) -> None:
-    import dataclasses
-
-    import torch
-
-    text = " ".join(BAKERY + SKY)
-    whole, starts = features.hidden(text)
-    small = dataclasses.replace(features, max_tokens=16, overlap=4)  # pieces of 16 tokens, 12 new ones each
-    pieced, starts_again = small.hidden(text)
-    n = len(starts)
-    assert n > 40 and starts == starts_again and whole.shape == pieced.shape == (n, 32)
-    assert (np.abs(pieced).sum(1) > 0).all()  # every token got its state
-    # the first piece has all of its left context: as in one pass
-    np.testing.assert_allclose(pieced[:12], whole[:12], atol=1e-4)
-    # the second piece keeps tokens [12, 24), read from token 8 on
-    ids = features.tokenizer(text, add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        direct = features.model(input_ids=torch.tensor([ids[8:24]])).last_hidden_state[0].numpy()
-    np.testing.assert_allclose(pieced[12:24], direct[4:], atol=1e-4)
-    assert not np.allclose(pieced[12:24], whole[12:24], atol=1e-4)  # less left context than the single pass
-    ends, rows = small.of(text)
-    assert ends == sentence_ends(text) and rows.shape == (len(ends), 98)
-
-
-@pytest.mark.integration
-def test_layers_out_of_range_are_refused(tiny_llamas: dict[int, str]) -> None:
-    for layers in (0, 3):
-        with pytest.raises(CutScorerError, match=f"cut features from layer {layers}, but .* has 2 decoder layers "
-                                                 ".*set cut_layers between 1 and 2"):
-            CutFeatures.load(tiny_llamas[32], layers=layers)
-
-
-@pytest.mark.integration
-def test_cached_rows_are_read_back_instead_of_computed(features: CutFeatures, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    text = "The baker kneads the dough. Fresh bread cools. Galaxies drift through the void. Comets pass."
-    ends, rows = cached_rows(features, text, tmp_path)
-    assert len(list(tmp_path.glob("*.npz"))) == 1
-
-    def refuse(*args: Any, **kw: Any) -> None:
-        raise AssertionError("computed again")
-
-    monkeypatch.setattr(CutFeatures, "hidden", refuse)  # no second prefill
-    again_ends, again_rows = cached_rows(features, text, tmp_path)
-    assert again_ends == ends and all(isinstance(e, int) for e in again_ends)
-    np.testing.assert_array_equal(again_rows, rows)
-    monkeypatch.undo()
-    other = CutFeatures(features.model, features.tokenizer, features.name, features.signature, features.layers,
-                        window=4)
-    cached_rows(other, text, tmp_path)  # other settings: another file
-    assert len(list(tmp_path.glob("*.npz"))) == 2
-    cached_rows(replace(features, dtype="bfloat16"), text, tmp_path)  # bf16 rows never stand in for fp32 ones
-    assert len(list(tmp_path.glob("*.npz"))) == 3
 
 
 @pytest.mark.integration
