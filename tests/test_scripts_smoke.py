@@ -469,20 +469,24 @@ def test_bench_train_speed(ahead: Ahead) -> None:
 
 
 def cmd_bench_cut_read(structure: dict, tiny_head: Path, tiny_llm: str, out: Path) -> tuple:
-    return ("bench_cut_read.py", "--input", structure["dev"], "--limit", 1, "--adapter", "", "--cut-head", tiny_head,
-            "--home", out / "home", "--set", f"model={tiny_llm}", "--set", "backend=transformers", "--set",
-            "max_new_tokens=1024", "--repeats", 1, "--out", out / "read.json")
+    return ("bench_cut_read.py", "--input", structure["dev"], "--limit", 1, "--adapter", "", "--cut-head",
+            f"with head={tiny_head}", "--cut-head", f"again={tiny_head}", "--home", out / "home", "--set",
+            f"model={tiny_llm}", "--set", "backend=transformers", "--set", "max_new_tokens=1024", "--repeats", 1,
+            "--out", out / "read.json")
 
 
 @pytest.mark.integration
 def test_bench_cut_read(ahead: Ahead) -> None:
     proc, out = ahead.result("bench_cut_read")
     report = json.loads((out / "read.json").read_text())
-    with_head, without = report["runs"]["with head"], report["runs"]["without head"]
-    assert len(with_head) == len(without) == 1 and with_head[0]["documents"] == without[0]["documents"] == 1
-    assert with_head[0]["cut_seconds"] > 0 and without[0]["cut_seconds"] is None
+    runs = report["runs"]
+    with_head, again, without = runs["with head"], runs["again"], runs["without head"]
+    assert len(with_head) == len(again) == len(without) == 1
+    assert with_head[0]["documents"] == again[0]["documents"] == without[0]["documents"] == 1
+    assert with_head[0]["cut_seconds"] > 0 and again[0]["cut_seconds"] > 0 and without[0]["cut_seconds"] is None
     assert 0 < with_head[0]["read_seconds"] <= with_head[0]["call_seconds"]
-    assert "with head / without (best of 1): read loop x" in proc.stdout
+    assert set(report["ratios"]) == {"with head", "again"} and report["ratio_read_loop"] > 0
+    assert "with head / without (best of 1): read loop x" in proc.stdout and "again / without" in proc.stdout
 
 
 def test_grammar_prior(grammar_random: tuple[Path, dict], structure: dict) -> None:
