@@ -6,12 +6,12 @@
 Reads the first ``--limit`` documents with ``memreader read`` without the head (``cut_head=none``) and with the
 adapter's head (``cut_head=auto``, or ``--cut-head FOLDER``; several ``--cut-head NAME=FOLDER`` compare heads, e.g.
 features of fewer layers), ``--repeats`` times each in alternating order (none, head, head, none, ...; with several
-heads each round reverses the last), every read in a fresh process and run folder: an engine kept across reads would serve the
-later reads' prompts from its prefix cache (measured: the fourth read of the same 40 documents 18 % faster than the
-first), which no user reading a corpus once gets. Prints the reading loop's seconds (the run's ``summary.json``
-less its engine's start-up; the figure compared), the whole command's, the ratios, and the head's own seconds (its
-prefill + scoring, summed over documents). ``--set`` passes any other read key (``dtype=float32`` forces the fp32
-path a CPU without bf16 units takes; ``cut_ahead=0`` scores each document in turn).
+heads each round reverses the last), every read in a fresh process and run folder: an engine kept across reads would
+serve the later reads' prompts from its prefix cache (measured: the fourth read of the same 40 documents 18 % faster
+than the first), which no user reading a corpus once gets. Prints the reading loop's seconds (the run's
+``summary.json`` less its engine's start-up; the figure compared), the whole command's, the ratios, and the head's own
+seconds (its prefill + scoring, summed over documents). ``--set`` passes any other read key (``dtype=float32`` forces
+the fp32 path a CPU without bf16 units takes; ``cut_ahead=0`` scores each document in turn).
 """
 
 from __future__ import annotations
