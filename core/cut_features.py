@@ -126,14 +126,13 @@ class CutFeatures:
         out = {n: np.zeros((len(ids), hidden), dtype=np.float32) for n in counts}
         overlap = min(self.overlap, self.max_tokens // 2)
         step = max(1, self.max_tokens - overlap)
-        inner = [n for n in counts if n != self.layers]
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
             for begin in range(0, max(1, len(ids)), step):
                 lo = max(0, begin - overlap)  # read from lo so the kept tokens [begin, hi) have left context
                 hi = min(len(ids), begin + step)
                 if hi <= begin:
                     break
-                result = self.model(input_ids=torch.tensor([ids[lo:hi]]), output_hidden_states=bool(inner))
+                result = self.model(input_ids=torch.tensor([ids[lo:hi]]), output_hidden_states=counts != [self.layers])
                 for n in counts:
                     states = result.last_hidden_state if n == self.layers else self.model.norm(result.hidden_states[n])
                     out[n][begin:hi] = states[0, begin - lo:].float().numpy()
@@ -220,7 +219,7 @@ def cached_rows(features: CutFeatures, text: str, cache_dir: Path | None) -> tup
     column when asked) so a second fit, or a head with the drop, does not prefill again."""
     if cache_dir is None:
         return features.of(text)
-    path = Path(cache_dir) / f"{text_key(text, features)}.npz"
+    path = cache_path(features, text, cache_dir)
     data = dict(np.load(path)) if path.is_file() else {}
     changed = False
     if "rows" not in data:
@@ -240,19 +239,35 @@ def cache_layer_counts(features: CutFeatures, text: str, cache_dir: Path, counts
     """Put ``text``'s hidden-state rows into ``cache_dir`` for the features of each layer count in ``counts`` (at
     most ``features.layers``), all from one prefill, under the keys :func:`cached_rows` reads for features of that
     many layers; returns the counts that were missing (and are now written)."""
-    views = {n: replace(features, layers=n) for n in counts}
-    paths = {n: Path(cache_dir) / f"{text_key(text, view)}.npz" for n, view in views.items()}
-    missing = [n for n in counts if not (paths[n].is_file() and "rows" in np.load(paths[n]).files)]
+    missing = missing_layer_counts(features, text, cache_dir, counts)
     if not missing:
         return []
     ends = sentence_ends(text)
     states, starts = features.hidden_at(text, missing) if ends else ({}, [])
     for n in missing:
-        rows = views[n].rows_from(text, ends, states.get(n, np.zeros((0, 0), dtype=np.float32)), starts)
-        data = dict(np.load(paths[n])) if paths[n].is_file() else {}
-        data.update(ends=np.asarray(ends, dtype=np.int64), rows=rows)
-        _save(paths[n], data)
+        view = replace(features, layers=n)
+        path = cache_path(view, text, cache_dir)
+        data = dict(np.load(path)) if path.is_file() else {}  # a drop column already there stays
+        data.update(ends=np.asarray(ends, dtype=np.int64),
+                    rows=view.rows_from(text, ends, states.get(n, np.zeros((0, 0), dtype=np.float32)), starts))
+        _save(path, data)
     return missing
+
+
+def missing_layer_counts(features: CutFeatures, text: str, cache_dir: Path, counts: list[int]) -> list[int]:
+    """The layer counts of ``counts`` whose rows of ``text`` are not in ``cache_dir`` (keys only: ``features``
+    may hold fewer layers than a count)."""
+    missing = []
+    for n in counts:
+        path = cache_path(replace(features, layers=n), text, cache_dir)
+        if not (path.is_file() and "rows" in np.load(path).files):
+            missing.append(n)
+    return missing
+
+
+def cache_path(features: CutFeatures, text: str, cache_dir: Path) -> Path:
+    """The file that keeps ``text``'s rows under ``features`` in ``cache_dir``."""
+    return Path(cache_dir) / f"{text_key(text, features)}.npz"
 
 
 def _save(path: Path, data: dict[str, np.ndarray]) -> None:

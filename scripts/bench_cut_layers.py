@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from memreader.core.cut_features import CutFeatures, cache_layer_counts, cut_dtype, text_key
+from memreader.core.cut_features import CutFeatures, cache_layer_counts, cut_dtype, missing_layer_counts
 from memreader.core.hardware import cpu_flags, cpu_model
 from memreader.core.registry import SMOLLM2
 from memreader.training.cut_fit import load_gold
@@ -46,7 +46,8 @@ def main() -> None:
     args = ap.parse_args()
     counts = sorted(set(args.counts))
     dtype = cut_dtype(args.dtype)
-    report: dict = {"counts": counts, "dtype": dtype, "cpu": f"{cpu_model()} ({' '.join(cpu_flags())})", "docs": args.docs, "time": {}}
+    report: dict = {"counts": counts, "dtype": dtype, "cpu": f"{cpu_model()} ({' '.join(cpu_flags())})",
+                    "docs": args.docs, "time": {}}
     timed = load_gold(args.docs[-1])[: args.time_docs + 1] if args.time_docs else []
     for n in counts if timed else []:
         features = CutFeatures.load(args.model, n, dtype=dtype)
@@ -64,12 +65,9 @@ def main() -> None:
     if not args.no_fill:
         cache = Path(args.cache)
         docs = [d for path in args.docs for d in load_gold(path)]
-        views = {n: CutFeatures(None, None, "", {}, n) for n in counts}  # keys only: no model needed for them
-        probe = CutFeatures.load(args.model, 1)
-        for view in views.values():
-            view.name, view.signature, view.dtype = probe.name, probe.signature, dtype
-        missing = {n for d in docs for n, v in views.items() if not (cache / f"{text_key(d.text, v)}.npz").is_file()}
-        del probe
+        keys = CutFeatures.load(args.model, 1, dtype=dtype)  # the model's name and shape for the cache keys
+        missing = {n for d in docs for n in missing_layer_counts(keys, d.text, cache, counts)}
+        del keys
         t, written = time.perf_counter(), 0
         if missing:  # the prefill runs as deep as the deepest count some document lacks
             features = CutFeatures.load(args.model, max(missing), dtype=dtype)
